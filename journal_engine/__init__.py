@@ -1,0 +1,21 @@
+"""journal_engine: a Cython-accelerated persistent journal for message brokers.
+
+``IMPLEMENTATION`` is "cython" when the compiled core is in use, "python" when
+the Python twin runs (forced by JOURNAL_ENGINE_IMPLEMENTATION=python).
+"""
+from ._impl import IMPLEMENTATION, RecordInfo
+from .errors import (ConfigError, CorruptRecordError, DuplicateRecordError, IncompatibleFormatError,
+                     JournalClosedError, JournalError, JournalFailedError, JournalLockedError,
+                     RecordTooLargeError, StoreFullError, UnknownRecordError, UnknownTransactionError)
+from .storage.format import RecordKind
+from .storage.journal import Journal, LoadReport, LoadResult, PreparedTransaction, TransactionRecord
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "IMPLEMENTATION", "Journal", "LoadResult", "LoadReport", "RecordInfo", "PreparedTransaction",
+    "TransactionRecord", "RecordKind",
+    "JournalError", "CorruptRecordError", "IncompatibleFormatError", "JournalClosedError", "JournalFailedError",
+    "JournalLockedError", "ConfigError", "RecordTooLargeError", "StoreFullError", "UnknownRecordError",
+    "DuplicateRecordError", "UnknownTransactionError",
+]

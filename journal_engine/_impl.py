@@ -1,0 +1,47 @@
+"""The one switch between the compiled core and its Python twin.
+
+JOURNAL_ENGINE_IMPLEMENTATION=python forces the twin (for parity tests and for
+reading the logic); JOURNAL_ENGINE_REQUIRE_EXTENSION=1 turns a missing compiled
+core into an ImportError instead of a fallback (CI runs this way).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+FORCE_ENV = "JOURNAL_ENGINE_IMPLEMENTATION"
+REQUIRE_ENV = "JOURNAL_ENGINE_REQUIRE_EXTENSION"
+
+_forced = os.environ.get(FORCE_ENV, "").strip().lower()
+if _forced not in ("", "cython", "python"):
+    raise ImportError(f"{FORCE_ENV}={_forced!r}: use 'cython' or 'python'")
+_require = os.environ.get(REQUIRE_ENV, "") not in ("", "0") or _forced == "cython"
+
+if _forced == "python":
+    if _require and os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
+        raise ImportError(f"{FORCE_ENV}=python contradicts {REQUIRE_ENV}=1")
+    IMPLEMENTATION = "python"
+else:
+    try:
+        from . import _codec, _core, _replay  # noqa: F401  (compiled)
+        IMPLEMENTATION = "cython"
+    except ImportError as exc:
+        if _require:
+            raise ImportError(
+                f"the compiled core of journal_engine is not built ({exc}); "
+                "install with `pip install -e .` (needs a C compiler and Cython)") from exc
+        warnings.warn(f"journal_engine: compiled core unavailable ({exc}); using the Python twin",
+                      RuntimeWarning, stacklevel=2)
+        IMPLEMENTATION = "python"
+
+if IMPLEMENTATION == "cython":
+    from ._codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame
+    from ._core import JournalCore, Segment
+    from ._replay import RecordInfo, ReplayState, scan_frames
+else:
+    from .storage.codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame
+    from .storage.core import JournalCore, Segment
+    from .storage.replay import RecordInfo, ReplayState, scan_frames
+
+__all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "RecordInfo", "ReplayState", "scan_frames",
+           "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "check_frame"]

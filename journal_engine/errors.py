@@ -1,0 +1,83 @@
+"""The one exception hierarchy of journal_engine, rooted at JournalError.
+
+Operating errors (a damaged file, a full disk, bad configuration) carry where
+they happened and a hint; broken invariants are bugs and raise AssertionError.
+"""
+from __future__ import annotations
+
+
+class JournalError(Exception):
+    """Root of every error journal_engine raises on purpose."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.hint = hint
+        super().__init__(f"{message} (hint: {hint})" if hint else message)
+
+
+class CorruptRecordError(JournalError, ValueError):
+    """A file's bytes do not hold what the format promises."""
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None,
+                 field: str | None = None, hint: str | None = None) -> None:
+        self.path = path
+        self.offset = offset
+        self.field = field
+        where = []
+        if path is not None:
+            where.append(str(path))
+        if offset is not None:
+            where.append(f"offset {offset}")
+        if field is not None:
+            where.append(f"field {field}")
+        super().__init__(f"{message} [{', '.join(where)}]" if where else message, hint=hint)
+
+
+class IncompatibleFormatError(CorruptRecordError):
+    """A journal file written by another format version of journal_engine."""
+
+
+class JournalClosedError(JournalError):
+    """The journal (or store) was closed, or was never loaded."""
+
+
+class JournalFailedError(JournalError):
+    """An fsync or write failed; the journal accepts no more writes until reopened."""
+
+
+class JournalLockedError(JournalError):
+    """Another Journal in this or another process holds the directory."""
+
+
+class ConfigError(JournalError, ValueError):
+    """A configuration field has a value it cannot take."""
+
+    def __init__(self, field: str, value: object, problem: str, *, hint: str | None = None) -> None:
+        self.field = field
+        self.value = value
+        super().__init__(f"{field}={value!r}: {problem}", hint=hint)
+
+
+class RecordTooLargeError(JournalError, ValueError):
+    """A record does not fit in one journal file."""
+
+
+class StoreFullError(JournalError, OSError):
+    """The disk (or the LMDB map) is full; nothing already durable was lost."""
+
+
+class UnknownRecordError(JournalError, KeyError):
+    """An update or delete named a record id that is not live."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class DuplicateRecordError(JournalError, ValueError):
+    """An add named a record id that is already live."""
+
+
+class UnknownTransactionError(JournalError, KeyError):
+    """A commit, prepare or rollback named a transaction with no records."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

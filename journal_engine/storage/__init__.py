@@ -1,0 +1,1 @@
+"""Storage core: segmented files, group commit, recovery and compaction."""

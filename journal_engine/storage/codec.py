@@ -1,0 +1,79 @@
+"""Python twin of the compiled frame codec (pyx/journal_engine/_codec.pyx).
+
+Same bytes, same checks; used when JOURNAL_ENGINE_IMPLEMENTATION=python and by the
+parity tests. Layout: docs/internals/format.md.
+"""
+from __future__ import annotations
+
+import struct
+
+from ..limits import FRAME_ALIGNMENT_BYTES, FRAME_HEADER_SIZE_BYTES
+from .format import FrameCheck, RecordKind
+
+_POLY = 0x82F63B78
+_TABLE = []
+for _n in range(256):
+    _c = _n
+    for _ in range(8):
+        _c = (_c >> 1) ^ _POLY if _c & 1 else _c >> 1
+    _TABLE.append(_c)
+_TABLE = tuple(_TABLE)
+_FRAME = struct.Struct("<IIBBHIQQ")
+assert _FRAME.size == FRAME_HEADER_SIZE_BYTES
+
+
+def crc32c(data, crc: int = 0) -> int:
+    """CRC32C of a bytes-like object, continuing from `crc`."""
+    crc ^= 0xFFFFFFFF
+    table = _TABLE
+    for byte in bytes(data):
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+crc32c_software = crc32c
+
+
+def crc32c_uses_hardware() -> bool:
+    return False
+
+
+def frame_size(body_len: int) -> int:
+    return (FRAME_HEADER_SIZE_BYTES + body_len + FRAME_ALIGNMENT_BYTES - 1) & ~(FRAME_ALIGNMENT_BYTES - 1)
+
+
+def encode_frame(kind: int, user_type: int, stamp: int, record_id: int, tx_id: int, body) -> bytes:
+    body = bytes(body)
+    size = frame_size(len(body))
+    tail = _FRAME.pack(0, len(body), kind, user_type, 0, stamp, record_id, tx_id)[4:] + body
+    tail += bytes(size - FRAME_HEADER_SIZE_BYTES - len(body))
+    return struct.pack("<I", crc32c(tail[: FRAME_HEADER_SIZE_BYTES - 4 + len(body)])) + tail
+
+
+def pad_frame(stamp: int, total: int) -> bytes:
+    return encode_frame(RecordKind.PAD, 0, stamp, 0, 0, bytes(total - FRAME_HEADER_SIZE_BYTES))
+
+
+def check_frame(buffer, pos: int, stamp: int) -> tuple[int, int]:
+    """(check, size) for the frame at `pos`; check is a FrameCheck value."""
+    limit = len(buffer)
+    if pos + FRAME_HEADER_SIZE_BYTES > limit:
+        return FrameCheck.ZERO, 0
+    header = bytes(buffer[pos:pos + FRAME_HEADER_SIZE_BYTES])
+    crc, body_len, kind, _user, flags, frame_stamp, _rid, _tx = _FRAME.unpack(header)
+    if frame_stamp != stamp:
+        return (FrameCheck.FOREIGN if any(header) else FrameCheck.ZERO), 0
+    if kind < RecordKind.ADD or kind > RecordKind.PAD or flags:
+        return FrameCheck.INVALID, 0
+    size = frame_size(body_len)
+    if body_len > limit - pos or pos + size > limit:
+        return FrameCheck.INVALID, 0
+    if crc != crc32c(buffer[pos + 4:pos + FRAME_HEADER_SIZE_BYTES + body_len]):
+        return FrameCheck.INVALID, 0
+    return FrameCheck.VALID, size
+
+
+def decode_header(buffer, pos: int) -> tuple[int, int, int, int, int, int]:
+    """(body_len, kind, user_type, stamp, record_id, tx_id) of a frame already checked valid."""
+    _crc, body_len, kind, user_type, _flags, stamp, record_id, tx_id = _FRAME.unpack_from(buffer, pos)
+    return body_len, kind, user_type, stamp, record_id, tx_id

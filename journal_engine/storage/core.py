@@ -1,0 +1,391 @@
+"""Python twin of the compiled append path (pyx/journal_engine/_core.pyx).
+
+Same frames, same bookkeeping, same group commit; an explicit lock stands in for
+the GIL that serialises the compiled appends.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+
+from ..errors import (DuplicateRecordError, JournalClosedError, JournalFailedError, RecordTooLargeError,
+                      UnknownRecordError, UnknownTransactionError)
+from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
+from . import durability
+from .codec import encode_frame, frame_size, pad_frame
+from .format import RecordKind
+
+MODE_NONE, MODE_GROUP, MODE_ALWAYS = 0, 1, 2
+SYNC_MODES = {"none": MODE_NONE, "group": MODE_GROUP, "always": MODE_ALWAYS}
+FLUSHER_IDLE, FLUSHER_TIMING, FLUSHER_URGENT = 0, 1, 2
+_TX_KINDS = (RecordKind.ADD_TX, RecordKind.UPDATE_TX, RecordKind.DELETE_TX)
+
+
+class Segment:
+    """One journal file, mapped shared and writable, appended at `position`."""
+
+    def __init__(self, path, file_id: int, sequence: int, size: int, position: int) -> None:
+        self.path = path
+        self.file_id = file_id
+        self.sequence = sequence
+        self.stamp = file_id & 0xFFFFFFFF
+        self.size = size
+        self.position = position
+        self.synced = position
+        self._fd = os.open(path, os.O_RDWR)
+        try:
+            self._map = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    @property
+    def is_open(self) -> bool:
+        return self._map is not None
+
+    def write(self, offset: int, data: bytes) -> None:
+        self._map[offset:offset + len(data)] = data
+
+    def view(self):
+        return memoryview(self._map).toreadonly()
+
+    def sync(self, start: int, end: int) -> None:
+        if end <= start or self._map is None:
+            return
+        aligned = start - start % SECTOR_SIZE_BYTES
+        self._map.flush(aligned, end - aligned)
+
+    def close(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:   # a view still exported: the mapping goes with its last reader
+                pass
+            self._map = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class JournalCore:
+    """Appends frames to the active segment and makes them durable in groups."""
+
+    def __init__(self) -> None:
+        self._active: Segment | None = None
+        self._mode = MODE_GROUP
+        self.appended_bytes = 0
+        self.durable_bytes = 0
+        self._sealed: list[Segment] = []
+        self._sealed_paths: list[str] = []
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(threading.Lock())
+        self._roll_lock = threading.Lock()
+        self._sync_running = False
+        self._failure = None
+        self._ready = False
+        self._live: dict[int, int] = {}
+        self._pending_tx: dict[int, list] = {}
+        self._replaceable = frozenset()
+        self.live_bytes = 0
+        self.add_count = 0
+        self.replaceable_update_count = 0
+        self.sync_count = 0
+        self._buffer_size = 490 * 1024
+        self._max_frame = 0
+        self._flusher_state = FLUSHER_IDLE
+
+    # ----- set-up by the Python layer -------------------------------------------------
+    def _core_configure(self, mode: str, buffer_size: int, max_frame: int, replaceable) -> None:
+        self._mode = SYNC_MODES[mode]
+        self._buffer_size = buffer_size
+        self._max_frame = max_frame
+        self._replaceable = frozenset(replaceable)
+
+    def _core_install(self, active, live, pending_tx, live_bytes, add_count, replaceable_updates) -> None:
+        self._active = active
+        self._live = live
+        self._pending_tx = pending_tx
+        self.live_bytes = live_bytes
+        self.add_count = add_count
+        self.replaceable_update_count = replaceable_updates
+        self._ready = True
+
+    def _core_switch(self, new_active: Segment) -> None:
+        old = self._active
+        self._active = new_active
+        if old is not None:
+            if old.synced >= old.position and not self._sync_running:
+                old.close()
+            else:
+                self._sealed.append(old)
+                if len(self._sealed) > UNSYNCED_OPEN_FILES_MAX and not self._sync_running:
+                    oldest = self._sealed.pop(0)
+                    self._sealed_paths.append(oldest.path)
+                    oldest.close()
+
+    def _core_force_roll(self, factory):
+        with self._lock, self._roll_lock:
+            self._core_switch(factory())
+            return self._active
+
+    def _core_seal_tail(self) -> None:
+        self._check_writable()
+        with self._lock:
+            self._pad_to_sector()
+            target = self.appended_bytes
+        self._wait_durable(target)
+
+    def _core_fail(self, exc) -> None:
+        if self._failure is None:
+            self._failure = exc
+
+    def _core_close(self) -> None:
+        self._ready = False
+        with self._cond:
+            while self._sync_running:
+                self._cond.wait()
+        for seg in self._sealed:
+            seg.close()
+        self._sealed = []
+        if self._active is not None:
+            self._active.close()
+
+    def _core_live(self):
+        return self._live
+
+    def _core_pending(self):
+        return self._pending_tx
+
+    def _core_active(self):
+        return self._active
+
+    def _core_adjust_live_bytes(self, delta: int) -> None:
+        self.live_bytes += delta
+
+    def _core_reset_replaceable(self, count: int) -> None:
+        self.replaceable_update_count = count
+
+    # ----- public record API ------------------------------------------------------------
+    def add(self, record_id: int, record_type: int, body, *, sync=None) -> None:
+        _check_id(record_id)
+        if record_id in self._live:
+            raise DuplicateRecordError(f"record {record_id} is already live; update or delete it first")
+        self._append(RecordKind.ADD, record_type, record_id, 0, body, sync)
+
+    def update(self, record_id: int, record_type: int, body, *, sync=None) -> None:
+        _check_id(record_id)
+        if record_id not in self._live:
+            raise UnknownRecordError(f"cannot update record {record_id}: no live record has that id")
+        self._append(RecordKind.UPDATE, record_type, record_id, 0, body, sync)
+
+    def delete(self, record_id: int, *, sync=None) -> None:
+        _check_id(record_id)
+        if record_id not in self._live:
+            raise UnknownRecordError(f"cannot delete record {record_id}: no live record has that id")
+        self._append(RecordKind.DELETE, 0, record_id, 0, b"", sync)
+
+    def add_tx(self, tx_id: int, record_id: int, record_type: int, body) -> None:
+        _check_id(tx_id)
+        _check_id(record_id)
+        self._append(RecordKind.ADD_TX, record_type, record_id, tx_id, body, False)
+
+    def update_tx(self, tx_id: int, record_id: int, record_type: int, body) -> None:
+        _check_id(tx_id)
+        self._check_tx_target(tx_id, record_id, "update")
+        self._append(RecordKind.UPDATE_TX, record_type, record_id, tx_id, body, False)
+
+    def delete_tx(self, tx_id: int, record_id: int) -> None:
+        _check_id(tx_id)
+        self._check_tx_target(tx_id, record_id, "delete")
+        self._append(RecordKind.DELETE_TX, 0, record_id, tx_id, b"", False)
+
+    def prepare(self, tx_id: int, xid, *, sync=None) -> None:
+        tx = self._pending_tx.get(tx_id)
+        if tx is None:
+            raise UnknownTransactionError(f"cannot prepare transaction {tx_id}: it has no records")
+        if tx[1] is not None:
+            raise UnknownTransactionError(f"transaction {tx_id} is already prepared")
+        xid_bytes = bytes(xid)
+        body = len(tx[0]).to_bytes(4, "little") + xid_bytes
+        self._append(RecordKind.PREPARE, 0, 0, tx_id, body, self._tx_sync(sync))
+        tx[1] = xid_bytes
+
+    def commit(self, tx_id: int, *, sync=None) -> None:
+        tx = self._pending_tx.get(tx_id)
+        if tx is None:
+            raise UnknownTransactionError(f"cannot commit transaction {tx_id}: it has no records")
+        self._append(RecordKind.COMMIT, 0, 0, tx_id, len(tx[0]).to_bytes(4, "little"), self._tx_sync(sync))
+
+    def rollback(self, tx_id: int, *, sync=None) -> None:
+        if tx_id not in self._pending_tx:
+            raise UnknownTransactionError(f"cannot roll back transaction {tx_id}: it has no records")
+        self._append(RecordKind.ROLLBACK, 0, 0, tx_id, b"", self._tx_sync(sync))
+
+    def sync(self) -> None:
+        self._check_writable()
+        self._wait_durable(self.appended_bytes)
+
+    # ----- internals ------------------------------------------------------------------------
+    def _tx_sync(self, sync):
+        return True if sync is None and self._mode != MODE_NONE else sync
+
+    def _check_tx_target(self, tx_id: int, record_id: int, action: str) -> None:
+        if record_id in self._live:
+            return
+        tx = self._pending_tx.get(tx_id)
+        if tx is not None and any(op[1] == record_id and op[0] == RecordKind.ADD_TX for op in tx[0]):
+            return
+        raise UnknownRecordError(
+            f"cannot {action} record {record_id} in transaction {tx_id}: no live record has that id")
+
+    def _check_writable(self) -> None:
+        if not self._ready:
+            raise JournalClosedError("the journal is closed or not loaded; call load() after opening")
+        if self._failure is not None:
+            raise JournalFailedError(
+                f"the journal stopped accepting writes after an I/O failure: {self._failure}",
+                hint="reopen the journal; everything synced before the failure is recovered")
+
+    def _append(self, kind, user_type, record_id, tx_id, body, sync) -> None:
+        if not 0 <= user_type <= 255:
+            raise ValueError(f"record_type={user_type}: must be within 0..255")
+        body = bytes(body)
+        size = frame_size(len(body))
+        with self._lock:
+            self._check_writable()
+            if size > self._max_frame:
+                raise RecordTooLargeError(
+                    f"a record of {len(body)} bytes needs a {size}-byte frame; one journal file holds at most "
+                    f"{self._max_frame}", hint="raise file_size or split the record")
+            tx = self._pending_tx.get(tx_id) if kind in _TX_KINDS or kind >= RecordKind.PREPARE else None
+            if tx is None and kind in (RecordKind.COMMIT, RecordKind.ROLLBACK, RecordKind.PREPARE):
+                raise UnknownTransactionError(f"transaction {tx_id} has no records")
+            seg = self._active
+            while seg.position + size > seg.size:
+                self._roll(seg, size)
+                self._check_writable()
+                seg = self._active
+            seg.write(seg.position, encode_frame(kind, user_type, seg.stamp, record_id, tx_id, body))
+            seg.position += size
+            self.appended_bytes += size
+            if kind == RecordKind.ADD:
+                self._live[record_id] = size
+                self.live_bytes += size
+                self.add_count += 1
+            elif kind == RecordKind.UPDATE:
+                self._live[record_id] += size
+                self.live_bytes += size
+                if user_type in self._replaceable:
+                    self.replaceable_update_count += 1
+            elif kind == RecordKind.DELETE:
+                self.live_bytes -= self._live.pop(record_id)
+            elif kind in _TX_KINDS:
+                if tx is None:
+                    tx = [[], None]
+                    self._pending_tx[tx_id] = tx
+                tx[0].append((int(kind), record_id, size, user_type))
+            elif kind == RecordKind.COMMIT:
+                self._apply_commit(self._pending_tx.pop(tx_id))
+            elif kind == RecordKind.ROLLBACK:
+                del self._pending_tx[tx_id]
+            target = self.appended_bytes
+        self._after_append(sync, target)
+
+    def _apply_commit(self, tx) -> None:
+        for kind, record_id, size, user_type in tx[0]:
+            if kind == RecordKind.ADD_TX:
+                self._live[record_id] = self._live.get(record_id, 0) + size
+                self.live_bytes += size
+                self.add_count += 1
+            elif kind == RecordKind.UPDATE_TX:
+                if record_id in self._live:
+                    self._live[record_id] += size
+                    self.live_bytes += size
+                    if user_type in self._replaceable:
+                        self.replaceable_update_count += 1
+            elif record_id in self._live:
+                self.live_bytes -= self._live.pop(record_id)
+
+    def _after_append(self, sync, target: int) -> None:
+        wait = (self._mode == MODE_ALWAYS) if sync is None else bool(sync)
+        if wait:
+            self._wait_durable(target)
+            return
+        if self._mode == MODE_GROUP:
+            if self._flusher_state == FLUSHER_IDLE:
+                self._flusher_state = FLUSHER_TIMING
+                self._kick_flusher()
+            elif (self._flusher_state == FLUSHER_TIMING
+                  and self.appended_bytes - self.durable_bytes > self._buffer_size):
+                self._flusher_state = FLUSHER_URGENT
+                self._kick_flusher()
+
+    def _roll(self, seen: Segment, needed: int) -> None:
+        with self._roll_lock:
+            if self._active is not seen:
+                return
+            self._core_switch(self._next_segment(needed))
+
+    def _pad_to_sector(self) -> None:
+        seg = self._active
+        gap = (-seg.position) % SECTOR_SIZE_BYTES
+        if gap == 0:
+            return
+        if gap < FRAME_HEADER_SIZE_BYTES:
+            gap += SECTOR_SIZE_BYTES
+        if seg.position + gap > seg.size:
+            self.appended_bytes += seg.size - seg.position
+            seg.position = seg.size
+            return
+        seg.write(seg.position, pad_frame(seg.stamp, gap))
+        seg.position += gap
+        self.appended_bytes += gap
+
+    def _wait_durable(self, target: int) -> None:
+        while self.durable_bytes < target:
+            self._check_writable()
+            with self._cond:
+                if self._sync_running:
+                    while self._sync_running and self.durable_bytes < target:
+                        self._cond.wait()
+                    continue
+                self._sync_running = True
+            try:
+                self._run_sync()
+            except BaseException as exc:
+                self._core_fail(exc)
+                raise JournalFailedError(f"sync failed: {exc}",
+                                         hint="the journal accepts no more writes; reopen it") from exc
+            finally:
+                with self._cond:
+                    self._sync_running = False
+                    self._cond.notify_all()
+
+    def _run_sync(self) -> None:
+        with self._lock:
+            self._pad_to_sector()
+            target = self.appended_bytes
+            regions = [(seg, seg.synced, seg.position) for seg in self._sealed + [self._active]
+                       if seg.synced < seg.position]
+            paths, self._sealed_paths = self._sealed_paths, []
+        for path in paths:
+            durability.fdatasync_path(path)
+        for seg, start, end in regions:
+            seg.sync(start, end)
+            seg.synced = max(seg.synced, end)
+        with self._lock:
+            self.sync_count += 1
+            still = []
+            for seg in self._sealed:
+                if seg.synced >= seg.position:
+                    seg.close()
+                else:
+                    still.append(seg)
+            self._sealed = still
+            self.durable_bytes = max(self.durable_bytes, target)
+
+
+def _check_id(value: int) -> None:
+    if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+        raise OverflowError(f"{value} is out of range for a u64 id")

@@ -1,0 +1,108 @@
+"""On-disk names, numbers and the file header (docs/internals/format.md)."""
+from __future__ import annotations
+
+import enum
+import re
+import struct
+from dataclasses import dataclass
+
+from ..errors import CorruptRecordError, IncompatibleFormatError
+from ..limits import FILE_HEADER_SIZE_BYTES
+
+MAGIC = b"\x89JEJRNL\n"
+FORMAT_VERSION = 1
+HEADER_FLAG_COMPACTED = 1
+
+DATA_SUFFIX = ".jej"
+FREE_SUFFIX = ".jef"
+COMPACT_SUFFIX = ".jec"
+TMP_SUFFIX = ".tmp"
+CONTROL_FILE = "compaction.ctl"
+LOCK_FILE = "journal.lock"
+DATA_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jej$")
+FREE_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jef$")
+COMPACT_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jec$")
+
+
+class RecordKind(enum.IntEnum):
+    """The first byte after the frame's length: what the frame does (Artemis numbers)."""
+
+    ADD = 11
+    UPDATE = 12
+    ADD_TX = 13
+    UPDATE_TX = 14
+    DELETE_TX = 15
+    DELETE = 16
+    PREPARE = 17
+    COMMIT = 18
+    ROLLBACK = 19
+    PAD = 20
+
+
+class FrameCheck(enum.IntEnum):
+    """What a reader finds at a frame position."""
+
+    VALID = 0
+    ZERO = 1      # never written
+    FOREIGN = 2   # stamped for another file id: left over in a recycled file
+    INVALID = 3   # stamped for this file, but torn or damaged
+
+
+def data_name(file_id: int) -> str:
+    return f"journal-{file_id:016x}{DATA_SUFFIX}"
+
+
+def free_name(file_id: int) -> str:
+    return f"journal-{file_id:016x}{FREE_SUFFIX}"
+
+
+def compact_name(file_id: int) -> str:
+    return f"journal-{file_id:016x}{COMPACT_SUFFIX}"
+
+
+def stamp_of(file_id: int) -> int:
+    """The 32 bits of the file id written into every frame of the file."""
+    return file_id & 0xFFFFFFFF
+
+
+_HEADER = struct.Struct("<8sIIQQII20sI")   # magic, version, header size, file id, sequence, flags, reserved..., crc
+assert _HEADER.size == FILE_HEADER_SIZE_BYTES
+
+
+@dataclass(frozen=True)
+class FileHeader:
+    """The first 64 bytes of every journal file."""
+
+    file_id: int
+    sequence: int   # replay order; a compacted file takes the sequence of a file it replaces
+    flags: int = 0
+
+    def encode(self, crc32c) -> bytes:
+        body = _HEADER.pack(MAGIC, FORMAT_VERSION, FILE_HEADER_SIZE_BYTES, self.file_id,
+                            self.sequence, self.flags, 0, b"\0" * 20, 0)
+        return body[:-4] + struct.pack("<I", crc32c(body[:-4]))
+
+    @classmethod
+    def decode(cls, raw: bytes, path: str, crc32c) -> "FileHeader":
+        if len(raw) < FILE_HEADER_SIZE_BYTES:
+            raise CorruptRecordError(f"file header truncated to {len(raw)} bytes", path=path, offset=0,
+                                     field="header",
+                                     hint="a journal file is never shorter than its preallocated size; "
+                                          "move this file out of the journal directory")
+        magic, version, header_size, file_id, sequence, flags, _, _, crc = _HEADER.unpack_from(raw)
+        if magic != MAGIC:
+            raise CorruptRecordError("not a journal_engine file (bad magic)", path=path, offset=0,
+                                     field="magic",
+                                     hint="move foreign files out of the journal directory")
+        if crc != crc32c(raw[:FILE_HEADER_SIZE_BYTES - 4]):
+            raise CorruptRecordError("file header checksum mismatch", path=path,
+                                     offset=FILE_HEADER_SIZE_BYTES - 4, field="header_crc",
+                                     hint="the header is damaged; restore the file from a copy")
+        if version != FORMAT_VERSION:
+            raise IncompatibleFormatError(
+                f"format version {version}, this journal_engine reads version {FORMAT_VERSION}",
+                path=path, offset=8, field="format_version",
+                hint="open it with the journal_engine release that wrote it")
+        if header_size != FILE_HEADER_SIZE_BYTES:
+            raise CorruptRecordError(f"header size {header_size}", path=path, offset=12, field="header_size")
+        return cls(file_id=file_id, sequence=sequence, flags=flags)

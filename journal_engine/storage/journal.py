@@ -1,0 +1,384 @@
+"""The Journal: the public face of the storage core (CONTRACT "Storage core").
+
+The hot path (add/update/delete/..., sync) is inherited from the compiled
+JournalCore; this module opens the directory, recovers it, feeds the writer
+new files, runs the group-commit flusher and starts compactions.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import mmap
+import os
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+
+from .._impl import JournalCore, RecordInfo, ReplayState, Segment
+from ..errors import ConfigError, JournalClosedError, JournalError, JournalLockedError
+from ..limits import (BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_US_MAX, COMPACT_PERCENTAGE_MAX,
+                      COMPACT_UPDATE_FACTOR, FILE_HEADER_SIZE_BYTES, FILE_SIZE_DEFAULT_BYTES,
+                      FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES, MIN_FILES_MIN, SECTOR_SIZE_BYTES,
+                      max_body_bytes)
+from . import compactor, durability
+from .format import LOCK_FILE, FrameCheck, RecordKind, stamp_of
+from .segment_files import DataFile, FilePool, list_directory
+
+log = logging.getLogger("journal_engine.storage")
+
+SYNC_MODE_NAMES = ("always", "group", "none")
+
+
+@dataclass
+class TransactionRecord:
+    """One record of a prepared transaction."""
+
+    kind: str            # "add", "update" or "delete"
+    record_id: int
+    record_type: int
+    body: bytes
+
+
+@dataclass
+class PreparedTransaction:
+    tx_id: int
+    xid: bytes
+    records: list
+
+
+@dataclass
+class LoadReport:
+    torn_tail_truncated: bool = False
+    torn_tail: tuple | None = None            # (path, offset) where the torn tail began
+    corrupt: list = field(default_factory=list)   # (path, offset, reason)
+    anomalies: list = field(default_factory=list)  # (path, offset, reason)
+    files_read: int = 0
+    records_read: int = 0
+    rolled_back: list = field(default_factory=list)  # tx ids rolled back because they never completed
+    duration_s: float = 0.0
+
+
+@dataclass
+class LoadResult:
+    records: dict
+    prepared: list
+    report: LoadReport
+
+
+_TX_KIND_NAMES = {RecordKind.ADD_TX: "add", RecordKind.UPDATE_TX: "update", RecordKind.DELETE_TX: "delete"}
+
+
+def _check_config(file_size, min_files, sync, buffer_timeout_us, buffer_size, compact_min_files,
+                  compact_percentage) -> None:
+    if not isinstance(file_size, int) or not FILE_SIZE_MIN_BYTES <= file_size <= FILE_SIZE_MAX_BYTES:
+        raise ConfigError("file_size", file_size,
+                          f"must be an integer within {FILE_SIZE_MIN_BYTES}..{FILE_SIZE_MAX_BYTES}")
+    if file_size % SECTOR_SIZE_BYTES:
+        raise ConfigError("file_size", file_size, f"must be a multiple of {SECTOR_SIZE_BYTES}")
+    if not isinstance(min_files, int) or min_files < MIN_FILES_MIN:
+        raise ConfigError("min_files", min_files, f"must be an integer >= {MIN_FILES_MIN}")
+    if sync not in SYNC_MODE_NAMES:
+        raise ConfigError("sync", sync, f"must be one of {', '.join(SYNC_MODE_NAMES)}")
+    if not isinstance(buffer_timeout_us, int) or not 0 <= buffer_timeout_us <= BUFFER_TIMEOUT_US_MAX:
+        raise ConfigError("buffer_timeout_us", buffer_timeout_us, f"must be within 0..{BUFFER_TIMEOUT_US_MAX}")
+    if not isinstance(buffer_size, int) or buffer_size < BUFFER_SIZE_MIN_BYTES:
+        raise ConfigError("buffer_size", buffer_size, f"must be an integer >= {BUFFER_SIZE_MIN_BYTES}")
+    if not isinstance(compact_min_files, int) or compact_min_files < 0:
+        raise ConfigError("compact_min_files", compact_min_files, "must be >= 0 (0 turns automatic compaction off)")
+    if not isinstance(compact_percentage, int) or not 0 <= compact_percentage <= COMPACT_PERCENTAGE_MAX:
+        raise ConfigError("compact_percentage", compact_percentage, f"must be within 0..{COMPACT_PERCENTAGE_MAX}")
+
+
+class Journal(JournalCore):
+    """A segmented, append-only, crash-safe journal of records in one directory."""
+
+    def __init__(self, directory, *, file_size: int = FILE_SIZE_DEFAULT_BYTES, min_files: int = 2,
+                 sync: str = "group", buffer_timeout_us: int = 500, buffer_size: int = 490 * 1024,
+                 compact_min_files: int = 10, compact_percentage: int = 30,
+                 replaceable_types: dict | None = None) -> None:
+        super().__init__()
+        _check_config(file_size, min_files, sync, buffer_timeout_us, buffer_size, compact_min_files,
+                      compact_percentage)
+        self.directory = os.fspath(directory)
+        self.file_size = file_size
+        self.min_files = min_files
+        self.sync_mode = sync
+        self.buffer_timeout_us = buffer_timeout_us
+        self.buffer_size = buffer_size
+        self.compact_min_files = compact_min_files
+        self.compact_percentage = compact_percentage
+        # record type -> how many leading body bytes name what the update replaces (e.g. a queue id)
+        self.replaceable_types = dict(replaceable_types or {})
+        self._core_configure(sync, buffer_size, file_size - FILE_HEADER_SIZE_BYTES, self.replaceable_types)
+        self._state = "new"
+        self._data_files: list[DataFile] = []
+        self._pool: FilePool | None = None
+        self._flusher: threading.Thread | None = None
+        self._flusher_event = threading.Event()
+        self._compaction_lock = threading.Lock()
+        self._compaction_thread: threading.Thread | None = None
+        self.compaction_count = 0
+        self.last_compaction_error: BaseException | None = None
+        os.makedirs(self.directory, exist_ok=True)
+        self._lock_fd = os.open(os.path.join(self.directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise JournalLockedError(f"{self.directory} is in use by another Journal",
+                                     hint="close the other Journal (or process) first") from None
+
+    # ----- context management ---------------------------------------------------------------
+    def __enter__(self) -> "Journal":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Journal({self.directory!r}, sync={self.sync_mode!r}, state={self._state})"
+
+    # ----- recovery ---------------------------------------------------------------------------
+    def load(self) -> LoadResult:
+        """Replay every file; return the live records, prepared transactions and a report."""
+        if self._state != "new":
+            raise JournalError("load() runs once, right after opening" if self._state == "loaded"
+                               else "the journal is closed")
+        started = time.perf_counter()
+        compactor.recover(self.directory)
+        listing = list_directory(self.directory)
+        report = LoadReport()
+        state = ReplayState(self.replaceable_types)
+        ends = []
+        for data in listing.data:
+            with open(data.path, "rb") as handle:
+                with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                    end, check = state.replay_file(view, stamp_of(data.header.file_id),
+                                                   FILE_HEADER_SIZE_BYTES, data.path)
+            ends.append((end, FrameCheck(check)))
+            report.files_read += 1
+        report.corrupt = list(state.corrupt)
+        report.anomalies = list(state.anomalies)
+        report.records_read = state.frames_read
+
+        # the last file holding any frame is where appends continue
+        last = -1
+        for index, (end, _check) in enumerate(ends):
+            if end > FILE_HEADER_SIZE_BYTES or any(c[0] == listing.data[index].path for c in state.corrupt):
+                last = index
+        for index in range(last):
+            end, check = ends[index]
+            if check == FrameCheck.INVALID:
+                report.corrupt.append((listing.data[index].path, end,
+                                       "damaged frame at the end of a file followed by later files"))
+        next_id = listing.max_id + 1
+        self._pool = FilePool(self.directory, self.file_size, next_id, listing.free,
+                              ready_target=max(1, self.min_files - 1))
+        # a file that holds no frame after the last one with data is ready for the writer as it is
+        ready = listing.data[last + 1:] if last >= 0 else listing.data
+        self._data_files = listing.data[:last + 1]
+        for data in ready:
+            if data.size == self.file_size:
+                self._pool.add_ready(Segment(data.path, data.header.file_id, data.header.sequence,
+                                             data.size, FILE_HEADER_SIZE_BYTES))
+            else:
+                self._pool.reclaim(data.path, data.header.file_id)
+        for data in self._data_files[:-1]:
+            durability.fdatasync_path(data.path)   # what load reports is durable before anything new is written
+        if last >= 0:
+            data = listing.data[last]
+            end, check = ends[last]
+            if check == FrameCheck.INVALID:
+                report.torn_tail_truncated = True
+                report.torn_tail = (data.path, end)
+                _zero_tail(data.path, end, data.size)
+            durability.fdatasync_path(data.path)
+            active = Segment(data.path, data.header.file_id, data.header.sequence, data.size, end)
+        else:
+            active = self._pool.take()
+            self._data_files = [DataFile(active.path, _header_of(active), active.size)]
+        files_present = len(self._data_files) + self._pool.ready_count() + self._pool.free_count()
+        for _ in range(self.min_files - files_present):
+            self._pool.add_free(self._pool.create_free_file())
+
+        pending = {}
+        prepared = []
+        incomplete = []
+        for tx_id, (ops, xid, _path, _offset) in state.transactions.items():
+            pending[tx_id] = [[(kind, record_id, size, user_type) for kind, record_id, user_type, _b, size in ops],
+                              xid]
+            if xid is None:
+                incomplete.append(tx_id)
+            else:
+                prepared.append(PreparedTransaction(tx_id, xid, [
+                    TransactionRecord(_TX_KIND_NAMES[kind], record_id, user_type, body)
+                    for kind, record_id, user_type, body, _size in ops]))
+        live = state.live_sizes()
+        self._core_install(active, live, pending, sum(live.values()), len(live), state.replaceable_updates)
+        self._state = "loaded"
+        self._core_seal_tail()
+        for tx_id in incomplete:
+            self.rollback(tx_id, sync=True)
+        report.rolled_back = incomplete
+        self._pool.start()
+        if self.sync_mode == "group":
+            self._flusher = threading.Thread(target=self._run_flusher, name="journal-flusher", daemon=True)
+            self._flusher.start()
+        report.duration_s = time.perf_counter() - started
+        for path, offset, reason in report.corrupt:
+            log.error("journal damage in %s at offset %d: %s", path, offset, reason)
+            warnings.warn(f"journal damage in {path} at offset {offset}: {reason}", RuntimeWarning, stacklevel=2)
+        if report.torn_tail_truncated:
+            log.warning("torn tail truncated in %s at offset %d", *report.torn_tail)
+        return LoadResult(records=state.records, prepared=prepared, report=report)
+
+    # ----- hooks the core calls ---------------------------------------------------------------
+    def _next_segment(self, needed: int) -> Segment:
+        segment = self._pool.take()
+        self._data_files.append(DataFile(segment.path, _header_of(segment), segment.size))
+        self._maybe_compact()
+        return segment
+
+    def _kick_flusher(self) -> None:
+        self._flusher_event.set()
+
+    def _run_flusher(self) -> None:
+        """Group mode: nothing appended stays unsynced longer than buffer_timeout_us."""
+        event = self._flusher_event
+        timeout_s = self.buffer_timeout_us / 1e6
+        while self._state == "loaded":
+            event.wait()
+            event.clear()
+            if self._state != "loaded":
+                return
+            if timeout_s and event.wait(timeout_s):   # an urgent kick (buffer_size reached) ends the wait early
+                event.clear()
+            self._flusher_state = 0
+            try:
+                self.sync()
+            except JournalClosedError:
+                return
+            except JournalError as exc:
+                log.error("journal flusher stopped: %s", exc)
+                return
+
+    # ----- compaction ---------------------------------------------------------------------------
+    def needs_compaction(self) -> bool:
+        """The Artemis trigger: more than compact_min_files data files and little live data,
+        or replaceable updates outnumbering adds by COMPACT_UPDATE_FACTOR."""
+        data_files = len(self._data_files)
+        if self.compact_min_files == 0 or data_files <= self.compact_min_files:
+            return False
+        if self.live_bytes < data_files * self.file_size * self.compact_percentage / 100:
+            return True
+        return self.add_count > 0 and self.replaceable_update_count / self.add_count > COMPACT_UPDATE_FACTOR
+
+    def _maybe_compact(self) -> None:
+        if self._compaction_thread is not None and self._compaction_thread.is_alive():
+            return
+        if not self.needs_compaction():
+            return
+        self._compaction_thread = threading.Thread(target=self._compact_in_background, name="journal-compactor",
+                                                   daemon=True)
+        self._compaction_thread.start()
+
+    def _compact_in_background(self) -> None:
+        try:
+            self.compact()
+        except Exception as exc:   # reported through stats(); the journal keeps working uncompacted
+            self.last_compaction_error = exc
+            log.error("automatic compaction failed: %s", exc)
+
+    def compact(self) -> None:
+        """Rewrite the live records of every file before the active one; crash-safe."""
+        if self._state != "loaded":
+            raise JournalClosedError("the journal is closed or not loaded")
+        with self._compaction_lock:
+            compactor.compact(self)
+            self.compaction_count += 1
+
+    def _roll_for_compaction(self) -> Segment:
+        """Switch to a fresh file so every older data file is immutable; returns the new active."""
+        return self._core_force_roll(lambda: self._next_segment(0))
+
+    # ----- inspection ---------------------------------------------------------------------------
+    def stats(self) -> dict:
+        active = self._core_active()
+        return {
+            "directory": self.directory,
+            "sync_mode": self.sync_mode,
+            "implementation": type(self).__mro__[1].__module__,
+            "data_files": len(self._data_files),
+            "ready_files": self._pool.ready_count() if self._pool else 0,
+            "free_files": self._pool.free_count() if self._pool else 0,
+            "file_size": self.file_size,
+            "live_records": len(self._core_live()),
+            "live_bytes": self.live_bytes,
+            "add_count": self.add_count,
+            "replaceable_updates": self.replaceable_update_count,
+            "pending_transactions": len(self._core_pending()),
+            "appended_bytes": self.appended_bytes,
+            "durable_bytes": self.durable_bytes,
+            "syncs": self.sync_count,
+            "active_file": active.path if active is not None else None,
+            "active_position": active.position if active is not None else None,
+            "compactions": self.compaction_count,
+            "needs_compaction": self.needs_compaction() if self._state == "loaded" else False,
+            "last_compaction_error": repr(self.last_compaction_error) if self.last_compaction_error else None,
+        }
+
+    # ----- closing --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Sync what was appended, stop the background threads, release the directory."""
+        if self._state == "closed":
+            return
+        try:
+            if self._state == "loaded":
+                if self._compaction_thread is not None:
+                    self._compaction_thread.join()
+                try:
+                    self.sync()
+                except JournalError as exc:
+                    log.error("final sync failed on close: %s", exc)
+        finally:
+            was_loaded = self._state == "loaded"
+            self._state = "closed"
+            self._core_close()
+            self._flusher_event.set()
+            if self._flusher is not None:
+                self._flusher.join()
+            if was_loaded and self._pool is not None:
+                self._pool.close()
+            if self._lock_fd >= 0:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+    def __del__(self):
+        try:
+            if getattr(self, "_state", "closed") != "closed":
+                self.close()
+        except Exception:
+            pass
+
+
+def _header_of(segment: Segment):
+    from .format import FileHeader
+    return FileHeader(segment.file_id, segment.sequence)
+
+
+def _zero_tail(path: str, start: int, size: int, chunk: int = 1 << 20) -> None:
+    """Erase a torn tail so later appends never sit in front of stale damage."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        zeros = bytes(chunk)
+        pos = start
+        while pos < size:
+            n = min(chunk, size - pos)
+            os.pwrite(fd, zeros[:n], pos)
+            pos += n
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,206 @@
+"""Journal files on disk: naming, headers, pre-allocation and the pool of ready files.
+
+A data file (``journal-<file id>.jej``) holds frames stamped with its file id.
+A free file (``.jef``) is pre-allocated zeros or a reclaimed data file; taking it
+into use gives it a new file id and header, then renames it to a data file. A
+background thread keeps `ready_target` data files activated ahead of the writer,
+so a switch to the next file costs no I/O on the append path.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+
+from .._impl import Segment, crc32c
+from ..errors import CorruptRecordError, StoreFullError
+from ..limits import FILE_HEADER_SIZE_BYTES
+from . import durability
+from .format import (COMPACT_NAME, DATA_NAME, FREE_NAME, TMP_SUFFIX, FileHeader, compact_name, data_name,
+                     free_name)
+
+log = logging.getLogger("journal_engine.storage")
+
+
+@dataclass
+class DataFile:
+    path: str
+    header: FileHeader
+    size: int
+
+
+@dataclass
+class Listing:
+    data: list = field(default_factory=list)      # DataFile, in replay (sequence) order
+    free: list = field(default_factory=list)      # paths
+    compact_outputs: list = field(default_factory=list)
+    max_id: int = 0
+
+
+def read_header(path: str) -> DataFile:
+    with open(path, "rb") as handle:
+        raw = handle.read(FILE_HEADER_SIZE_BYTES)
+        size = os.fstat(handle.fileno()).st_size
+    header = FileHeader.decode(raw, path, crc32c)
+    if size < FILE_HEADER_SIZE_BYTES + 4096:
+        raise CorruptRecordError(f"journal file is only {size} bytes long", path=path, offset=size,
+                                 field="file_size", hint="journal files are pre-allocated; this one was cut short")
+    return DataFile(path=path, header=header, size=size)
+
+
+def list_directory(directory: str) -> Listing:
+    """Classify the directory's files; foreign names are left alone."""
+    listing = Listing()
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.endswith(TMP_SUFFIX) and name.startswith("journal-"):
+            os.unlink(path)   # an unfinished creation: never renamed, so never part of the journal
+            continue
+        match = DATA_NAME.match(name)
+        if match:
+            data = read_header(path)
+            listing.data.append(data)
+            listing.max_id = max(listing.max_id, int(match.group(1), 16), data.header.file_id)
+            continue
+        match = FREE_NAME.match(name) or COMPACT_NAME.match(name)
+        if match:
+            listing.max_id = max(listing.max_id, int(match.group(1), 16))
+            (listing.free if FREE_NAME.match(name) else listing.compact_outputs).append(path)
+    listing.data.sort(key=lambda d: d.header.sequence)
+    for before, after in zip(listing.data, listing.data[1:]):
+        if before.header.sequence == after.header.sequence:
+            raise CorruptRecordError(
+                f"two journal files claim replay position {after.header.sequence}: {before.path}",
+                path=after.path, offset=24, field="sequence",
+                hint="a compaction was interrupted and its control file lost; keep the older file")
+    return listing
+
+
+class FilePool:
+    """Allocates file ids and keeps activated data files ready for the writer."""
+
+    def __init__(self, directory: str, file_size: int, next_id: int, free: list, ready_target: int) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self._next_id = next_id
+        self._free = list(free)
+        self._ready: list[Segment] = []
+        self._ready_target = max(1, ready_target)
+        self._lock = threading.Lock()
+        # activations run one at a time and the writer takes files in activation order,
+        # so replay order (sequence = file id at activation) is append order
+        self._activation_lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._closing = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    # ----- ids and single files -------------------------------------------------------------
+    def allocate_id(self) -> int:
+        with self._lock:
+            file_id = self._next_id
+            self._next_id += 1
+            return file_id
+
+    def create_free_file(self) -> str:
+        file_id = self.allocate_id()
+        path = os.path.join(self.directory, free_name(file_id))
+        durability.create_zero_filled(path, self.file_size, FileHeader(file_id, file_id).encode(crc32c))
+        return path
+
+    def activate(self, free_path: str | None = None) -> Segment:
+        """Turn a free file (or a new one) into the next empty data file, mapped."""
+        if free_path is None:
+            with self._lock:
+                free_path = self._free.pop(0) if self._free else None
+        if free_path is None:
+            free_path = self.create_free_file()
+        elif os.path.getsize(free_path) != self.file_size:
+            os.unlink(free_path)   # pre-allocated for another file_size: not reusable as is
+            free_path = self.create_free_file()
+        file_id = self.allocate_id()
+        durability.write_header_durably(free_path, FileHeader(file_id, file_id).encode(crc32c))
+        durability.crash_point("activate-before-rename")
+        path = os.path.join(self.directory, data_name(file_id))
+        durability.rename_durably(free_path, path, self.directory)
+        return Segment(path, file_id, file_id, self.file_size, FILE_HEADER_SIZE_BYTES)
+
+    def add_free(self, path: str) -> None:
+        with self._lock:
+            self._free.append(path)
+
+    def reclaim(self, data_path: str, file_id: int) -> str:
+        """A data file compaction no longer needs becomes a free file (its frames keep their old stamp)."""
+        path = os.path.join(self.directory, free_name(file_id))
+        os.rename(data_path, path)
+        self.add_free(path)
+        return path
+
+    # ----- the ready queue --------------------------------------------------------------------
+    def add_ready(self, segment: Segment) -> None:
+        with self._lock:
+            self._ready.append(segment)
+
+    def take(self) -> Segment:
+        """The next data file for the writer; StoreFullError when none can be made."""
+        with self._activation_lock:
+            with self._lock:
+                if self._ready:
+                    segment = self._ready.pop(0)
+                    self._wake.notify()
+                    return segment
+                error = self._error
+                self._error = None
+            if error is not None and not isinstance(error, StoreFullError):
+                log.warning("journal file pool: earlier failure %s; trying again", error)
+            segment = self.activate()
+        with self._lock:
+            self._wake.notify()
+        return segment
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="journal-file-pool", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closing and (len(self._ready) >= self._ready_target or self._error is not None):
+                    self._wake.wait(1.0)
+                    if self._error is not None and not self._closing:
+                        break   # retry a failed creation after a pause
+                if self._closing:
+                    return
+                self._error = None
+            with self._activation_lock:
+                try:
+                    segment = self.activate()
+                except BaseException as exc:   # kept for take() to report; the writer decides
+                    with self._lock:
+                        self._error = exc
+                    continue
+                with self._lock:
+                    self._ready.append(segment)
+
+    def ready_count(self) -> int:
+        with self._lock:
+            return len(self._ready)
+
+    def free_count(self) -> int:
+        with self._lock:
+            return len(self._free)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        for segment in self._ready:
+            segment.close()
+        self._ready = []
+
+
+def compaction_output_path(directory: str, file_id: int) -> str:
+    return os.path.join(directory, compact_name(file_id))

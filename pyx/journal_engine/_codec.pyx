@@ -1,0 +1,110 @@
+# cython: language_level=3
+"""Compiled frame codec: CRC32C, frame encoding and validation.
+
+The Python twin is ``journal_engine.storage.codec``; both produce the same bytes
+(tests/test_parity.py). Frame layout (little-endian, 8-byte aligned):
+
+    0  u32 crc32c of bytes [4, 32 + body_len)
+    4  u32 body_len
+    8  u8  kind           12 u32 file stamp (low 32 bits of the file id)
+    9  u8  user type      16 u64 record id
+    10 u16 flags (0)      24 u64 transaction id
+    32 body, then zero padding to the next multiple of 8
+"""
+from libc.string cimport memcpy, memset
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+
+je_crc32c_init()
+
+
+cdef Py_ssize_t write_frame(unsigned char *dst, uint8_t kind, uint8_t user_type, uint32_t stamp,
+                            uint64_t record_id, uint64_t tx_id,
+                            const unsigned char *body, Py_ssize_t body_len) noexcept nogil:
+    cdef Py_ssize_t size = frame_size(body_len)
+    store_u32(dst + 4, <uint32_t>body_len)
+    dst[8] = kind
+    dst[9] = user_type
+    dst[10] = 0
+    dst[11] = 0
+    store_u32(dst + 12, stamp)
+    store_u64(dst + 16, record_id)
+    store_u64(dst + 24, tx_id)
+    if body_len and body != dst + FRAME_HEADER_SIZE:
+        memcpy(dst + FRAME_HEADER_SIZE, body, body_len)
+    if size > FRAME_HEADER_SIZE + body_len:
+        memset(dst + FRAME_HEADER_SIZE + body_len, 0, size - FRAME_HEADER_SIZE - body_len)
+    store_u32(dst, je_crc32c(0, dst + 4, FRAME_HEADER_SIZE - 4 + body_len))
+    return size
+
+
+cdef Py_ssize_t write_pad(unsigned char *dst, uint32_t stamp, Py_ssize_t total) noexcept nogil:
+    """A PAD frame of exactly `total` bytes (a multiple of 8, at least 32)."""
+    memset(dst + FRAME_HEADER_SIZE, 0, total - FRAME_HEADER_SIZE)
+    return write_frame(dst, KIND_PAD, 0, stamp, 0, 0, dst + FRAME_HEADER_SIZE, total - FRAME_HEADER_SIZE)
+
+
+cdef FrameCheck validate_frame(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t limit,
+                               uint32_t stamp, Py_ssize_t *size_out) noexcept nogil:
+    cdef const unsigned char *p = buf + pos
+    cdef uint32_t body_len
+    cdef Py_ssize_t size
+    cdef int i
+    if pos + FRAME_HEADER_SIZE > limit:
+        return FRAME_ZERO
+    if load_u32(p + 12) != stamp:
+        for i in range(FRAME_HEADER_SIZE):
+            if p[i]:
+                return FRAME_FOREIGN
+        return FRAME_ZERO
+    body_len = load_u32(p + 4)
+    if p[8] < KIND_ADD or p[8] > KIND_PAD or p[10] or p[11]:
+        return FRAME_INVALID
+    size = frame_size(body_len)
+    if body_len > <uint32_t>(limit - pos) or pos + size > limit:
+        return FRAME_INVALID
+    if load_u32(p) != je_crc32c(0, p + 4, FRAME_HEADER_SIZE - 4 + body_len):
+        return FRAME_INVALID
+    size_out[0] = size
+    return FRAME_VALID
+
+
+def crc32c(data, uint32_t crc=0):
+    """CRC32C of a bytes-like object, continuing from `crc`."""
+    cdef const unsigned char[::1] view = memoryview(data).cast("B")
+    if view.shape[0] == 0:
+        return je_crc32c(crc, NULL, 0)
+    return je_crc32c(crc, &view[0], view.shape[0])
+
+
+def crc32c_software(data, uint32_t crc=0):
+    """The table-driven path, for tests that compare it with the hardware path."""
+    cdef const unsigned char[::1] view = memoryview(data).cast("B")
+    if view.shape[0] == 0:
+        return je_crc32c_software(crc, NULL, 0)
+    return je_crc32c_software(crc, &view[0], view.shape[0])
+
+
+def crc32c_uses_hardware():
+    return bool(je_crc32c_uses_hardware())
+
+
+def encode_frame(int kind, int user_type, uint32_t stamp, uint64_t record_id, uint64_t tx_id, body):
+    """One frame as bytes (for tools and tests; the journal writes in place)."""
+    cdef const unsigned char[::1] view = memoryview(body).cast("B")
+    cdef Py_ssize_t n = view.shape[0]
+    cdef bytearray out = bytearray(frame_size(n))
+    cdef unsigned char *dst = out
+    write_frame(dst, <uint8_t>kind, <uint8_t>user_type, stamp, record_id, tx_id,
+                &view[0] if n else <unsigned char *>dst, n)
+    return bytes(out)
+
+
+def check_frame(buffer, Py_ssize_t pos, uint32_t stamp):
+    """(check, size) for the frame at `pos`; check is a FrameCheck value."""
+    cdef const unsigned char[::1] view = memoryview(buffer).cast("B")
+    cdef Py_ssize_t size = 0
+    cdef FrameCheck result
+    if view.shape[0] == 0:
+        return FRAME_ZERO, 0
+    result = validate_frame(&view[0], pos, view.shape[0], stamp, &size)
+    return <int>result, size

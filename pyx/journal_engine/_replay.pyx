@@ -1,0 +1,262 @@
+# cython: language_level=3
+"""Compiled scan decoder and replay: journal files -> live records.
+
+One decoder serves recovery, compaction and the tools, so the format has a
+single reader. The Python twin is journal_engine.storage.replay; the rules are
+the table in docs/internals/recovery.md.
+"""
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+
+from journal_engine._codec cimport (
+    FRAME_HEADER_SIZE, FRAME_ALIGNMENT, FrameCheck, FRAME_VALID, FRAME_ZERO, FRAME_FOREIGN, FRAME_INVALID,
+    validate_frame, load_u32, load_u64,
+    KIND_ADD, KIND_UPDATE, KIND_DELETE, KIND_ADD_TX, KIND_UPDATE_TX, KIND_DELETE_TX,
+    KIND_PREPARE, KIND_COMMIT, KIND_ROLLBACK, KIND_PAD,
+)
+
+_GAP_REASONS = {
+    FRAME_ZERO: "unwritten gap followed by valid records",
+    FRAME_FOREIGN: "bytes of another file id followed by valid records",
+    FRAME_INVALID: "damaged frame (bad checksum, length or kind) followed by valid records",
+}
+
+
+cdef class RecordInfo:
+    """A live record after replay: its add, then its updates in append order."""
+    cdef readonly unsigned long long record_id
+    cdef readonly int record_type
+    cdef readonly bytes body
+    cdef list _updates
+    cdef public Py_ssize_t frame_bytes
+
+    def __init__(self, unsigned long long record_id, int record_type, bytes body, updates=None,
+                 Py_ssize_t frame_bytes=0):
+        self.record_id = record_id
+        self.record_type = record_type
+        self.body = body
+        self._updates = list(updates) if updates else None
+        self.frame_bytes = frame_bytes
+
+    @property
+    def updates(self):
+        if self._updates is None:
+            self._updates = []
+        return self._updates
+
+    def __eq__(self, other):
+        if not isinstance(other, RecordInfo):
+            return NotImplemented
+        return (self.record_id == other.record_id and self.record_type == other.record_type
+                and self.body == other.body and self.updates == other.updates)
+
+    def __repr__(self):
+        return (f"RecordInfo(record_id={self.record_id}, record_type={self.record_type}, "
+                f"body={self.body!r}, updates={self.updates!r})")
+
+    def __reduce__(self):
+        return (RecordInfo, (self.record_id, self.record_type, self.body, self.updates, self.frame_bytes))
+
+
+cdef inline RecordInfo _new_record(uint64_t record_id, int record_type, bytes body, Py_ssize_t size):
+    cdef RecordInfo rec = RecordInfo.__new__(RecordInfo)
+    rec.record_id = record_id
+    rec.record_type = record_type
+    rec.body = body
+    rec.frame_bytes = size
+    return rec
+
+
+cdef Py_ssize_t _next_valid(const unsigned char *base, Py_ssize_t pos, Py_ssize_t limit, uint32_t stamp) noexcept nogil:
+    """The first offset >= pos holding a valid frame of this file, or -1."""
+    cdef Py_ssize_t size = 0
+    while pos + FRAME_HEADER_SIZE <= limit:
+        if load_u32(base + pos + 12) == stamp:
+            if validate_frame(base, pos, limit, stamp, &size) == FRAME_VALID:
+                return pos
+        pos += FRAME_ALIGNMENT
+    return -1
+
+
+cdef class ReplayState:
+    """Live records and open transactions, built file by file in replay order."""
+    cdef public dict records
+    cdef public dict transactions    # tx_id -> [ops, xid or None, path, offset]
+    cdef public list corrupt          # (path, offset, reason)
+    cdef public list anomalies        # (path, offset, reason): legal-looking but inconsistent frames
+    cdef public Py_ssize_t frames_read
+    cdef public Py_ssize_t replaceable_updates
+    cdef public Py_ssize_t adds
+    cdef object _replaceable
+
+    def __init__(self, replaceable=()):
+        self.records = {}
+        self.transactions = {}
+        self.corrupt = []
+        self.anomalies = []
+        self.frames_read = 0
+        self.replaceable_updates = 0
+        self.adds = 0
+        self._replaceable = frozenset(replaceable)
+
+    def replay_file(self, buffer, uint32_t stamp, Py_ssize_t start, path):
+        """Apply every valid frame of one file; returns (end_offset, end_check).
+
+        end_offset is where valid data ends (the append position); end_check says
+        what lies there (ZERO, FOREIGN or INVALID). Damage followed by valid frames
+        is recorded in `corrupt` and skipped over, never treated as the end.
+        """
+        cdef Py_buffer view
+        cdef const unsigned char *base
+        cdef Py_ssize_t limit, pos = start, size = 0, nxt
+        cdef FrameCheck check
+        PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+        try:
+            base = <const unsigned char *>view.buf
+            limit = view.len
+            while True:
+                check = validate_frame(base, pos, limit, stamp, &size)
+                if check == FRAME_VALID:
+                    self._apply(base + pos, size, path, pos)
+                    pos += size
+                    continue
+                with nogil:
+                    nxt = _next_valid(base, pos + FRAME_ALIGNMENT, limit, stamp)
+                if nxt < 0:
+                    return pos, <int>check
+                self.corrupt.append((path, pos, _GAP_REASONS[<int>check]))
+                pos = nxt
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef int _apply(self, const unsigned char *p, Py_ssize_t size, object path, Py_ssize_t offset) except -1:
+        cdef uint8_t kind = p[8]
+        cdef int user_type = p[9]
+        cdef uint32_t body_len = load_u32(p + 4)
+        cdef uint64_t record_id = load_u64(p + 16)
+        cdef uint64_t tx_id = load_u64(p + 24)
+        cdef RecordInfo rec
+        cdef object obj
+        cdef bytes body
+        self.frames_read += 1
+        if kind == KIND_ADD:
+            body = PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER_SIZE, body_len)
+            key = record_id
+            if key in self.records:
+                self.anomalies.append((path, offset, f"add of record {record_id}, which is already live"))
+            self.records[key] = _new_record(record_id, user_type, body, size)
+            self.adds += 1
+        elif kind == KIND_UPDATE:
+            obj = self.records.get(record_id)
+            if obj is None:
+                self.anomalies.append((path, offset, f"update of record {record_id}, which is not live"))
+                return 0
+            rec = <RecordInfo>obj
+            body = PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER_SIZE, body_len)
+            if rec._updates is None:
+                rec._updates = [(user_type, body)]
+            else:
+                rec._updates.append((user_type, body))
+            rec.frame_bytes += size
+            if user_type in self._replaceable:
+                self.replaceable_updates += 1
+        elif kind == KIND_DELETE:
+            self.records.pop(record_id, None)
+        elif kind == KIND_ADD_TX or kind == KIND_UPDATE_TX or kind == KIND_DELETE_TX:
+            body = PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER_SIZE, body_len)
+            tx = self.transactions.get(tx_id)
+            if tx is None:
+                tx = [[], None, path, offset]
+                self.transactions[tx_id] = tx
+            tx[0].append((kind, record_id, user_type, body, size))
+        elif kind == KIND_PREPARE:
+            tx = self.transactions.get(tx_id)
+            if tx is None:
+                tx = [[], None, path, offset]
+                self.transactions[tx_id] = tx
+            expected = load_u32(p + FRAME_HEADER_SIZE) if body_len >= 4 else 0
+            if expected != len(tx[0]):
+                self.corrupt.append((path, offset, f"transaction {tx_id} prepared with {expected} records, "
+                                                   f"{len(tx[0])} found; it is not returned"))
+                del self.transactions[tx_id]
+                return 0
+            tx[1] = PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER_SIZE + 4, body_len - 4)
+            tx[2] = path
+            tx[3] = offset
+        elif kind == KIND_COMMIT:
+            tx = self.transactions.pop(tx_id, None)
+            if tx is None:
+                return 0   # its records were compacted away already: legal
+            expected = load_u32(p + FRAME_HEADER_SIZE) if body_len >= 4 else 0
+            if expected != len(tx[0]):
+                self.corrupt.append((path, offset, f"transaction {tx_id} committed with {expected} records, "
+                                                   f"{len(tx[0])} found; the transaction is discarded"))
+                return 0
+            self.apply_ops(tx[0], path, offset)
+        elif kind == KIND_ROLLBACK:
+            self.transactions.pop(tx_id, None)
+        return 0
+
+    def apply_ops(self, list ops, path=None, Py_ssize_t offset=0):
+        """Apply a committed transaction's records, in order."""
+        cdef RecordInfo rec
+        for kind, record_id, user_type, body, size in ops:
+            if kind == KIND_ADD_TX:
+                self.records[record_id] = _new_record(record_id, user_type, body, size)
+                self.adds += 1
+            elif kind == KIND_UPDATE_TX:
+                obj = self.records.get(record_id)
+                if obj is None:
+                    self.anomalies.append((path, offset, f"transactional update of record {record_id}, "
+                                                         f"which is not live"))
+                    continue
+                rec = <RecordInfo>obj
+                rec.updates.append((user_type, body))
+                rec.frame_bytes += size
+                if user_type in self._replaceable:
+                    self.replaceable_updates += 1
+            else:
+                self.records.pop(record_id, None)
+
+    def live_sizes(self):
+        """record_id -> bytes the record occupies (add plus updates), for the journal's accounting."""
+        cdef dict out = {}
+        cdef RecordInfo rec
+        for key, obj in self.records.items():
+            rec = <RecordInfo>obj
+            out[key] = rec.frame_bytes
+        return out
+
+
+def scan_frames(buffer, uint32_t stamp, Py_ssize_t start):
+    """Every frame of one file as (offset, check, kind, user_type, record_id, tx_id, body).
+
+    For tools that print or verify: valid frames carry their fields; a damaged
+    region is one row with check != VALID and kind None. Ends where data ends.
+    """
+    cdef Py_buffer view
+    cdef const unsigned char *base
+    cdef const unsigned char *p
+    cdef Py_ssize_t limit, pos = start, size = 0, nxt
+    cdef FrameCheck check
+    cdef list out = []
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    try:
+        base = <const unsigned char *>view.buf
+        limit = view.len
+        while True:
+            check = validate_frame(base, pos, limit, stamp, &size)
+            if check == FRAME_VALID:
+                p = base + pos
+                out.append((pos, 0, p[8], p[9], load_u64(p + 16), load_u64(p + 24),
+                            PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER_SIZE, load_u32(p + 4))))
+                pos += size
+                continue
+            nxt = _next_valid(base, pos + FRAME_ALIGNMENT, limit, stamp)
+            out.append((pos, <int>check, None, None, None, None, None))
+            if nxt < 0:
+                return out
+            pos = nxt
+    finally:
+        PyBuffer_Release(&view)

@@ -1,0 +1,46 @@
+"""Shared fixtures. The suite requires the compiled core unless the Python twin is forced."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import journal_engine
+from journal_engine import Journal
+
+SMALL_FILE = 256 * 1024   # small files so tests cross file boundaries quickly
+
+
+def pytest_report_header(config):
+    return f"journal_engine implementation: {journal_engine.IMPLEMENTATION}"
+
+
+def pytest_sessionstart(session):
+    forced = os.environ.get("JOURNAL_ENGINE_IMPLEMENTATION", "").lower() == "python"
+    if not forced and journal_engine.IMPLEMENTATION != "cython":
+        raise pytest.UsageError(
+            "the compiled core of journal_engine did not build or import; the suite tests the compiled core "
+            "(set JOURNAL_ENGINE_IMPLEMENTATION=python to test the Python twin on purpose)")
+
+
+@pytest.fixture
+def journal_dir(tmp_path):
+    path = tmp_path / "journal"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def open_journal(journal_dir):
+    """open_journal(**options) -> (journal, load_result); every journal is closed at the end."""
+    opened = []
+
+    def _open(directory=None, **options):
+        options.setdefault("file_size", SMALL_FILE)
+        journal = Journal(directory or journal_dir, **options)
+        opened.append(journal)
+        return journal, journal.load()
+
+    yield _open
+    for journal in opened:
+        journal.close()
