@@ -192,13 +192,9 @@ def compact(journal) -> None:
     source_paths = {d.path for d in sources}
     journal._data_files = new_files + [d for d in journal._data_files if d.path not in source_paths]
     live = journal._core_live()
-    delta = 0
     for record_id, size in new_sizes.items():
-        old = state.records[record_id].frame_bytes
         if record_id in live:
-            live[record_id] += size - old
-            delta += size - old
-    journal._core_adjust_live_bytes(delta)
+            live[record_id] = live[record_id] + size - state.live[record_id]
     journal._core_reset_replaceable(max(0, journal.replaceable_update_count - state.replaceable_updates
                                         + kept_replaceable))
 

@@ -1,20 +1,20 @@
 """Python twin of the compiled append path (pyx/journal_engine/_core.pyx).
 
-Same frames, same bookkeeping, same group commit; an explicit lock stands in for
-the GIL that serialises the compiled appends.
+Same frames, same bookkeeping, same write-out and group commit; an explicit
+lock stands in for the GIL that serialises the compiled appends.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import threading
+import time
 
 from ..errors import (DuplicateRecordError, JournalClosedError, JournalFailedError, RecordTooLargeError,
-                      UnknownRecordError, UnknownTransactionError)
-from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
-from . import durability
+                      StoreFullError, UnknownRecordError, UnknownTransactionError)
+from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
 from .codec import encode_frame, frame_size, pad_frame
 from .format import RecordKind
+from .livemap import LiveMap
 
 MODE_NONE, MODE_GROUP, MODE_ALWAYS = 0, 1, 2
 SYNC_MODES = {"none": MODE_NONE, "group": MODE_GROUP, "always": MODE_ALWAYS}
@@ -23,7 +23,7 @@ _TX_KINDS = (RecordKind.ADD_TX, RecordKind.UPDATE_TX, RecordKind.DELETE_TX)
 
 
 class Segment:
-    """One journal file, mapped shared and writable, appended at `position`."""
+    """One journal file open for appending at `position`."""
 
     def __init__(self, path, file_id: int, sequence: int, size: int, position: int) -> None:
         self.path = path
@@ -31,110 +31,92 @@ class Segment:
         self.sequence = sequence
         self.stamp = file_id & 0xFFFFFFFF
         self.size = size
+        self.limit = size
         self.position = position
+        self.written = position
         self.synced = position
         self._fd = os.open(path, os.O_RDWR)
-        try:
-            self._map = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(self._fd)
-            raise
 
     @property
     def is_open(self) -> bool:
-        return self._map is not None
+        return self._fd >= 0
 
-    def write(self, offset: int, data: bytes) -> None:
-        self._map[offset:offset + len(data)] = data
+    def write_at(self, data, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            done = os.pwrite(self._fd, view, offset)
+            view = view[done:]
+            offset += done
 
-    def view(self):
-        return memoryview(self._map).toreadonly()
-
-    def sync(self, start: int, end: int) -> None:
-        if end <= start or self._map is None:
-            return
-        aligned = start - start % SECTOR_SIZE_BYTES
-        self._map.flush(aligned, end - aligned)
+    def datasync(self) -> None:
+        os.fdatasync(self._fd)
 
     def close(self) -> None:
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:   # a view still exported: the mapping goes with its last reader
-                pass
-            self._map = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
 
 class JournalCore:
-    """Appends frames to the active segment and makes them durable in groups."""
+    """Appends frames to the active file and makes them durable in groups."""
 
     def __init__(self) -> None:
         self._active: Segment | None = None
         self._mode = MODE_GROUP
         self.appended_bytes = 0
+        self.written_bytes = 0
         self.durable_bytes = 0
+        self._buf = bytearray()
+        self._buf_start = 0
         self._sealed: list[Segment] = []
-        self._sealed_paths: list[str] = []
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()      # what the GIL is to the compiled appends
         self._cond = threading.Condition(threading.Lock())
-        self._roll_lock = threading.Lock()
-        self._sync_running = False
+        self._io_running = False
         self._failure = None
         self._ready = False
-        self._live: dict[int, int] = {}
+        self._live = LiveMap()
         self._pending_tx: dict[int, list] = {}
         self._replaceable = frozenset()
-        self.live_bytes = 0
         self.add_count = 0
         self.replaceable_update_count = 0
         self.sync_count = 0
+        self.write_count = 0
         self._buffer_size = 490 * 1024
         self._max_frame = 0
         self._flusher_state = FLUSHER_IDLE
+        self._sync_requests = 0
+        self._last_batch = 0
+        self._gather_us = 500
 
     # ----- set-up by the Python layer -------------------------------------------------
-    def _core_configure(self, mode: str, buffer_size: int, max_frame: int, replaceable) -> None:
+    def _core_configure(self, mode: str, buffer_size: int, max_frame: int, replaceable, gather_us: int = 500) -> None:
         self._mode = SYNC_MODES[mode]
+        self._gather_us = gather_us
         self._buffer_size = buffer_size
         self._max_frame = max_frame
         self._replaceable = frozenset(replaceable)
 
-    def _core_install(self, active, live, pending_tx, live_bytes, add_count, replaceable_updates) -> None:
+    def _core_install(self, active, live, pending_tx, add_count, replaceable_updates) -> None:
+        assert active.position == active.written, "a file is installed with nothing buffered"
         self._active = active
+        self._buf = bytearray()
+        self._buf_start = active.position
         self._live = live
         self._pending_tx = pending_tx
-        self.live_bytes = live_bytes
         self.add_count = add_count
         self.replaceable_update_count = replaceable_updates
         self._ready = True
 
-    def _core_switch(self, new_active: Segment) -> None:
-        old = self._active
-        self._active = new_active
-        if old is not None:
-            if old.synced >= old.position and not self._sync_running:
-                old.close()
-            else:
-                self._sealed.append(old)
-                if len(self._sealed) > UNSYNCED_OPEN_FILES_MAX and not self._sync_running:
-                    oldest = self._sealed.pop(0)
-                    self._sealed_paths.append(oldest.path)
-                    oldest.close()
-
     def _core_force_roll(self, factory):
-        with self._lock, self._roll_lock:
-            self._core_switch(factory())
-            return self._active
+        self._roll(self._active, 0, factory)
+        return self._active
 
     def _core_seal_tail(self) -> None:
         self._check_writable()
         with self._lock:
             self._pad_to_sector()
             target = self.appended_bytes
-        self._wait_durable(target)
+        self._wait_for(target, True)
 
     def _core_fail(self, exc) -> None:
         if self._failure is None:
@@ -143,7 +125,7 @@ class JournalCore:
     def _core_close(self) -> None:
         self._ready = False
         with self._cond:
-            while self._sync_running:
+            while self._io_running:
                 self._cond.wait()
         for seg in self._sealed:
             seg.close()
@@ -160,8 +142,9 @@ class JournalCore:
     def _core_active(self):
         return self._active
 
-    def _core_adjust_live_bytes(self, delta: int) -> None:
-        self.live_bytes += delta
+    @property
+    def live_bytes(self) -> int:
+        return self._live.total_bytes
 
     def _core_reset_replaceable(self, count: int) -> None:
         self.replaceable_update_count = count
@@ -224,7 +207,11 @@ class JournalCore:
 
     def sync(self) -> None:
         self._check_writable()
-        self._wait_durable(self.appended_bytes)
+        self._wait_for(self.appended_bytes, True)
+
+    def flush(self) -> None:
+        self._check_writable()
+        self._wait_for(self.appended_bytes, False)
 
     # ----- internals ------------------------------------------------------------------------
     def _tx_sync(self, sync):
@@ -261,25 +248,22 @@ class JournalCore:
             tx = self._pending_tx.get(tx_id) if kind in _TX_KINDS or kind >= RecordKind.PREPARE else None
             if tx is None and kind in (RecordKind.COMMIT, RecordKind.ROLLBACK, RecordKind.PREPARE):
                 raise UnknownTransactionError(f"transaction {tx_id} has no records")
-            seg = self._active
-            while seg.position + size > seg.size:
-                self._roll(seg, size)
+            while self._active.position + size > self._active.limit:
+                self._roll(self._active, size, None)
                 self._check_writable()
-                seg = self._active
-            seg.write(seg.position, encode_frame(kind, user_type, seg.stamp, record_id, tx_id, body))
+            seg = self._active
+            self._buf += encode_frame(kind, user_type, seg.stamp, record_id, tx_id, body)
             seg.position += size
             self.appended_bytes += size
             if kind == RecordKind.ADD:
-                self._live[record_id] = size
-                self.live_bytes += size
+                self._live.put(record_id, size)
                 self.add_count += 1
             elif kind == RecordKind.UPDATE:
-                self._live[record_id] += size
-                self.live_bytes += size
+                self._live.add_bytes(record_id, size)
                 if user_type in self._replaceable:
                     self.replaceable_update_count += 1
             elif kind == RecordKind.DELETE:
-                self.live_bytes -= self._live.pop(record_id)
+                self._live.remove(record_id)
             elif kind in _TX_KINDS:
                 if tx is None:
                     tx = [[], None]
@@ -289,28 +273,29 @@ class JournalCore:
                 self._apply_commit(self._pending_tx.pop(tx_id))
             elif kind == RecordKind.ROLLBACK:
                 del self._pending_tx[tx_id]
-            target = self.appended_bytes
-        self._after_append(sync, target)
+            buffered = seg.position - self._buf_start
+        self._after_append(sync, buffered)
 
     def _apply_commit(self, tx) -> None:
         for kind, record_id, size, user_type in tx[0]:
             if kind == RecordKind.ADD_TX:
-                self._live[record_id] = self._live.get(record_id, 0) + size
-                self.live_bytes += size
+                self._live.put(record_id, size)
                 self.add_count += 1
             elif kind == RecordKind.UPDATE_TX:
                 if record_id in self._live:
-                    self._live[record_id] += size
-                    self.live_bytes += size
+                    self._live.add_bytes(record_id, size)
                     if user_type in self._replaceable:
                         self.replaceable_update_count += 1
-            elif record_id in self._live:
-                self.live_bytes -= self._live.pop(record_id)
+            else:
+                self._live.remove(record_id)
 
-    def _after_append(self, sync, target: int) -> None:
+    def _after_append(self, sync, buffered: int) -> None:
         wait = (self._mode == MODE_ALWAYS) if sync is None else bool(sync)
         if wait:
-            self._wait_durable(target)
+            with self._lock:
+                self._sync_requests += 1
+                target = self.appended_bytes
+            self._wait_for(target, True)
             return
         if self._mode == MODE_GROUP:
             if self._flusher_state == FLUSHER_IDLE:
@@ -320,12 +305,45 @@ class JournalCore:
                   and self.appended_bytes - self.durable_bytes > self._buffer_size):
                 self._flusher_state = FLUSHER_URGENT
                 self._kick_flusher()
+        elif buffered >= self._buffer_size and not self._io_running:
+            self._wait_for(self.appended_bytes, False)
 
-    def _roll(self, seen: Segment, needed: int) -> None:
-        with self._roll_lock:
-            if self._active is not seen:
-                return
-            self._core_switch(self._next_segment(needed))
+    def _take_baton(self) -> None:
+        with self._cond:
+            while self._io_running:
+                self._cond.wait()
+            self._io_running = True
+
+    def _give_baton(self) -> None:
+        with self._cond:
+            self._io_running = False
+            self._cond.notify_all()
+
+    def _roll(self, seen: Segment, needed: int, factory) -> None:
+        self._take_baton()
+        try:
+            with self._lock:
+                if self._active is not seen:
+                    return
+                seen.limit = seen.position
+                self._write_out(False)
+                new_segment = factory() if factory is not None else self._next_segment(needed)
+                assert seen.position == seen.written, "frames appended to a sealed file"
+                self._active = new_segment
+                self._buf = bytearray()
+                self._buf_start = new_segment.position
+                if seen.synced >= seen.written:
+                    seen.close()
+                else:
+                    self._sealed.append(seen)
+        except StoreFullError:
+            seen.limit = seen.size
+            raise
+        except BaseException as exc:
+            self._core_fail(exc)
+            raise
+        finally:
+            self._give_baton()
 
     def _pad_to_sector(self) -> None:
         seg = self._active
@@ -334,55 +352,70 @@ class JournalCore:
             return
         if gap < FRAME_HEADER_SIZE_BYTES:
             gap += SECTOR_SIZE_BYTES
-        if seg.position + gap > seg.size:
-            self.appended_bytes += seg.size - seg.position
-            seg.position = seg.size
+        if seg.position + gap > seg.limit:
+            self.appended_bytes += seg.limit - seg.position
+            seg.position = seg.limit
             return
-        seg.write(seg.position, pad_frame(seg.stamp, gap))
+        self._buf += pad_frame(seg.stamp, gap)
         seg.position += gap
         self.appended_bytes += gap
 
-    def _wait_durable(self, target: int) -> None:
-        while self.durable_bytes < target:
+    def _wait_for(self, target: int, durable: bool) -> None:
+        while (self.durable_bytes if durable else self.written_bytes) < target:
             self._check_writable()
             with self._cond:
-                if self._sync_running:
-                    while self._sync_running and self.durable_bytes < target:
+                if self._io_running:
+                    while self._io_running and (self.durable_bytes if durable else self.written_bytes) < target:
                         self._cond.wait()
                     continue
-                self._sync_running = True
+                self._io_running = True
             try:
-                self._run_sync()
+                if durable:
+                    self._gather()
+                with self._lock:
+                    self._write_out(durable)
             except BaseException as exc:
                 self._core_fail(exc)
-                raise JournalFailedError(f"sync failed: {exc}",
+                raise JournalFailedError(f"{'sync' if durable else 'write'} failed: {exc}",
                                          hint="the journal accepts no more writes; reopen it") from exc
             finally:
-                with self._cond:
-                    self._sync_running = False
-                    self._cond.notify_all()
+                self._give_baton()
 
-    def _run_sync(self) -> None:
-        with self._lock:
+    def _gather(self) -> None:
+        if self._last_batch <= 1 or self._gather_us <= 0 or self._sync_requests >= self._last_batch:
+            return
+        deadline = time.monotonic() + self._gather_us / 1e6
+        while self._sync_requests < self._last_batch and time.monotonic() < deadline:
+            time.sleep(20e-6)
+
+    def _write_out(self, durable: bool) -> None:
+        """Caller holds the baton and self._lock (the twin writes out under the lock)."""
+        seg = self._active
+        batch = 0
+        if durable:
             self._pad_to_sector()
-            target = self.appended_bytes
-            regions = [(seg, seg.synced, seg.position) for seg in self._sealed + [self._active]
-                       if seg.synced < seg.position]
-            paths, self._sealed_paths = self._sealed_paths, []
-        for path in paths:
-            durability.fdatasync_path(path)
-        for seg, start, end in regions:
-            seg.sync(start, end)
-            seg.synced = max(seg.synced, end)
-        with self._lock:
+            batch = self._sync_requests
+            self._sync_requests = 0
+        target = self.appended_bytes
+        start, end = seg.written, seg.position
+        if end > start:
+            seg.write_at(self._buf[start - self._buf_start:end - self._buf_start], start)
+            self.write_count += 1
+        seg.written = end
+        if durable:
+            for old in self._sealed:
+                old.datasync()
+            seg.datasync()
+            seg.synced = end
+            for old in self._sealed:
+                old.close()
+            self._sealed = []
             self.sync_count += 1
-            still = []
-            for seg in self._sealed:
-                if seg.synced >= seg.position:
-                    seg.close()
-                else:
-                    still.append(seg)
-            self._sealed = still
+            self._last_batch = batch
+        del self._buf[:end - self._buf_start]
+        self._buf_start = end
+        self.written_bytes = max(self.written_bytes, target)
+        if durable:
             self.durable_bytes = max(self.durable_bytes, target)
 
 

@@ -104,5 +104,7 @@ class FileHeader:
                 path=path, offset=8, field="format_version",
                 hint="open it with the journal_engine release that wrote it")
         if header_size != FILE_HEADER_SIZE_BYTES:
-            raise CorruptRecordError(f"header size {header_size}", path=path, offset=12, field="header_size")
+            raise CorruptRecordError(f"header size {header_size}, expected {FILE_HEADER_SIZE_BYTES}", path=path,
+                                     offset=12, field="header_size",
+                                     hint="not a file this format version wrote; move it out of the journal directory")
         return cls(file_id=file_id, sequence=sequence, flags=flags)

@@ -8,22 +8,21 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import mmap
 import os
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .._impl import JournalCore, RecordInfo, ReplayState, Segment
+from .._impl import IMPLEMENTATION, JournalCore, Segment
 from ..errors import ConfigError, JournalClosedError, JournalError, JournalLockedError
 from ..limits import (BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_US_MAX, COMPACT_PERCENTAGE_MAX,
                       COMPACT_UPDATE_FACTOR, FILE_HEADER_SIZE_BYTES, FILE_SIZE_DEFAULT_BYTES,
-                      FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES, MIN_FILES_MIN, SECTOR_SIZE_BYTES,
-                      max_body_bytes)
+                      FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES, MIN_FILES_MIN, SECTOR_SIZE_BYTES)
 from . import compactor, durability
-from .format import LOCK_FILE, FrameCheck, RecordKind, stamp_of
-from .segment_files import DataFile, FilePool, list_directory
+from .format import LOCK_FILE, RecordKind
+from .recovery import LoadReport, analyze
+from .segment_files import DataFile, FilePool
 
 log = logging.getLogger("journal_engine.storage")
 
@@ -45,18 +44,6 @@ class PreparedTransaction:
     tx_id: int
     xid: bytes
     records: list
-
-
-@dataclass
-class LoadReport:
-    torn_tail_truncated: bool = False
-    torn_tail: tuple | None = None            # (path, offset) where the torn tail began
-    corrupt: list = field(default_factory=list)   # (path, offset, reason)
-    anomalies: list = field(default_factory=list)  # (path, offset, reason)
-    files_read: int = 0
-    records_read: int = 0
-    rolled_back: list = field(default_factory=list)  # tx ids rolled back because they never completed
-    duration_s: float = 0.0
 
 
 @dataclass
@@ -110,7 +97,8 @@ class Journal(JournalCore):
         self.compact_percentage = compact_percentage
         # record type -> how many leading body bytes name what the update replaces (e.g. a queue id)
         self.replaceable_types = dict(replaceable_types or {})
-        self._core_configure(sync, buffer_size, file_size - FILE_HEADER_SIZE_BYTES, self.replaceable_types)
+        self._core_configure(sync, buffer_size, file_size - FILE_HEADER_SIZE_BYTES, self.replaceable_types,
+                             buffer_timeout_us)
         self._state = "new"
         self._data_files: list[DataFile] = []
         self._pool: FilePool | None = None
@@ -148,31 +136,9 @@ class Journal(JournalCore):
                                else "the journal is closed")
         started = time.perf_counter()
         compactor.recover(self.directory)
-        listing = list_directory(self.directory)
-        report = LoadReport()
-        state = ReplayState(self.replaceable_types)
-        ends = []
-        for data in listing.data:
-            with open(data.path, "rb") as handle:
-                with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                    end, check = state.replay_file(view, stamp_of(data.header.file_id),
-                                                   FILE_HEADER_SIZE_BYTES, data.path)
-            ends.append((end, FrameCheck(check)))
-            report.files_read += 1
-        report.corrupt = list(state.corrupt)
-        report.anomalies = list(state.anomalies)
-        report.records_read = state.frames_read
-
-        # the last file holding any frame is where appends continue
-        last = -1
-        for index, (end, _check) in enumerate(ends):
-            if end > FILE_HEADER_SIZE_BYTES or any(c[0] == listing.data[index].path for c in state.corrupt):
-                last = index
-        for index in range(last):
-            end, check = ends[index]
-            if check == FrameCheck.INVALID:
-                report.corrupt.append((listing.data[index].path, end,
-                                       "damaged frame at the end of a file followed by later files"))
+        analysis = analyze(self.directory, self.replaceable_types, remove_temporary=True)
+        listing, state, ends, last, report = (analysis.listing, analysis.state, analysis.ends,
+                                              analysis.last_with_data, analysis.report)
         next_id = listing.max_id + 1
         self._pool = FilePool(self.directory, self.file_size, next_id, listing.free,
                               ready_target=max(1, self.min_files - 1))
@@ -189,10 +155,8 @@ class Journal(JournalCore):
             durability.fdatasync_path(data.path)   # what load reports is durable before anything new is written
         if last >= 0:
             data = listing.data[last]
-            end, check = ends[last]
-            if check == FrameCheck.INVALID:
-                report.torn_tail_truncated = True
-                report.torn_tail = (data.path, end)
+            end, _check = ends[last]
+            if report.torn_tail_truncated:
                 _zero_tail(data.path, end, data.size)
             durability.fdatasync_path(data.path)
             active = Segment(data.path, data.header.file_id, data.header.sequence, data.size, end)
@@ -215,8 +179,7 @@ class Journal(JournalCore):
                 prepared.append(PreparedTransaction(tx_id, xid, [
                     TransactionRecord(_TX_KIND_NAMES[kind], record_id, user_type, body)
                     for kind, record_id, user_type, body, _size in ops]))
-        live = state.live_sizes()
-        self._core_install(active, live, pending, sum(live.values()), len(live), state.replaceable_updates)
+        self._core_install(active, state.live, pending, len(state.live), state.replaceable_updates)
         self._state = "loaded"
         self._core_seal_tail()
         for tx_id in incomplete:
@@ -253,7 +216,9 @@ class Journal(JournalCore):
             event.clear()
             if self._state != "loaded":
                 return
-            if timeout_s and event.wait(timeout_s):   # an urgent kick (buffer_size reached) ends the wait early
+            # an urgent kick (buffer_size reached, state 2) ends the wait early; one that came before the
+            # clear() above would be lost to the event, so the state is read as well
+            if timeout_s and self._flusher_state != 2 and event.wait(timeout_s):
                 event.clear()
             self._flusher_state = 0
             try:
@@ -304,12 +269,28 @@ class Journal(JournalCore):
         return self._core_force_roll(lambda: self._next_segment(0))
 
     # ----- inspection ---------------------------------------------------------------------------
+    def record_type_counts(self) -> dict[int, int]:
+        """Adds and updates of each user record type that a load() would replay now (live records
+        only); replaced updates count until a compaction drops them. Syncs, then reads the files:
+        an inspection tool, not a hot path; exact when no other thread appends meanwhile."""
+        if self._state != "loaded":
+            raise JournalClosedError("the journal is closed or not loaded")
+        with self._compaction_lock:
+            self.sync()
+            records = analyze(self.directory, self.replaceable_types).state.records
+        counts: dict[int, int] = {}
+        for rec in records.values():
+            counts[rec.record_type] = counts.get(rec.record_type, 0) + 1
+            for user_type, _body in rec.updates:
+                counts[user_type] = counts.get(user_type, 0) + 1
+        return counts
+
     def stats(self) -> dict:
         active = self._core_active()
         return {
             "directory": self.directory,
             "sync_mode": self.sync_mode,
-            "implementation": type(self).__mro__[1].__module__,
+            "implementation": IMPLEMENTATION,
             "data_files": len(self._data_files),
             "ready_files": self._pool.ready_count() if self._pool else 0,
             "free_files": self._pool.free_count() if self._pool else 0,

@@ -9,6 +9,7 @@ import struct
 from ..limits import FRAME_ALIGNMENT_BYTES, FRAME_HEADER_SIZE_BYTES
 from .codec import check_frame, decode_header
 from .format import FrameCheck, RecordKind
+from .livemap import LiveMap
 
 _GAP_REASONS = {
     FrameCheck.ZERO: "unwritten gap followed by valid records",
@@ -21,14 +22,13 @@ _TX_KINDS = (RecordKind.ADD_TX, RecordKind.UPDATE_TX, RecordKind.DELETE_TX)
 class RecordInfo:
     """A live record after replay: its add, then its updates in append order."""
 
-    __slots__ = ("record_id", "record_type", "body", "_updates", "frame_bytes")
+    __slots__ = ("record_id", "record_type", "body", "_updates")
 
-    def __init__(self, record_id: int, record_type: int, body: bytes, updates=None, frame_bytes: int = 0):
+    def __init__(self, record_id: int, record_type: int, body: bytes, updates=None):
         self.record_id = record_id
         self.record_type = record_type
         self.body = body
         self._updates = list(updates) if updates else None
-        self.frame_bytes = frame_bytes
 
     @property
     def updates(self) -> list[tuple[int, bytes]]:
@@ -47,7 +47,7 @@ class RecordInfo:
                 f"body={self.body!r}, updates={self.updates!r})")
 
     def __reduce__(self):
-        return (RecordInfo, (self.record_id, self.record_type, self.body, self.updates, self.frame_bytes))
+        return (RecordInfo, (self.record_id, self.record_type, self.body, self.updates))
 
 
 def _next_valid(buffer, pos: int, stamp: int) -> int:
@@ -71,6 +71,7 @@ class ReplayState:
         self.frames_read = 0
         self.replaceable_updates = 0
         self.adds = 0
+        self.live = LiveMap()      # record id -> bytes of its frames (add + updates)
         self._replaceable = frozenset(replaceable)
 
     def replay_file(self, buffer, stamp: int, start: int, path):
@@ -94,8 +95,8 @@ class ReplayState:
         if kind == RecordKind.ADD:
             if record_id in self.records:
                 self.anomalies.append((path, offset, f"add of record {record_id}, which is already live"))
-            self.records[record_id] = RecordInfo(record_id, user_type, bytes(buffer[start:start + body_len]),
-                                                 frame_bytes=size)
+            self.records[record_id] = RecordInfo(record_id, user_type, bytes(buffer[start:start + body_len]))
+            self.live.put(record_id, size)
             self.adds += 1
         elif kind == RecordKind.UPDATE:
             rec = self.records.get(record_id)
@@ -103,11 +104,12 @@ class ReplayState:
                 self.anomalies.append((path, offset, f"update of record {record_id}, which is not live"))
                 return
             rec.updates.append((user_type, bytes(buffer[start:start + body_len])))
-            rec.frame_bytes += size
+            self.live.add_bytes(record_id, size)
             if user_type in self._replaceable:
                 self.replaceable_updates += 1
         elif kind == RecordKind.DELETE:
             self.records.pop(record_id, None)
+            self.live.remove(record_id)
         elif kind in _TX_KINDS:
             tx = self.transactions.setdefault(tx_id, [[], None, path, offset])
             tx[0].append((kind, record_id, user_type, bytes(buffer[start:start + body_len]), size))
@@ -138,7 +140,8 @@ class ReplayState:
     def apply_ops(self, ops, path=None, offset: int = 0) -> None:
         for kind, record_id, user_type, body, size in ops:
             if kind == RecordKind.ADD_TX:
-                self.records[record_id] = RecordInfo(record_id, user_type, body, frame_bytes=size)
+                self.records[record_id] = RecordInfo(record_id, user_type, body)
+                self.live.put(record_id, size)
                 self.adds += 1
             elif kind == RecordKind.UPDATE_TX:
                 rec = self.records.get(record_id)
@@ -147,14 +150,12 @@ class ReplayState:
                                                          f"which is not live"))
                     continue
                 rec.updates.append((user_type, body))
-                rec.frame_bytes += size
+                self.live.add_bytes(record_id, size)
                 if user_type in self._replaceable:
                     self.replaceable_updates += 1
             else:
                 self.records.pop(record_id, None)
-
-    def live_sizes(self) -> dict[int, int]:
-        return {key: rec.frame_bytes for key, rec in self.records.items()}
+                self.live.remove(record_id)
 
 
 def scan_frames(buffer, stamp: int, start: int):

@@ -49,13 +49,14 @@ def read_header(path: str) -> DataFile:
     return DataFile(path=path, header=header, size=size)
 
 
-def list_directory(directory: str) -> Listing:
+def list_directory(directory: str, *, remove_temporary: bool = False) -> Listing:
     """Classify the directory's files; foreign names are left alone."""
     listing = Listing()
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
         if name.endswith(TMP_SUFFIX) and name.startswith("journal-"):
-            os.unlink(path)   # an unfinished creation: never renamed, so never part of the journal
+            if remove_temporary:
+                os.unlink(path)   # an unfinished creation: never renamed, so never part of the journal
             continue
         match = DATA_NAME.match(name)
         if match:

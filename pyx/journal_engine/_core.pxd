@@ -1,4 +1,11 @@
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from journal_engine._livemap cimport LiveMap
+
+cdef extern from "pthread.h" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+    ctypedef struct pthread_cond_t:
+        pass
 
 cdef class Segment:
     cdef readonly object path
@@ -6,43 +13,55 @@ cdef class Segment:
     cdef readonly uint64_t sequence
     cdef readonly uint32_t stamp
     cdef readonly Py_ssize_t size
-    cdef public Py_ssize_t position
-    cdef public Py_ssize_t synced
+    cdef public Py_ssize_t limit        # appends stop here: size, or the position once sealed
+    cdef public Py_ssize_t position     # end of appended frames
+    cdef public Py_ssize_t written      # [0, written) handed to the operating system
+    cdef public Py_ssize_t synced       # [0, synced) durable
     cdef int fd
-    cdef unsigned char *base
 
-    cdef int sync_range(self, Py_ssize_t start, Py_ssize_t end) except -1
+    cdef int write_at(self, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset) except -1
+    cdef int datasync(self) except -1
 
 
 cdef class JournalCore:
     cdef Segment _active
     cdef int _mode
     cdef readonly uint64_t appended_bytes
+    cdef readonly uint64_t written_bytes
     cdef readonly uint64_t durable_bytes
-    cdef list _sealed
-    cdef list _sealed_paths
-    cdef object _cond
-    cdef bint _sync_running
+    cdef unsigned char *_buf            # bytes [_buf_start, active.position) of the active file
+    cdef Py_ssize_t _buf_capacity
+    cdef Py_ssize_t _buf_start
+    cdef list _sealed                   # earlier files written out but not yet synced
+    cdef pthread_mutex_t _mutex        # guards the baton hand-over, waited on without the GIL
+    cdef pthread_cond_t _baton_free
+    cdef bint _io_running               # the I/O baton: one thread writes out and syncs at a time
     cdef object _failure
     cdef bint _ready
-    cdef dict _live
+    cdef LiveMap _live
     cdef dict _pending_tx
     cdef object _replaceable
-    cdef readonly Py_ssize_t live_bytes
     cdef readonly Py_ssize_t add_count
     cdef readonly Py_ssize_t replaceable_update_count
     cdef readonly Py_ssize_t sync_count
+    cdef readonly Py_ssize_t write_count
     cdef Py_ssize_t _buffer_size
     cdef Py_ssize_t _max_frame
     cdef public int _flusher_state
-    cdef object _roll_lock
+    cdef Py_ssize_t _sync_requests      # appends waiting for durability since the last sync began
+    cdef Py_ssize_t _last_batch         # how many the last sync served: the next one waits for as many
+    cdef Py_ssize_t _gather_us          # ... but no longer than this (buffer_timeout_us)
 
     cdef int _check_writable(self) except -1
-    cdef int _append(self, uint8_t kind, int user_type, uint64_t record_id, uint64_t tx_id,
+    cdef int _append(self, uint8_t kind, int user_type, object record_id, uint64_t tx_id,
                      object body, object sync) except -1
     cdef int _append_raw(self, uint8_t kind, uint8_t user_type, uint64_t record_id, uint64_t tx_id,
                          const unsigned char *body, Py_ssize_t n, object sync) except -1
     cdef int _after_append(self, object sync) except -1
-    cdef int _wait_durable(self, uint64_t target) except -1
-    cdef int _run_sync(self) except -1
+    cdef int _take_baton(self) except -1
+    cdef int _give_baton(self) except -1
+    cdef int _wait_baton(self, uint64_t target, int what) except -1
+    cdef int _wait_for(self, uint64_t target, bint durable) except -1
+    cdef int _gather(self) except -1
+    cdef int _write_out(self, bint durable) except -1
     cdef int _pad_to_sector(self) except -1

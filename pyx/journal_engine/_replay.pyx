@@ -5,7 +5,10 @@ One decoder serves recovery, compaction and the tools, so the format has a
 single reader. The Python twin is journal_engine.storage.replay; the rules are
 the table in docs/internals/recovery.md.
 """
+cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_SetDefault
+from journal_engine._livemap cimport LiveMap
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
@@ -23,21 +26,24 @@ _GAP_REASONS = {
 }
 
 
+@cython.no_gc
+@cython.freelist(64)
 cdef class RecordInfo:
-    """A live record after replay: its add, then its updates in append order."""
+    """A live record after replay: its add, then its updates in append order.
+
+    Not tracked by the garbage collector (it cannot form a cycle: ints, bytes and a
+    list of (int, bytes)), so loading a million of them triggers no collections.
+    """
     cdef readonly unsigned long long record_id
     cdef readonly int record_type
     cdef readonly bytes body
     cdef list _updates
-    cdef public Py_ssize_t frame_bytes
 
-    def __init__(self, unsigned long long record_id, int record_type, bytes body, updates=None,
-                 Py_ssize_t frame_bytes=0):
+    def __init__(self, unsigned long long record_id, int record_type, bytes body, updates=None):
         self.record_id = record_id
         self.record_type = record_type
         self.body = body
         self._updates = list(updates) if updates else None
-        self.frame_bytes = frame_bytes
 
     @property
     def updates(self):
@@ -56,15 +62,14 @@ cdef class RecordInfo:
                 f"body={self.body!r}, updates={self.updates!r})")
 
     def __reduce__(self):
-        return (RecordInfo, (self.record_id, self.record_type, self.body, self.updates, self.frame_bytes))
+        return (RecordInfo, (self.record_id, self.record_type, self.body, self.updates))
 
 
-cdef inline RecordInfo _new_record(uint64_t record_id, int record_type, bytes body, Py_ssize_t size):
+cdef inline RecordInfo _new_record(uint64_t record_id, int record_type, bytes body):
     cdef RecordInfo rec = RecordInfo.__new__(RecordInfo)
     rec.record_id = record_id
     rec.record_type = record_type
     rec.body = body
-    rec.frame_bytes = size
     return rec
 
 
@@ -88,9 +93,11 @@ cdef class ReplayState:
     cdef public Py_ssize_t frames_read
     cdef public Py_ssize_t replaceable_updates
     cdef public Py_ssize_t adds
+    cdef readonly LiveMap live        # record id -> bytes of its frames (add + updates)
     cdef object _replaceable
 
     def __init__(self, replaceable=()):
+        self.live = LiveMap()
         self.records = {}
         self.transactions = {}
         self.corrupt = []
@@ -143,9 +150,11 @@ cdef class ReplayState:
         if kind == KIND_ADD:
             body = PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER_SIZE, body_len)
             key = record_id
-            if key in self.records:
+            rec = _new_record(record_id, user_type, body)
+            if <object>PyDict_SetDefault(self.records, key, rec) is not rec:
                 self.anomalies.append((path, offset, f"add of record {record_id}, which is already live"))
-            self.records[key] = _new_record(record_id, user_type, body, size)
+                self.records[key] = rec
+            self.live.put(record_id, size)
             self.adds += 1
         elif kind == KIND_UPDATE:
             obj = self.records.get(record_id)
@@ -158,11 +167,12 @@ cdef class ReplayState:
                 rec._updates = [(user_type, body)]
             else:
                 rec._updates.append((user_type, body))
-            rec.frame_bytes += size
+            self.live.add_bytes(record_id, size)
             if user_type in self._replaceable:
                 self.replaceable_updates += 1
         elif kind == KIND_DELETE:
             self.records.pop(record_id, None)
+            self.live.remove(record_id)
         elif kind == KIND_ADD_TX or kind == KIND_UPDATE_TX or kind == KIND_DELETE_TX:
             body = PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER_SIZE, body_len)
             tx = self.transactions.get(tx_id)
@@ -203,7 +213,8 @@ cdef class ReplayState:
         cdef RecordInfo rec
         for kind, record_id, user_type, body, size in ops:
             if kind == KIND_ADD_TX:
-                self.records[record_id] = _new_record(record_id, user_type, body, size)
+                self.records[record_id] = _new_record(record_id, user_type, body)
+                self.live.put(record_id, size)
                 self.adds += 1
             elif kind == KIND_UPDATE_TX:
                 obj = self.records.get(record_id)
@@ -213,20 +224,12 @@ cdef class ReplayState:
                     continue
                 rec = <RecordInfo>obj
                 rec.updates.append((user_type, body))
-                rec.frame_bytes += size
+                self.live.add_bytes(record_id, size)
                 if user_type in self._replaceable:
                     self.replaceable_updates += 1
             else:
                 self.records.pop(record_id, None)
-
-    def live_sizes(self):
-        """record_id -> bytes the record occupies (add plus updates), for the journal's accounting."""
-        cdef dict out = {}
-        cdef RecordInfo rec
-        for key, obj in self.records.items():
-            rec = <RecordInfo>obj
-            out[key] = rec.frame_bytes
-        return out
+                self.live.remove(record_id)
 
 
 def scan_frames(buffer, uint32_t stamp, Py_ssize_t start):

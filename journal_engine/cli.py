@@ -1,0 +1,135 @@
+"""`journal-engine`: run the demo, print, verify, inspect and compact journals."""
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import sys
+
+from . import IMPLEMENTATION, Journal, JournalError
+from ._impl import scan_frames
+from .limits import FILE_HEADER_SIZE_BYTES
+from .storage.format import FrameCheck, RecordKind, stamp_of
+from .storage.recovery import analyze
+
+
+def _cmd_demo(args) -> int:
+    from . import demo
+    return demo.main(args.demo_args)
+
+
+def _cmd_print(args) -> int:
+    """Every frame of every data file, in replay order (like Artemis `data print`)."""
+    analysis = analyze(args.directory)
+    for data in analysis.listing.data:
+        print(f"# {data.path}: file id {data.header.file_id}, sequence {data.header.sequence}"
+              + (" (compacted)" if data.header.flags & 1 else ""))
+        with open(data.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            frames = scan_frames(view, stamp_of(data.header.file_id), FILE_HEADER_SIZE_BYTES)
+        for offset, check, kind, user_type, record_id, tx_id, body in frames:
+            if check != FrameCheck.VALID:
+                label = FrameCheck(check).name
+                if label != "ZERO" or frames[-1][0] != offset:
+                    print(f"{offset:>10}  {label}")
+                continue
+            if kind == RecordKind.PAD and not args.pads:
+                continue
+            shown = body[: args.bytes].hex() + ("…" if len(body) > args.bytes else "")
+            print(f"{offset:>10}  {RecordKind(kind).name:<9} id={record_id} type={user_type} tx={tx_id} "
+                  f"len={len(body)} {shown}")
+    return 0
+
+
+def _report_dict(analysis) -> dict:
+    report = analysis.report
+    return {
+        "files": len(analysis.listing.data),
+        "records_read": report.records_read,
+        "live_records": len(analysis.state.records),
+        "open_transactions": len(analysis.state.transactions),
+        "torn_tail": list(report.torn_tail) if report.torn_tail else None,
+        "corrupt": [list(c) for c in report.corrupt],
+        "anomalies": len(report.anomalies),
+        "interrupted_compaction": analysis.interrupted_compaction,
+    }
+
+
+def _cmd_verify(args) -> int:
+    """Read-only check: exit 0 when clean, 1 when a torn tail or damage is found."""
+    analysis = analyze(args.directory)
+    info = _report_dict(analysis)
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        print(f"{info['files']} files, {info['records_read']} frames, {info['live_records']} live records, "
+              f"{info['open_transactions']} open transactions")
+        if info["torn_tail"]:
+            print(f"torn tail at {info['torn_tail'][0]} offset {info['torn_tail'][1]} (load() truncates it)")
+        for path, offset, reason in analysis.report.corrupt:
+            print(f"DAMAGE {path} offset {offset}: {reason}")
+        if info["interrupted_compaction"]:
+            print("an interrupted compaction is pending (load() finishes it)")
+        print("clean" if analysis.report.clean else "not clean")
+    return 0 if analysis.report.clean else 1
+
+
+def _cmd_stats(args) -> int:
+    with Journal(args.directory) as journal:
+        journal.load()
+        print(json.dumps(journal.stats(), indent=2))
+    return 0
+
+
+def _cmd_compact(args) -> int:
+    with Journal(args.directory) as journal:
+        journal.load()
+        before = journal.stats()
+        journal.compact()
+        after = journal.stats()
+        print(f"compacted: {before['data_files']} data files ({before['live_bytes']} live bytes) -> "
+              f"{after['data_files']} data files, including the new active file")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="journal-engine", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"journal_engine ({IMPLEMENTATION} core)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("demo", help="write from a child process, SIGKILL it, recover and report "
+                                    "(options: journal-engine demo --help)", add_help=False)
+    p.set_defaults(func=_cmd_demo)
+    p = sub.add_parser("print", help="print every frame of a journal directory")
+    p.add_argument("directory")
+    p.add_argument("--bytes", type=int, default=16, help="body bytes to show in hex")
+    p.add_argument("--pads", action="store_true", help="show PAD frames too")
+    p.set_defaults(func=_cmd_print)
+    p = sub.add_parser("verify", help="check a journal without changing it")
+    p.add_argument("directory")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_verify)
+    p = sub.add_parser("stats", help="recover a journal and print its statistics")
+    p.add_argument("directory")
+    p.set_defaults(func=_cmd_stats)
+    p = sub.add_parser("compact", help="recover a journal and compact it")
+    p.add_argument("directory")
+    p.set_defaults(func=_cmd_compact)
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "demo":
+        args.demo_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if getattr(args, "directory", None) is not None and not os.path.isdir(args.directory):
+        parser.error(f"{args.directory}: not a directory")
+    try:
+        return args.func(args)
+    except JournalError as exc:
+        print(f"journal-engine: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:   # `journal-engine print ... | head`
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

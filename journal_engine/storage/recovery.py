@@ -1,0 +1,72 @@
+"""Read-only analysis of a journal directory: the decision table of docs/internals/recovery.md.
+
+`analyze()` replays every data file and decides what each end of data means,
+without changing a byte; `Journal.load()` then acts on the decisions (truncate a
+torn tail, roll back incomplete transactions) and tools (`journal-engine verify`)
+print them. One decoder serves both.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass, field
+
+from .._impl import ReplayState
+from ..limits import FILE_HEADER_SIZE_BYTES
+from .format import CONTROL_FILE, FrameCheck, stamp_of
+from .segment_files import Listing, list_directory
+
+
+@dataclass
+class LoadReport:
+    torn_tail_truncated: bool = False
+    torn_tail: tuple | None = None                   # (path, offset) where the torn tail began
+    corrupt: list = field(default_factory=list)      # (path, offset, reason)
+    anomalies: list = field(default_factory=list)    # (path, offset, reason)
+    files_read: int = 0
+    records_read: int = 0
+    rolled_back: list = field(default_factory=list)  # tx ids rolled back because they never completed
+    duration_s: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        return not (self.torn_tail_truncated or self.corrupt)
+
+
+@dataclass
+class Analysis:
+    listing: Listing
+    state: ReplayState
+    ends: list                  # per data file: (end offset, FrameCheck at the end)
+    last_with_data: int         # index into listing.data, -1 when no file holds a frame
+    report: LoadReport
+    interrupted_compaction: bool
+
+
+def analyze(directory: str, replaceable_types=(), *, remove_temporary: bool = False) -> Analysis:
+    """Replay every data file in sequence order and classify how each one ends."""
+    listing = list_directory(directory, remove_temporary=remove_temporary)
+    state = ReplayState(replaceable_types)
+    ends = []
+    for data in listing.data:
+        with open(data.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            end, check = state.replay_file(view, stamp_of(data.header.file_id), FILE_HEADER_SIZE_BYTES, data.path)
+        ends.append((end, FrameCheck(check)))
+    report = LoadReport(corrupt=list(state.corrupt), anomalies=list(state.anomalies),
+                        files_read=len(listing.data), records_read=state.frames_read)
+    damaged_paths = {entry[0] for entry in state.corrupt}
+    last = -1
+    for index, (end, _check) in enumerate(ends):
+        if end > FILE_HEADER_SIZE_BYTES or listing.data[index].path in damaged_paths:
+            last = index
+    # a damaged end is a torn tail only in the last file with data; anywhere else later data follows it
+    for index in range(last):
+        end, check = ends[index]
+        if check == FrameCheck.INVALID:
+            report.corrupt.append((listing.data[index].path, end,
+                                   "damaged frame at the end of a file followed by later files"))
+    if last >= 0 and ends[last][1] == FrameCheck.INVALID:
+        report.torn_tail_truncated = True
+        report.torn_tail = (listing.data[last].path, ends[last][0])
+    return Analysis(listing, state, ends, last, report,
+                    interrupted_compaction=os.path.exists(os.path.join(directory, CONTROL_FILE)))

@@ -1,0 +1,18 @@
+# A record id -> bytes map with no Python objects per entry: the journal's live set.
+from libc.stdint cimport uint64_t, int64_t
+
+cdef class LiveMap:
+    cdef uint64_t *_keys
+    cdef int64_t *_values       # EMPTY or TOMBSTONE, else the bytes a live record occupies (>= 0)
+    cdef Py_ssize_t _capacity   # a power of two
+    cdef Py_ssize_t _count
+    cdef Py_ssize_t _used       # count + tombstones
+    cdef readonly int64_t total_bytes
+
+    cdef Py_ssize_t _slot(self, uint64_t key) noexcept nogil
+    cdef int _grow(self) except -1
+    cdef bint contains(self, uint64_t key) noexcept nogil
+    cdef int64_t get_bytes(self, uint64_t key) noexcept nogil    # -1 when absent
+    cdef int put(self, uint64_t key, int64_t nbytes) except -1   # insert or replace
+    cdef int add_bytes(self, uint64_t key, int64_t nbytes) except -1   # on a live key
+    cdef int64_t remove(self, uint64_t key) noexcept nogil        # its bytes, or -1 when absent

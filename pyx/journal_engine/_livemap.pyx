@@ -1,0 +1,167 @@
+# cython: language_level=3
+"""The journal's live set: record id -> bytes it occupies, in an open-addressing C table.
+
+A dict would allocate two Python ints per append; this keeps the hot path free
+of Python objects. Linear probing, tombstones, doubling at 70% occupancy.
+"""
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from libc.stdint cimport uint64_t, int64_t
+
+DEF EMPTY = -1
+DEF TOMBSTONE = -2
+DEF INITIAL_CAPACITY = 1024
+
+
+cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
+    # splitmix64 finaliser: sequential ids spread over the table
+    x ^= x >> 30
+    x *= 0xbf58476d1ce4e5b9ULL
+    x ^= x >> 27
+    x *= 0x94d049bb133111ebULL
+    x ^= x >> 31
+    return x
+
+
+cdef class LiveMap:
+    def __cinit__(self, Py_ssize_t expected=0):
+        cdef Py_ssize_t capacity = INITIAL_CAPACITY
+        while capacity * 7 < expected * 10:
+            capacity *= 2
+        self._alloc(capacity)
+
+    def _alloc(self, Py_ssize_t capacity):
+        cdef Py_ssize_t i
+        self._keys = <uint64_t *>PyMem_Malloc(capacity * sizeof(uint64_t))
+        self._values = <int64_t *>PyMem_Malloc(capacity * sizeof(int64_t))
+        if self._keys == NULL or self._values == NULL:
+            raise MemoryError()
+        for i in range(capacity):
+            self._values[i] = EMPTY
+        self._capacity = capacity
+        self._count = 0
+        self._used = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self._keys)
+        PyMem_Free(self._values)
+
+    cdef Py_ssize_t _slot(self, uint64_t key) noexcept nogil:
+        """The slot holding key, or the first free (empty or tombstone) slot on its probe path."""
+        cdef Py_ssize_t mask = self._capacity - 1
+        cdef Py_ssize_t i = <Py_ssize_t>(_mix(key) & <uint64_t>mask)
+        cdef Py_ssize_t first_free = -1
+        cdef int64_t v
+        while True:
+            v = self._values[i]
+            if v == EMPTY:
+                return first_free if first_free >= 0 else i
+            if v == TOMBSTONE:
+                if first_free < 0:
+                    first_free = i
+            elif self._keys[i] == key:
+                return i
+            i = (i + 1) & mask
+
+    cdef int _grow(self) except -1:
+        cdef uint64_t *old_keys = self._keys
+        cdef int64_t *old_values = self._values
+        cdef Py_ssize_t old_capacity = self._capacity, i, slot
+        cdef Py_ssize_t capacity = old_capacity * 2 if self._count * 2 >= old_capacity else old_capacity
+        self._alloc(capacity)
+        for i in range(old_capacity):
+            if old_values[i] >= 0:
+                slot = self._slot(old_keys[i])
+                self._keys[slot] = old_keys[i]
+                self._values[slot] = old_values[i]
+                self._count += 1
+                self._used += 1
+        PyMem_Free(old_keys)
+        PyMem_Free(old_values)
+        return 0
+
+    cdef bint contains(self, uint64_t key) noexcept nogil:
+        return self._values[self._slot(key)] >= 0
+
+    cdef int64_t get_bytes(self, uint64_t key) noexcept nogil:
+        cdef int64_t v = self._values[self._slot(key)]
+        return v if v >= 0 else -1
+
+    cdef int put(self, uint64_t key, int64_t nbytes) except -1:
+        cdef Py_ssize_t slot
+        cdef int64_t v
+        assert nbytes >= 0
+        if (self._used + 1) * 10 > self._capacity * 7:
+            self._grow()
+        slot = self._slot(key)
+        v = self._values[slot]
+        if v >= 0:
+            self.total_bytes -= v
+        else:
+            self._count += 1
+            if v == EMPTY:
+                self._used += 1
+            self._keys[slot] = key
+        self._values[slot] = nbytes
+        self.total_bytes += nbytes
+        return 0
+
+    cdef int add_bytes(self, uint64_t key, int64_t nbytes) except -1:
+        cdef Py_ssize_t slot = self._slot(key)
+        if self._values[slot] < 0:
+            raise KeyError(key)
+        self._values[slot] += nbytes
+        self.total_bytes += nbytes
+        return 0
+
+    cdef int64_t remove(self, uint64_t key) noexcept nogil:
+        cdef Py_ssize_t slot = self._slot(key)
+        cdef int64_t v = self._values[slot]
+        if v < 0:
+            return -1
+        self._values[slot] = TOMBSTONE
+        self._count -= 1
+        self.total_bytes -= v
+        return v
+
+    # ----- the Python face: a small mapping of int -> int --------------------------------
+    def __len__(self):
+        return self._count
+
+    def __contains__(self, key):
+        return key >= 0 and key <= 0xFFFFFFFFFFFFFFFF and self.contains(<uint64_t>key)
+
+    def __getitem__(self, uint64_t key):
+        cdef int64_t v = self.get_bytes(key)
+        if v < 0:
+            raise KeyError(key)
+        return v
+
+    def __setitem__(self, uint64_t key, int64_t nbytes):
+        self.put(key, nbytes)
+
+    def __delitem__(self, uint64_t key):
+        if self.remove(key) < 0:
+            raise KeyError(key)
+
+    def get(self, uint64_t key, default=None):
+        cdef int64_t v = self.get_bytes(key)
+        return default if v < 0 else v
+
+    def pop(self, uint64_t key, *default):
+        cdef int64_t v = self.remove(key)
+        if v < 0:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        return v
+
+    def keys(self):
+        cdef Py_ssize_t i
+        return [self._keys[i] for i in range(self._capacity) if self._values[i] >= 0]
+
+    def items(self):
+        cdef Py_ssize_t i
+        return [(self._keys[i], self._values[i]) for i in range(self._capacity) if self._values[i] >= 0]
+
+    def __iter__(self):
+        return iter(self.keys())
