@@ -28,7 +28,8 @@ from .._impl import ReplayState, crc32c, encode_frame
 from ..errors import CorruptRecordError
 from ..limits import FILE_HEADER_SIZE_BYTES
 from . import durability
-from .format import (COMPACT_NAME, CONTROL_FILE, DATA_NAME, HEADER_FLAG_COMPACTED, FileHeader, RecordKind,
+from .format import (COMPACT_NAME, CONTROL_FILE, DATA_NAME, HEADER_FLAG_COMPACTED, HEADER_FLAG_FRESH, FileHeader,
+                     RecordKind,
                      compact_name, data_name, free_name, stamp_of)
 
 log = logging.getLogger("journal_engine.storage")
@@ -138,7 +139,8 @@ def compact(journal) -> None:
         index = len(outputs)
         if index >= len(sources):
             raise _DoesNotFit()
-        header = FileHeader(file_id, sources[index].header.sequence, HEADER_FLAG_COMPACTED).encode(crc32c)
+        header = FileHeader(file_id, sources[index].header.sequence,
+                            HEADER_FLAG_COMPACTED | HEADER_FLAG_FRESH).encode(crc32c)
         path = os.path.join(directory, compact_name(file_id))
         durability.create_zero_filled(path, journal.file_size, header + bytes(buffer))
         outputs.append((path, file_id, sources[index].header.sequence))
@@ -178,7 +180,8 @@ def compact(journal) -> None:
     for index, (path, out_id, sequence) in enumerate(outputs):
         target = os.path.join(directory, data_name(out_id))
         os.rename(path, target)
-        new_files.append(DataFile(target, FileHeader(out_id, sequence, HEADER_FLAG_COMPACTED), journal.file_size))
+        new_files.append(DataFile(target, FileHeader(out_id, sequence, HEADER_FLAG_COMPACTED | HEADER_FLAG_FRESH),
+                                  journal.file_size))
         if index == 0:
             durability.crash_point("compact-first-output-renamed")
     for data in sources:

@@ -151,39 +151,46 @@ class JournalCore:
 
     # ----- public record API ------------------------------------------------------------
     def add(self, record_id: int, record_type: int, body, *, sync=None) -> None:
+        self._check_writable()
         _check_id(record_id)
         if record_id in self._live:
             raise DuplicateRecordError(f"record {record_id} is already live; update or delete it first")
         self._append(RecordKind.ADD, record_type, record_id, 0, body, sync)
 
     def update(self, record_id: int, record_type: int, body, *, sync=None) -> None:
+        self._check_writable()
         _check_id(record_id)
         if record_id not in self._live:
             raise UnknownRecordError(f"cannot update record {record_id}: no live record has that id")
         self._append(RecordKind.UPDATE, record_type, record_id, 0, body, sync)
 
     def delete(self, record_id: int, *, sync=None) -> None:
+        self._check_writable()
         _check_id(record_id)
         if record_id not in self._live:
             raise UnknownRecordError(f"cannot delete record {record_id}: no live record has that id")
         self._append(RecordKind.DELETE, 0, record_id, 0, b"", sync)
 
     def add_tx(self, tx_id: int, record_id: int, record_type: int, body) -> None:
+        self._check_writable()
         _check_id(tx_id)
         _check_id(record_id)
         self._append(RecordKind.ADD_TX, record_type, record_id, tx_id, body, False)
 
     def update_tx(self, tx_id: int, record_id: int, record_type: int, body) -> None:
+        self._check_writable()
         _check_id(tx_id)
         self._check_tx_target(tx_id, record_id, "update")
         self._append(RecordKind.UPDATE_TX, record_type, record_id, tx_id, body, False)
 
     def delete_tx(self, tx_id: int, record_id: int) -> None:
+        self._check_writable()
         _check_id(tx_id)
         self._check_tx_target(tx_id, record_id, "delete")
         self._append(RecordKind.DELETE_TX, 0, record_id, tx_id, b"", False)
 
     def prepare(self, tx_id: int, xid, *, sync=None) -> None:
+        self._check_writable()
         tx = self._pending_tx.get(tx_id)
         if tx is None:
             raise UnknownTransactionError(f"cannot prepare transaction {tx_id}: it has no records")
@@ -195,12 +202,14 @@ class JournalCore:
         tx[1] = xid_bytes
 
     def commit(self, tx_id: int, *, sync=None) -> None:
+        self._check_writable()
         tx = self._pending_tx.get(tx_id)
         if tx is None:
             raise UnknownTransactionError(f"cannot commit transaction {tx_id}: it has no records")
         self._append(RecordKind.COMMIT, 0, 0, tx_id, len(tx[0]).to_bytes(4, "little"), self._tx_sync(sync))
 
     def rollback(self, tx_id: int, *, sync=None) -> None:
+        self._check_writable()
         if tx_id not in self._pending_tx:
             raise UnknownTransactionError(f"cannot roll back transaction {tx_id}: it has no records")
         self._append(RecordKind.ROLLBACK, 0, 0, tx_id, b"", self._tx_sync(sync))

@@ -11,7 +11,9 @@ from ..limits import FILE_HEADER_SIZE_BYTES
 
 MAGIC = b"\x89JEJRNL\n"
 FORMAT_VERSION = 1
-HEADER_FLAG_COMPACTED = 1
+HEADER_FLAG_COMPACTED = 1   # written by compaction
+HEADER_FLAG_RECYCLED = 2    # reused a reclaimed file: bytes past the data may be an earlier life's frames
+HEADER_FLAG_FRESH = 4       # never held anything but zeros before this life
 
 DATA_SUFFIX = ".jej"
 FREE_SUFFIX = ".jef"

@@ -157,7 +157,8 @@ class Journal(JournalCore):
             data = listing.data[last]
             end, _check = ends[last]
             if report.torn_tail_truncated:
-                _zero_tail(data.path, end, data.size)
+                _zero_tail(data.path, end, max(data.size, self.file_size))
+                data.size = max(data.size, self.file_size)
             durability.fdatasync_path(data.path)
             active = Segment(data.path, data.header.file_id, data.header.sequence, data.size, end)
         else:
@@ -351,7 +352,8 @@ def _header_of(segment: Segment):
 
 
 def _zero_tail(path: str, start: int, size: int, chunk: int = 1 << 20) -> None:
-    """Erase a torn tail so later appends never sit in front of stale damage."""
+    """Erase a torn tail so later appends never sit in front of stale damage; a file cut
+    short is filled back to its size with real zeros."""
     fd = os.open(path, os.O_RDWR)
     try:
         zeros = bytes(chunk)

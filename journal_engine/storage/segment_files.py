@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 from .._impl import Segment, crc32c
 from ..errors import CorruptRecordError, StoreFullError
-from ..limits import FILE_HEADER_SIZE_BYTES
+from ..limits import FILE_HEADER_SIZE_BYTES, FRAME_HEADER_SIZE_BYTES
 from . import durability
-from .format import (COMPACT_NAME, DATA_NAME, FREE_NAME, TMP_SUFFIX, FileHeader, compact_name, data_name,
-                     free_name)
+from .format import (COMPACT_NAME, DATA_NAME, FREE_NAME, HEADER_FLAG_FRESH, HEADER_FLAG_RECYCLED, TMP_SUFFIX,
+                     FileHeader, compact_name, data_name, free_name)
 
 log = logging.getLogger("journal_engine.storage")
 
@@ -39,14 +39,33 @@ class Listing:
 
 
 def read_header(path: str) -> DataFile:
-    with open(path, "rb") as handle:
-        raw = handle.read(FILE_HEADER_SIZE_BYTES)
-        size = os.fstat(handle.fileno()).st_size
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(FILE_HEADER_SIZE_BYTES)
+            size = os.fstat(handle.fileno()).st_size
+    except OSError as exc:
+        raise CorruptRecordError(f"cannot read a journal file: {exc.strerror}", path=path, offset=0, field="file",
+                                 hint="an entry with a journal file name must be a regular journal file; "
+                                      "move it out of the journal directory") from exc
     header = FileHeader.decode(raw, path, crc32c)
     if size < FILE_HEADER_SIZE_BYTES + 4096:
         raise CorruptRecordError(f"journal file is only {size} bytes long", path=path, offset=size,
                                  field="file_size", hint="journal files are pre-allocated; this one was cut short")
     return DataFile(path=path, header=header, size=size)
+
+
+def _is_fresh(free_path: str) -> bool:
+    """True for a free file that only ever held zeros (so any non-zero byte past the data is damage)."""
+    try:
+        with open(free_path, "rb") as handle:
+            header = FileHeader.decode(handle.read(FILE_HEADER_SIZE_BYTES), free_path, crc32c)
+            first_frame = handle.read(FRAME_HEADER_SIZE_BYTES)
+    except (OSError, CorruptRecordError):
+        return False
+    # a data file that compaction reclaimed keeps the FRESH flag of its activation; it held frames,
+    # and frames always start right after the header, so a used file is never all zeros there
+    return (bool(header.flags & HEADER_FLAG_FRESH) and not header.flags & HEADER_FLAG_RECYCLED
+            and not any(first_frame))
 
 
 def list_directory(directory: str, *, remove_temporary: bool = False) -> Listing:
@@ -107,7 +126,8 @@ class FilePool:
     def create_free_file(self) -> str:
         file_id = self.allocate_id()
         path = os.path.join(self.directory, free_name(file_id))
-        durability.create_zero_filled(path, self.file_size, FileHeader(file_id, file_id).encode(crc32c))
+        durability.create_zero_filled(path, self.file_size,
+                                      FileHeader(file_id, file_id, HEADER_FLAG_FRESH).encode(crc32c))
         return path
 
     def activate(self, free_path: str | None = None) -> Segment:
@@ -121,7 +141,8 @@ class FilePool:
             os.unlink(free_path)   # pre-allocated for another file_size: not reusable as is
             free_path = self.create_free_file()
         file_id = self.allocate_id()
-        durability.write_header_durably(free_path, FileHeader(file_id, file_id).encode(crc32c))
+        flags = HEADER_FLAG_FRESH if _is_fresh(free_path) else HEADER_FLAG_RECYCLED
+        durability.write_header_durably(free_path, FileHeader(file_id, file_id, flags).encode(crc32c))
         durability.crash_point("activate-before-rename")
         path = os.path.join(self.directory, data_name(file_id))
         durability.rename_durably(free_path, path, self.directory)

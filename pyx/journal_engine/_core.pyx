@@ -233,32 +233,39 @@ cdef class JournalCore:
 
     # ----- public record API ------------------------------------------------------------
     def add(self, record_id, int record_type, body, *, sync=None):
+        self._check_writable()
         if self._live.contains(record_id):
             raise DuplicateRecordError(f"record {record_id} is already live; update or delete it first")
         self._append(KIND_ADD, record_type, record_id, 0, body, sync)
 
     def update(self, record_id, int record_type, body, *, sync=None):
+        self._check_writable()
         if not self._live.contains(record_id):
             raise UnknownRecordError(f"cannot update record {record_id}: no live record has that id")
         self._append(KIND_UPDATE, record_type, record_id, 0, body, sync)
 
     def delete(self, record_id, *, sync=None):
+        self._check_writable()
         if not self._live.contains(record_id):
             raise UnknownRecordError(f"cannot delete record {record_id}: no live record has that id")
         self._append(KIND_DELETE, 0, record_id, 0, b"", sync)
 
     def add_tx(self, unsigned long long tx_id, record_id, int record_type, body):
+        self._check_writable()
         self._append(KIND_ADD_TX, record_type, record_id, tx_id, body, False)
 
     def update_tx(self, unsigned long long tx_id, record_id, int record_type, body):
+        self._check_writable()
         self._check_tx_target(tx_id, record_id, "update")
         self._append(KIND_UPDATE_TX, record_type, record_id, tx_id, body, False)
 
     def delete_tx(self, unsigned long long tx_id, record_id):
+        self._check_writable()
         self._check_tx_target(tx_id, record_id, "delete")
         self._append(KIND_DELETE_TX, 0, record_id, tx_id, b"", False)
 
     def prepare(self, unsigned long long tx_id, xid, *, sync=None):
+        self._check_writable()
         tx = self._pending_tx.get(tx_id)
         if tx is None:
             raise UnknownTransactionError(f"cannot prepare transaction {tx_id}: it has no records")
@@ -270,6 +277,7 @@ cdef class JournalCore:
         tx[1] = xid_bytes
 
     def commit(self, unsigned long long tx_id, *, sync=None):
+        self._check_writable()
         tx = self._pending_tx.get(tx_id)
         if tx is None:
             raise UnknownTransactionError(f"cannot commit transaction {tx_id}: it has no records")
@@ -278,6 +286,7 @@ cdef class JournalCore:
         self._append_raw(KIND_COMMIT, 0, 0, tx_id, count, 4, self._tx_sync(sync))
 
     def rollback(self, unsigned long long tx_id, *, sync=None):
+        self._check_writable()
         if tx_id not in self._pending_tx:
             raise UnknownTransactionError(f"cannot roll back transaction {tx_id}: it has no records")
         self._append_raw(KIND_ROLLBACK, 0, 0, tx_id, NULL, 0, self._tx_sync(sync))
