@@ -9,6 +9,7 @@ from .errors import (ConfigError, CorruptRecordError, DuplicateRecordError, Inco
                      RecordTooLargeError, StoreFullError, UnknownRecordError, UnknownTransactionError)
 from .storage.format import RecordKind
 from .storage.journal import Journal, LoadReport, LoadResult, PreparedTransaction, TransactionRecord
+from .store import MessageStore, RecordType, RecoveredReference, RecoveredState, StoredMessage, StoredQueue
 
 __version__ = "0.1.0"
 
@@ -18,4 +19,5 @@ __all__ = [
     "JournalError", "CorruptRecordError", "IncompatibleFormatError", "JournalClosedError", "JournalFailedError",
     "JournalLockedError", "ConfigError", "RecordTooLargeError", "StoreFullError", "UnknownRecordError",
     "DuplicateRecordError", "UnknownTransactionError",
+    "MessageStore", "RecoveredState", "RecoveredReference", "StoredMessage", "StoredQueue", "RecordType",
 ]
