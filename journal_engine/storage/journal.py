@@ -83,8 +83,10 @@ class Journal(JournalCore):
     def __init__(self, directory, *, file_size: int = FILE_SIZE_DEFAULT_BYTES, min_files: int = 2,
                  sync: str = "group", buffer_timeout_us: int = 500, buffer_size: int = 490 * 1024,
                  compact_min_files: int = 10, compact_percentage: int = 30,
-                 replaceable_types: dict | None = None) -> None:
+                 replaceable_types: dict | None = None, pool_files: int | None = None) -> None:
         super().__init__()
+        if pool_files is not None and (not isinstance(pool_files, int) or pool_files < 0):
+            raise ConfigError("pool_files", pool_files, "must be an integer >= 0 (None: min_files)")
         _check_config(file_size, min_files, sync, buffer_timeout_us, buffer_size, compact_min_files,
                       compact_percentage)
         self.directory = os.fspath(directory)
@@ -95,6 +97,8 @@ class Journal(JournalCore):
         self.buffer_size = buffer_size
         self.compact_min_files = compact_min_files
         self.compact_percentage = compact_percentage
+        # free files kept for reuse after compaction (Artemis journal-pool-files); the rest are deleted
+        self.pool_files = min_files if pool_files is None else pool_files
         # record type -> how many leading body bytes name what the update replaces (e.g. a queue id)
         self.replaceable_types = dict(replaceable_types or {})
         self._core_configure(sync, buffer_size, file_size - FILE_HEADER_SIZE_BYTES, self.replaceable_types,
@@ -141,7 +145,7 @@ class Journal(JournalCore):
                                               analysis.last_with_data, analysis.report)
         next_id = listing.max_id + 1
         self._pool = FilePool(self.directory, self.file_size, next_id, listing.free,
-                              ready_target=max(1, self.min_files - 1))
+                              ready_target=max(1, self.min_files - 1), pool_files=self.pool_files)
         # a file that holds no frame after the last one with data is ready for the writer as it is
         ready = listing.data[last + 1:] if last >= 0 else listing.data
         self._data_files = listing.data[:last + 1]

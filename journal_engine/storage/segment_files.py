@@ -100,8 +100,10 @@ def list_directory(directory: str, *, remove_temporary: bool = False) -> Listing
 class FilePool:
     """Allocates file ids and keeps activated data files ready for the writer."""
 
-    def __init__(self, directory: str, file_size: int, next_id: int, free: list, ready_target: int) -> None:
+    def __init__(self, directory: str, file_size: int, next_id: int, free: list, ready_target: int,
+                 pool_files: int) -> None:
         self.directory = directory
+        self.pool_files = pool_files   # free files kept for reuse at most; reclaimed ones past it are deleted
         self.file_size = file_size
         self._next_id = next_id
         self._free = list(free)
@@ -152,8 +154,14 @@ class FilePool:
         with self._lock:
             self._free.append(path)
 
-    def reclaim(self, data_path: str, file_id: int) -> str:
-        """A data file compaction no longer needs becomes a free file (its frames keep their old stamp)."""
+    def reclaim(self, data_path: str, file_id: int) -> str | None:
+        """A data file compaction no longer needs becomes a free file (its frames keep their old
+        stamp), or is deleted when `pool_files` free files are kept already; returns the free path."""
+        with self._lock:
+            keep = len(self._free) < self.pool_files
+        if not keep:
+            os.unlink(data_path)
+            return None
         path = os.path.join(self.directory, free_name(file_id))
         os.rename(data_path, path)
         self.add_free(path)
