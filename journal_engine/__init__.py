@@ -10,6 +10,9 @@ from .errors import (ConfigError, CorruptRecordError, DuplicateRecordError, Inco
 from .storage.format import RecordKind
 from .storage.journal import Journal, LoadReport, LoadResult, PreparedTransaction, TransactionRecord
 from .store import MessageStore, RecordType, RecoveredReference, RecoveredState, StoredMessage, StoredQueue
+from .broker.selector import Selector, SelectorError
+from .broker.settings import AddressSettings, AddressSettingsRepository, HierarchicalRepository
+from . import wildcard
 
 __version__ = "0.1.0"
 
@@ -20,4 +23,5 @@ __all__ = [
     "JournalLockedError", "ConfigError", "RecordTooLargeError", "StoreFullError", "UnknownRecordError",
     "DuplicateRecordError", "UnknownTransactionError",
     "MessageStore", "RecoveredState", "RecoveredReference", "StoredMessage", "StoredQueue", "RecordType",
+    "AddressSettings", "AddressSettingsRepository", "HierarchicalRepository", "Selector", "SelectorError", "wildcard",
 ]

@@ -57,6 +57,21 @@ class ConfigError(JournalError, ValueError):
         super().__init__(f"{field}={value!r}: {problem}", hint=hint)
 
 
+class SelectorError(ConfigError):
+    """A JMS selector (queue filter) that does not parse, or asks for what no message can give.
+
+    ``column`` is 1-based (when the selector ends too early, the column just past its end);
+    ``token`` is the offending token as written (None at the end of the text).
+    """
+
+    def __init__(self, selector: str, problem: str, *, column: int, token: str | None) -> None:
+        self.selector = selector
+        self.column = column
+        self.token = token
+        where = f"at column {column}, " + (f"token {token!r}" if token is not None else "end of selector")
+        super().__init__("selector", selector, f"{problem} ({where})")
+
+
 class RecordTooLargeError(JournalError, ValueError):
     """A record does not fit in one journal file."""
 

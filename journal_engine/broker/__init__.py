@@ -1,0 +1,8 @@
+"""The broker layer: Artemis address settings, wildcards, JMS selectors (and the broker built on them)."""
+from .selector import Selector, SelectorError, compile_selector
+from .settings import (AddressSettings, AddressSettingsRepository, ArtemisBrokerXml, HierarchicalRepository,
+                       read_artemis_broker_xml)
+from .wildcard import WildcardConfiguration
+
+__all__ = ["Selector", "SelectorError", "compile_selector", "AddressSettings", "AddressSettingsRepository",
+           "HierarchicalRepository", "ArtemisBrokerXml", "read_artemis_broker_xml", "WildcardConfiguration"]
