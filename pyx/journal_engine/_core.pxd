@@ -35,6 +35,8 @@ cdef class JournalCore:
     cdef list _sealed                   # earlier files written out but not yet synced
     cdef pthread_mutex_t _mutex        # guards the baton hand-over, waited on without the GIL
     cdef pthread_cond_t _baton_free
+    cdef pthread_cond_t _gathered       # signalled when a gathering sync has its batch
+    cdef bint _gathering
     cdef bint _io_running               # the I/O baton: one thread writes out and syncs at a time
     cdef object _failure
     cdef bint _ready

@@ -22,8 +22,9 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.errno cimport errno, EINTR
 from libc.string cimport memmove
 from posix.fcntl cimport open as c_open, O_RDWR
-from posix.unistd cimport close as c_close, pwrite, fdatasync, usleep
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from posix.unistd cimport close as c_close, pwrite, fdatasync
+from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
+from libc.errno cimport ETIMEDOUT
 
 from journal_engine._livemap cimport LiveMap
 from journal_engine._core cimport pthread_mutex_t, pthread_cond_t
@@ -37,6 +38,8 @@ cdef extern from "pthread.h" nogil:
     int pthread_cond_destroy(pthread_cond_t *)
     int pthread_cond_wait(pthread_cond_t *, pthread_mutex_t *)
     int pthread_cond_broadcast(pthread_cond_t *)
+    int pthread_cond_signal(pthread_cond_t *)
+    int pthread_cond_timedwait(pthread_cond_t *, pthread_mutex_t *, const timespec *)
 
 # what a thread waits for while another holds the I/O baton
 cdef enum WaitFor:
@@ -147,6 +150,7 @@ cdef class JournalCore:
         self._sealed = []
         pthread_mutex_init(&self._mutex, NULL)
         pthread_cond_init(&self._baton_free, NULL)
+        pthread_cond_init(&self._gathered, NULL)
         self._live = LiveMap()
         self._pending_tx = {}
         self._replaceable = frozenset()
@@ -160,6 +164,7 @@ cdef class JournalCore:
         if self._buf != NULL:
             PyMem_Free(self._buf)
         pthread_cond_destroy(&self._baton_free)
+        pthread_cond_destroy(&self._gathered)
         pthread_mutex_destroy(&self._mutex)
 
     # ----- set-up by the Python layer -------------------------------------------------
@@ -416,6 +421,11 @@ cdef class JournalCore:
         cdef Py_ssize_t buffered = self._active.position - self._buf_start
         if _wants_wait(self._mode, sync):
             self._sync_requests += 1
+            if self._gathering and self._sync_requests >= self._last_batch:
+                with nogil:
+                    pthread_mutex_lock(&self._mutex)
+                    pthread_cond_signal(&self._gathered)
+                    pthread_mutex_unlock(&self._mutex)
             return self._wait_for(self.appended_bytes, True)
         if self._mode == MODE_GROUP:
             if self._flusher_state == FLUSHER_IDLE:
@@ -522,18 +532,22 @@ cdef class JournalCore:
     cdef int _gather(self) except -1:
         """Group commit: when the last sync served several waiters, give as many a chance to
         append before this one starts, for at most gather_us (the baton is held meanwhile)."""
-        cdef timespec now
-        cdef double deadline
+        cdef timespec deadline
+        cdef int rc = 0
         if self._last_batch <= 1 or self._gather_us <= 0 or self._sync_requests >= self._last_batch:
             return 0
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        deadline = now.tv_sec * 1e6 + now.tv_nsec / 1e3 + self._gather_us
-        while self._sync_requests < self._last_batch:
-            with nogil:
-                usleep(20)
-            clock_gettime(CLOCK_MONOTONIC, &now)
-            if now.tv_sec * 1e6 + now.tv_nsec / 1e3 >= deadline:
-                break
+        clock_gettime(CLOCK_REALTIME, &deadline)
+        deadline.tv_nsec += self._gather_us * 1000
+        while deadline.tv_nsec >= 1000000000:
+            deadline.tv_nsec -= 1000000000
+            deadline.tv_sec += 1
+        self._gathering = True
+        with nogil:
+            pthread_mutex_lock(&self._mutex)
+            while self._sync_requests < self._last_batch and rc != ETIMEDOUT:
+                rc = pthread_cond_timedwait(&self._gathered, &self._mutex, &deadline)
+            pthread_mutex_unlock(&self._mutex)
+        self._gathering = False
         return 0
 
     cdef int _write_out(self, bint durable) except -1:
