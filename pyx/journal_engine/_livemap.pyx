@@ -4,11 +4,14 @@
 A dict would allocate two Python ints per append; this keeps the hot path free
 of Python objects. Linear probing, tombstones, doubling at 70% occupancy.
 """
-from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from libc.stdlib cimport calloc, free
 from libc.stdint cimport uint64_t, int64_t
 
-DEF EMPTY = -1
-DEF TOMBSTONE = -2
+# a slot holds 0 (empty), 1 (tombstone) or the record's bytes + 2: an all-zero table is empty,
+# so tables come from calloc and fresh pages are zeroed lazily by the kernel, not by a memset
+DEF EMPTY = 0
+DEF TOMBSTONE = 1
+DEF OFFSET = 2
 DEF INITIAL_CAPACITY = 1024
 
 
@@ -27,20 +30,17 @@ cdef class LiveMap:
         self._alloc(capacity)
 
     def _alloc(self, Py_ssize_t capacity):
-        cdef Py_ssize_t i
-        self._keys = <uint64_t *>PyMem_Malloc(capacity * sizeof(uint64_t))
-        self._values = <int64_t *>PyMem_Malloc(capacity * sizeof(int64_t))
+        self._keys = <uint64_t *>calloc(capacity, sizeof(uint64_t))
+        self._values = <int64_t *>calloc(capacity, sizeof(int64_t))
         if self._keys == NULL or self._values == NULL:
             raise MemoryError()
-        for i in range(capacity):
-            self._values[i] = EMPTY
         self._capacity = capacity
         self._count = 0
         self._used = 0
 
     def __dealloc__(self):
-        PyMem_Free(self._keys)
-        PyMem_Free(self._values)
+        free(self._keys)
+        free(self._values)
 
     cdef Py_ssize_t _slot(self, uint64_t key) noexcept nogil:
         """The slot holding key, or the first free (empty or tombstone) slot on its probe path."""
@@ -66,22 +66,22 @@ cdef class LiveMap:
         cdef Py_ssize_t capacity = old_capacity * 2 if self._count * 2 >= old_capacity else old_capacity
         self._alloc(capacity)
         for i in range(old_capacity):
-            if old_values[i] >= 0:
+            if old_values[i] >= OFFSET:
                 slot = self._slot(old_keys[i])
                 self._keys[slot] = old_keys[i]
                 self._values[slot] = old_values[i]
                 self._count += 1
                 self._used += 1
-        PyMem_Free(old_keys)
-        PyMem_Free(old_values)
+        free(old_keys)
+        free(old_values)
         return 0
 
     cdef bint contains(self, uint64_t key) noexcept nogil:
-        return self._values[self._slot(key)] >= 0
+        return self._values[self._slot(key)] >= OFFSET
 
     cdef int64_t get_bytes(self, uint64_t key) noexcept nogil:
         cdef int64_t v = self._values[self._slot(key)]
-        return v if v >= 0 else -1
+        return v - OFFSET if v >= OFFSET else -1
 
     cdef int put(self, uint64_t key, int64_t nbytes) except -1:
         cdef Py_ssize_t slot
@@ -91,20 +91,20 @@ cdef class LiveMap:
             self._grow()
         slot = self._slot(key)
         v = self._values[slot]
-        if v >= 0:
-            self.total_bytes -= v
+        if v >= OFFSET:
+            self.total_bytes -= v - OFFSET
         else:
             self._count += 1
             if v == EMPTY:
                 self._used += 1
             self._keys[slot] = key
-        self._values[slot] = nbytes
+        self._values[slot] = nbytes + OFFSET
         self.total_bytes += nbytes
         return 0
 
     cdef int add_bytes(self, uint64_t key, int64_t nbytes) except -1:
         cdef Py_ssize_t slot = self._slot(key)
-        if self._values[slot] < 0:
+        if self._values[slot] < OFFSET:
             raise KeyError(key)
         self._values[slot] += nbytes
         self.total_bytes += nbytes
@@ -113,12 +113,12 @@ cdef class LiveMap:
     cdef int64_t remove(self, uint64_t key) noexcept nogil:
         cdef Py_ssize_t slot = self._slot(key)
         cdef int64_t v = self._values[slot]
-        if v < 0:
+        if v < OFFSET:
             return -1
         self._values[slot] = TOMBSTONE
         self._count -= 1
-        self.total_bytes -= v
-        return v
+        self.total_bytes -= v - OFFSET
+        return v - OFFSET
 
     # ----- the Python face: a small mapping of int -> int --------------------------------
     def __len__(self):
@@ -156,11 +156,12 @@ cdef class LiveMap:
 
     def keys(self):
         cdef Py_ssize_t i
-        return [self._keys[i] for i in range(self._capacity) if self._values[i] >= 0]
+        return [self._keys[i] for i in range(self._capacity) if self._values[i] >= OFFSET]
 
     def items(self):
         cdef Py_ssize_t i
-        return [(self._keys[i], self._values[i]) for i in range(self._capacity) if self._values[i] >= 0]
+        return [(self._keys[i], self._values[i] - OFFSET) for i in range(self._capacity)
+                if self._values[i] >= OFFSET]
 
     def __iter__(self):
         return iter(self.keys())
