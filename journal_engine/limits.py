@@ -1,6 +1,6 @@
 """Every limit of the storage core in one place, with the relations between them.
 
-Each is tested at its maximum and one past it (tests/test_limits.py).
+Each is tested at its maximum and one past it (tests/test_limits_and_config.py).
 """
 from __future__ import annotations
 

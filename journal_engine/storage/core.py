@@ -191,6 +191,7 @@ class JournalCore:
 
     def prepare(self, tx_id: int, xid, *, sync=None) -> None:
         self._check_writable()
+        _check_id(tx_id)
         tx = self._pending_tx.get(tx_id)
         if tx is None:
             raise UnknownTransactionError(f"cannot prepare transaction {tx_id}: it has no records")
@@ -203,6 +204,7 @@ class JournalCore:
 
     def commit(self, tx_id: int, *, sync=None) -> None:
         self._check_writable()
+        _check_id(tx_id)
         tx = self._pending_tx.get(tx_id)
         if tx is None:
             raise UnknownTransactionError(f"cannot commit transaction {tx_id}: it has no records")
@@ -210,6 +212,7 @@ class JournalCore:
 
     def rollback(self, tx_id: int, *, sync=None) -> None:
         self._check_writable()
+        _check_id(tx_id)
         if tx_id not in self._pending_tx:
             raise UnknownTransactionError(f"cannot roll back transaction {tx_id}: it has no records")
         self._append(RecordKind.ROLLBACK, 0, 0, tx_id, b"", self._tx_sync(sync))
@@ -248,18 +251,27 @@ class JournalCore:
             raise ValueError(f"record_type={user_type}: must be within 0..255")
         body = bytes(body)
         size = frame_size(len(body))
-        with self._lock:
-            self._check_writable()
-            if size > self._max_frame:
-                raise RecordTooLargeError(
-                    f"a record of {len(body)} bytes needs a {size}-byte frame; one journal file holds at most "
-                    f"{self._max_frame}", hint="raise file_size or split the record")
-            tx = self._pending_tx.get(tx_id) if kind in _TX_KINDS or kind >= RecordKind.PREPARE else None
-            if tx is None and kind in (RecordKind.COMMIT, RecordKind.ROLLBACK, RecordKind.PREPARE):
-                raise UnknownTransactionError(f"transaction {tx_id} has no records")
-            while self._active.position + size > self._active.limit:
-                self._roll(self._active, size, None)
+        self._lock.acquire()
+        try:
+            while True:
                 self._check_writable()
+                if size > self._max_frame:
+                    raise RecordTooLargeError(
+                        f"a record of {len(body)} bytes needs a {size}-byte frame; one journal file holds at most "
+                        f"{self._max_frame}", hint="raise file_size or split the record")
+                tx = self._pending_tx.get(tx_id) if kind in _TX_KINDS or kind >= RecordKind.PREPARE else None
+                if tx is None and kind in (RecordKind.COMMIT, RecordKind.ROLLBACK, RecordKind.PREPARE):
+                    raise UnknownTransactionError(f"transaction {tx_id} has no records")
+                full = self._active
+                if full.position + size <= full.limit:
+                    break
+                # the roll waits for the I/O baton, whose holder takes this lock to write out: wait
+                # without it (the compiled core releases the GIL, its append lock, while it waits)
+                self._lock.release()
+                try:
+                    self._roll(full, size, None)
+                finally:
+                    self._lock.acquire()
             seg = self._active
             self._buf += encode_frame(kind, user_type, seg.stamp, record_id, tx_id, body)
             seg.position += size
@@ -283,6 +295,8 @@ class JournalCore:
             elif kind == RecordKind.ROLLBACK:
                 del self._pending_tx[tx_id]
             buffered = seg.position - self._buf_start
+        finally:
+            self._lock.release()
         self._after_append(sync, buffered)
 
     def _apply_commit(self, tx) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 from dataclasses import dataclass, field
 
@@ -40,6 +41,8 @@ class Listing:
 
 def read_header(path: str) -> DataFile:
     try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):   # a FIFO would block open(), a directory fail it
+            raise IsADirectoryError(21, "not a regular file")
         with open(path, "rb") as handle:
             raw = handle.read(FILE_HEADER_SIZE_BYTES)
             size = os.fstat(handle.fileno()).st_size
