@@ -1,0 +1,336 @@
+"""The message store's user record types (Artemis numbers) and the encodings of their bodies.
+
+Record ids and bodies (all integers little-endian, as in the rest of the journal format):
+
+| type | name                         | journal op | record id   | body                                   |
+|------|------------------------------|------------|-------------|----------------------------------------|
+| 21   | QUEUE_BINDING_RECORD         | add        | queue id    | queue encoding (bindings journal)      |
+| 45   | ADD_MESSAGE (Artemis ADD_MESSAGE_PROTOCOL) | add | message id | message encoding                |
+| 32   | ADD_REF                      | update     | message id  | u64 queue id (8 bytes)                 |
+| 33   | ACKNOWLEDGE_REF              | update     | message id  | u64 queue id (8 bytes)                 |
+| 34   | UPDATE_DELIVERY_COUNT        | update     | message id  | u64 queue id, u32 count (12 bytes)     |
+| 36   | SET_SCHEDULED_DELIVERY_TIME  | update     | message id  | u64 queue id, u64 epoch ms (16 bytes)  |
+
+Artemis encodes the same fields big-endian (Java); the sizes and meanings are the same.
+The compiled writers (pyx/journal_engine/_redelivery.pyx) encode 34 and 36 themselves,
+byte for byte as `encode_delivery_count` and `encode_scheduled_time` below.
+"""
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, field
+
+from ..errors import CorruptRecordError
+
+
+class RecordType(enum.IntEnum):
+    """User record types of the message store, numbered as Artemis's JournalRecordIds (public, permanent)."""
+
+    QUEUE_BINDING_RECORD = 21
+    ADD_REF = 32
+    ACKNOWLEDGE_REF = 33
+    UPDATE_DELIVERY_COUNT = 34
+    SET_SCHEDULED_DELIVERY_TIME = 36
+    ADD_MESSAGE = 45        # Artemis ADD_MESSAGE_PROTOCOL; its legacy ADD_MESSAGE (31) is not used
+
+
+#: the delivery-count and scheduled-time updates replace each other per (message, first 8 body bytes = queue id)
+REPLACEABLE_TYPES = {int(RecordType.UPDATE_DELIVERY_COUNT): 8, int(RecordType.SET_SCHEDULED_DELIVERY_TIME): 8}
+
+U32_MAX = 0xFFFFFFFF
+U64_MAX = 0xFFFFFFFFFFFFFFFF
+I64_MIN = -(1 << 63)
+I64_MAX = (1 << 63) - 1
+
+_QUEUE_ID = struct.Struct("<Q")
+_DELIVERY_COUNT = struct.Struct("<QI")
+_SCHEDULED_TIME = struct.Struct("<QQ")
+DELIVERY_COUNT_BODY_BYTES = _DELIVERY_COUNT.size      # 12, as Artemis's DeliveryCountUpdateEncoding
+SCHEDULED_TIME_BODY_BYTES = _SCHEDULED_TIME.size      # 16, as Artemis's ScheduledDeliveryEncoding
+
+ROUTING_TYPES = {None: 0, "anycast": 1, "multicast": 2}
+_ROUTING_NAMES = {code: name for name, code in ROUTING_TYPES.items()}
+QUEUE_ROUTING_TYPES = ("anycast", "multicast")
+
+MESSAGE_FORMAT_VERSION = 1
+QUEUE_FORMAT_VERSION = 1
+_MESSAGE_HEAD = struct.Struct("<BBBxq")        # version, flags, routing type, pad, expiration ms
+_QUEUE_HEAD = struct.Struct("<BBBx")           # version, routing type, has filter, pad
+_U32 = struct.Struct("<I")
+_U16 = struct.Struct("<H")
+_I64 = struct.Struct("<q")
+_F64 = struct.Struct("<d")
+FLAG_DURABLE = 1
+
+# property value tags
+_TAG_NONE, _TAG_STR, _TAG_INT, _TAG_FLOAT, _TAG_FALSE, _TAG_TRUE, _TAG_BYTES = range(7)
+PROPERTY_KEY_BYTES_MAX = 0xFFFF
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A message as the store keeps it (ADD_MESSAGE, type 45)."""
+
+    message_id: int
+    address: str
+    body: bytes
+    properties: dict = field(default_factory=dict)
+    durable: bool = True
+    expiration: int = 0                 # epoch ms; 0 = never expires
+    routing_type: str | None = None     # None, "anycast" or "multicast"
+
+
+@dataclass(frozen=True)
+class StoredQueue:
+    """A queue binding (QUEUE_BINDING_RECORD, type 21), kept in the bindings journal."""
+
+    queue_id: int
+    name: str
+    address: str
+    routing_type: str = "anycast"
+    filter: str | None = None
+
+
+# ----- small bodies --------------------------------------------------------------------------------
+
+def encode_queue_id(queue_id: int) -> bytes:
+    """Body of ADD_REF (32) and ACKNOWLEDGE_REF (33)."""
+    return _QUEUE_ID.pack(queue_id)
+
+
+def encode_delivery_count(queue_id: int, delivery_count: int) -> bytes:
+    """Body of UPDATE_DELIVERY_COUNT (34): u64 queue id, u32 count."""
+    return _DELIVERY_COUNT.pack(queue_id, delivery_count)
+
+
+def encode_scheduled_time(queue_id: int, scheduled_ms: int) -> bytes:
+    """Body of SET_SCHEDULED_DELIVERY_TIME (36): u64 queue id, u64 absolute epoch ms."""
+    return _SCHEDULED_TIME.pack(queue_id, scheduled_ms)
+
+
+def decode_queue_id(body: bytes, *, message_id: int, record_type: int, path=None) -> int:
+    if len(body) != _QUEUE_ID.size:
+        raise _corrupt(message_id, record_type, f"body is {len(body)} bytes, expected {_QUEUE_ID.size}", path)
+    return _QUEUE_ID.unpack(body)[0]
+
+
+def decode_delivery_count(body: bytes, *, message_id: int, path=None) -> tuple[int, int]:
+    """(queue id, count) of an UPDATE_DELIVERY_COUNT body."""
+    if len(body) != DELIVERY_COUNT_BODY_BYTES:
+        raise _corrupt(message_id, RecordType.UPDATE_DELIVERY_COUNT,
+                       f"body is {len(body)} bytes, expected {DELIVERY_COUNT_BODY_BYTES}", path)
+    return _DELIVERY_COUNT.unpack(body)
+
+
+def decode_scheduled_time(body: bytes, *, message_id: int, path=None) -> tuple[int, int]:
+    """(queue id, epoch ms) of a SET_SCHEDULED_DELIVERY_TIME body."""
+    if len(body) != SCHEDULED_TIME_BODY_BYTES:
+        raise _corrupt(message_id, RecordType.SET_SCHEDULED_DELIVERY_TIME,
+                       f"body is {len(body)} bytes, expected {SCHEDULED_TIME_BODY_BYTES}", path)
+    return _SCHEDULED_TIME.unpack(body)
+
+
+def _corrupt(record_id: int, record_type: int, why: str, path, *, what: str = "message") -> CorruptRecordError:
+    try:
+        type_name = f"{RecordType(record_type).name} ({int(record_type)})"
+    except ValueError:
+        type_name = str(record_type)
+    return CorruptRecordError(f"{what} record {record_id}, type {type_name}: {why}", path=path,
+                              field=type_name,
+                              hint="the frame's checksum is valid, so the body was written this way: by another "
+                                   "program or another format version; `journal-engine print` shows it")
+
+
+# ----- strings and properties ------------------------------------------------------------------------
+
+def _put_text(out: bytearray, text: str, what: str) -> None:
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be a str, not {type(text).__name__}")
+    raw = text.encode("utf-8")
+    out += _U32.pack(len(raw))
+    out += raw
+
+
+class _Reader:
+    """Bounds-checked reads from a body; every failure is a CorruptRecordError naming the record."""
+
+    __slots__ = ("body", "pos", "record_id", "record_type", "path", "what")
+
+    def __init__(self, body: bytes, record_id: int, record_type: int, path, what: str) -> None:
+        self.body = body
+        self.pos = 0
+        self.record_id = record_id
+        self.record_type = record_type
+        self.path = path
+        self.what = what
+
+    def fail(self, why: str) -> CorruptRecordError:
+        return _corrupt(self.record_id, self.record_type, f"{why} at body offset {self.pos}", self.path,
+                        what=self.what)
+
+    def take(self, n: int, what: str) -> bytes:
+        if n < 0 or self.pos + n > len(self.body):
+            raise self.fail(f"{what} needs {n} bytes, {len(self.body) - self.pos} left")
+        start = self.pos
+        self.pos += n
+        return self.body[start:self.pos]
+
+    def unpack(self, st: struct.Struct, what: str):
+        return st.unpack(self.take(st.size, what))
+
+    def text(self, what: str) -> str:
+        (n,) = self.unpack(_U32, f"{what} length")
+        raw = self.take(n, what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise self.fail(f"{what} is not UTF-8 ({exc.reason})") from None
+
+    def end(self) -> None:
+        if self.pos != len(self.body):
+            raise self.fail(f"{len(self.body) - self.pos} unexpected bytes after the last field")
+
+
+def _put_property(out: bytearray, key, value) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"property names must be str, not {type(key).__name__} ({key!r})")
+    raw_key = key.encode("utf-8")
+    if len(raw_key) > PROPERTY_KEY_BYTES_MAX:
+        raise ValueError(f"property name of {len(raw_key)} bytes; at most {PROPERTY_KEY_BYTES_MAX}")
+    out += _U16.pack(len(raw_key))
+    out += raw_key
+    if value is None:
+        out.append(_TAG_NONE)
+    elif value is True:
+        out.append(_TAG_TRUE)
+    elif value is False:
+        out.append(_TAG_FALSE)
+    elif isinstance(value, str):
+        out.append(_TAG_STR)
+        _put_text(out, value, f"property {key!r}")
+    elif isinstance(value, int):
+        if not I64_MIN <= value <= I64_MAX:
+            raise OverflowError(f"property {key!r}={value}: integers are stored as signed 64-bit")
+        out.append(_TAG_INT)
+        out += _I64.pack(value)
+    elif isinstance(value, float):
+        out.append(_TAG_FLOAT)
+        out += _F64.pack(value)
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        out.append(_TAG_BYTES)
+        out += _U32.pack(len(raw))
+        out += raw
+    else:
+        raise TypeError(f"property {key!r} has a value of type {type(value).__name__}; "
+                        "use str, int, float, bool, bytes or None")
+
+
+def _get_property_value(reader: _Reader, key: str):
+    (tag,) = reader.take(1, f"type tag of property {key!r}")
+    if tag == _TAG_NONE:
+        return None
+    if tag == _TAG_TRUE:
+        return True
+    if tag == _TAG_FALSE:
+        return False
+    if tag == _TAG_STR:
+        return reader.text(f"property {key!r}")
+    if tag == _TAG_INT:
+        return reader.unpack(_I64, f"property {key!r}")[0]
+    if tag == _TAG_FLOAT:
+        return reader.unpack(_F64, f"property {key!r}")[0]
+    if tag == _TAG_BYTES:
+        (n,) = reader.unpack(_U32, f"length of property {key!r}")
+        return reader.take(n, f"property {key!r}")
+    reader.pos -= 1
+    raise reader.fail(f"unknown type tag {tag} of property {key!r}")
+
+
+# ----- messages ----------------------------------------------------------------------------------------
+
+def encode_message(address: str, body, *, properties: dict | None = None, durable: bool = True,
+                   expiration: int = 0, routing_type: str | None = None) -> bytes:
+    """Body of ADD_MESSAGE (45): version, flags, routing type, expiration, address, body, properties."""
+    if routing_type not in ROUTING_TYPES:
+        raise ValueError(f"routing_type={routing_type!r}: use None, 'anycast' or 'multicast'")
+    if not isinstance(expiration, int) or isinstance(expiration, bool) or not 0 <= expiration <= I64_MAX:
+        raise ValueError(f"expiration={expiration!r}: an epoch time in ms >= 0 (0 = never)")
+    out = bytearray(_MESSAGE_HEAD.pack(MESSAGE_FORMAT_VERSION, FLAG_DURABLE if durable else 0,
+                                       ROUTING_TYPES[routing_type], expiration))
+    _put_text(out, address, "address")
+    raw_body = bytes(body)
+    out += _U32.pack(len(raw_body))
+    out += raw_body
+    props = properties or {}
+    out += _U32.pack(len(props))
+    for key, value in props.items():
+        _put_property(out, key, value)
+    return bytes(out)
+
+
+def decode_message(message_id: int, data: bytes, *, path=None) -> StoredMessage:
+    """The inverse of encode_message; a malformed body raises CorruptRecordError naming the record."""
+    reader = _Reader(bytes(data), message_id, RecordType.ADD_MESSAGE, path, "message")
+    version, flags, routing, expiration = reader.unpack(_MESSAGE_HEAD, "message header")
+    if version != MESSAGE_FORMAT_VERSION:
+        reader.pos = 0
+        raise reader.fail(f"message format version {version}; this version reads {MESSAGE_FORMAT_VERSION}")
+    if routing not in _ROUTING_NAMES:
+        reader.pos = 2
+        raise reader.fail(f"unknown routing type code {routing}")
+    if flags & ~FLAG_DURABLE:
+        reader.pos = 1
+        raise reader.fail(f"unknown flag bits {flags:#x}")
+    if expiration < 0:
+        reader.pos = 4
+        raise reader.fail(f"negative expiration {expiration}")
+    address = reader.text("address")
+    (body_len,) = reader.unpack(_U32, "body length")
+    body = reader.take(body_len, "body")
+    (count,) = reader.unpack(_U32, "property count")
+    properties = {}
+    for _ in range(count):
+        (key_len,) = reader.unpack(_U16, "property name length")
+        raw_key = reader.take(key_len, "property name")
+        try:
+            key = raw_key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise reader.fail("a property name is not UTF-8") from None
+        properties[key] = _get_property_value(reader, key)
+    reader.end()
+    return StoredMessage(message_id, address, body, properties, bool(flags & FLAG_DURABLE), expiration,
+                         _ROUTING_NAMES[routing])
+
+
+# ----- queues --------------------------------------------------------------------------------------------
+
+def encode_queue(name: str, address: str, *, routing_type: str = "anycast", filter: str | None = None) -> bytes:
+    """Body of QUEUE_BINDING_RECORD (21): version, routing type, filter flag, name, address, filter."""
+    if routing_type not in QUEUE_ROUTING_TYPES:
+        raise ValueError(f"routing_type={routing_type!r}: use 'anycast' or 'multicast'")
+    out = bytearray(_QUEUE_HEAD.pack(QUEUE_FORMAT_VERSION, ROUTING_TYPES[routing_type], filter is not None))
+    _put_text(out, name, "queue name")
+    _put_text(out, address, "address")
+    _put_text(out, filter if filter is not None else "", "filter")
+    return bytes(out)
+
+
+def decode_queue(queue_id: int, data: bytes, *, path=None) -> StoredQueue:
+    reader = _Reader(bytes(data), queue_id, RecordType.QUEUE_BINDING_RECORD, path, "queue")
+    version, routing, has_filter = reader.unpack(_QUEUE_HEAD, "queue header")
+    if version != QUEUE_FORMAT_VERSION:
+        reader.pos = 0
+        raise reader.fail(f"queue format version {version}; this version reads {QUEUE_FORMAT_VERSION}")
+    if routing not in (1, 2):
+        reader.pos = 1
+        raise reader.fail(f"unknown routing type code {routing}")
+    if has_filter not in (0, 1):
+        reader.pos = 2
+        raise reader.fail(f"filter flag {has_filter}")
+    name = reader.text("queue name")
+    address = reader.text("address")
+    text = reader.text("filter")
+    reader.end()
+    return StoredQueue(queue_id, name, address, _ROUTING_NAMES[routing], text if has_filter else None)

@@ -1,0 +1,220 @@
+"""Python twin of the compiled redelivery writers (pyx/journal_engine/_redelivery.pyx).
+
+Writes UPDATE_DELIVERY_COUNT (34) and SET_SCHEDULED_DELIVERY_TIME (36) records as
+Artemis's AbstractJournalStorageManager does:
+
+* a delivery-count record is skipped when the count equals the reference's last
+  persisted count, or when ``max_redelivery_records >= 0`` and the count exceeds it;
+* a scheduled-time record is skipped only by the cap (there is no "unchanged" rule).
+
+It keeps every live reference's last persisted count. Both twins produce the same
+journal bytes for the same calls (tests/test_message_store_parity.py).
+"""
+from __future__ import annotations
+
+import struct
+from array import array
+
+from ..errors import DuplicateRecordError, UnknownRecordError
+
+UPDATE_DELIVERY_COUNT = 34
+SET_SCHEDULED_DELIVERY_TIME = 36
+_U32_MAX = 0xFFFFFFFF
+_U64_MAX = 0xFFFFFFFFFFFFFFFF
+_COUNT = struct.Struct("<QI")
+_TIME = struct.Struct("<QQ")
+
+
+def check_cap(max_redelivery_records: int) -> None:
+    """-1 (no cap) or >= 0, as Artemis's parser (MINUS_ONE_OR_GE_ZERO)."""
+    if isinstance(max_redelivery_records, bool) or not isinstance(max_redelivery_records, int) \
+            or max_redelivery_records < -1 or max_redelivery_records > _U32_MAX:
+        from ..errors import ConfigError
+        raise ConfigError("max_redelivery_records", max_redelivery_records,
+                          f"must be -1 (no cap) or an integer within 0..{_U32_MAX}")
+
+
+def _check_u64(value: int, what: str) -> int:
+    if not 0 <= value <= _U64_MAX:
+        raise OverflowError(f"{what}={value} is out of range for a u64")
+    return value
+
+
+def _check_count(value: int) -> int:
+    if not 0 <= value <= _U32_MAX:
+        raise OverflowError(f"delivery_count={value} is out of range for a u32")
+    return value
+
+
+def unknown_reference(queue_id: int, message_id: int) -> UnknownRecordError:
+    return UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}; "
+                              "store_reference() it first (or it was acknowledged or deleted)")
+
+
+def unknown_message(message_id: int) -> UnknownRecordError:
+    return UnknownRecordError(f"message {message_id} is not live in the journal; a reference needs its message")
+
+
+def as_u64_array(values, what: str) -> array:
+    """A batch argument as array('Q'); negative or too large values raise OverflowError."""
+    if isinstance(values, array) and values.typecode == "Q":
+        return values
+    try:
+        return array("Q", values)
+    except OverflowError:
+        raise OverflowError(f"{what}: every value must be within 0..{_U64_MAX}") from None
+
+
+def as_u32_array(values, what: str) -> array:
+    if isinstance(values, array) and values.typecode == "I":
+        return values
+    try:
+        return array("I", values)
+    except OverflowError:
+        raise OverflowError(f"{what}: every value must be within 0..{_U32_MAX}") from None
+
+
+class RedeliveryWriter:
+    """Capped writers of delivery-count and scheduled-time records for one message journal."""
+
+    def __init__(self, journal, max_redelivery_records: int = 10) -> None:
+        check_cap(max_redelivery_records)
+        self._journal = journal
+        self.max_redelivery_records = max_redelivery_records
+        self._always = getattr(journal, "sync_mode", "group") == "always"
+        self._persisted: dict[tuple[int, int], int] = {}   # (queue id, message id) -> last persisted count
+        self.delivery_count_records_written = 0
+        self.scheduled_time_records_written = 0
+
+    # ----- the reference table ---------------------------------------------------------------
+    def add_reference(self, queue_id: int, message_id: int, persisted_count: int = 0) -> None:
+        """Start tracking a live reference; persisted_count is what recovery restored (0 if none).
+        The message must be live in the journal, and stay live until the reference is removed."""
+        key = (_check_u64(queue_id, "queue_id"), _check_u64(message_id, "message_id"))
+        _check_count(persisted_count)
+        if message_id not in self._journal._core_live():
+            raise unknown_message(message_id)
+        if key in self._persisted:
+            raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
+        self._persisted[key] = persisted_count
+
+    def remove_reference(self, queue_id: int, message_id: int) -> bool:
+        """Stop tracking a reference (acknowledged or its message deleted); False if it was unknown."""
+        return self._persisted.pop((queue_id, message_id), None) is not None
+
+    def has_reference(self, queue_id: int, message_id: int) -> bool:
+        return (queue_id, message_id) in self._persisted
+
+    def persisted_count(self, queue_id: int, message_id: int) -> int:
+        """The reference's last persisted delivery count (0 when none was ever written)."""
+        try:
+            return self._persisted[(queue_id, message_id)]
+        except KeyError:
+            raise unknown_reference(queue_id, message_id) from None
+
+    def __len__(self) -> int:
+        return len(self._persisted)
+
+    def clear(self) -> None:
+        self._persisted.clear()
+
+    # ----- single records ------------------------------------------------------------------------
+    def update_delivery_count(self, queue_id: int, message_id: int, delivery_count: int, sync=None) -> bool:
+        """Append an UPDATE_DELIVERY_COUNT unless unchanged or above the cap; True if written."""
+        _check_u64(queue_id, "queue_id")
+        _check_u64(message_id, "message_id")
+        _check_count(delivery_count)
+        key = (queue_id, message_id)
+        previous = self._persisted.get(key)
+        if previous is None:
+            raise unknown_reference(queue_id, message_id)
+        return self._write_count(key, previous, delivery_count, sync)
+
+    def update_scheduled_delivery_time(self, queue_id: int, message_id: int, scheduled_ms: int,
+                                       delivery_count: int, sync=None) -> bool:
+        """Append a SET_SCHEDULED_DELIVERY_TIME unless the count is above the cap; True if written."""
+        _check_u64(queue_id, "queue_id")
+        _check_u64(message_id, "message_id")
+        _check_u64(scheduled_ms, "scheduled_ms")
+        _check_count(delivery_count)
+        if (queue_id, message_id) not in self._persisted:
+            raise unknown_reference(queue_id, message_id)
+        return self._write_time(queue_id, message_id, scheduled_ms, delivery_count, sync)
+
+    def _write_count(self, key, previous: int, count: int, sync) -> bool:
+        if count == previous:
+            return False
+        cap = self.max_redelivery_records
+        if cap >= 0 and count > cap:
+            return False
+        self._persisted[key] = count
+        try:
+            self._journal.update(key[1], UPDATE_DELIVERY_COUNT, _COUNT.pack(key[0], count), sync=sync)
+        except BaseException:
+            if self._persisted.get(key) == count:
+                self._persisted[key] = previous
+            raise
+        self.delivery_count_records_written += 1
+        return True
+
+    def _write_time(self, queue_id: int, message_id: int, scheduled_ms: int, count: int, sync) -> bool:
+        cap = self.max_redelivery_records
+        if cap >= 0 and count > cap:
+            return False
+        self._journal.update(message_id, SET_SCHEDULED_DELIVERY_TIME, _TIME.pack(queue_id, scheduled_ms),
+                             sync=sync)
+        self.scheduled_time_records_written += 1
+        return True
+
+    # ----- batches ------------------------------------------------------------------------------------
+    def update_delivery_counts(self, queue_ids, message_ids, delivery_counts, sync=None) -> int:
+        """The batch form of update_delivery_count: one wait for durability at the end; returns records written.
+
+        Every reference is checked before anything is written, so an unknown one writes nothing.
+        """
+        queues = as_u64_array(queue_ids, "queue_ids")
+        messages = as_u64_array(message_ids, "message_ids")
+        counts = as_u32_array(delivery_counts, "delivery_counts")
+        self._check_batch(queues, messages, len(counts))
+        written = 0
+        persisted = self._persisted
+        for queue_id, message_id, count in zip(queues, messages, counts):
+            key = (queue_id, message_id)
+            previous = persisted.get(key)
+            if previous is None:
+                raise unknown_reference(queue_id, message_id)
+            if self._write_count(key, previous, count, False):
+                written += 1
+        self._finish_batch(written, sync)
+        return written
+
+    def update_scheduled_delivery_times(self, queue_ids, message_ids, scheduled_times, delivery_counts,
+                                        sync=None) -> int:
+        """The batch form of update_scheduled_delivery_time; returns records written."""
+        queues = as_u64_array(queue_ids, "queue_ids")
+        messages = as_u64_array(message_ids, "message_ids")
+        times = as_u64_array(scheduled_times, "scheduled_times")
+        counts = as_u32_array(delivery_counts, "delivery_counts")
+        if len(times) != len(counts):
+            raise ValueError(f"scheduled_times has {len(times)} entries, delivery_counts {len(counts)}")
+        self._check_batch(queues, messages, len(counts))
+        written = 0
+        for queue_id, message_id, scheduled_ms, count in zip(queues, messages, times, counts):
+            if (queue_id, message_id) not in self._persisted:
+                raise unknown_reference(queue_id, message_id)
+            if self._write_time(queue_id, message_id, scheduled_ms, count, False):
+                written += 1
+        self._finish_batch(written, sync)
+        return written
+
+    def _check_batch(self, queues, messages, n: int) -> None:
+        if len(queues) != len(messages) or len(queues) != n:
+            raise ValueError(f"batch arrays differ in length: {len(queues)} queue ids, {len(messages)} message "
+                             f"ids, {n} values")
+        for queue_id, message_id in zip(queues, messages):
+            if (queue_id, message_id) not in self._persisted:
+                raise unknown_reference(queue_id, message_id)
+
+    def _finish_batch(self, written: int, sync) -> None:
+        if written and (sync if sync is not None else self._always):
+            self._journal.sync()

@@ -1,0 +1,319 @@
+# cython: language_level=3
+"""Compiled writers of the delivery-count (34) and scheduled-time (36) records.
+
+They encode the 12- and 16-byte bodies on the stack and hand them straight to
+the journal's append path (JournalCore._append_raw), keeping every live
+reference's last persisted count in an open-addressing table of C structs, so a
+write takes no Python object but the record id the journal's bookkeeping needs.
+The rules are Artemis's (AbstractJournalStorageManager.updateDeliveryCount /
+updateScheduledDeliveryTime):
+
+* a delivery-count record is skipped when the count equals the last persisted
+  one, or when max_redelivery_records >= 0 and the count exceeds it;
+* a scheduled-time record is skipped only by the cap.
+
+Like the append path, these run with the GIL held: the GIL is the lock of the
+reference table. The journal may release it inside an append (a file switch or
+a sync wait), so no pointer into the table is kept across an append. The Python
+twin is journal_engine.store.redelivery_writer; both write the same bytes.
+"""
+from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+
+from journal_engine._core cimport JournalCore
+from journal_engine._codec cimport KIND_UPDATE, store_u32, store_u64
+
+from journal_engine.store.redelivery_writer import (
+    as_u32_array, as_u64_array, check_cap, unknown_message, unknown_reference,
+)
+from journal_engine.errors import DuplicateRecordError
+
+cdef enum:
+    TYPE_UPDATE_DELIVERY_COUNT = 34
+    TYPE_SET_SCHEDULED_DELIVERY_TIME = 36
+    DELIVERY_COUNT_BODY = 12
+    SCHEDULED_TIME_BODY = 16
+    SLOT_EMPTY = 0
+    SLOT_USED = 1
+    SLOT_DELETED = 2
+    INITIAL_CAPACITY = 1024
+
+cdef struct RefSlot:
+    uint64_t queue_id
+    uint64_t message_id
+    uint32_t persisted      # last persisted delivery count
+    uint32_t state          # SLOT_EMPTY / SLOT_USED / SLOT_DELETED
+
+
+cdef inline uint64_t _hash(uint64_t queue_id, uint64_t message_id) noexcept nogil:
+    # splitmix64 finaliser over both ids: consecutive message ids spread over the table
+    cdef uint64_t x = (queue_id * <uint64_t>0x9E3779B97F4A7C15) ^ message_id
+    x ^= x >> 30
+    x *= <uint64_t>0xBF58476D1CE4E5B9
+    x ^= x >> 27
+    x *= <uint64_t>0x94D049BB133111EB
+    x ^= x >> 31
+    return x
+
+
+cdef class RedeliveryWriter:
+    """Capped writers of delivery-count and scheduled-time records for one message journal."""
+
+    cdef JournalCore _journal
+    cdef readonly long long max_redelivery_records
+    cdef readonly unsigned long long delivery_count_records_written
+    cdef readonly unsigned long long scheduled_time_records_written
+    cdef bint _always
+    cdef RefSlot *_slots
+    cdef Py_ssize_t _capacity       # a power of two
+    cdef Py_ssize_t _used
+    cdef Py_ssize_t _deleted
+    cdef uint64_t _generation       # bumped whenever the slots move (a new allocation)
+
+    def __cinit__(self):
+        self._slots = NULL
+
+    def __init__(self, JournalCore journal not None, max_redelivery_records=10):
+        check_cap(max_redelivery_records)
+        self._journal = journal
+        self.max_redelivery_records = max_redelivery_records
+        self._always = getattr(journal, "sync_mode", "group") == "always"
+        self._allocate(INITIAL_CAPACITY)
+
+    def __dealloc__(self):
+        PyMem_Free(self._slots)
+
+    # ----- the reference table ------------------------------------------------------------------
+    cdef int _allocate(self, Py_ssize_t capacity) except -1:
+        cdef RefSlot *slots = <RefSlot *>PyMem_Calloc(capacity, sizeof(RefSlot))
+        if slots == NULL:
+            raise MemoryError()
+        PyMem_Free(self._slots)
+        self._slots = slots
+        self._generation += 1
+        self._capacity = capacity
+        self._used = 0
+        self._deleted = 0
+        return 0
+
+    cdef RefSlot *_find(self, uint64_t queue_id, uint64_t message_id) noexcept:
+        cdef Py_ssize_t mask = self._capacity - 1
+        cdef Py_ssize_t i = <Py_ssize_t>(_hash(queue_id, message_id) & <uint64_t>mask)
+        cdef RefSlot *slot
+        while True:
+            slot = &self._slots[i]
+            if slot.state == SLOT_EMPTY:
+                return NULL
+            if slot.state == SLOT_USED and slot.queue_id == queue_id and slot.message_id == message_id:
+                return slot
+            i = (i + 1) & mask
+
+    cdef int _grow(self) except -1:
+        """Rehash into a table that keeps the load (used + deleted) at or below one half."""
+        cdef RefSlot *old = self._slots
+        cdef Py_ssize_t old_capacity = self._capacity
+        cdef Py_ssize_t capacity = INITIAL_CAPACITY
+        cdef Py_ssize_t i
+        while capacity < 4 * (self._used + 1):
+            capacity *= 2
+        self._slots = NULL
+        try:
+            self._allocate(capacity)
+        except BaseException:
+            self._slots = old
+            raise
+        for i in range(old_capacity):
+            if old[i].state == SLOT_USED:
+                self._place(old[i].queue_id, old[i].message_id, old[i].persisted)
+        PyMem_Free(old)
+        return 0
+
+    cdef void _place(self, uint64_t queue_id, uint64_t message_id, uint32_t persisted) noexcept:
+        """Insert a key known to be absent into a table with room."""
+        cdef Py_ssize_t mask = self._capacity - 1
+        cdef Py_ssize_t i = <Py_ssize_t>(_hash(queue_id, message_id) & <uint64_t>mask)
+        cdef RefSlot *slot
+        while True:
+            slot = &self._slots[i]
+            if slot.state != SLOT_USED:
+                if slot.state == SLOT_DELETED:
+                    self._deleted -= 1
+                slot.queue_id = queue_id
+                slot.message_id = message_id
+                slot.persisted = persisted
+                slot.state = SLOT_USED
+                self._used += 1
+                return
+            i = (i + 1) & mask
+
+    def add_reference(self, unsigned long long queue_id, unsigned long long message_id,
+                      unsigned int persisted_count=0):
+        """Start tracking a live reference; persisted_count is what recovery restored (0 if none).
+        The message must be live in the journal, and stay live until the reference is removed."""
+        if message_id not in self._journal._core_live():
+            raise unknown_message(message_id)
+        if self._find(queue_id, message_id) != NULL:
+            raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
+        if 2 * (self._used + self._deleted + 1) > self._capacity:
+            self._grow()
+        self._place(queue_id, message_id, persisted_count)
+
+    def remove_reference(self, unsigned long long queue_id, unsigned long long message_id):
+        """Stop tracking a reference (acknowledged or its message deleted); False if it was unknown."""
+        cdef RefSlot *slot = self._find(queue_id, message_id)
+        if slot == NULL:
+            return False
+        slot.state = SLOT_DELETED
+        self._used -= 1
+        self._deleted += 1
+        return True
+
+    def has_reference(self, unsigned long long queue_id, unsigned long long message_id):
+        return self._find(queue_id, message_id) != NULL
+
+    def persisted_count(self, unsigned long long queue_id, unsigned long long message_id):
+        """The reference's last persisted delivery count (0 when none was ever written)."""
+        cdef RefSlot *slot = self._find(queue_id, message_id)
+        if slot == NULL:
+            raise unknown_reference(queue_id, message_id)
+        return slot.persisted
+
+    def __len__(self):
+        return self._used
+
+    def clear(self):
+        self._allocate(INITIAL_CAPACITY)
+
+    # ----- the writers ------------------------------------------------------------------------------
+    cdef int _write_count(self, RefSlot *slot, uint32_t count, object sync) except -1:
+        """1 if written, 0 if skipped (unchanged or above the cap)."""
+        cdef unsigned char body[DELIVERY_COUNT_BODY]
+        cdef uint64_t queue_id = slot.queue_id
+        cdef uint64_t message_id = slot.message_id
+        cdef uint32_t previous = slot.persisted
+        if count == previous:
+            return 0
+        if self.max_redelivery_records >= 0 and count > self.max_redelivery_records:
+            return 0
+        store_u64(body, queue_id)
+        store_u32(body + 8, count)
+        slot.persisted = count
+        # the append may release the GIL (file switch, sync wait): `slot` is not used after it
+        try:
+            self._journal._append_raw(KIND_UPDATE, TYPE_UPDATE_DELIVERY_COUNT, message_id, 0, body,
+                                      DELIVERY_COUNT_BODY, sync)
+        except BaseException:
+            slot = self._find(queue_id, message_id)
+            if slot != NULL and slot.persisted == count:
+                slot.persisted = previous
+            raise
+        self.delivery_count_records_written += 1
+        return 1
+
+    cdef int _write_time(self, uint64_t queue_id, uint64_t message_id, uint64_t scheduled_ms, uint32_t count,
+                         object sync) except -1:
+        cdef unsigned char body[SCHEDULED_TIME_BODY]
+        if self.max_redelivery_records >= 0 and count > self.max_redelivery_records:
+            return 0
+        store_u64(body, queue_id)
+        store_u64(body + 8, scheduled_ms)
+        self._journal._append_raw(KIND_UPDATE, TYPE_SET_SCHEDULED_DELIVERY_TIME, message_id, 0, body,
+                                  SCHEDULED_TIME_BODY, sync)
+        self.scheduled_time_records_written += 1
+        return 1
+
+    def update_delivery_count(self, unsigned long long queue_id, unsigned long long message_id,
+                              unsigned int delivery_count, sync=None):
+        """Append an UPDATE_DELIVERY_COUNT unless unchanged or above the cap; True if written."""
+        cdef RefSlot *slot = self._find(queue_id, message_id)
+        if slot == NULL:
+            raise unknown_reference(queue_id, message_id)
+        return self._write_count(slot, delivery_count, sync) == 1
+
+    def update_scheduled_delivery_time(self, unsigned long long queue_id, unsigned long long message_id,
+                                       unsigned long long scheduled_ms, unsigned int delivery_count,
+                                       sync=None):
+        """Append a SET_SCHEDULED_DELIVERY_TIME unless the count is above the cap; True if written."""
+        if self._find(queue_id, message_id) == NULL:
+            raise unknown_reference(queue_id, message_id)
+        return self._write_time(queue_id, message_id, scheduled_ms, delivery_count, sync) == 1
+
+    def update_delivery_counts(self, queue_ids, message_ids, delivery_counts, sync=None):
+        """The batch form of update_delivery_count: one wait for durability at the end; returns records written.
+
+        Every reference is checked before anything is written, so an unknown one writes nothing.
+        """
+        cdef const uint64_t[::1] queues = as_u64_array(queue_ids, "queue_ids")
+        cdef const uint64_t[::1] messages = as_u64_array(message_ids, "message_ids")
+        cdef const uint32_t[::1] counts = as_u32_array(delivery_counts, "delivery_counts")
+        cdef Py_ssize_t i, n = counts.shape[0]
+        cdef Py_ssize_t written = 0
+        cdef Py_ssize_t *where = self._check_batch(queues, messages, n)
+        cdef uint64_t generation = self._generation
+        try:
+            for i in range(n):
+                written += self._write_count(self._slot_at(where[i], generation, queues[i], messages[i]),
+                                             counts[i], False)
+        finally:
+            PyMem_Free(where)
+        self._finish_batch(written, sync)
+        return written
+
+    def update_scheduled_delivery_times(self, queue_ids, message_ids, scheduled_times, delivery_counts,
+                                        sync=None):
+        """The batch form of update_scheduled_delivery_time; returns records written."""
+        cdef const uint64_t[::1] queues = as_u64_array(queue_ids, "queue_ids")
+        cdef const uint64_t[::1] messages = as_u64_array(message_ids, "message_ids")
+        cdef const uint64_t[::1] times = as_u64_array(scheduled_times, "scheduled_times")
+        cdef const uint32_t[::1] counts = as_u32_array(delivery_counts, "delivery_counts")
+        cdef Py_ssize_t i, n = counts.shape[0]
+        cdef Py_ssize_t written = 0
+        cdef Py_ssize_t *where
+        cdef uint64_t generation = self._generation
+        if times.shape[0] != n:
+            raise ValueError(f"scheduled_times has {times.shape[0]} entries, delivery_counts {n}")
+        where = self._check_batch(queues, messages, n)
+        try:
+            for i in range(n):
+                self._slot_at(where[i], generation, queues[i], messages[i])
+                written += self._write_time(queues[i], messages[i], times[i], counts[i], False)
+        finally:
+            PyMem_Free(where)
+        self._finish_batch(written, sync)
+        return written
+
+    cdef Py_ssize_t *_check_batch(self, const uint64_t[::1] queues, const uint64_t[::1] messages,
+                                  Py_ssize_t n) except NULL:
+        """Check every reference of a batch; returns their slot indexes (the caller frees them)."""
+        cdef Py_ssize_t i
+        cdef RefSlot *slot
+        cdef Py_ssize_t *where
+        if queues.shape[0] != messages.shape[0] or queues.shape[0] != n:
+            raise ValueError(f"batch arrays differ in length: {queues.shape[0]} queue ids, "
+                             f"{messages.shape[0]} message ids, {n} values")
+        where = <Py_ssize_t *>PyMem_Malloc((n if n > 0 else 1) * sizeof(Py_ssize_t))
+        if where == NULL:
+            raise MemoryError()
+        for i in range(n):
+            slot = self._find(queues[i], messages[i])
+            if slot == NULL:
+                PyMem_Free(where)
+                raise unknown_reference(queues[i], messages[i])
+            where[i] = slot - self._slots
+        return where
+
+    cdef RefSlot *_slot_at(self, Py_ssize_t index, uint64_t generation, uint64_t queue_id,
+                           uint64_t message_id) except NULL:
+        """The slot _check_batch found, unless the table changed since (an append released the GIL)."""
+        cdef RefSlot *slot = &self._slots[index]
+        if (generation != self._generation or slot.state != SLOT_USED or slot.queue_id != queue_id
+                or slot.message_id != message_id):
+            slot = self._find(queue_id, message_id)
+            if slot == NULL:     # removed by another thread meanwhile
+                raise unknown_reference(queue_id, message_id)
+        return slot
+
+    cdef int _finish_batch(self, Py_ssize_t written, object sync) except -1:
+        if written and (bool(sync) if sync is not None else self._always):
+            self._journal.sync()
+        return 0
