@@ -11,7 +11,8 @@ import time
 
 from ..errors import (DuplicateRecordError, JournalClosedError, JournalFailedError, RecordTooLargeError,
                       StoreFullError, UnknownRecordError, UnknownTransactionError)
-from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
+from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
+from . import durability
 from .codec import encode_frame, frame_size, pad_frame
 from .format import RecordKind
 from .livemap import LiveMap
@@ -71,7 +72,11 @@ class JournalCore:
         self._sealed: list[Segment] = []
         self._lock = threading.RLock()      # what the GIL is to the compiled appends
         self._cond = threading.Condition(threading.Lock())
-        self._io_running = False
+        self._writing = False        # the write baton: one thread pads and writes out at a time
+        self._syncing = False        # the sync baton: one thread fdatasyncs at a time
+        self._leader_open = False    # a sync leader holds the write baton and has not padded yet
+        self._sync_inflight = 0      # the highest target a leader padded for and has not made durable
+        self._sealed_paths: list[str] = []
         self._failure = None
         self._ready = False
         self._live = LiveMap()
@@ -121,11 +126,15 @@ class JournalCore:
     def _core_fail(self, exc) -> None:
         if self._failure is None:
             self._failure = exc
+        with self._cond:
+            self._leader_open = False
+            self._cond.notify_all()
 
     def _core_close(self) -> None:
         self._ready = False
         with self._cond:
-            while self._io_running:
+            while (self._failure is None and
+                   (self._writing or self._syncing or self._sync_inflight > self.durable_bytes)):
                 self._cond.wait()
         for seg in self._sealed:
             seg.close()
@@ -328,37 +337,41 @@ class JournalCore:
                   and self.appended_bytes - self.durable_bytes > self._buffer_size):
                 self._flusher_state = FLUSHER_URGENT
                 self._kick_flusher()
-        elif buffered >= self._buffer_size and not self._io_running:
+        elif buffered >= self._buffer_size and not self._writing:
             self._wait_for(self.appended_bytes, False)
 
-    def _take_baton(self) -> None:
+    def _take_write(self) -> None:
         with self._cond:
-            while self._io_running:
+            while self._writing and self._failure is None:
                 self._cond.wait()
-            self._io_running = True
+            self._check_writable()
+            self._writing = True
 
-    def _give_baton(self) -> None:
+    def _release_write(self) -> None:
         with self._cond:
-            self._io_running = False
+            self._writing = False
+            self._leader_open = False
             self._cond.notify_all()
 
     def _roll(self, seen: Segment, needed: int, factory) -> None:
-        self._take_baton()
+        self._take_write()
         try:
             with self._lock:
                 if self._active is not seen:
                     return
                 seen.limit = seen.position
-                self._write_out(False)
+                self._write_active()
                 new_segment = factory() if factory is not None else self._next_segment(needed)
                 assert seen.position == seen.written, "frames appended to a sealed file"
                 self._active = new_segment
                 self._buf = bytearray()
                 self._buf_start = new_segment.position
-                if seen.synced >= seen.written:
-                    seen.close()
-                else:
-                    self._sealed.append(seen)
+                self._sealed.append(seen)
+                if (len(self._sealed) > UNSYNCED_OPEN_FILES_MAX and not self._syncing
+                        and self._sync_inflight <= self.durable_bytes):
+                    oldest = self._sealed.pop(0)
+                    self._sealed_paths.append(oldest.path)
+                    oldest.close()
         except StoreFullError:
             seen.limit = seen.size
             raise
@@ -366,7 +379,7 @@ class JournalCore:
             self._core_fail(exc)
             raise
         finally:
-            self._give_baton()
+            self._release_write()
 
     def _pad_to_sector(self) -> None:
         seg = self._active
@@ -384,25 +397,88 @@ class JournalCore:
         self.appended_bytes += gap
 
     def _wait_for(self, target: int, durable: bool) -> None:
+        """Writing out and syncing are separate batons, as in the compiled core."""
         while (self.durable_bytes if durable else self.written_bytes) < target:
             self._check_writable()
             with self._cond:
-                if self._io_running:
-                    while self._io_running and (self.durable_bytes if durable else self.written_bytes) < target:
+                if durable and (self._leader_open or self._sync_inflight >= target):
+                    while (self._failure is None and self.durable_bytes < target
+                           and (self._leader_open or self._sync_inflight >= target)):
                         self._cond.wait()
                     continue
-                self._io_running = True
+                if self._writing:
+                    while self._failure is None and self._writing and (durable or self.written_bytes < target):
+                        self._cond.wait()
+                    continue
+                self._writing = True
+                self._leader_open = durable
+            if durable:
+                self._lead_sync()
+                continue
             try:
-                if durable:
-                    self._gather()
                 with self._lock:
-                    self._write_out(durable)
+                    self._write_active()
             except BaseException as exc:
                 self._core_fail(exc)
-                raise JournalFailedError(f"{'sync' if durable else 'write'} failed: {exc}",
+                raise JournalFailedError(f"write failed: {exc}",
                                          hint="the journal accepts no more writes; reopen it") from exc
             finally:
-                self._give_baton()
+                self._release_write()
+
+    def _lead_sync(self) -> None:
+        """Gather, pad, write out (write baton), then fdatasync (sync baton)."""
+        try:
+            self._gather()
+            with self._lock:
+                self._pad_to_sector()
+                batch = self._sync_requests
+                self._sync_requests = 0
+                target = self.appended_bytes
+                with self._cond:
+                    self._sync_inflight = max(self._sync_inflight, target)
+                    self._leader_open = False
+                seg = self._active
+                self._write_active()
+        except BaseException as exc:
+            self._core_fail(exc)
+            raise JournalFailedError(f"write failed: {exc}",
+                                     hint="the journal accepts no more writes; reopen it") from exc
+        finally:
+            self._release_write()
+        with self._cond:
+            while self._syncing and self._failure is None:
+                self._cond.wait()
+            self._check_writable()
+            if self.durable_bytes >= target:
+                return
+            self._syncing = True
+        try:
+            with self._lock:
+                synced = list(self._sealed)
+                paths, self._sealed_paths = self._sealed_paths, []
+            for path in paths:
+                durability.fdatasync_path(path)
+            for old in synced:
+                if old is not seg:
+                    old.datasync()
+            seg.datasync()
+            with self._lock:
+                self.sync_count += 1
+                self._last_batch = batch
+                for old in synced:
+                    old.synced = old.written
+                    old.close()
+                self._sealed = [old for old in self._sealed if old not in synced]
+                seg.synced = max(seg.synced, seg.written)
+                self.durable_bytes = max(self.durable_bytes, target)
+        except BaseException as exc:
+            self._core_fail(exc)
+            raise JournalFailedError(f"sync failed: {exc}",
+                                     hint="the journal accepts no more writes; reopen it") from exc
+        finally:
+            with self._cond:
+                self._syncing = False
+                self._cond.notify_all()
 
     def _gather(self) -> None:
         if self._last_batch <= 1 or self._gather_us <= 0 or self._sync_requests >= self._last_batch:
@@ -411,36 +487,18 @@ class JournalCore:
         while self._sync_requests < self._last_batch and time.monotonic() < deadline:
             time.sleep(20e-6)
 
-    def _write_out(self, durable: bool) -> None:
-        """Caller holds the baton and self._lock (the twin writes out under the lock)."""
+    def _write_active(self) -> None:
+        """Caller holds the write baton and self._lock (the twin writes out under the lock)."""
         seg = self._active
-        batch = 0
-        if durable:
-            self._pad_to_sector()
-            batch = self._sync_requests
-            self._sync_requests = 0
         target = self.appended_bytes
         start, end = seg.written, seg.position
         if end > start:
             seg.write_at(self._buf[start - self._buf_start:end - self._buf_start], start)
             self.write_count += 1
         seg.written = end
-        if durable:
-            for old in self._sealed:
-                old.datasync()
-            seg.datasync()
-            seg.synced = end
-            for old in self._sealed:
-                old.close()
-            self._sealed = []
-            self.sync_count += 1
-            self._last_batch = batch
         del self._buf[:end - self._buf_start]
         self._buf_start = end
         self.written_bytes = max(self.written_bytes, target)
-        if durable:
-            self.durable_bytes = max(self.durable_bytes, target)
-
 
 def _check_id(value: int) -> None:
     if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:

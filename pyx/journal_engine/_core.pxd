@@ -37,7 +37,13 @@ cdef class JournalCore:
     cdef pthread_cond_t _baton_free
     cdef pthread_cond_t _gathered       # signalled when a gathering sync has its batch
     cdef bint _gathering
-    cdef bint _io_running               # the I/O baton: one thread writes out and syncs at a time
+    cdef bint _writing                  # the write baton: one thread pads and writes out at a time
+    cdef bint _syncing                  # the sync baton: one thread fdatasyncs at a time
+    cdef bint _leader_open              # a sync leader holds the write baton and has not padded yet:
+                                        # every append before its pad is in its batch
+    cdef uint64_t _sync_inflight        # the highest target a leader padded for and has not made durable
+    cdef bint _failed                   # mirrors _failure for threads waiting without the GIL
+    cdef list _sealed_paths             # sealed files closed before a sync reached them
     cdef object _failure
     cdef bint _ready
     cdef LiveMap _live
@@ -60,10 +66,10 @@ cdef class JournalCore:
     cdef int _append_raw(self, uint8_t kind, uint8_t user_type, uint64_t record_id, uint64_t tx_id,
                          const unsigned char *body, Py_ssize_t n, object sync) except -1
     cdef int _after_append(self, object sync) except -1
-    cdef int _take_baton(self) except -1
-    cdef int _give_baton(self) except -1
-    cdef int _wait_baton(self, uint64_t target, int what) except -1
+    cdef int _notify(self) except -1
+    cdef int _sleep(self, uint64_t target, int what) except -1
     cdef int _wait_for(self, uint64_t target, bint durable) except -1
+    cdef int _lead_sync(self) except -1
     cdef int _gather(self) except -1
-    cdef int _write_out(self, bint durable) except -1
+    cdef int _write_active(self) except -1
     cdef int _pad_to_sector(self) except -1

@@ -41,11 +41,13 @@ cdef extern from "pthread.h" nogil:
     int pthread_cond_signal(pthread_cond_t *)
     int pthread_cond_timedwait(pthread_cond_t *, pthread_mutex_t *, const timespec *)
 
-# what a thread waits for while another holds the I/O baton
+# what a thread sleeps for (each wait re-checks its own condition after waking)
 cdef enum WaitFor:
-    WAIT_BATON = 0        # the baton itself
-    WAIT_WRITTEN = 1      # written_bytes >= target (or the baton)
-    WAIT_DURABLE = 2      # durable_bytes >= target (or the baton)
+    WAIT_WRITE_BATON = 0  # the write baton is free
+    WAIT_SYNC_BATON = 1   # the sync baton is free
+    WAIT_WRITTEN = 2      # written_bytes >= target, or the writer is done
+    WAIT_DURABLE = 3      # durable_bytes >= target, or no leader covers target any more
+    WAIT_IDLE = 4         # no write-out, no sync, no leader between the two
 from journal_engine._codec cimport (
     FRAME_HEADER_SIZE, write_frame, write_pad, frame_size, store_u32,
     KIND_ADD, KIND_UPDATE, KIND_DELETE, KIND_ADD_TX, KIND_UPDATE_TX, KIND_DELETE_TX,
@@ -56,7 +58,7 @@ from journal_engine.errors import (
     JournalClosedError, JournalFailedError, UnknownRecordError, DuplicateRecordError,
     UnknownTransactionError, RecordTooLargeError, StoreFullError,
 )
-from journal_engine.limits import SECTOR_SIZE_BYTES
+from journal_engine.limits import SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
 
 DEF SECTOR = 4096
 assert SECTOR == SECTOR_SIZE_BYTES
@@ -148,6 +150,7 @@ cdef class JournalCore:
 
     def __cinit__(self, *args, **kwargs):
         self._sealed = []
+        self._sealed_paths = []
         pthread_mutex_init(&self._mutex, NULL)
         pthread_cond_init(&self._baton_free, NULL)
         pthread_cond_init(&self._gathered, NULL)
@@ -208,11 +211,13 @@ cdef class JournalCore:
     def _core_fail(self, exc):
         if self._failure is None:
             self._failure = exc
+        self._failed = True
+        self._leader_open = False
+        self._notify()
 
     def _core_close(self):
         self._ready = False
-        self._take_baton()          # no write-out may be running while files close
-        self._give_baton()
+        self._sleep(0, WAIT_IDLE)   # no write-out or sync may be using a file while files close
         for seg in self._sealed:
             seg.close()
         self._sealed = []
@@ -435,54 +440,63 @@ cdef class JournalCore:
                   <Py_ssize_t>(self.appended_bytes - self.durable_bytes) > self._buffer_size):
                 self._flusher_state = FLUSHER_URGENT
                 self._kick_flusher()
-        elif buffered >= self._buffer_size and not self._io_running:
+        elif buffered >= self._buffer_size and not self._writing:
             self._wait_for(self.appended_bytes, False)   # mode "none": hand full buffers to the OS
         return 0
 
-    cdef int _wait_baton(self, uint64_t target, int what) except -1:
-        """Sleep without the GIL until the baton is free or `what` reached `target`."""
+    cdef int _notify(self) except -1:
         with nogil:
             pthread_mutex_lock(&self._mutex)
-            while self._io_running:
-                if what == WAIT_WRITTEN and self.written_bytes >= target:
-                    break
-                if what == WAIT_DURABLE and self.durable_bytes >= target:
-                    break
-                pthread_cond_wait(&self._baton_free, &self._mutex)
+            pthread_cond_broadcast(&self._baton_free)
             pthread_mutex_unlock(&self._mutex)
         return 0
 
-    cdef int _take_baton(self) except -1:
-        while self._io_running:
-            self._wait_baton(0, WAIT_BATON)
-        self._io_running = True     # checked and set with the GIL held: no other thread in between
-        return 0
-
-    cdef int _give_baton(self) except -1:
+    cdef int _sleep(self, uint64_t target, int what) except -1:
+        """Sleep without the GIL until `what` no longer holds (or the journal failed)."""
         with nogil:
             pthread_mutex_lock(&self._mutex)
-            self._io_running = False
-            pthread_cond_broadcast(&self._baton_free)
+            while not self._failed:
+                if what == WAIT_WRITE_BATON:
+                    if not self._writing:
+                        break
+                elif what == WAIT_SYNC_BATON:
+                    if not self._syncing:
+                        break
+                elif what == WAIT_WRITTEN:
+                    if not self._writing or self.written_bytes >= target:
+                        break
+                elif what == WAIT_DURABLE:
+                    if self.durable_bytes >= target or not (self._leader_open or self._sync_inflight >= target):
+                        break
+                else:
+                    if not (self._writing or self._syncing or self._sync_inflight > self.durable_bytes):
+                        break
+                pthread_cond_wait(&self._baton_free, &self._mutex)
             pthread_mutex_unlock(&self._mutex)
         return 0
 
     def _roll(self, Segment seen, Py_ssize_t needed, factory):
         """Seal `seen` (written out in full) and continue in the next file."""
-        self._take_baton()
+        while self._writing:
+            self._sleep(0, WAIT_WRITE_BATON)
+            self._check_writable()
+        self._writing = True        # checked and set with the GIL held: no other thread in between
         try:
             if self._active is not seen:
                 return
             seen.limit = seen.position     # appenders that still see it find it full and wait here
-            self._write_out(False)
+            self._write_active()
             new_segment = factory() if factory is not None else self._next_segment(needed)
             if seen.position > seen.written:   # appended while the new file was being fetched: impossible
                 raise AssertionError("frames appended to a sealed file")
             self._active = new_segment
             self._buf_start = new_segment.position
-            if seen.synced >= seen.written:
-                seen.close()
-            else:
-                self._sealed.append(seen)
+            self._sealed.append(seen)          # a sync closes it once it is durable
+            if (len(self._sealed) > UNSYNCED_OPEN_FILES_MAX and not self._syncing
+                    and self._sync_inflight <= self.durable_bytes):
+                oldest = self._sealed.pop(0)   # no sync holds it: close, remember the path for the next sync
+                self._sealed_paths.append(oldest.path)
+                oldest.close()
         except StoreFullError:
             seen.limit = seen.size          # no next file: the journal stays usable, the append fails
             raise
@@ -490,7 +504,8 @@ cdef class JournalCore:
             self._core_fail(exc)            # a failed write-out: stop rather than retry
             raise
         finally:
-            self._give_baton()
+            self._writing = False
+            self._notify()
 
     cdef int _pad_to_sector(self) except -1:
         cdef Segment seg = self._active
@@ -510,23 +525,94 @@ cdef class JournalCore:
         return 0
 
     cdef int _wait_for(self, uint64_t target, bint durable) except -1:
-        """Return once everything up to `target` is written out (and synced, if durable)."""
+        """Return once everything up to `target` is written out (and synced, if durable).
+
+        Writing out and syncing are separate batons, so one thread's write-out (a flush, a
+        file switch, the next leader's batch) proceeds while another thread's fdatasync runs.
+        """
         while (self.durable_bytes if durable else self.written_bytes) < target:
             self._check_writable()
-            if self._io_running:
-                self._wait_baton(target, WAIT_DURABLE if durable else WAIT_WRITTEN)
+            if durable and (self._leader_open or self._sync_inflight >= target):
+                self._sleep(target, WAIT_DURABLE)          # a leader's batch holds this target
                 continue
-            self._io_running = True
+            if self._writing:
+                self._sleep(target, WAIT_WRITE_BATON if durable else WAIT_WRITTEN)
+                continue
+            if durable:
+                self._lead_sync()
+                continue
+            self._writing = True
             try:
-                if durable:
-                    self._gather()
-                self._write_out(durable)
+                self._write_active()
             except BaseException as exc:
                 self._core_fail(exc)
-                raise JournalFailedError(f"{'sync' if durable else 'write'} failed: {exc}",
+                raise JournalFailedError(f"write failed: {exc}",
                                          hint="the journal accepts no more writes; reopen it") from exc
             finally:
-                self._give_baton()
+                self._writing = False
+                self._notify()
+        return 0
+
+    cdef int _lead_sync(self) except -1:
+        """Gather a batch, pad it to a sector, write it out, then fdatasync it (group commit)."""
+        cdef Segment seg, old
+        cdef uint64_t target
+        cdef Py_ssize_t batch
+        cdef list synced
+        self._writing = True
+        self._leader_open = True
+        try:
+            self._gather()
+            self._pad_to_sector()
+            batch = self._sync_requests
+            self._sync_requests = 0
+            target = self.appended_bytes
+            if target > self._sync_inflight:
+                self._sync_inflight = target
+            self._leader_open = False
+            seg = self._active
+            self._write_active()
+        except BaseException as exc:
+            self._core_fail(exc)
+            raise JournalFailedError(f"write failed: {exc}",
+                                     hint="the journal accepts no more writes; reopen it") from exc
+        finally:
+            self._leader_open = False
+            self._writing = False
+            self._notify()
+        while self._syncing:
+            self._sleep(0, WAIT_SYNC_BATON)
+            self._check_writable()
+        if self.durable_bytes >= target:
+            return 0                        # a later leader's sync already covered this batch
+        self._syncing = True
+        try:
+            synced = list(self._sealed)
+            paths = self._sealed_paths
+            self._sealed_paths = []
+            for path in paths:
+                _fdatasync_path(path)
+            for old in synced:
+                if old is not seg:
+                    old.datasync()
+            seg.datasync()
+            self.sync_count += 1
+            self._last_batch = batch
+            for old in synced:
+                old.synced = old.written
+                old.close()
+            self._sealed = [old for old in self._sealed if old not in synced]
+            if seg.synced < seg.written:
+                seg.synced = seg.written
+            if target > self.durable_bytes:
+                self.durable_bytes = target
+        except BaseException as exc:
+            self._core_fail(exc)
+            raise JournalFailedError(f"sync failed: {exc}",
+                                     hint="the journal accepts no more writes; reopen it") from exc
+        finally:
+            self._syncing = False
+            self._notify()
         return 0
 
     cdef int _gather(self) except -1:
@@ -550,34 +636,15 @@ cdef class JournalCore:
         self._gathering = False
         return 0
 
-    cdef int _write_out(self, bint durable) except -1:
-        """Hand the buffered frames to the OS (and sync if durable); the caller holds the baton."""
+    cdef int _write_active(self) except -1:
+        """Hand the active file's buffered frames to the OS; the caller holds the write baton."""
         cdef Segment seg = self._active
-        cdef Segment old
-        cdef uint64_t target
-        cdef Py_ssize_t start, end, rest
-        cdef Py_ssize_t batch = 0
-        if durable:
-            self._pad_to_sector()
-            batch = self._sync_requests
-            self._sync_requests = 0
-        target = self.appended_bytes
-        start = seg.written
-        end = seg.position
+        cdef uint64_t target = self.appended_bytes
+        cdef Py_ssize_t start = seg.written, end = seg.position, rest
         if end > start:
             seg.write_at(self._buf + (start - self._buf_start), end - start, start)
             self.write_count += 1
         seg.written = end
-        if durable:
-            for old in self._sealed:
-                old.datasync()
-            seg.datasync()
-            seg.synced = end
-            for old in self._sealed:
-                old.close()
-            self._sealed = []
-            self.sync_count += 1
-            self._last_batch = batch
         # keep what was appended during the write at the front of the buffer
         rest = seg.position - end
         if rest:
@@ -585,7 +652,9 @@ cdef class JournalCore:
         self._buf_start = end
         if target > self.written_bytes:
             self.written_bytes = target
-        if durable and target > self.durable_bytes:
-            self.durable_bytes = target
         return 0
 
+
+def _fdatasync_path(path):
+    from journal_engine.storage import durability
+    durability.fdatasync_path(path)
