@@ -57,9 +57,11 @@ def run(seconds: float, size: int, threads: int, keep: str | None, seed: int | N
     directory = keep or tempfile.mkdtemp(prefix="journal-engine-demo-")
     print(f"journal_engine demo ({IMPLEMENTATION} core): journal in {directory}")
     print(f"  child process: {threads} threads appending {size}-byte records with sync=True (group commit)")
-    child = subprocess.Popen([sys.executable, "-m", "journal_engine.demo", "--child", directory,
+    # the child starts in the journal's folder: `python -m` puts the working directory first on
+    # sys.path, and a source checkout there would shadow the installed (compiled) package
+    child = subprocess.Popen([sys.executable, "-m", "journal_engine.demo", "--child", os.path.abspath(directory),
                               "--size", str(size), "--threads", str(threads)],
-                             stdout=subprocess.PIPE, text=True, bufsize=1)
+                             stdout=subprocess.PIPE, text=True, bufsize=1, cwd=directory)
     acked: set[int] = set()
     reader = threading.Thread(target=lambda: [acked.add(int(line.split()[1])) for line in child.stdout
                                               if line.startswith("ack ")], daemon=True)
