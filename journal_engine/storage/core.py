@@ -461,7 +461,10 @@ class JournalCore:
             for old in synced:
                 if old is not seg:
                     old.datasync()
-            seg.datasync()
+            # `seg` may have been sealed after this batch was written and then closed by an
+            # earlier leader's sync: a sync closes only files it made durable in full
+            if seg.is_open:
+                seg.datasync()
             with self._lock:
                 self.sync_count += 1
                 self._last_batch = batch
