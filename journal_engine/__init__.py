@@ -12,6 +12,14 @@ from .storage.journal import Journal, LoadReport, LoadResult, PreparedTransactio
 from .store import MessageStore, RecordType, RecoveredReference, RecoveredState, StoredMessage, StoredQueue
 from .broker.selector import Selector, SelectorError
 from .broker.settings import AddressSettings, AddressSettingsRepository, HierarchicalRepository
+from .broker.broker import Broker
+from .broker.clock import ManualClock, WallClock
+from .broker.consumer import Consumer
+from .broker.message import Message
+from .broker.queue import QueueInfo
+from .broker.session import Session
+from .errors import MessageStateError, QueueExistsError, UnknownQueueError
+from .store.message_store import StoreTransaction
 from . import wildcard
 
 __version__ = "0.1.0"
@@ -24,4 +32,6 @@ __all__ = [
     "DuplicateRecordError", "UnknownTransactionError",
     "MessageStore", "RecoveredState", "RecoveredReference", "StoredMessage", "StoredQueue", "RecordType",
     "AddressSettings", "AddressSettingsRepository", "HierarchicalRepository", "Selector", "SelectorError", "wildcard",
+    "Broker", "ManualClock", "WallClock", "Consumer", "Message", "QueueInfo", "Session", "StoreTransaction",
+    "MessageStateError", "QueueExistsError", "UnknownQueueError",
 ]

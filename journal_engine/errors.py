@@ -96,3 +96,24 @@ class UnknownTransactionError(JournalError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class MessageStateError(JournalError, ValueError):
+    """A message was acknowledged or rolled back when its state does not allow it: twice, by a consumer
+    it was not delivered to, after its consumer or session closed, or outside a transaction that needs
+    one. Nothing was changed."""
+
+
+class UnknownQueueError(ConfigError, KeyError):
+    """A queue name that the broker does not have."""
+
+    def __init__(self, name: object, *, hint: str | None = None) -> None:
+        super().__init__("queue", name, "no such queue", hint=hint or "create_queue() it first; "
+                         "broker.queue_names() lists the queues")
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class QueueExistsError(ConfigError):
+    """create_queue() named a queue that already exists."""

@@ -256,10 +256,13 @@ def test_bad_configuration_names_the_field(store_dir, field, value):
     assert field in str(info.value)
 
 
-def test_lmdb_backend_is_not_available_yet(store_dir):
-    with pytest.raises(ConfigError, match="not available yet"):
-        MessageStore(store_dir, backend="lmdb")
-    assert not os.path.exists(store_dir)
+def test_lmdb_backend_keeps_the_same_layout_in_lmdb_environments(store_dir):
+    """backend="lmdb" (docs/backends.md; its behaviour is checked in tests/test_store_conformance.py)."""
+    with MessageStore(store_dir, backend="lmdb") as store:
+        store.load()
+        assert store.backend == "lmdb"
+    for sub in (MESSAGES_DIRECTORY, BINDINGS_DIRECTORY):
+        assert os.path.exists(store_dir / sub / "data.mdb")
 
 
 def test_strict_delivery_sync_needs_the_strict_mode(store_dir):

@@ -3,6 +3,13 @@ from .selector import Selector, SelectorError, compile_selector
 from .settings import (AddressSettings, AddressSettingsRepository, ArtemisBrokerXml, HierarchicalRepository,
                        read_artemis_broker_xml)
 from .wildcard import WildcardConfiguration
+from .clock import Clock, ManualClock, WallClock
+from .message import Message
+from .queue import QueueInfo
+from .consumer import Consumer
+from .session import Session
+from .broker import Broker
 
 __all__ = ["Selector", "SelectorError", "compile_selector", "AddressSettings", "AddressSettingsRepository",
-           "HierarchicalRepository", "ArtemisBrokerXml", "read_artemis_broker_xml", "WildcardConfiguration"]
+           "HierarchicalRepository", "ArtemisBrokerXml", "read_artemis_broker_xml", "WildcardConfiguration",
+           "Broker", "Clock", "ManualClock", "WallClock", "Message", "QueueInfo", "Consumer", "Session"]

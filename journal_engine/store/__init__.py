@@ -3,6 +3,15 @@ scheduled redeliveries, kept in journals with Artemis's record types (docs/messa
 """
 from .message_store import MessageStore, RecoveredReference, RecoveredState, StoreTransaction
 from .records import RecordType, StoredMessage, StoredQueue
+from .interface import RecordStore, stored_backend
 
 __all__ = ["MessageStore", "RecoveredState", "RecoveredReference", "StoredMessage", "StoredQueue", "RecordType",
-           "StoreTransaction"]
+           "StoreTransaction", "RecordStore", "LmdbRecordStore", "stored_backend"]
+
+
+def __getattr__(name: str):
+    # the LMDB backend imports the optional lmdb package: only when it is asked for
+    if name == "LmdbRecordStore":
+        from .lmdb_store import LmdbRecordStore
+        return LmdbRecordStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

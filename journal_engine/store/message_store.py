@@ -87,9 +87,6 @@ class MessageStore:
                  compact_percentage: int = 30) -> None:
         if backend not in BACKENDS:
             raise ConfigError("backend", backend, f"use one of {', '.join(BACKENDS)}")
-        if backend == "lmdb":
-            raise ConfigError("backend", backend, "the LMDB message store is not available yet",
-                              hint='use backend="journal"')
         check_cap(max_redelivery_records)
         if not isinstance(persist_delivery_count_before_delivery, bool):
             raise ConfigError("persist_delivery_count_before_delivery", persist_delivery_count_before_delivery,
@@ -110,15 +107,37 @@ class MessageStore:
                        buffer_size=buffer_size, compact_min_files=compact_min_files,
                        compact_percentage=compact_percentage)
         os.makedirs(self.directory, exist_ok=True)
-        self._journal = Journal(os.path.join(self.directory, MESSAGES_DIRECTORY), file_size=file_size,
-                                replaceable_types=REPLACEABLE_TYPES, **options)
-        try:
-            self._bindings = Journal(os.path.join(self.directory, BINDINGS_DIRECTORY),
-                                     file_size=min(file_size, BINDINGS_FILE_SIZE_MAX_BYTES), **options)
-        except BaseException:
-            self._journal.close()
-            raise
-        self._writer = _impl.RedeliveryWriter(self._journal, max_redelivery_records)
+        if backend == "lmdb":
+            # the same two record stores (store/interface.py) on LMDB; the compiled writer appends into
+            # the journal's buffer, so the LMDB store's 34/36 records go through the Python twin
+            from .lmdb_store import LmdbRecordStore
+            from .redelivery_writer import RedeliveryWriter
+            lmdb_options = dict(sync=sync, buffer_timeout_us=buffer_timeout_us, buffer_size=buffer_size)
+            self._journal = LmdbRecordStore(os.path.join(self.directory, MESSAGES_DIRECTORY),
+                                            replaceable_types=REPLACEABLE_TYPES, **lmdb_options)
+            try:
+                self._bindings = LmdbRecordStore(os.path.join(self.directory, BINDINGS_DIRECTORY), **lmdb_options)
+            except BaseException:
+                self._journal.close()
+                raise
+            self._writer = RedeliveryWriter(self._journal, max_redelivery_records)
+        else:
+            from .interface import stored_backend
+            for sub in (MESSAGES_DIRECTORY, BINDINGS_DIRECTORY):
+                if stored_backend(os.path.join(self.directory, sub)) == "lmdb":   # the journal would ignore it
+                    from ..errors import IncompatibleFormatError
+                    raise IncompatibleFormatError("the store directory holds an LMDB store",
+                                                  path=os.path.join(self.directory, sub), hint='open it with '
+                                                  'backend="lmdb"')
+            self._journal = Journal(os.path.join(self.directory, MESSAGES_DIRECTORY), file_size=file_size,
+                                    replaceable_types=REPLACEABLE_TYPES, **options)
+            try:
+                self._bindings = Journal(os.path.join(self.directory, BINDINGS_DIRECTORY),
+                                         file_size=min(file_size, BINDINGS_FILE_SIZE_MAX_BYTES), **options)
+            except BaseException:
+                self._journal.close()
+                raise
+            self._writer = _impl.RedeliveryWriter(self._journal, max_redelivery_records)
         self._lock = threading.Lock()          # the Python-side bookkeeping below; the writer needs none
         self._queues: dict[int, StoredQueue] = {}
         self._message_queues: dict[int, set] = {}     # live message id -> queue ids of its live references
@@ -526,26 +545,42 @@ class MessageStore:
         queue is checked before anything is written."""
         if self._state != "loaded":
             self._check_loaded()
-        data = _encode_message_fast(address, body, properties, durable, expiration, routing_type)
+        data = None
+        if not properties and type(body) is bytes and type(expiration) is int and expiration == 0:   # cached path
+            prefix = _PREFIXES.get((address, durable, routing_type))
+            if prefix is not None:
+                data = b"".join((prefix, _U32_PACK(len(body)), body, _NO_PROPERTIES))
+        if data is None:
+            data = _encode_message_fast(address, body, properties, durable, expiration, routing_type)
         journal = self._journal
         lock = self._lock
         lock.acquire()      # not `with`: on this hot path the with-statement costs twice acquire+release
         try:
-            if message_id in self._message_queues:
+            message_queues = self._message_queues
+            if message_id in message_queues:
                 raise DuplicateRecordError(f"message {message_id} is already stored")
-            stored_queues = self._queues
-            for queue_id in queue_ids:
-                if queue_id not in stored_queues:
+            if len(queue_ids) == 1:
+                queue_id = queue_ids[0]
+                if queue_id not in self._queues:
                     raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
-            references = set(queue_ids)
-            if len(references) != len(queue_ids):
-                raise DuplicateRecordError(f"queue_ids {list(queue_ids)} names a queue twice")
-            journal.add(message_id, _ADD_MESSAGE, data, sync=False)
-            self._message_queues[message_id] = references
-            writer = self._writer
-            for queue_id in queue_ids:
+                journal.add(message_id, _ADD_MESSAGE, data, sync=False)
+                message_queues[message_id] = {queue_id}
                 journal.update(message_id, _ADD_REF, _QUEUE_ID_BYTES(queue_id), sync=False)
-                writer.add_reference(queue_id, message_id, 0)
+                self._writer.add_reference(queue_id, message_id, 0)
+            else:
+                stored_queues = self._queues
+                for queue_id in queue_ids:
+                    if queue_id not in stored_queues:
+                        raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
+                references = set(queue_ids)
+                if len(references) != len(queue_ids):
+                    raise DuplicateRecordError(f"queue_ids {list(queue_ids)} names a queue twice")
+                journal.add(message_id, _ADD_MESSAGE, data, sync=False)
+                message_queues[message_id] = references
+                writer = self._writer
+                for queue_id in queue_ids:
+                    journal.update(message_id, _ADD_REF, _QUEUE_ID_BYTES(queue_id), sync=False)
+                    writer.add_reference(queue_id, message_id, 0)
         finally:
             lock.release()
         if sync or (sync is None and journal.sync_mode == "always"):
@@ -585,29 +620,33 @@ _MESSAGE_HEAD_PACK = struct.Struct("<BBBxq").pack            # as records._MESSA
 _U32_PACK = struct.Struct("<I").pack
 _NO_PROPERTIES = _U32_PACK(0)
 _ROUTING_CODES = {None: 0, "anycast": 1, "multicast": 2}     # as records.ROUTING_TYPES
-_ENCODED_ADDRESSES: dict = {}
-_ENCODED_ADDRESSES_MAX = 4096
+_PREFIXES: dict = {}            # (address, durable, routing type) -> encoded head (expiration 0) + address
+_PREFIXES_MAX = 4096
 
 
 def _encode_message_fast(address, body, properties, durable, expiration, routing_type) -> bytes:
-    """encode_message's bytes for the common message (no properties), in a fraction of its time;
-    anything else (or anything invalid) goes through encode_message itself. Byte-identical output is
-    checked in tests/test_broker_store.py."""
+    """encode_message's bytes for the common message (no properties), in a fraction of its time: the
+    head and the address of messages without an expiration are encoded once per address. Anything
+    else (or anything invalid) goes through encode_message itself. Byte-identical output is checked
+    in tests/test_broker_store.py."""
+    if not properties and type(body) is bytes and type(expiration) is int and expiration == 0:
+        prefix = _PREFIXES.get((address, durable, routing_type))
+        if prefix is not None:
+            return b"".join((prefix, _U32_PACK(len(body)), body, _NO_PROPERTIES))
     if (properties or type(address) is not str or type(body) is not bytes or type(expiration) is not int
             or not 0 <= expiration <= 0x7FFFFFFFFFFFFFFF or routing_type not in _ROUTING_CODES
             or (durable is not True and durable is not False)):
         return encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
                               routing_type=routing_type)
-    encoded_address = _ENCODED_ADDRESSES.get(address)
-    if encoded_address is None:
-        raw = address.encode("utf-8")
-        encoded_address = _U32_PACK(len(raw)) + raw
-        if len(_ENCODED_ADDRESSES) >= _ENCODED_ADDRESSES_MAX:
-            _ENCODED_ADDRESSES.clear()
-        _ENCODED_ADDRESSES[address] = encoded_address
-    return b"".join((_MESSAGE_HEAD_PACK(MESSAGE_FORMAT_VERSION, FLAG_DURABLE if durable else 0,
-                                        _ROUTING_CODES[routing_type], expiration),
-                     encoded_address, _U32_PACK(len(body)), body, _NO_PROPERTIES))
+    raw = address.encode("utf-8")
+    head = _MESSAGE_HEAD_PACK(MESSAGE_FORMAT_VERSION, FLAG_DURABLE if durable else 0, _ROUTING_CODES[routing_type],
+                              expiration)
+    prefix = head + _U32_PACK(len(raw)) + raw
+    if expiration == 0:
+        if len(_PREFIXES) >= _PREFIXES_MAX:
+            _PREFIXES.clear()
+        _PREFIXES[(address, durable, routing_type)] = prefix
+    return b"".join((prefix, _U32_PACK(len(body)), body, _NO_PROPERTIES))
 
 
 # Journal transaction ids: unique within the process and, started from the wall clock in ns, larger than

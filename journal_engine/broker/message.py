@@ -1,0 +1,114 @@
+"""Messages as the broker holds them (MessageData) and as consumers receive them (Message).
+
+A message sent to an address is one ``MessageData`` however many queues it reaches; each queue holds a
+reference of its own (``queue.Reference``) with its own delivery count. Every delivery hands out a new
+``Message``: a light view of the data plus that delivery's count, so a consumer holding an old
+delivery never sees the count of a later one.
+"""
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["Message", "MessageData", "HEADER_NAMES"]
+
+#: Header fields a queue filter can name besides the message's properties (Artemis's filter names).
+HEADER_NAMES = frozenset({"AMQAddress", "AMQDurable", "AMQExpiration", "AMQSize", "AMQMessageID"})
+
+_EMPTY: Mapping[str, Any] = types.MappingProxyType({})
+
+
+class MessageData:
+    """One message's content and its bookkeeping: how many references it has, and how many of them
+    the message store holds (the store deletes the message when the last of those is acknowledged)."""
+
+    __slots__ = ("message_id", "address", "body", "properties", "durable", "expiration", "routing_type",
+                 "durable_refs", "_view")
+
+    def __init__(self, message_id: int, address: str, body: bytes, properties: dict | None, durable: bool,
+                 expiration: int, routing_type: str | None) -> None:
+        self.message_id = message_id
+        self.address = address
+        self.body = body
+        self.properties = properties          # a dict the broker owns, or None for none
+        self.durable = durable
+        self.expiration = expiration          # epoch ms, 0 = never
+        self.routing_type = routing_type      # None, "anycast" or "multicast"
+        self.durable_refs = 0                 # references the store holds (> 0: the store holds the message)
+        self._view: Mapping[str, Any] | None = None
+
+    def properties_view(self) -> Mapping[str, Any]:
+        """The properties, read-only (consumers share the data; none may change it for the others)."""
+        view = self._view
+        if view is None:
+            view = _EMPTY if not self.properties else types.MappingProxyType(self.properties)
+            self._view = view
+        return view
+
+    def headers(self) -> dict:
+        """The header fields a filter may use (only filters that name one of them ask)."""
+        return {
+            "AMQAddress": self.address,
+            "AMQDurable": "DURABLE" if self.durable else "NON_DURABLE",
+            "AMQExpiration": self.expiration,
+            "AMQSize": len(self.body),
+            "AMQMessageID": self.message_id,
+        }
+
+    def __repr__(self) -> str:
+        return f"MessageData(id={self.message_id}, address={self.address!r}, durable={self.durable})"
+
+
+class Message:
+    """One delivery of a message (or a browsed copy, whose delivery_count is 0).
+
+    ``delivery_count`` is 1 on the first delivery and goes up at each dispatch; ``redelivered`` is
+    ``delivery_count > 1``. ``properties`` is read-only. ``queue`` names the queue it came from.
+    Acknowledge or roll it back through the consumer that received it.
+    """
+
+    __slots__ = ("_data", "delivery_count", "queue", "_ref", "_owner")
+
+    def __init__(self, data: MessageData, delivery_count: int, queue: str, ref=None, owner=None) -> None:
+        self._data = data
+        self.delivery_count = delivery_count
+        self.queue = queue
+        self._ref = ref           # the queue reference this delivery is of (None: browsed)
+        self._owner = owner       # the consumer it was delivered to (None: browsed)
+
+    @property
+    def message_id(self) -> int:
+        return self._data.message_id
+
+    @property
+    def address(self) -> str:
+        return self._data.address
+
+    @property
+    def body(self) -> bytes:
+        return self._data.body
+
+    @property
+    def properties(self) -> Mapping[str, Any]:
+        return self._data.properties_view()
+
+    @property
+    def durable(self) -> bool:
+        return self._data.durable
+
+    @property
+    def expiration(self) -> int:
+        return self._data.expiration
+
+    @property
+    def routing_type(self) -> str | None:
+        return self._data.routing_type
+
+    @property
+    def redelivered(self) -> bool:
+        return self.delivery_count > 1
+
+    def __repr__(self) -> str:
+        return (f"Message(id={self._data.message_id}, address={self._data.address!r}, queue={self.queue!r}, "
+                f"delivery_count={self.delivery_count}, body={self._data.body[:32]!r})")

@@ -1,0 +1,189 @@
+"""Queues, their references, the addresses that route to them, and QueueInfo snapshots.
+
+A queue keeps its deliverable references in a deque (head = next to deliver). Scheduled references
+(sent with a delivery time, or waiting for a redelivery delay) sit in the broker's timer heap until
+due, then go to the head of their queue, as Artemis's ScheduledDeliveryHandler does. A reference that
+leaves the deque by another way than a delivery (the expiry reaper) is only marked DONE and skipped
+when reached: removing it from the middle of the deque would cost O(n).
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+from .message import HEADER_NAMES, MessageData
+from .selector import Selector
+
+__all__ = ["QueueInfo", "Reference", "QueueState", "AddressState", "READY", "SCHEDULED", "DELIVERING", "DONE",
+           "ACKED_IN_TX"]
+
+# reference states
+READY = 0          # in its queue's deque
+SCHEDULED = 1      # in the broker's timer heap, waiting for its delivery time
+DELIVERING = 2     # handed to a consumer, not yet acknowledged or returned
+DONE = 3           # acknowledged, dead-lettered, expired or dropped: gone
+ACKED_IN_TX = 4    # delivered and acknowledged in a session's open transaction (still counted as delivering)
+
+
+class Reference:
+    """A message on one queue: its own delivery count, scheduled time and state."""
+
+    __slots__ = ("data", "queue", "delivery_count", "state", "delivery")
+
+    def __init__(self, data: MessageData, queue: "QueueState", delivery_count: int = 0) -> None:
+        self.data = data
+        self.queue = queue
+        self.delivery_count = delivery_count
+        self.state = READY
+        self.delivery = None          # the Message of the current delivery (identity proves ownership)
+
+    def __repr__(self) -> str:
+        state = ("READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX")[self.state]
+        return (f"Reference(message={self.data.message_id}, queue={self.queue.name!r}, "
+                f"delivery_count={self.delivery_count}, {state})")
+
+
+class QueueState:
+    """A queue's references and counters (the broker's lock guards all of it)."""
+
+    __slots__ = ("name", "queue_id", "address", "routing_type", "filter", "selector", "needs_headers", "durable",
+                 "auto_created", "ready", "count", "scheduled", "delivering", "consumers", "waiters", "condition",
+                 "messages_added", "messages_acknowledged", "messages_killed", "messages_expired",
+                 "messages_dropped", "pending_sends", "deleted", "id_list")
+
+    def __init__(self, name: str, queue_id: int, address: str, routing_type: str, filter: str | None,
+                 durable: bool, lock: threading.Lock, *, auto_created: bool = False) -> None:
+        self.name = name
+        self.queue_id = queue_id
+        self.address = address
+        self.routing_type = routing_type
+        self.filter = filter
+        self.selector = Selector(filter) if filter else None
+        self.needs_headers = bool(self.selector is not None and self.selector.identifiers & HEADER_NAMES)
+        self.durable = durable
+        self.auto_created = auto_created
+        self.ready: deque[Reference] = deque()
+        self.count = 0                  # live references: ready + scheduled + delivering
+        self.scheduled = 0
+        self.delivering = 0
+        self.consumers = 0
+        self.waiters = 0                # receive() calls sleeping on the condition
+        self.condition = threading.Condition(lock)
+        self.messages_added = 0
+        self.messages_acknowledged = 0
+        self.messages_killed = 0        # dead-lettered (moved or dropped), as Artemis counts KILLED acks
+        self.messages_expired = 0       # expired (moved or dropped)
+        self.messages_dropped = 0       # killed or expired with nowhere to go
+        self.pending_sends = 0          # references waiting in open transactions for commit
+        self.deleted = False
+        self.id_list = [queue_id]       # what the store's send call takes for this queue alone
+
+    def accepts(self, data: MessageData) -> bool:
+        """Does the queue's filter take this message?"""
+        selector = self.selector
+        if selector is None:
+            return True
+        return selector.matches(data.properties, data.headers() if self.needs_headers else None)
+
+    def add_sorted(self, ref: Reference) -> None:
+        """Put a returned reference back in message order (Artemis's addSorted): usually the head."""
+        ready = self.ready
+        sequence = ref.data.message_id
+        if not ready or sequence < ready[0].data.message_id:
+            ready.appendleft(ref)
+        elif sequence > ready[-1].data.message_id:
+            ready.append(ref)
+        else:
+            for index, other in enumerate(ready):
+                if other.data.message_id > sequence:
+                    ready.insert(index, ref)
+                    break
+            else:
+                ready.append(ref)
+
+    def info(self) -> "QueueInfo":
+        return QueueInfo(self.name, self.address, self.filter, self.routing_type, self.durable, self.count,
+                         self.scheduled, self.delivering, self.consumers, self.messages_added,
+                         self.messages_acknowledged, self.messages_killed, self.messages_expired,
+                         self.messages_dropped, self.auto_created, self.queue_id)
+
+    def __repr__(self) -> str:
+        return f"QueueState({self.name!r}, address={self.address!r}, count={self.count})"
+
+
+class AddressState:
+    """The queues bound to an address: anycast queues share each message (one of them, round-robin,
+    the first whose filter accepts it), every multicast queue whose filter accepts it gets a copy."""
+
+    __slots__ = ("name", "anycast", "multicast", "next_anycast", "direct")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.anycast: list[QueueState] = []
+        self.multicast: list[QueueState] = []
+        self.next_anycast = 0
+        self.direct: list[QueueState] | None = None    # the routing of every message, when it needs no choice
+
+    def has_queues(self) -> bool:
+        return bool(self.anycast or self.multicast)
+
+    def bind(self, queue: "QueueState") -> None:
+        (self.anycast if queue.routing_type == "anycast" else self.multicast).append(queue)
+        self._refresh()
+
+    def unbind(self, queue: "QueueState") -> None:
+        (self.anycast if queue.routing_type == "anycast" else self.multicast).remove(queue)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """One anycast queue without a filter and nothing else: every message goes there (the common
+        point-to-point case), so send() skips the routing."""
+        only = self.anycast[0] if len(self.anycast) == 1 and not self.multicast else None
+        self.direct = [only] if only is not None and only.selector is None else None
+
+    def route(self, data: MessageData, routing_type: str | None) -> list[QueueState]:
+        """The queues that get a reference of the message (Artemis BindingsImpl: the anycast queues form
+        one group, named by the address; each multicast queue is a group of its own)."""
+        targets: list[QueueState] = []
+        if routing_type != "multicast":
+            group = self.anycast
+            n = len(group)
+            if n == 1:
+                if group[0].accepts(data):
+                    targets.append(group[0])
+            elif n:
+                start = self.next_anycast % n
+                for step in range(n):
+                    queue = group[(start + step) % n]
+                    if queue.accepts(data):
+                        targets.append(queue)
+                        self.next_anycast = (start + step + 1) % n
+                        break
+        if routing_type != "anycast":
+            for queue in self.multicast:
+                if queue.accepts(data):
+                    targets.append(queue)
+        return targets
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A snapshot of a queue. ``message_count`` includes scheduled and delivering messages, as in Artemis."""
+
+    name: str
+    address: str
+    filter: str | None
+    routing_type: str
+    durable: bool
+    message_count: int
+    scheduled_count: int
+    delivering_count: int
+    consumer_count: int
+    messages_added: int
+    messages_acknowledged: int
+    messages_killed: int
+    messages_expired: int
+    messages_dropped: int
+    auto_created: bool
+    queue_id: int
