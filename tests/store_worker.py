@@ -1,7 +1,8 @@
-"""A child process for the message-store crash and parity tests.
+"""A child process for the message-store tests (SIGKILL recovery, parity), on either backend.
 
-Commands (MODE is "default", "strict" (persist_delivery_count_before_delivery) or
-"strict-sync" (also strict_delivery_sync); CAP is max_redelivery_records):
+Usage: ``python store_worker.py [--backend journal|lmdb] COMMAND ARGS...`` (the backend defaults
+to the journal). MODE is "default", "strict" (persist_delivery_count_before_delivery) or
+"strict-sync" (also strict_delivery_sync); CAP is max_redelivery_records.
 
 ``deliver-once DIRECTORY MODE CAP``
     Stores queue 1, message 1 and its reference (synced) unless recovery found them, then
@@ -17,21 +18,34 @@ Commands (MODE is "default", "strict" (persist_delivery_count_before_delivery) o
     delivery; ``K <queue> <message>`` BEFORE an acknowledgement is written (from then on
     the reference may be gone).
 
-``script DIRECTORY``
-    A fixed sequence of store calls with sync="none" (no timing in the bytes): the
-    parity test runs it under both implementations and compares the journals.
+``records DIRECTORY THREADS``
+    The record-store level: THREADS threads add records with sync=True (in "group" mode, so
+    they share syncs) and update every third one with sync=True; ``A <id>`` after an add
+    returned, ``U <id> <n>`` after the n-th update of it returned. Bodies are derived from the
+    id (and n), so the parent can tell a record that was written from one that never was.
+
+``script DIRECTORY`` (journal only)
+    A fixed sequence of store calls with sync="none" (no timing in the bytes): the parity
+    test runs it under the compiled core and the Python twin and compares the journals.
+
+The suites also import this module for ``open_record_store`` and the record bodies, so the
+parent and the child open stores and derive bodies the same way.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
 import shutil
 import sys
+import threading
 import time
 
-from journal_engine import MessageStore
+from journal_engine import Journal, MessageStore
+from journal_engine.store.lmdb_store import LmdbRecordStore
 
+BACKENDS = ("journal", "lmdb")
 FILE_SIZE = 256 * 1024
 MODES = {
     "default": {},
@@ -40,19 +54,39 @@ MODES = {
 }
 QUEUES = (1, 2)
 LIVE_MESSAGES = 12
+RECORD_TYPE = 7
+UPDATE_TYPE = 8
+IDS_PER_THREAD = 1_000_000
 
 
 def say(line: str) -> None:
     os.write(1, (line + "\n").encode())
 
 
-def open_store(directory: str, mode: str, cap: int, **options) -> MessageStore:
+def record_body(record_id: int) -> bytes:
+    return record_id.to_bytes(8, "little") * (1 + record_id % 5)
+
+
+def update_body(record_id: int, n: int) -> bytes:
+    return record_id.to_bytes(8, "little") + n.to_bytes(4, "little")
+
+
+def open_record_store(backend: str, directory: str, **options):
+    """A Journal or an LmdbRecordStore, opened alike (small journal files)."""
+    if backend == "journal":
+        return Journal(directory, file_size=FILE_SIZE, **options)
+    if backend == "lmdb":
+        return LmdbRecordStore(directory, **options)
+    raise ValueError(f"unknown backend {backend!r}")
+
+
+def open_store(backend: str, directory: str, mode: str, cap: int, **options) -> MessageStore:
     options.setdefault("file_size", FILE_SIZE)
-    return MessageStore(directory, max_redelivery_records=cap, **MODES[mode], **options)
+    return MessageStore(directory, backend=backend, max_redelivery_records=cap, **MODES[mode], **options)
 
 
-def deliver_once(directory: str, mode: str, cap: int) -> None:
-    store = open_store(directory, mode, cap)
+def deliver_once(backend: str, directory: str, mode: str, cap: int) -> None:
+    store = open_store(backend, directory, mode, cap)
     state = store.load()
     if 1 not in state.queues:
         store.store_queue(1, "orders", "orders")
@@ -65,10 +99,10 @@ def deliver_once(directory: str, mode: str, cap: int) -> None:
     time.sleep(60)
 
 
-def churn(directory: str, mode: str, cap: int, seed: int) -> None:
+def churn(backend: str, directory: str, mode: str, cap: int, seed: int) -> None:
     rng = random.Random(seed)
     # small files and a low compaction threshold: the update-factor compaction runs under the kills too
-    store = open_store(directory, mode, cap, compact_min_files=2)
+    store = open_store(backend, directory, mode, cap, compact_min_files=2)
     state = store.load()
     counts = {}
     for queue_id, refs in state.references.items():
@@ -115,13 +149,37 @@ def churn(directory: str, mode: str, cap: int, seed: int) -> None:
                 new_message()
 
 
+def records(backend: str, directory: str, threads: int) -> None:
+    store = open_record_store(backend, directory, sync="group")
+    loaded = store.load()
+    say(f"R {len(loaded.records)}")
+    first = (max(loaded.records) // IDS_PER_THREAD + 1) * IDS_PER_THREAD if loaded.records else 0
+
+    def writer(index: int) -> None:
+        base = first + index * IDS_PER_THREAD * 10
+        for k in range(IDS_PER_THREAD):
+            record_id = base + k
+            store.add(record_id, RECORD_TYPE, record_body(record_id), sync=True)
+            say(f"A {record_id}")
+            if k % 3 == 0:
+                for n in (1, 2):
+                    store.update(record_id, UPDATE_TYPE, update_body(record_id, n), sync=True)
+                    say(f"U {record_id} {n}")
+
+    workers = [threading.Thread(target=writer, args=(index,), daemon=True) for index in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
 def script(directory: str) -> None:
     """Every store call the parity test compares, deterministic and without timing. Phase 1 ends
     with a copy of the store in DIRECTORY-phase1 (compared byte for byte); phase 2 reopens it,
     acknowledges, deletes and compacts (compared frame by frame: compaction's file ids depend
     on when the pool thread runs)."""
-    options = dict(sync="none", max_redelivery_records=5, file_size=FILE_SIZE,
-                   persist_delivery_count_before_delivery=True)
+    options = {"sync": "none", "max_redelivery_records": 5, "file_size": FILE_SIZE,
+               "persist_delivery_count_before_delivery": True}
     store = MessageStore(directory, **options)
     store.load()
     store.store_queue(7, "orders", "orders.eu", filter="priority > 3")
@@ -163,16 +221,41 @@ def script(directory: str) -> None:
     say("done")
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="store_worker.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=BACKENDS, default="journal")
+    commands = parser.add_subparsers(dest="command", required=True)
+    once = commands.add_parser("deliver-once")
+    once.add_argument("directory")
+    once.add_argument("mode", choices=sorted(MODES))
+    once.add_argument("cap", type=int)
+    churning = commands.add_parser("churn")
+    churning.add_argument("directory")
+    churning.add_argument("mode", choices=sorted(MODES))
+    churning.add_argument("cap", type=int)
+    churning.add_argument("seed", type=int)
+    writing = commands.add_parser("records")
+    writing.add_argument("directory")
+    writing.add_argument("threads", type=int)
+    scripted = commands.add_parser("script")
+    scripted.add_argument("directory")
+    return parser
+
+
 def main(argv: list[str]) -> None:
-    command = argv[0]
-    if command == "deliver-once":
-        deliver_once(argv[1], argv[2], int(argv[3]))
-    elif command == "churn":
-        churn(argv[1], argv[2], int(argv[3]), int(argv[4]))
-    elif command == "script":
-        script(argv[1])
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "deliver-once":
+        deliver_once(args.backend, args.directory, args.mode, args.cap)
+    elif args.command == "churn":
+        churn(args.backend, args.directory, args.mode, args.cap, args.seed)
+    elif args.command == "records":
+        records(args.backend, args.directory, args.threads)
+    elif args.backend != "journal":
+        # the parity run compares journal files written by the compiled writers and the twin
+        parser.error("script compares journal files: it runs on the journal backend only")
     else:
-        raise SystemExit(f"unknown command {command!r}")
+        script(args.directory)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,15 @@ Part 1, the record store (store/interface.py): Journal and LmdbRecordStore alike
 updates, replaceable updates, deletes, transactions, two-phase commit, sync and flush, locking,
 recovery after reopen and after SIGKILL.
 
-Part 2, the message store on each backend: everything tests/test_message_store*.py check that is
-not about the journal's file format — round trips, recovery rules, max_redelivery_records with
-Artemis's 0/2/200 facts, counts and scheduled times restored, strict mode, transactions, anomalies,
-record counts, reopen cycles, SIGKILL recovery (child: tests/conformance_worker.py).
+Part 2, the message store on each backend: every message-store behaviour that is not about the
+journal's files — round trips, layout, recovery rules, max_redelivery_records with Artemis's
+0/2/200 facts, counts and scheduled times restored, the batch entry points, strict mode,
+transactions, anomalies and corrupt records, record counts, reopen cycles, SIGKILL recovery (child:
+tests/store_worker.py --backend ...), the broker on each backend. This is the only home of those
+behaviours: tests/test_message_store_redelivery.py keeps what only the journal does (the
+update-factor compaction of its files), tests/test_message_store_parity.py the compiled writers'
+byte-for-byte parity with their Python twin. A few checks here need no backend (public names, the
+message record codec) and run once.
 
 Part 3, what only LMDB has to prove: the map grows by itself, a full disk is StoreFullError and
 loses nothing, readers never block the writer, random reads, foreign directories refused.
@@ -25,11 +30,13 @@ import subprocess
 import sys
 import threading
 import time
+from array import array
 from pathlib import Path
 
-import conformance_worker
 import pytest
+import store_worker
 
+import journal_engine
 from journal_engine import (
     Broker,
     ConfigError,
@@ -54,12 +61,12 @@ from journal_engine.store.interface import RECORD_STORE_METHODS, RecordStore, st
 from journal_engine.store.lmdb_store import LmdbRecordStore
 from journal_engine.store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY
 
-BACKENDS = ["journal", "lmdb"]
+BACKENDS = list(store_worker.BACKENDS)
 SMALL_FILE = 256 * 1024
 NOW_MS = 1_700_000_000_000
 COUNT = RecordType.UPDATE_DELIVERY_COUNT
 TIME = RecordType.SET_SCHEDULED_DELIVERY_TIME
-WORKER = Path(__file__).with_name("conformance_worker.py")
+WORKER = Path(__file__).with_name("store_worker.py")
 # a backend that overwrites replaceable updates in place holds one per key from the start
 OVERWRITES_IN_PLACE = {"journal": False, "lmdb": True}
 
@@ -79,7 +86,7 @@ def open_records(backend, tmp_path):
     opened = []
 
     def _open(name: str = "records", **options):
-        store = conformance_worker.open_record_store(backend, str(tmp_path / name), **options)
+        store = store_worker.open_record_store(backend, str(tmp_path / name), **options)
         opened.append(store)
         return store, store.load()
 
@@ -165,7 +172,7 @@ def test_record_store_misuse_raises_the_same_errors(open_records):
 
 
 def test_a_record_store_must_be_loaded_before_writes(backend, tmp_path):
-    store = conformance_worker.open_record_store(backend, str(tmp_path / "r"))
+    store = store_worker.open_record_store(backend, str(tmp_path / "r"))
     try:
         with pytest.raises(JournalClosedError):
             store.add(1, 1, b"x")
@@ -177,13 +184,13 @@ def test_a_record_store_must_be_loaded_before_writes(backend, tmp_path):
 
 
 def test_one_record_store_per_directory(backend, tmp_path):
-    first = conformance_worker.open_record_store(backend, str(tmp_path / "r"))
+    first = store_worker.open_record_store(backend, str(tmp_path / "r"))
     try:
         with pytest.raises(JournalLockedError):
-            conformance_worker.open_record_store(backend, str(tmp_path / "r"))
+            store_worker.open_record_store(backend, str(tmp_path / "r"))
     finally:
         first.close()
-    conformance_worker.open_record_store(backend, str(tmp_path / "r")).close()   # released on close
+    store_worker.open_record_store(backend, str(tmp_path / "r")).close()   # released on close
 
 
 def test_replaceable_updates_keep_the_latest_per_key_at_its_place(backend, open_records):
@@ -324,9 +331,10 @@ def test_group_mode_makes_unwaited_writes_durable_within_the_timeout(open_record
         time.sleep(0.001)
 
 
-def _run_child(*args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(WORKER), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+def _run_child(backend: str, command: str, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(WORKER), "--backend", backend, command, *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
 def _kill(process: subprocess.Popen) -> None:
@@ -347,7 +355,7 @@ def test_sigkill_loses_no_record_whose_sync_returned(backend, tmp_path):
     rng = random.Random(backend)
     acknowledged: dict[int, int] = {}            # id -> updates acknowledged
     for _iteration in range(3):
-        process = _run_child("records", backend, directory, 3)
+        process = _run_child(backend, "records", directory, 3)
         lines: list = []
         reader = threading.Thread(target=_read_lines, args=(process, lines))
         reader.start()
@@ -365,16 +373,16 @@ def test_sigkill_loses_no_record_whose_sync_returned(backend, tmp_path):
                 acknowledged[int(line[1])] = 0
             elif line[0] == "U":
                 acknowledged[int(line[1])] = max(acknowledged[int(line[1])], int(line[2]))
-        store = conformance_worker.open_record_store(backend, str(directory))
+        store = store_worker.open_record_store(backend, str(directory))
         try:
             loaded = store.load()
         finally:
             store.close()
         assert not loaded.report.corrupt
         for record_id, record in loaded.records.items():
-            assert record.record_type == conformance_worker.RECORD_TYPE
-            assert record.body == conformance_worker.record_body(record_id), f"record {record_id} was never written"
-            assert record.updates == [(conformance_worker.UPDATE_TYPE, conformance_worker.update_body(record_id, n))
+            assert record.record_type == store_worker.RECORD_TYPE
+            assert record.body == store_worker.record_body(record_id), f"record {record_id} was never written"
+            assert record.updates == [(store_worker.UPDATE_TYPE, store_worker.update_body(record_id, n))
                                       for n in range(1, len(record.updates) + 1)]
         for record_id, updates in acknowledged.items():
             assert record_id in loaded.records, f"acknowledged record {record_id} lost"
@@ -424,6 +432,16 @@ def _written(store) -> int:
     return stats["delivery_count_records_written"] + stats["scheduled_time_records_written"]
 
 
+def test_public_names_are_exported():
+    """Needs no backend: the names an embedder imports and the permanent record type numbers."""
+    for name in ("MessageStore", "RecoveredState", "RecoveredReference", "StoredMessage", "StoredQueue",
+                 "RecordType"):
+        assert hasattr(journal_engine, name)
+    assert [int(t) for t in (RecordType.QUEUE_BINDING_RECORD, RecordType.ADD_REF, RecordType.ACKNOWLEDGE_REF,
+                             RecordType.UPDATE_DELIVERY_COUNT, RecordType.SET_SCHEDULED_DELIVERY_TIME,
+                             RecordType.ADD_MESSAGE)] == [21, 32, 33, 34, 36, 45]
+
+
 def test_messages_queues_and_references_survive_reopen(open_store, backend):
     store, state = open_store()
     assert store.backend == backend
@@ -450,7 +468,19 @@ def test_messages_queues_and_references_survive_reopen(open_store, backend):
                                 2: [RecoveredReference(10), RecoveredReference(12)]}
     assert state.anomalies == [] and state.deleted_messages == []
     assert (state.max_message_id, state.max_queue_id) == (12, 2)
-    assert sorted(os.listdir(store.directory)) == sorted([MESSAGES_DIRECTORY, BINDINGS_DIRECTORY])
+
+
+def test_store_directory_holds_a_messages_and_a_bindings_record_store(backend, store_dir):
+    """Two record stores of the chosen backend side by side (Artemis's messages and bindings
+    journals): journal files, or an LMDB environment (data.mdb), in each."""
+    with MessageStore(store_dir, backend=backend, file_size=SMALL_FILE) as store:
+        store.load()
+        assert store.backend == backend
+        store.store_queue(1, "a", "a")
+        store.store_message(1, "a", b"x")
+    assert sorted(os.listdir(store_dir)) == sorted([MESSAGES_DIRECTORY, BINDINGS_DIRECTORY])
+    for sub in (MESSAGES_DIRECTORY, BINDINGS_DIRECTORY):
+        assert stored_backend(store_dir / sub) == backend
 
 
 def test_acknowledged_reference_is_not_recovered_and_message_without_references_is_deleted(open_store):
@@ -487,15 +517,18 @@ def test_deleted_message_takes_its_references_with_it(open_store):
     assert state.messages == {} and state.references == {1: []}
 
 
-def test_restored_count_is_the_writers_last_persisted_count(open_store):
+def test_restored_count_is_the_writers_last_persisted_count(open_store, backend):
     store, _ = open_store(max_redelivery_records=-1)
     _one_message(store, 1, 5)
     assert store.update_delivery_count(1, 5, 3)
     store, state = reopen(open_store, store, max_redelivery_records=-1)
     assert state.references[1] == [RecoveredReference(5, 3, 0)]
     assert store.persisted_delivery_count(1, 5) == 3
-    assert store.update_delivery_count(1, 5, 3) is False    # the first cancel after a restart: unchanged
+    # the first cancel after a restart with the same count writes nothing (Artemis: setDeliveryCount
+    # also sets persistedCount)
+    assert store.update_delivery_count(1, 5, 3) is False
     assert store.update_delivery_count(1, 5, 4) is True
+    assert store.record_count(COUNT) == (1 if OVERWRITES_IN_PLACE[backend] else 2)     # 3 (before), 4
     store, state = reopen(open_store, store, max_redelivery_records=-1)
     assert state.references[1] == [RecoveredReference(5, 4, 0)]
 
@@ -510,7 +543,7 @@ def test_scheduled_time_in_the_past_comes_back_as_deliver_now(open_store):
             store.update_scheduled_delivery_time(1, message_id, scheduled, 1)
     store, state = reopen(open_store, store, max_redelivery_records=-1)
     times = {ref.message_id: ref.scheduled_delivery_time for ref in state.references[1]}
-    assert times == {1: 0, 2: 0, 3: NOW_MS + 1, 4: 0}
+    assert times == {1: 0, 2: 0, 3: NOW_MS + 1, 4: 0}     # "<= now" is due (PostOfficeJournalLoader)
 
 
 def test_the_clock_decides_what_is_due(open_store, backend, tmp_path):
@@ -518,11 +551,8 @@ def test_the_clock_decides_what_is_due(open_store, backend, tmp_path):
     _one_message(store)
     store.update_scheduled_delivery_time(1, 1, 6_000, 1)
     store.close()
-    store = MessageStore(tmp_path / "store", backend=backend, clock=ManualClock(5_000), file_size=SMALL_FILE)
-    try:
+    with MessageStore(tmp_path / "store", backend=backend, clock=ManualClock(5_000), file_size=SMALL_FILE) as store:
         assert store.load().references[1] == [RecoveredReference(1, 0, 6_000)]
-    finally:
-        store.close()
 
 
 def test_queue_and_message_ids_are_separate_spaces(open_store):
@@ -577,29 +607,44 @@ def test_misuse_raises_named_errors(open_store):
         store.update_delivery_count(1, 1, 1 << 32)
     with pytest.raises(TypeError):
         store.store_message(2, "a", b"x", properties={"bad": object()})
+    with pytest.raises(OverflowError):
+        store.store_message(2, "a", b"x", properties={"big": 1 << 63})
     with pytest.raises(ValueError):
         store.store_message(2, "a", b"x", routing_type="broadcast")
-    assert not store.has_message(2)
+    with pytest.raises(ValueError):
+        store.store_queue(3, "a", "a", routing_type="direct")
+    assert not store.has_message(2) and 3 not in store.queues()
 
 
 def test_a_store_must_be_loaded_and_not_closed(backend, store_dir):
     store = MessageStore(store_dir, backend=backend, file_size=SMALL_FILE)
     with pytest.raises(JournalClosedError, match="load"):
         store.store_queue(1, "a", "a")
+    with pytest.raises(JournalClosedError, match="load"):
+        store.update_delivery_count(1, 1, 1)
     store.load()
     store.close()
     with pytest.raises(JournalClosedError, match="closed"):
         store.store_message(1, "a", b"x")
     with pytest.raises(JournalClosedError):
         store.update_delivery_count(1, 1, 1)
-    store.close()
+    store.close()   # twice is fine
 
 
-@pytest.mark.parametrize("field, value", [("max_redelivery_records", -2), ("sync", "sometimes")])
+@pytest.mark.parametrize("field, value", [
+    ("max_redelivery_records", -2), ("max_redelivery_records", 1.5), ("max_redelivery_records", True),
+    ("persist_delivery_count_before_delivery", 1), ("sync", "sometimes"),
+    ("strict_delivery_sync", True),          # without persist_delivery_count_before_delivery
+])
 def test_bad_configuration_names_the_field(backend, store_dir, field, value):
     with pytest.raises(ConfigError) as info:
         MessageStore(store_dir, backend=backend, **{field: value})
     assert field in str(info.value)
+
+
+def test_unknown_backend_names_the_field(store_dir):
+    with pytest.raises(ConfigError, match="backend"):
+        MessageStore(store_dir, backend="sqlite")
 
 
 # ----- max_redelivery_records ------------------------------------------------------------------------------
@@ -628,36 +673,40 @@ def test_hundred_rollbacks_write_as_many_records_as_artemis(open_store, backend,
     assert state.references[1][0].delivery_count == {0: 0, 1: 1, -1: 100}[cap]
 
 
-def test_a_count_equal_to_the_persisted_one_is_not_written_again(open_store):
+def test_a_count_equal_to_the_persisted_one_is_not_written_again(open_store, backend):
     store, _ = open_store(max_redelivery_records=-1)
     _one_message(store)
-    assert store.update_delivery_count(1, 1, 0) is False
+    assert store.update_delivery_count(1, 1, 0) is False     # 0 is what a new reference has persisted
     assert store.update_delivery_count(1, 1, 2) is True
     assert store.update_delivery_count(1, 1, 2) is False
     assert store.update_delivery_count(1, 1, 1) is True      # a lower count is a change (Artemis: !=)
     assert _written(store) == 2
+    assert store.record_count(COUNT) == (1 if OVERWRITES_IN_PLACE[backend] else 2)
     assert store.persisted_delivery_count(1, 1) == 1
     store, state = reopen(open_store, store, max_redelivery_records=-1)
     assert state.references[1] == [RecoveredReference(1, 1, 0)]
 
 
-def test_scheduled_time_has_the_cap_but_not_the_unchanged_rule(open_store):
+def test_scheduled_time_has_the_cap_but_not_the_unchanged_rule(open_store, backend):
     store, _ = open_store(max_redelivery_records=2)
     _one_message(store)
     assert store.update_scheduled_delivery_time(1, 1, NOW_MS + 10, 2) is True
-    assert store.update_scheduled_delivery_time(1, 1, NOW_MS + 10, 2) is True
-    assert store.update_scheduled_delivery_time(1, 1, NOW_MS + 10, 3) is False
+    assert store.update_scheduled_delivery_time(1, 1, NOW_MS + 10, 2) is True    # same again: written
+    assert store.update_scheduled_delivery_time(1, 1, NOW_MS + 10, 3) is False   # above the cap
     store0, _ = open_store("cap0", max_redelivery_records=0)
     _one_message(store0)
-    assert store0.update_scheduled_delivery_time(1, 1, NOW_MS + 10, 0) is True   # sent with a delivery time
+    # a message sent with a delivery time has count 0: written even with cap 0, as in Artemis
+    assert store0.update_scheduled_delivery_time(1, 1, NOW_MS + 10, 0) is True
     assert store0.update_delivery_count(1, 1, 1) is False
     assert store0.update_scheduled_delivery_time(1, 1, NOW_MS + 10, 1) is False
     assert _written(store) == 2 and _written(store0) == 1
+    assert store.record_count(TIME) == (1 if OVERWRITES_IN_PLACE[backend] else 2)
+    assert store0.record_count(TIME) == 1 and store0.record_count(COUNT) == 0
     store0, state = reopen(open_store, store0, "cap0", max_redelivery_records=0)
     assert state.references[1] == [RecoveredReference(1, 0, NOW_MS + 10)]
 
 
-@pytest.mark.parametrize("cap", [0, 1, 3, -1])
+@pytest.mark.parametrize("cap", [0, 1, 3, 10, -1])
 def test_counts_are_written_only_up_to_the_cap(open_store, cap):
     store, _ = open_store(max_redelivery_records=cap)
     _one_message(store)
@@ -665,29 +714,40 @@ def test_counts_are_written_only_up_to_the_cap(open_store, cap):
     limit = 15 if cap < 0 else cap
     assert written == [count <= limit for count in range(1, 16)]
     _store, state = reopen(open_store, store, max_redelivery_records=cap)
-    assert state.references[1] == [RecoveredReference(1, limit, 0)]      # a restart loses the extra counts
+    # above the cap a crash (or restart) loses the extra counts: the documented consequence
+    assert state.references[1] == [RecoveredReference(1, limit, 0)]
 
 
-def test_batch_entry_point_writes_what_single_calls_write(open_store):
+def test_batch_entry_point_writes_what_single_calls_write(open_store, backend):
+    """The batch calls take any sequences (an array("Q") without a copy) and apply the same rules
+    as one call per reference: the same records, the same persisted counts, the same recovery."""
     single, _ = open_store("single", max_redelivery_records=4)
     batch, _ = open_store("batch", max_redelivery_records=4)
+    message_ids = range(1, 31)
     for store in (single, batch):
         store.store_queue(1, "a", "a")
         store.store_queue(2, "b", "a")
-        for message_id in range(1, 31):
+        for message_id in message_ids:
             store.store_message(message_id, "a", b"x")
             store.store_reference(1, message_id)
             store.store_reference(2, message_id)
     plan = [(queue_id, message_id, (message_id * queue_id + step) % 7)
-            for step in range(6) for queue_id in (1, 2) for message_id in range(1, 31)]
+            for step in range(6) for queue_id in (1, 2) for message_id in message_ids]
     expected = sum(single.update_delivery_count(q, m, c) for q, m, c in plan)
     expected_times = sum(single.update_scheduled_delivery_time(q, m, NOW_MS + c, c) for q, m, c in plan)
-    queues, messages, counts = [p[0] for p in plan], [p[1] for p in plan], [p[2] for p in plan]
+    queues, messages, counts = array("Q", [p[0] for p in plan]), [p[1] for p in plan], [p[2] for p in plan]
     assert batch.update_delivery_counts(queues, messages, counts) == expected
     assert batch.update_scheduled_delivery_times(queues, messages, [NOW_MS + c for c in counts], counts) \
         == expected_times
+    assert _written(batch) == _written(single) == expected + expected_times
+    for queue_id in (1, 2):
+        for message_id in message_ids:
+            assert batch.persisted_delivery_count(queue_id, message_id) == \
+                single.persisted_delivery_count(queue_id, message_id)
     assert batch.record_count(COUNT) == single.record_count(COUNT)
     assert batch.record_count(TIME) == single.record_count(TIME)
+    if not OVERWRITES_IN_PLACE[backend]:
+        assert (batch.record_count(COUNT), batch.record_count(TIME)) == (expected, expected_times)
     single, single_state = reopen(open_store, single, "single", max_redelivery_records=4)
     batch, batch_state = reopen(open_store, batch, "batch", max_redelivery_records=4)
     assert batch_state.references == single_state.references
@@ -700,8 +760,26 @@ def test_batch_with_an_unknown_reference_writes_nothing(open_store):
         store.update_delivery_counts([1, 1], [1, 2], [5, 5])
     with pytest.raises(UnknownRecordError):
         store.update_scheduled_delivery_times([1, 1], [1, 2], [NOW_MS, NOW_MS], [5, 5])
+    with pytest.raises(ValueError, match="differ in length"):
+        store.update_delivery_counts([1, 1], [1], [5, 5])
+    with pytest.raises(OverflowError):
+        store.update_delivery_counts([1], [1], [-1])
     assert store.persisted_delivery_count(1, 1) == 0
     assert store.record_count(COUNT) == store.record_count(TIME) == 0
+    assert store.update_delivery_counts([], [], []) == 0
+
+
+def test_batch_with_sync_waits_once_for_the_disk(open_store):
+    store, _ = open_store(sync="none", max_redelivery_records=-1)
+    store.store_queue(1, "a", "a")
+    for message_id in range(1, 101):
+        store.store_message(message_id, "a", b"x")
+        store.store_reference(1, message_id)
+    records_store = store._journal
+    syncs = records_store.stats()["syncs"]
+    assert store.update_delivery_counts([1] * 100, range(1, 101), [1] * 100, sync=True) == 100
+    assert records_store.stats()["syncs"] == syncs + 1
+    assert records_store.durable_bytes == records_store.appended_bytes
 
 
 # ----- strict mode ---------------------------------------------------------------------------------------
@@ -713,14 +791,16 @@ def test_before_delivery_does_nothing_without_the_strict_mode(open_store):
     assert store.record_count(COUNT) == 0
 
 
-def test_strict_mode_hands_the_record_to_the_os(open_store):
+def test_strict_mode_hands_the_record_to_the_os_without_waiting_for_the_disk(open_store):
     store, _ = open_store(sync="none", persist_delivery_count_before_delivery=True)
     _one_message(store)
     records_store = store._journal
+    syncs = records_store.stats()["syncs"]
     assert store.before_delivery(1, 1, 1) is True
     assert records_store.written_bytes == records_store.appended_bytes     # survives a killed process
-    assert store.before_delivery(1, 1, 1) is False
-    assert store.update_delivery_count(1, 1, 1) is False
+    assert records_store.stats()["syncs"] == syncs                          # not synced: a power cut may lose it
+    assert store.before_delivery(1, 1, 1) is False                          # unchanged: nothing more
+    assert store.update_delivery_count(1, 1, 1) is False                    # the rollback after it writes no count
 
 
 def test_strict_delivery_sync_waits_for_the_disk(open_store):
@@ -732,10 +812,11 @@ def test_strict_delivery_sync_waits_for_the_disk(open_store):
 
 
 def test_strict_dispatchers_share_syncs(open_store):
+    """Many concurrent dispatchers in strict_delivery_sync mode: fewer syncs than dispatches."""
     store, _ = open_store(sync="group", persist_delivery_count_before_delivery=True, strict_delivery_sync=True,
                           max_redelivery_records=-1)
     store.store_queue(1, "a", "a")
-    threads_n, per_thread = 8, 25
+    threads_n, per_thread = 8, 40
     for message_id in range(threads_n * per_thread):
         store.store_message(message_id, "a", b"x")
         store.store_reference(1, message_id)
@@ -758,17 +839,18 @@ def test_strict_dispatchers_share_syncs(open_store):
     assert store.record_count(COUNT) == threads_n * per_thread
 
 
-def test_before_delivery_above_the_cap_writes_nothing(open_store):
+def test_before_delivery_above_the_cap_writes_nothing(open_store, backend):
     store, _ = open_store(persist_delivery_count_before_delivery=True, max_redelivery_records=2)
     _one_message(store)
     assert [store.before_delivery(1, 1, count) for count in (1, 2, 3, 4)] == [True, True, False, False]
     assert store.before_delivery_batch([1], [1], [2]) == 0
     assert _written(store) == 2
+    assert store.record_count(COUNT) == (1 if OVERWRITES_IN_PLACE[backend] else 2)
 
 
 # ----- compaction, record counts, transactions -----------------------------------------------------------
 
-def test_compaction_keeps_only_the_latest_count_and_time_per_reference(open_store):
+def test_compaction_keeps_only_the_latest_count_and_time_per_reference(open_store, backend):
     store, _ = open_store(max_redelivery_records=-1)
     store.store_queue(1, "a", "a")
     store.store_queue(2, "b", "a")
@@ -783,6 +865,8 @@ def test_compaction_keeps_only_the_latest_count_and_time_per_reference(open_stor
             if message_id % 2:
                 store.update_delivery_count(2, message_id, count + 100)
     store.store_acknowledge(2, 3)
+    # until compaction the journal holds every count; a backend that overwrites in place, the latest
+    assert store.record_count(COUNT) == ((10 + 5) if OVERWRITES_IN_PLACE[backend] else (10 * 20 + 5 * 20))
     store.compact()
     # one 34 per live (message, queue) that has one; message 3's count on queue 2 stays before its ack
     assert store.record_count(COUNT) == 10 + 5
@@ -884,7 +968,7 @@ def test_reopen_cycles_accumulate_state(open_store):
 def _write_raw(backend: str, store_dir: Path, records_by_store: dict) -> None:
     """Write records straight into the store's record stores, as another program (or a bug) might."""
     for sub, ops in records_by_store.items():
-        record_store = conformance_worker.open_record_store(backend, str(store_dir / sub))
+        record_store = store_worker.open_record_store(backend, str(store_dir / sub))
         try:
             record_store.load()
             for op, record_id, record_type, body in ops:
@@ -907,8 +991,7 @@ def test_unknown_queue_and_reference_ids_are_reported_not_fatal(backend, store_d
             ("update", 41, 77, b"?"),
             ("add", 43, 12, b"not a message"),
         ]})
-    store = MessageStore(store_dir, backend=backend, file_size=SMALL_FILE)
-    try:
+    with MessageStore(store_dir, backend=backend, file_size=SMALL_FILE) as store:
         state = store.load(now_ms=NOW_MS)
         assert state.references == {1: [RecoveredReference(41)]}
         assert state.unknown_queue_references == {8: [RecoveredReference(41)]}
@@ -919,37 +1002,72 @@ def test_unknown_queue_and_reference_ids_are_reported_not_fatal(backend, store_d
             assert fragment in text
         assert len(state.anomalies) == 7
         store.store_acknowledge(8, 41)
-    finally:
-        store.close()
 
 
-def test_corrupt_message_body_raises_naming_the_record_or_is_skipped(backend, store_dir):
-    good = records.encode_message("a", b"x")
+GOOD_MESSAGE = records.encode_message("a", b"x")
+
+
+@pytest.mark.parametrize("bad_body", [GOOD_MESSAGE[:-3], b"\x07garbage"], ids=["truncated", "garbage"])
+def test_corrupt_message_body_raises_naming_the_record_or_is_skipped(backend, store_dir, bad_body):
+    """By default load() stops at a message body it cannot decode, naming the record, its type and
+    the store; with skip_corrupt=True the message is left out, reported, and not deleted (a corrupt
+    message is left for a person to look at)."""
     _write_raw(backend, store_dir, {
         BINDINGS_DIRECTORY: [("add", 1, 21, records.encode_queue("a", "a"))],
-        MESSAGES_DIRECTORY: [("add", 41, 45, good), ("update", 41, 32, records.encode_queue_id(1)),
-                             ("add", 42, 45, good[:-3]), ("update", 42, 32, records.encode_queue_id(1))],
+        MESSAGES_DIRECTORY: [("add", 41, 45, GOOD_MESSAGE), ("update", 41, 32, records.encode_queue_id(1)),
+                             ("add", 42, 45, bad_body), ("update", 42, 32, records.encode_queue_id(1))],
     })
-    store = MessageStore(store_dir, backend=backend, file_size=SMALL_FILE)
-    try:
-        with pytest.raises(CorruptRecordError) as info:
-            store.load()
-    finally:
-        store.close()
+    with MessageStore(store_dir, backend=backend, file_size=SMALL_FILE) as store, \
+            pytest.raises(CorruptRecordError) as info:
+        store.load()
     assert "message record 42" in str(info.value)
+    assert "ADD_MESSAGE" in str(info.value)
     assert info.value.path == str(store_dir / MESSAGES_DIRECTORY)
-    store = MessageStore(store_dir, backend=backend, file_size=SMALL_FILE)
-    try:
+    with MessageStore(store_dir, backend=backend, file_size=SMALL_FILE) as store:
         state = store.load(skip_corrupt=True)
-        assert set(state.messages) == {41} and len(state.corrupt_messages) == 1
-    finally:
-        store.close()
+        assert set(state.messages) == {41}
+        assert len(state.corrupt_messages) == 1 and "record 42" in str(state.corrupt_messages[0])
+        assert state.deleted_messages == []
 
 
-# ----- SIGKILL recovery ------------------------------------------------------------------------------------
+def test_wrong_sized_reference_record_is_corrupt(backend, store_dir):
+    _write_raw(backend, store_dir, {
+        BINDINGS_DIRECTORY: [("add", 1, 21, records.encode_queue("a", "a"))],
+        MESSAGES_DIRECTORY: [("add", 41, 45, GOOD_MESSAGE),
+                             ("update", 41, 32, records.encode_queue_id(1)),
+                             ("update", 41, 34, b"\x01" * 11)],
+    })
+    with MessageStore(store_dir, backend=backend, file_size=SMALL_FILE) as store, \
+            pytest.raises(CorruptRecordError, match="UPDATE_DELIVERY_COUNT.*11 bytes"):
+        store.load()
+
+
+MALFORMED_MESSAGE_BODIES = [
+    (b"", "message header"),
+    (GOOD_MESSAGE[:1] + b"\x09" + GOOD_MESSAGE[2:], "flag"),
+    (b"\x02" + GOOD_MESSAGE[1:], "version"),
+    (GOOD_MESSAGE + b"\x00", "unexpected bytes"),
+    (records.encode_message("a", b"x", properties={"k": 1})[:-9] + b"\x63" + b"\x00" * 8, "type tag"),
+    (records.encode_message("\u00e9", b"x")[:16] + b"\xff\xfe" + records.encode_message("\u00e9", b"x")[18:],
+     "UTF-8"),
+]
+
+
+@pytest.mark.parametrize("body, why", MALFORMED_MESSAGE_BODIES, ids=[why for _body, why in MALFORMED_MESSAGE_BODIES])
+def test_every_malformed_message_body_is_detected(body, why):
+    """Needs no backend: the message record codec every backend stores, each malformation named."""
+    with pytest.raises(CorruptRecordError, match=why):
+        records.decode_message(3, body)
+
+
+# ----- SIGKILL recovery (child: store_worker.py) ---------------------------------------------------------------
+# Artemis's RedeliveryConsumerTest facts, as MISSION part B states them: with
+# persist_delivery_count_before_delivery a message delivered once and then lost to a crash comes back
+# with delivery count 2 (redelivered); without it, with count 1 and redelivered = False: the gap
+# Artemis documents, kept as documented behaviour.
 
 def _deliver_once_then_kill(backend: str, directory: Path, mode: str, cap: int = 10) -> int:
-    process = _run_child("deliver-once", backend, directory, mode, cap)
+    process = _run_child(backend, "deliver-once", directory, mode, cap)
     try:
         line = process.stdout.readline().decode()
         assert line.startswith("delivered "), (line, process.stderr.read().decode() if process.poll() else "")
@@ -959,35 +1077,49 @@ def _deliver_once_then_kill(backend: str, directory: Path, mode: str, cap: int =
 
 
 def _next_delivery(backend: str, directory: Path) -> tuple[int, bool]:
-    store = MessageStore(directory, backend=backend, file_size=SMALL_FILE)
-    try:
+    """Recover as a broker does and return (delivery count, redelivered) of the next delivery."""
+    with MessageStore(directory, backend=backend, file_size=SMALL_FILE) as store:
         [reference] = store.load(now_ms=NOW_MS).references[1]
-        count = reference.delivery_count + 1
+        count = reference.delivery_count + 1      # the count goes up at dispatch
         return count, count > 1
-    finally:
-        store.close()
 
 
-def test_strict_mode_kill_after_deliveries_redelivers_with_the_next_count(backend, tmp_path):
-    for expected in (1, 2):
-        assert _deliver_once_then_kill(backend, tmp_path / "store", "strict") == expected
-    assert _next_delivery(backend, tmp_path / "store") == (3, True)
+@pytest.mark.parametrize("mode", ["strict", "strict-sync"])
+def test_strict_mode_kill_after_deliveries_redelivers_with_the_next_count(backend, tmp_path, mode):
+    """Delivered, killed before any rollback, three times over: the counts accumulate and the next
+    delivery is count 4, redelivered."""
+    for expected in (1, 2, 3):
+        assert _deliver_once_then_kill(backend, tmp_path / "store", mode) == expected
+    assert _next_delivery(backend, tmp_path / "store") == (4, True)
 
 
 def test_without_strict_mode_kill_after_one_delivery_loses_the_redelivered_flag(backend, tmp_path):
-    """The documented gap (Artemis "Delivery Count Persistence"), on every backend alike."""
+    """The documented gap (Artemis undelivered-messages.adoc, "Delivery Count Persistence"), on every
+    backend alike."""
     assert _deliver_once_then_kill(backend, tmp_path / "store", "default") == 1
     assert _next_delivery(backend, tmp_path / "store") == (1, False)
 
 
-def test_delivery_counts_never_go_backwards_over_repeated_kills(backend, tmp_path):
-    """A churning broker (strict mode, no cap) killed at random times: after every recovery no count is
-    lower than before, none lower than the last count handed out, and no delivered reference is lost."""
+def test_strict_mode_above_the_cap_a_kill_loses_the_extra_counts(backend, tmp_path):
+    for expected in (1, 2, 2, 2):      # cap 1: count 2 is never written, so each restart delivers count 2
+        assert _deliver_once_then_kill(backend, tmp_path / "store", "strict", cap=1) == expected
+    assert _next_delivery(backend, tmp_path / "store") == (2, True)
+
+
+CHURN_KILLS = 8
+
+
+@pytest.mark.parametrize("mode, cap", [("strict", -1), ("strict", 3), ("default", -1)])
+def test_delivery_counts_never_go_backwards_over_repeated_kills(backend, tmp_path, mode, cap):
+    """A churning broker killed at random times, again and again. After every recovery: no
+    anomaly and no corrupt record; no reference's count is lower than the previous recovery's, nor
+    above the cap; every announced reference not being acknowledged is still there; in strict mode
+    none is lower than the last count announced as handed out (capped)."""
     directory = tmp_path / "store"
-    rng = random.Random(backend)
+    rng = random.Random(f"{backend}{mode}{cap}")
     previous: dict = {}
-    for iteration in range(4):
-        process = _run_child("churn", backend, directory, "strict", -1, rng.randrange(1 << 30))
+    for iteration in range(CHURN_KILLS):
+        process = _run_child(backend, "churn", directory, mode, cap, rng.randrange(1 << 30))
         lines: list = []
         reader = threading.Thread(target=_read_lines, args=(process, lines))
         reader.start()
@@ -996,12 +1128,12 @@ def test_delivery_counts_never_go_backwards_over_repeated_kills(backend, tmp_pat
             assert process.poll() is None, process.stderr.read().decode()
             assert time.monotonic() < deadline, "the worker never delivered"
             time.sleep(0.005)
-        time.sleep(rng.uniform(0.0, 0.2))
+        time.sleep(rng.uniform(0.0, 0.25))
         _kill(process)
         reader.join()
         assert lines[0][0] == "R"
         assert {tuple(map(int, key.split(":"))): count for key, count in json.loads(" ".join(lines[0][1:])).items()} \
-            == previous
+            == previous, "the worker recovered what the test recovered"
         announced: dict = {}
         acknowledging = set()
         for line in lines[1:]:
@@ -1009,19 +1141,24 @@ def test_delivery_counts_never_go_backwards_over_repeated_kills(backend, tmp_pat
                 announced[(int(line[1]), int(line[2]))] = int(line[3])
             elif line[0] == "K":
                 acknowledging.add((int(line[1]), int(line[2])))
-        store = MessageStore(directory, backend=backend, max_redelivery_records=-1, file_size=SMALL_FILE)
-        try:
+        with MessageStore(directory, backend=backend, max_redelivery_records=cap, file_size=SMALL_FILE,
+                          compact_min_files=2) as store:
             state = store.load(now_ms=NOW_MS)
-            assert state.anomalies == []
-        finally:
-            store.close()
+        assert state.anomalies == [], state.anomalies
+        assert not state.reports["messages"].corrupt and not state.reports["bindings"].corrupt
         recovered = {(queue_id, ref.message_id): ref.delivery_count
                      for queue_id, refs in state.references.items() for ref in refs}
         for key, count in recovered.items():
             assert count >= previous.get(key, 0), f"iteration {iteration}: {key} went back to {count}"
+            if cap >= 0:
+                assert count <= cap
         for key, count in announced.items():
-            if key not in acknowledging:
-                assert recovered.get(key, -1) >= count, f"iteration {iteration}: {key} handed out with {count}"
+            if key in acknowledging:
+                continue
+            assert key in recovered, f"iteration {iteration}: delivered reference {key} lost"
+            if mode == "strict":
+                assert recovered[key] >= (count if cap < 0 else min(count, cap)), \
+                    f"iteration {iteration}: {key} was handed out with count {count}, recovered {recovered[key]}"
         previous = recovered
 
 
@@ -1043,11 +1180,8 @@ def test_broker_on_the_backend_recovers_delivery_counts(backend, tmp_path):
         assert (message.body, message.delivery_count, message.redelivered) == (b"first", 2, True)
     finally:
         broker.close()
-    store = MessageStore(tmp_path / "broker", backend=backend)     # the broker's directory is a message store
-    try:
+    with MessageStore(tmp_path / "broker", backend=backend) as store:     # the broker's directory is a message store
         assert len(store.load().messages) == 1
-    finally:
-        store.close()
 
 
 def test_broker_dead_letter_moves_and_transacted_sessions_survive_restart(backend, tmp_path):

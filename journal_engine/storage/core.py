@@ -133,8 +133,8 @@ class JournalCore:
     def _core_close(self) -> None:
         self._ready = False
         with self._cond:
-            while (self._failure is None and
-                   (self._writing or self._syncing or self._sync_inflight > self.durable_bytes)):
+            while (self._failure is None and (self._writing or self._syncing or self._leader_open
+                                              or self._sync_inflight > self.durable_bytes)):
                 self._cond.wait()
         for seg in self._sealed:
             seg.close()
@@ -406,12 +406,14 @@ class JournalCore:
                            and (self._leader_open or self._sync_inflight >= target)):
                         self._cond.wait()
                     continue
-                if self._writing:
-                    while self._failure is None and self._writing and (durable or self.written_bytes < target):
+                if durable:
+                    self._leader_open = True     # durable waiters wait for this batch; flushes go on
+                elif self._writing:
+                    while self._failure is None and self._writing and self.written_bytes < target:
                         self._cond.wait()
                     continue
-                self._writing = True
-                self._leader_open = durable
+                else:
+                    self._writing = True
             if durable:
                 self._lead_sync()
                 continue
@@ -427,8 +429,11 @@ class JournalCore:
 
     def _lead_sync(self) -> None:
         """Gather, pad, write out (write baton), then fdatasync (sync baton)."""
+        took_write = False
         try:
-            self._gather()
+            self._gather()              # without the write baton: a flush during the gather is not held up
+            self._take_write()
+            took_write = True
             with self._lock:
                 self._pad_to_sector()
                 batch = self._sync_requests
@@ -444,7 +449,12 @@ class JournalCore:
             raise JournalFailedError(f"write failed: {exc}",
                                      hint="the journal accepts no more writes; reopen it") from exc
         finally:
-            self._release_write()
+            if took_write:
+                self._release_write()
+            else:
+                with self._cond:
+                    self._leader_open = False
+                    self._cond.notify_all()
         with self._cond:
             while self._syncing and self._failure is None:
                 self._cond.wait()

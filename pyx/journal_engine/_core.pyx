@@ -469,7 +469,8 @@ cdef class JournalCore:
                     if self.durable_bytes >= target or not (self._leader_open or self._sync_inflight >= target):
                         break
                 else:
-                    if not (self._writing or self._syncing or self._sync_inflight > self.durable_bytes):
+                    if not (self._writing or self._syncing or self._leader_open
+                            or self._sync_inflight > self.durable_bytes):
                         break
                 pthread_cond_wait(&self._baton_free, &self._mutex)
             pthread_mutex_unlock(&self._mutex)
@@ -535,11 +536,11 @@ cdef class JournalCore:
             if durable and (self._leader_open or self._sync_inflight >= target):
                 self._sleep(target, WAIT_DURABLE)          # a leader's batch holds this target
                 continue
-            if self._writing:
-                self._sleep(target, WAIT_WRITE_BATON if durable else WAIT_WRITTEN)
-                continue
             if durable:
                 self._lead_sync()
+                continue
+            if self._writing:
+                self._sleep(target, WAIT_WRITTEN)
                 continue
             self._writing = True
             try:
@@ -554,15 +555,24 @@ cdef class JournalCore:
         return 0
 
     cdef int _lead_sync(self) except -1:
-        """Gather a batch, pad it to a sector, write it out, then fdatasync it (group commit)."""
+        """Gather a batch, pad it to a sector, write it out, then fdatasync it (group commit).
+
+        Called with no baton held and no other leader open.
+        """
         cdef Segment seg, old
         cdef uint64_t target
         cdef Py_ssize_t batch
         cdef list synced
-        self._writing = True
-        self._leader_open = True
+        cdef bint took_write = False
+        self._leader_open = True    # durable waiters now wait for this batch; flushes still write out
         try:
-            self._gather()
+            self._gather()          # without the write baton: a flush during the gather is not held up
+            self._check_writable()
+            while self._writing:
+                self._sleep(0, WAIT_WRITE_BATON)
+                self._check_writable()
+            self._writing = True
+            took_write = True
             self._pad_to_sector()
             batch = self._sync_requests
             self._sync_requests = 0
@@ -578,7 +588,8 @@ cdef class JournalCore:
                                      hint="the journal accepts no more writes; reopen it") from exc
         finally:
             self._leader_open = False
-            self._writing = False
+            if took_write:
+                self._writing = False
             self._notify()
         while self._syncing:
             self._sleep(0, WAIT_SYNC_BATON)
