@@ -6,7 +6,6 @@ new files, runs the group-commit flusher and starts compactions.
 """
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
@@ -15,13 +14,14 @@ import warnings
 from dataclasses import dataclass
 
 from .._impl import IMPLEMENTATION, JournalCore, Segment
-from ..errors import ConfigError, JournalClosedError, JournalError, JournalLockedError
+from ..errors import ConfigError, JournalClosedError, JournalError
 from ..limits import (BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_US_MAX, COMPACT_PERCENTAGE_MAX,
                       COMPACT_UPDATE_FACTOR, FILE_HEADER_SIZE_BYTES, FILE_SIZE_DEFAULT_BYTES,
                       FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES, MIN_FILES_MIN, SECTOR_SIZE_BYTES)
 from . import compactor, durability
 from .format import LOCK_FILE, RecordKind
 from .recovery import LoadReport, analyze
+from .directory_lock import DirectoryLock
 from .segment_files import DataFile, FilePool
 
 log = logging.getLogger("journal_engine.storage")
@@ -113,14 +113,7 @@ class Journal(JournalCore):
         self.compaction_count = 0
         self.last_compaction_error: BaseException | None = None
         os.makedirs(self.directory, exist_ok=True)
-        self._lock_fd = os.open(os.path.join(self.directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
-            raise JournalLockedError(f"{self.directory} is in use by another Journal",
-                                     hint="close the other Journal (or process) first") from None
+        self._directory_lock = DirectoryLock(self.directory, LOCK_FILE, "Journal")
 
     # ----- context management ---------------------------------------------------------------
     def __enter__(self) -> "Journal":
@@ -337,10 +330,7 @@ class Journal(JournalCore):
                 self._flusher.join()
             if was_loaded and self._pool is not None:
                 self._pool.close()
-            if self._lock_fd >= 0:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-                os.close(self._lock_fd)
-                self._lock_fd = -1
+            self._directory_lock.release()
 
     def __del__(self):
         try:

@@ -57,7 +57,6 @@ refusing writes (JournalFailedError), as the journal does after a failed fsync.
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import struct
@@ -78,12 +77,12 @@ from ..errors import (
     JournalClosedError,
     JournalError,
     JournalFailedError,
-    JournalLockedError,
     StoreFullError,
     UnknownRecordError,
     UnknownTransactionError,
 )
 from ..limits import BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_US_MAX, RECORD_TYPE_MAX
+from ..storage.directory_lock import DirectoryLock
 from ..storage.journal import LoadResult, PreparedTransaction, TransactionRecord
 from ..storage.recovery import LoadReport
 from .interface import stored_backend
@@ -244,14 +243,7 @@ class LmdbRecordStore:
             raise IncompatibleFormatError(
                 "the directory holds journal files, not an LMDB store", path=self.directory,
                 hint='open it with backend="journal" (or Journal), or give the LMDB store an empty directory')
-        self._lock_fd = os.open(os.path.join(self.directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
-            raise JournalLockedError(f"{self.directory} is in use by another LmdbRecordStore",
-                                     hint="close the other store (or process) first") from None
+        self._directory_lock = DirectoryLock(self.directory, LOCK_FILE, "LmdbRecordStore")
         durable = sync != "none"
         try:
             self._env = lmdb.open(self.directory, map_size=map_size, subdir=True, max_dbs=len(_DATABASES),
@@ -287,10 +279,7 @@ class LmdbRecordStore:
         return f"LmdbRecordStore({self.directory!r}, sync={self.sync_mode!r}, state={self._state})"
 
     def _release_lock_file(self) -> None:
-        if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+        self._directory_lock.release()
 
     def close(self) -> None:
         """Commit and sync what was appended, stop the flusher, close the environment."""
