@@ -19,7 +19,7 @@ cdef class Segment:
     cdef public Py_ssize_t synced       # [0, synced) durable
     cdef int fd
 
-    cdef int write_at(self, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset) except -1
+    cdef int write_at(self, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset, bint keep_gil) except -1
     cdef int datasync(self) except -1
 
 
@@ -34,7 +34,8 @@ cdef class JournalCore:
     cdef Py_ssize_t _buf_start
     cdef list _sealed                   # earlier files written out but not yet synced
     cdef pthread_mutex_t _mutex        # guards the baton hand-over, waited on without the GIL
-    cdef pthread_cond_t _baton_free
+    cdef pthread_cond_t _write_free     # write baton released, written_bytes advanced
+    cdef pthread_cond_t _sync_done      # sync baton released, durable_bytes advanced
     cdef pthread_cond_t _gathered       # signalled when a gathering sync has its batch
     cdef bint _gathering
     cdef bint _writing                  # the write baton: one thread pads and writes out at a time
@@ -66,10 +67,10 @@ cdef class JournalCore:
     cdef int _append_raw(self, uint8_t kind, uint8_t user_type, uint64_t record_id, uint64_t tx_id,
                          const unsigned char *body, Py_ssize_t n, object sync) except -1
     cdef int _after_append(self, object sync) except -1
-    cdef int _notify(self) except -1
+    cdef int _notify(self, int which) except -1
     cdef int _sleep(self, uint64_t target, int what) except -1
     cdef int _wait_for(self, uint64_t target, bint durable) except -1
     cdef int _lead_sync(self) except -1
     cdef int _gather(self) except -1
-    cdef int _write_active(self) except -1
+    cdef int _write_active(self, bint keep_gil=*) except -1
     cdef int _pad_to_sector(self) except -1

@@ -22,7 +22,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.errno cimport errno, EINTR
 from libc.string cimport memmove
 from posix.fcntl cimport open as c_open, O_RDWR
-from posix.unistd cimport close as c_close, pwrite, fdatasync
+from posix.unistd cimport close as c_close, pwrite, fdatasync, usleep
 from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
 from libc.errno cimport ETIMEDOUT
 
@@ -40,6 +40,13 @@ cdef extern from "pthread.h" nogil:
     int pthread_cond_broadcast(pthread_cond_t *)
     int pthread_cond_signal(pthread_cond_t *)
     int pthread_cond_timedwait(pthread_cond_t *, pthread_mutex_t *, const timespec *)
+
+# which waiters a hand-over wakes: write-baton waiters and durability waiters sleep on
+# separate condition variables, so a flush does not wake every thread waiting for a sync
+cdef enum Wake:
+    WAKE_WRITERS = 1
+    WAKE_SYNCERS = 2
+    WAKE_ALL = 3
 
 # what a thread sleeps for (each wait re-checks its own condition after waking)
 cdef enum WaitFor:
@@ -61,6 +68,7 @@ from journal_engine.errors import (
 from journal_engine.limits import SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
 
 DEF SECTOR = 4096
+DEF SMALL_WRITE_BYTES = 65536
 assert SECTOR == SECTOR_SIZE_BYTES
 
 cdef enum SyncMode:
@@ -96,12 +104,26 @@ cdef class Segment:
         if self.fd < 0:
             raise OSError(errno, os.strerror(errno), path)
 
-    cdef int write_at(self, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset) except -1:
-        """pwrite all n bytes at offset, with the GIL released."""
+    cdef int write_at(self, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset, bint keep_gil) except -1:
+        """pwrite all n bytes at offset. With keep_gil a small write (a few frames into the page
+        cache: microseconds) keeps the GIL, for a flush where handing the GIL over and back would
+        cost more than the copy; a group-commit leader releases it so the next batch can form."""
         cdef Py_ssize_t done = 0, rc = 0
         cdef int err = 0
         if self.fd < 0:
             raise OSError(9, "segment closed", self.path)
+        if keep_gil and n <= SMALL_WRITE_BYTES:
+            while done < n:
+                rc = pwrite(self.fd, data + done, n - done, offset + done)
+                if rc < 0:
+                    if errno == EINTR:
+                        continue
+                    err = errno
+                    break
+                done += rc
+            if err:
+                raise OSError(err, os.strerror(err), self.path)
+            return 0
         with nogil:
             while done < n:
                 rc = pwrite(self.fd, data + done, n - done, offset + done)
@@ -152,7 +174,8 @@ cdef class JournalCore:
         self._sealed = []
         self._sealed_paths = []
         pthread_mutex_init(&self._mutex, NULL)
-        pthread_cond_init(&self._baton_free, NULL)
+        pthread_cond_init(&self._write_free, NULL)
+        pthread_cond_init(&self._sync_done, NULL)
         pthread_cond_init(&self._gathered, NULL)
         self._live = LiveMap()
         self._pending_tx = {}
@@ -166,7 +189,8 @@ cdef class JournalCore:
     def __dealloc__(self):
         if self._buf != NULL:
             PyMem_Free(self._buf)
-        pthread_cond_destroy(&self._baton_free)
+        pthread_cond_destroy(&self._write_free)
+        pthread_cond_destroy(&self._sync_done)
         pthread_cond_destroy(&self._gathered)
         pthread_mutex_destroy(&self._mutex)
 
@@ -213,7 +237,7 @@ cdef class JournalCore:
             self._failure = exc
         self._failed = True
         self._leader_open = False
-        self._notify()
+        self._notify(WAKE_ALL)
 
     def _core_close(self):
         self._ready = False
@@ -444,10 +468,13 @@ cdef class JournalCore:
             self._wait_for(self.appended_bytes, False)   # mode "none": hand full buffers to the OS
         return 0
 
-    cdef int _notify(self) except -1:
+    cdef int _notify(self, int which) except -1:
         with nogil:
             pthread_mutex_lock(&self._mutex)
-            pthread_cond_broadcast(&self._baton_free)
+            if which & WAKE_WRITERS:
+                pthread_cond_broadcast(&self._write_free)
+            if which & WAKE_SYNCERS:
+                pthread_cond_broadcast(&self._sync_done)
             pthread_mutex_unlock(&self._mutex)
         return 0
 
@@ -472,7 +499,15 @@ cdef class JournalCore:
                     if not (self._writing or self._syncing or self._leader_open
                             or self._sync_inflight > self.durable_bytes):
                         break
-                pthread_cond_wait(&self._baton_free, &self._mutex)
+                if what == WAIT_WRITE_BATON or what == WAIT_WRITTEN:
+                    pthread_cond_wait(&self._write_free, &self._mutex)
+                elif what == WAIT_IDLE:
+                    # closing is rare: poll, so neither hand-over has to wake it
+                    pthread_mutex_unlock(&self._mutex)
+                    usleep(1000)
+                    pthread_mutex_lock(&self._mutex)
+                else:
+                    pthread_cond_wait(&self._sync_done, &self._mutex)
             pthread_mutex_unlock(&self._mutex)
         return 0
 
@@ -506,7 +541,7 @@ cdef class JournalCore:
             raise
         finally:
             self._writing = False
-            self._notify()
+            self._notify(WAKE_WRITERS)
 
     cdef int _pad_to_sector(self) except -1:
         cdef Segment seg = self._active
@@ -544,14 +579,14 @@ cdef class JournalCore:
                 continue
             self._writing = True
             try:
-                self._write_active()
+                self._write_active(True)
             except BaseException as exc:
                 self._core_fail(exc)
                 raise JournalFailedError(f"write failed: {exc}",
                                          hint="the journal accepts no more writes; reopen it") from exc
             finally:
                 self._writing = False
-                self._notify()
+                self._notify(WAKE_WRITERS)
         return 0
 
     cdef int _lead_sync(self) except -1:
@@ -589,8 +624,10 @@ cdef class JournalCore:
         finally:
             self._leader_open = False
             if took_write:
-                self._writing = False
-            self._notify()
+                self._writing = False       # durability waiters stay asleep: this batch covers them
+                self._notify(WAKE_WRITERS)
+            else:
+                self._notify(WAKE_ALL)      # the gather ended without a batch: they must look again
         while self._syncing:
             self._sleep(0, WAIT_SYNC_BATON)
             self._check_writable()
@@ -626,7 +663,7 @@ cdef class JournalCore:
                                      hint="the journal accepts no more writes; reopen it") from exc
         finally:
             self._syncing = False
-            self._notify()
+            self._notify(WAKE_SYNCERS)
         return 0
 
     cdef int _gather(self) except -1:
@@ -650,13 +687,13 @@ cdef class JournalCore:
         self._gathering = False
         return 0
 
-    cdef int _write_active(self) except -1:
+    cdef int _write_active(self, bint keep_gil=False) except -1:
         """Hand the active file's buffered frames to the OS; the caller holds the write baton."""
         cdef Segment seg = self._active
         cdef uint64_t target = self.appended_bytes
         cdef Py_ssize_t start = seg.written, end = seg.position, rest
         if end > start:
-            seg.write_at(self._buf + (start - self._buf_start), end - start, start)
+            seg.write_at(self._buf + (start - self._buf_start), end - start, start, keep_gil)
             self.write_count += 1
         seg.written = end
         # keep what was appended during the write at the front of the buffer
