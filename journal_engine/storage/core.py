@@ -432,6 +432,9 @@ class JournalCore:
         took_write = False
         try:
             self._gather()              # without the write baton: a flush during the gather is not held up
+            with self._cond:            # the batch keeps growing while the previous sync is on the disk
+                while self._syncing and self._failure is None:
+                    self._cond.wait()
             self._take_write()
             took_write = True
             with self._lock:

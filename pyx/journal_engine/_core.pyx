@@ -602,6 +602,9 @@ cdef class JournalCore:
         self._leader_open = True    # durable waiters now wait for this batch; flushes still write out
         try:
             self._gather()          # without the write baton: a flush during the gather is not held up
+            while self._syncing:    # the batch keeps growing while the previous sync is on the disk
+                self._sleep(0, WAIT_SYNC_BATON)
+                self._check_writable()
             self._check_writable()
             while self._writing:
                 self._sleep(0, WAIT_WRITE_BATON)
