@@ -86,6 +86,19 @@ cdef enum FlusherState:
 SYNC_MODES = {"none": MODE_NONE, "group": MODE_GROUP, "always": MODE_ALWAYS}
 
 
+cdef int _pwrite_all(int fd, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset) noexcept nogil:
+    """pwrite every byte, retrying short writes and EINTR; 0 or the errno of the failure."""
+    cdef Py_ssize_t done = 0, rc
+    while done < n:
+        rc = pwrite(fd, data + done, n - done, offset + done)
+        if rc < 0:
+            if errno == EINTR:
+                continue
+            return errno
+        done += rc
+    return 0
+
+
 cdef class Segment:
     """One journal file open for appending at `position`."""
 
@@ -108,31 +121,14 @@ cdef class Segment:
         """pwrite all n bytes at offset. With keep_gil a small write (a few frames into the page
         cache: microseconds) keeps the GIL, for a flush where handing the GIL over and back would
         cost more than the copy; a group-commit leader releases it so the next batch can form."""
-        cdef Py_ssize_t done = 0, rc = 0
-        cdef int err = 0
+        cdef int err
         if self.fd < 0:
             raise OSError(9, "segment closed", self.path)
         if keep_gil and n <= SMALL_WRITE_BYTES:
-            while done < n:
-                rc = pwrite(self.fd, data + done, n - done, offset + done)
-                if rc < 0:
-                    if errno == EINTR:
-                        continue
-                    err = errno
-                    break
-                done += rc
-            if err:
-                raise OSError(err, os.strerror(err), self.path)
-            return 0
-        with nogil:
-            while done < n:
-                rc = pwrite(self.fd, data + done, n - done, offset + done)
-                if rc < 0:
-                    if errno == EINTR:
-                        continue
-                    err = errno
-                    break
-                done += rc
+            err = _pwrite_all(self.fd, data, n, offset)
+        else:
+            with nogil:
+                err = _pwrite_all(self.fd, data, n, offset)
         if err:
             raise OSError(err, os.strerror(err), self.path)
         return 0
