@@ -89,6 +89,8 @@ class JournalCore:
         self._buffer_size = 490 * 1024
         self._max_frame = 0
         self._flusher_state = FLUSHER_IDLE
+        self._kicked = threading.Condition(threading.Lock())
+        self._kick_pending = False
         self._sync_requests = 0
         self._last_batch = 0
         self._gather_us = 500
@@ -332,13 +334,29 @@ class JournalCore:
         if self._mode == MODE_GROUP:
             if self._flusher_state == FLUSHER_IDLE:
                 self._flusher_state = FLUSHER_TIMING
-                self._kick_flusher()
+                self._core_kick()
             elif (self._flusher_state == FLUSHER_TIMING
                   and self.appended_bytes - self.durable_bytes > self._buffer_size):
                 self._flusher_state = FLUSHER_URGENT
-                self._kick_flusher()
+                self._core_kick()
         elif buffered >= self._buffer_size and not self._writing:
             self._wait_for(self.appended_bytes, False)
+
+    def _core_kick(self) -> None:
+        """Wake the flusher thread (Journal._run_flusher), which waits in _core_wait_kick."""
+        with self._kicked:
+            self._kick_pending = True
+            self._kicked.notify()
+
+    def _core_wait_kick(self, timeout_s: float = -1.0) -> bool:
+        """The flusher's wait: until kicked (True), or timeout_s passed (False); a negative
+        timeout waits for a kick however long it takes."""
+        with self._kicked:
+            if not self._kick_pending:
+                self._kicked.wait(None if timeout_s < 0 else timeout_s)
+            kicked = self._kick_pending
+            self._kick_pending = False
+            return kicked
 
     def _take_write(self) -> None:
         with self._cond:

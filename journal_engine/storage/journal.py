@@ -107,7 +107,6 @@ class Journal(JournalCore):
         self._data_files: list[DataFile] = []
         self._pool: FilePool | None = None
         self._flusher: threading.Thread | None = None
-        self._flusher_event = threading.Event()
         self._compaction_lock = threading.Lock()
         self._compaction_thread: threading.Thread | None = None
         self.compaction_count = 0
@@ -202,22 +201,17 @@ class Journal(JournalCore):
         self._maybe_compact()
         return segment
 
-    def _kick_flusher(self) -> None:
-        self._flusher_event.set()
-
     def _run_flusher(self) -> None:
-        """Group mode: nothing appended stays unsynced longer than buffer_timeout_us."""
-        event = self._flusher_event
+        """Group mode: nothing appended stays unsynced longer than buffer_timeout_us. The core
+        kicks this thread when an append finds it idle (state 0 -> 1) and again when more than
+        buffer_size waits (state 2), which ends the wait early."""
         timeout_s = self.buffer_timeout_us / 1e6
         while self._state == "loaded":
-            event.wait()
-            event.clear()
+            self._core_wait_kick()
             if self._state != "loaded":
                 return
-            # an urgent kick (buffer_size reached, state 2) ends the wait early; one that came before the
-            # clear() above would be lost to the event, so the state is read as well
-            if timeout_s and self._flusher_state != 2 and event.wait(timeout_s):
-                event.clear()
+            if timeout_s and self._flusher_state != 2:
+                self._core_wait_kick(timeout_s)
             self._flusher_state = 0
             try:
                 self.sync()
@@ -325,7 +319,7 @@ class Journal(JournalCore):
             was_loaded = self._state == "loaded"
             self._state = "closed"
             self._core_close()
-            self._flusher_event.set()
+            self._core_kick()
             if self._flusher is not None:
                 self._flusher.join()
             if was_loaded and self._pool is not None:

@@ -19,7 +19,8 @@ cdef class Segment:
     cdef public Py_ssize_t synced       # [0, synced) durable
     cdef int fd
 
-    cdef int write_at(self, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset, bint keep_gil) except -1
+    cdef int write_at(self, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset,
+                      Py_ssize_t keep_gil_up_to) except -1
     cdef int datasync(self) except -1
 
 
@@ -37,6 +38,8 @@ cdef class JournalCore:
     cdef pthread_cond_t _write_free     # write baton released, written_bytes advanced
     cdef pthread_cond_t _sync_done      # sync baton released, durable_bytes advanced
     cdef pthread_cond_t _gathered       # signalled when a gathering sync has its batch
+    cdef pthread_cond_t _kicked         # the flusher thread's wake-up (_kick_pending set)
+    cdef bint _kick_pending
     cdef bint _gathering
     cdef bint _writing                  # the write baton: one thread pads and writes out at a time
     cdef bint _syncing                  # the sync baton: one thread fdatasyncs at a time
@@ -44,12 +47,15 @@ cdef class JournalCore:
                                         # every append before its pad is in its batch
     cdef uint64_t _sync_inflight        # the highest target a leader padded for and has not made durable
     cdef bint _failed                   # mirrors _failure for threads waiting without the GIL
+    cdef Py_ssize_t _write_sleepers     # threads asleep on _write_free (counted under the GIL)
+    cdef Py_ssize_t _sync_sleepers      # threads asleep on _sync_done or polling for idle
     cdef list _sealed_paths             # sealed files closed before a sync reached them
     cdef object _failure
     cdef bint _ready
     cdef LiveMap _live
     cdef dict _pending_tx
     cdef object _replaceable
+    cdef unsigned char _is_replaceable[256]    # the same, by user record type, for the append path
     cdef readonly Py_ssize_t add_count
     cdef readonly Py_ssize_t replaceable_update_count
     cdef readonly Py_ssize_t sync_count
@@ -68,9 +74,11 @@ cdef class JournalCore:
                          const unsigned char *body, Py_ssize_t n, object sync) except -1
     cdef int _after_append(self, object sync) except -1
     cdef int _notify(self, int which) except -1
+    cdef int _kick(self) except -1
     cdef int _sleep(self, uint64_t target, int what) except -1
+    cdef int _sleep_nogil(self, uint64_t target, int what) except -1
     cdef int _wait_for(self, uint64_t target, bint durable) except -1
     cdef int _lead_sync(self) except -1
     cdef int _gather(self) except -1
-    cdef int _write_active(self, bint keep_gil=*) except -1
+    cdef int _write_active(self, Py_ssize_t keep_gil_up_to=*) except -1
     cdef int _pad_to_sector(self) except -1

@@ -20,10 +20,11 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.errno cimport errno, EINTR
-from libc.string cimport memmove
+from libc.string cimport memmove, memset
 from posix.fcntl cimport open as c_open, O_RDWR
 from posix.unistd cimport close as c_close, pwrite, fdatasync, usleep
 from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
+from posix.types cimport time_t
 from libc.errno cimport ETIMEDOUT
 
 from journal_engine._livemap cimport LiveMap
@@ -68,7 +69,8 @@ from journal_engine.errors import (
 from journal_engine.limits import SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
 
 DEF SECTOR = 4096
-DEF SMALL_WRITE_BYTES = 65536
+DEF FLUSH_KEEPS_GIL_UP_TO = 65536   # a flush's caller waits for its write anyway
+DEF LEADER_KEEPS_GIL_UP_TO = 8192   # a sync leader's batch: larger ones let appenders run meanwhile
 assert SECTOR == SECTOR_SIZE_BYTES
 
 cdef enum SyncMode:
@@ -117,14 +119,15 @@ cdef class Segment:
         if self.fd < 0:
             raise OSError(errno, os.strerror(errno), path)
 
-    cdef int write_at(self, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset, bint keep_gil) except -1:
-        """pwrite all n bytes at offset. With keep_gil a small write (a few frames into the page
-        cache: microseconds) keeps the GIL, for a flush where handing the GIL over and back would
-        cost more than the copy; a group-commit leader releases it so the next batch can form."""
+    cdef int write_at(self, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset,
+                      Py_ssize_t keep_gil_up_to) except -1:
+        """pwrite all n bytes at offset. A write of at most keep_gil_up_to bytes (frames into the
+        page cache: microseconds) keeps the GIL: with other threads running Python, handing the GIL
+        over and waiting to get it back costs more than the copy. A larger one releases it."""
         cdef int err
         if self.fd < 0:
             raise OSError(9, "segment closed", self.path)
-        if keep_gil and n <= SMALL_WRITE_BYTES:
+        if n <= keep_gil_up_to:
             err = _pwrite_all(self.fd, data, n, offset)
         else:
             with nogil:
@@ -173,6 +176,7 @@ cdef class JournalCore:
         pthread_cond_init(&self._write_free, NULL)
         pthread_cond_init(&self._sync_done, NULL)
         pthread_cond_init(&self._gathered, NULL)
+        pthread_cond_init(&self._kicked, NULL)
         self._live = LiveMap()
         self._pending_tx = {}
         self._replaceable = frozenset()
@@ -188,6 +192,7 @@ cdef class JournalCore:
         pthread_cond_destroy(&self._write_free)
         pthread_cond_destroy(&self._sync_done)
         pthread_cond_destroy(&self._gathered)
+        pthread_cond_destroy(&self._kicked)
         pthread_mutex_destroy(&self._mutex)
 
     # ----- set-up by the Python layer -------------------------------------------------
@@ -198,6 +203,11 @@ cdef class JournalCore:
         self._buffer_size = buffer_size
         self._max_frame = max_frame
         self._replaceable = frozenset(replaceable)
+        memset(self._is_replaceable, 0, sizeof(self._is_replaceable))
+        for record_type in self._replaceable:
+            if not 0 <= record_type <= 255:
+                raise ValueError(f"replaceable record type {record_type}: must be within 0..255")
+            self._is_replaceable[record_type] = 1
         # room for a full buffer, the largest frame and a sector of padding: allocated once
         self._buf_capacity = buffer_size + max_frame + 2 * SECTOR
         if self._buf != NULL:
@@ -412,7 +422,7 @@ cdef class JournalCore:
             self.add_count += 1
         elif kind == KIND_UPDATE:
             self._live.add_bytes(record_id, size)
-            if user_type in self._replaceable:
+            if self._is_replaceable[user_type]:
                 self.replaceable_update_count += 1
         elif kind == KIND_DELETE:
             self._live.remove(record_id)
@@ -437,7 +447,7 @@ cdef class JournalCore:
             elif kind == KIND_UPDATE_TX:
                 if self._live.contains(rid):
                     self._live.add_bytes(rid, size)
-                    if user_type in self._replaceable:
+                    if self._is_replaceable[<uint8_t>user_type]:
                         self.replaceable_update_count += 1
             else:
                 self._live.remove(rid)
@@ -447,35 +457,95 @@ cdef class JournalCore:
         if _wants_wait(self._mode, sync):
             self._sync_requests += 1
             if self._gathering and self._sync_requests >= self._last_batch:
-                with nogil:
-                    pthread_mutex_lock(&self._mutex)
-                    pthread_cond_signal(&self._gathered)
-                    pthread_mutex_unlock(&self._mutex)
+                pthread_mutex_lock(&self._mutex)       # see _notify: no GIL round trip
+                pthread_cond_signal(&self._gathered)
+                pthread_mutex_unlock(&self._mutex)
             return self._wait_for(self.appended_bytes, True)
         if self._mode == MODE_GROUP:
             if self._flusher_state == FLUSHER_IDLE:
                 self._flusher_state = FLUSHER_TIMING
-                self._kick_flusher()
+                self._kick()
             elif (self._flusher_state == FLUSHER_TIMING and
                   <Py_ssize_t>(self.appended_bytes - self.durable_bytes) > self._buffer_size):
                 self._flusher_state = FLUSHER_URGENT
-                self._kick_flusher()
+                self._kick()
         elif buffered >= self._buffer_size and not self._writing:
             self._wait_for(self.appended_bytes, False)   # mode "none": hand full buffers to the OS
         return 0
 
-    cdef int _notify(self, int which) except -1:
+    cdef int _kick(self) except -1:
+        """Wake the flusher thread (Journal._run_flusher), which waits in _core_wait_kick."""
+        pthread_mutex_lock(&self._mutex)        # see _notify: no GIL round trip
+        self._kick_pending = True
+        pthread_cond_signal(&self._kicked)
+        pthread_mutex_unlock(&self._mutex)
+        return 0
+
+    def _core_kick(self):
+        self._kick()
+
+    def _core_wait_kick(self, double timeout_s=-1.0):
+        """The flusher's wait, without the GIL: until kicked (True), or timeout_s passed (False);
+        a negative timeout waits for a kick however long it takes."""
+        cdef timespec deadline
+        cdef int rc = 0
+        cdef bint kicked
+        cdef long long nanoseconds
+        if timeout_s >= 0:
+            clock_gettime(CLOCK_REALTIME, &deadline)
+            nanoseconds = deadline.tv_nsec + <long long>(timeout_s * 1e9)
+            deadline.tv_sec += <time_t>(nanoseconds // 1000000000)
+            deadline.tv_nsec = <long>(nanoseconds % 1000000000)
         with nogil:
             pthread_mutex_lock(&self._mutex)
-            if which & WAKE_WRITERS:
-                pthread_cond_broadcast(&self._write_free)
-            if which & WAKE_SYNCERS:
-                pthread_cond_broadcast(&self._sync_done)
+            while not self._kick_pending and rc != ETIMEDOUT:
+                if timeout_s >= 0:
+                    rc = pthread_cond_timedwait(&self._kicked, &self._mutex, &deadline)
+                else:
+                    pthread_cond_wait(&self._kicked, &self._mutex)
+            kicked = self._kick_pending
+            self._kick_pending = False
             pthread_mutex_unlock(&self._mutex)
+        return kicked
+
+    cdef int _notify(self, int which) except -1:
+        """Wake the sleepers of a baton just released or a counter just advanced.
+
+        The GIL is kept: the mutex is only ever held for a few instructions by threads that do
+        not want the GIL, so taking it cannot deadlock, and dropping the GIL here would let
+        another thread take it and keep this one (often the group-commit leader) waiting. With
+        nobody asleep there is nothing to signal: a sleeper registers under the GIL before it
+        looks at the state under the mutex, so it cannot miss a change made after that.
+        """
+        cdef bint writers = (which & WAKE_WRITERS) and self._write_sleepers > 0
+        cdef bint syncers = (which & WAKE_SYNCERS) and self._sync_sleepers > 0
+        if not (writers or syncers):
+            return 0
+        pthread_mutex_lock(&self._mutex)
+        if writers:
+            pthread_cond_broadcast(&self._write_free)
+        if syncers:
+            pthread_cond_broadcast(&self._sync_done)
+        pthread_mutex_unlock(&self._mutex)
         return 0
 
     cdef int _sleep(self, uint64_t target, int what) except -1:
         """Sleep without the GIL until `what` no longer holds (or the journal failed)."""
+        cdef bint on_write_free = what == WAIT_WRITE_BATON or what == WAIT_WRITTEN
+        if on_write_free:
+            self._write_sleepers += 1
+        else:
+            self._sync_sleepers += 1
+        try:
+            self._sleep_nogil(target, what)
+        finally:
+            if on_write_free:
+                self._write_sleepers -= 1
+            else:
+                self._sync_sleepers -= 1
+        return 0
+
+    cdef int _sleep_nogil(self, uint64_t target, int what) except -1:
         with nogil:
             pthread_mutex_lock(&self._mutex)
             while not self._failed:
@@ -575,7 +645,7 @@ cdef class JournalCore:
                 continue
             self._writing = True
             try:
-                self._write_active(True)
+                self._write_active(FLUSH_KEEPS_GIL_UP_TO)
             except BaseException as exc:
                 self._core_fail(exc)
                 raise JournalFailedError(f"write failed: {exc}",
@@ -615,7 +685,7 @@ cdef class JournalCore:
                 self._sync_inflight = target
             self._leader_open = False
             seg = self._active
-            self._write_active()
+            self._write_active(LEADER_KEEPS_GIL_UP_TO)
         except BaseException as exc:
             self._core_fail(exc)
             raise JournalFailedError(f"write failed: {exc}",
@@ -686,13 +756,13 @@ cdef class JournalCore:
         self._gathering = False
         return 0
 
-    cdef int _write_active(self, bint keep_gil=False) except -1:
+    cdef int _write_active(self, Py_ssize_t keep_gil_up_to=0) except -1:
         """Hand the active file's buffered frames to the OS; the caller holds the write baton."""
         cdef Segment seg = self._active
         cdef uint64_t target = self.appended_bytes
         cdef Py_ssize_t start = seg.written, end = seg.position, rest
         if end > start:
-            seg.write_at(self._buf + (start - self._buf_start), end - start, start, keep_gil)
+            seg.write_at(self._buf + (start - self._buf_start), end - start, start, keep_gil_up_to)
             self.write_count += 1
         seg.written = end
         # keep what was appended during the write at the front of the buffer
