@@ -545,12 +545,11 @@ class MessageStore:
         queue is checked before anything is written."""
         if self._state != "loaded":
             self._check_loaded()
-        data = None
+        head = None     # the message record's bytes before the body, when it has no properties
         if not properties and type(body) is bytes and type(expiration) is int and expiration == 0:   # cached path
-            prefix = _PREFIXES.get((address, durable, routing_type))
-            if prefix is not None:
-                data = b"".join((prefix, _U32_PACK(len(body)), body, _NO_PROPERTIES))
-        if data is None:
+            head = _PREFIXES.get((address, durable, routing_type))
+        data = None
+        if head is None:
             data = _encode_message_fast(address, body, properties, durable, expiration, routing_type)
         journal = self._journal
         lock = self._lock
@@ -563,10 +562,16 @@ class MessageStore:
                 queue_id = queue_ids[0]
                 if queue_id not in self._queues:
                     raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
-                journal.add(message_id, _ADD_MESSAGE, data, sync=False)
+                try:
+                    if head is not None:       # 45 + 32 in one compiled call, the record assembled there
+                        self._writer.store_message_reference(message_id, queue_id, head, body)
+                    else:
+                        self._writer.store_message_reference(message_id, queue_id, data)
+                except BaseException:
+                    if message_id in journal._core_live():
+                        message_queues[message_id] = set()    # the message record went in, its reference not
+                    raise
                 message_queues[message_id] = {queue_id}
-                journal.update(message_id, _ADD_REF, _QUEUE_ID_BYTES(queue_id), sync=False)
-                self._writer.add_reference(queue_id, message_id, 0)
             else:
                 stored_queues = self._queues
                 for queue_id in queue_ids:
@@ -575,6 +580,8 @@ class MessageStore:
                 references = set(queue_ids)
                 if len(references) != len(queue_ids):
                     raise DuplicateRecordError(f"queue_ids {list(queue_ids)} names a queue twice")
+                if data is None:
+                    data = _encode_message_fast(address, body, properties, durable, expiration, routing_type)
                 journal.add(message_id, _ADD_MESSAGE, data, sync=False)
                 message_queues[message_id] = references
                 writer = self._writer
@@ -598,12 +605,10 @@ class MessageStore:
             queue_ids = self._message_queues.get(message_id)
             if queue_ids is None or queue_id not in queue_ids:
                 raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
-            journal.update(message_id, _ACKNOWLEDGE_REF, _QUEUE_ID_BYTES(queue_id), sync=False)
-            self._writer.remove_reference(queue_id, message_id)
+            deleted = len(queue_ids) == 1
+            self._writer.acknowledge_reference(queue_id, message_id, deleted)   # 33 (+ DELETE), compiled
             queue_ids.discard(queue_id)
-            deleted = not queue_ids
             if deleted:
-                journal.delete(message_id, sync=False)
                 del self._message_queues[message_id]
         finally:
             lock.release()
@@ -614,7 +619,6 @@ class MessageStore:
 
 _ADD_MESSAGE = int(RecordType.ADD_MESSAGE)
 _ADD_REF = int(RecordType.ADD_REF)
-_ACKNOWLEDGE_REF = int(RecordType.ACKNOWLEDGE_REF)
 _QUEUE_ID_BYTES = struct.Struct("<Q").pack                   # ADD_REF / ACKNOWLEDGE_REF body, as encode_queue_id
 _MESSAGE_HEAD_PACK = struct.Struct("<BBBxq").pack            # as records._MESSAGE_HEAD
 _U32_PACK = struct.Struct("<I").pack

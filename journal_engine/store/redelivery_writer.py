@@ -16,13 +16,20 @@ import struct
 from array import array
 
 from ..errors import DuplicateRecordError, UnknownRecordError
+from .records import RecordType
 
-UPDATE_DELIVERY_COUNT = 34
-SET_SCHEDULED_DELIVERY_TIME = 36
+ADD_MESSAGE = int(RecordType.ADD_MESSAGE)
+ADD_REF = int(RecordType.ADD_REF)
+ACKNOWLEDGE_REF = int(RecordType.ACKNOWLEDGE_REF)
+UPDATE_DELIVERY_COUNT = int(RecordType.UPDATE_DELIVERY_COUNT)
+SET_SCHEDULED_DELIVERY_TIME = int(RecordType.SET_SCHEDULED_DELIVERY_TIME)
 _U32_MAX = 0xFFFFFFFF
 _U64_MAX = 0xFFFFFFFFFFFFFFFF
 _COUNT = struct.Struct("<QI")
 _TIME = struct.Struct("<QQ")
+_QUEUE_ID = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+_NO_PROPERTIES = _U32.pack(0)
 
 
 def check_cap(max_redelivery_records: int) -> None:
@@ -117,6 +124,31 @@ class RedeliveryWriter:
 
     def clear(self) -> None:
         self._persisted.clear()
+
+    # ----- the broker's send and acknowledgement, one call each -------------------------------------
+    def store_message_reference(self, message_id: int, queue_id: int, head: bytes, body: bytes | None = None) -> None:
+        """ADD_MESSAGE (45), ADD_REF (32) on one queue, and the reference tracked: the records of a
+        send to one queue, without sync (the caller decides). The message record is `head` when
+        body is None, else head + u32 len(body) + body + u32 0, the layout of a message without
+        properties (records.encode_message)."""
+        key = (_check_u64(queue_id, "queue_id"), _check_u64(message_id, "message_id"))
+        if key in self._persisted:
+            raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
+        record = head if body is None else b"".join((head, _U32.pack(len(body)), body, _NO_PROPERTIES))
+        self._journal.add(message_id, ADD_MESSAGE, record, sync=False)
+        self._journal.update(message_id, ADD_REF, _QUEUE_ID.pack(queue_id), sync=False)
+        self._persisted[key] = 0
+
+    def acknowledge_reference(self, queue_id: int, message_id: int, delete_message: bool) -> None:
+        """ACKNOWLEDGE_REF (33), the reference no longer tracked, and with delete_message the
+        message's DELETE: an acknowledgement (of its last reference), without sync."""
+        key = (queue_id, message_id)
+        if key not in self._persisted:
+            raise unknown_reference(queue_id, message_id)
+        self._journal.update(message_id, ACKNOWLEDGE_REF, _QUEUE_ID.pack(queue_id), sync=False)
+        self._persisted.pop(key, None)
+        if delete_message:
+            self._journal.delete(message_id, sync=False)
 
     # ----- single records ------------------------------------------------------------------------
     def update_delivery_count(self, queue_id: int, message_id: int, delivery_count: int, sync=None) -> bool:

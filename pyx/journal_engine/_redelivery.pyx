@@ -18,10 +18,12 @@ a sync wait), so no pointer into the table is kept across an append. The Python
 twin is journal_engine.store.redelivery_writer; both write the same bytes.
 """
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc
+from libc.string cimport memcpy
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from journal_engine._core cimport JournalCore
-from journal_engine._codec cimport KIND_UPDATE, store_u32, store_u64
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from journal_engine._codec cimport KIND_ADD, KIND_DELETE, KIND_UPDATE, store_u32, store_u64
 
 from journal_engine.store.redelivery_writer import (
     as_u32_array, as_u64_array, check_cap, unknown_message, unknown_reference,
@@ -29,6 +31,10 @@ from journal_engine.store.redelivery_writer import (
 from journal_engine.errors import DuplicateRecordError
 
 cdef enum:
+    TYPE_ADD_MESSAGE = 45
+    TYPE_ADD_REF = 32
+    TYPE_ACKNOWLEDGE_REF = 33
+    QUEUE_ID_BODY = 8
     TYPE_UPDATE_DELIVERY_COUNT = 34
     TYPE_SET_SCHEDULED_DELIVERY_TIME = 36
     DELIVERY_COUNT_BODY = 12
@@ -183,6 +189,64 @@ cdef class RedeliveryWriter:
 
     def clear(self):
         self._allocate(INITIAL_CAPACITY)
+
+    # ----- the broker's send and acknowledgement, one call each -----------------------------------------
+    def store_message_reference(self, unsigned long long message_id, unsigned long long queue_id,
+                                bytes head, bytes body=None):
+        """ADD_MESSAGE (45), ADD_REF (32) on one queue, and the reference tracked: the records of a
+        send to one queue, without sync (the caller decides). The message record is `head` when
+        body is None, else head + u32 len(body) + body + u32 0, the layout of a message without
+        properties (records.encode_message), assembled here without a Python object."""
+        cdef unsigned char ref_body[QUEUE_ID_BODY]
+        cdef Py_ssize_t head_n = PyBytes_GET_SIZE(head), body_n, n
+        cdef unsigned char *record
+        if self._journal._live.contains(message_id):
+            raise DuplicateRecordError(f"record {message_id} is already live; update or delete it first")
+        if self._find(queue_id, message_id) != NULL:
+            raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
+        if body is None:
+            self._journal._append_raw(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0,
+                                      <const unsigned char *>PyBytes_AS_STRING(head), head_n, False)
+        else:
+            body_n = PyBytes_GET_SIZE(body)
+            if body_n > <Py_ssize_t>0xFFFFFFFF:
+                raise OverflowError(f"a message body of {body_n} bytes does not fit its u32 length")
+            n = head_n + 4 + body_n + 4
+            # its own buffer: the append may let another thread in before it copies the record
+            record = <unsigned char *>PyMem_Malloc(n)
+            if record == NULL:
+                raise MemoryError()
+            try:
+                memcpy(record, PyBytes_AS_STRING(head), head_n)
+                store_u32(record + head_n, <uint32_t>body_n)
+                memcpy(record + head_n + 4, PyBytes_AS_STRING(body), body_n)
+                store_u32(record + head_n + 4 + body_n, 0)
+                self._journal._append_raw(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0, record, n, False)
+            finally:
+                PyMem_Free(record)
+        store_u64(ref_body, queue_id)
+        self._journal._append_raw(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
+        if 2 * (self._used + self._deleted + 1) > self._capacity:
+            self._grow()
+        self._place(queue_id, message_id, 0)
+
+    def acknowledge_reference(self, unsigned long long queue_id, unsigned long long message_id,
+                              bint delete_message):
+        """ACKNOWLEDGE_REF (33), the reference no longer tracked, and with delete_message the
+        message's DELETE: an acknowledgement (of its last reference), without sync."""
+        cdef unsigned char body[QUEUE_ID_BODY]
+        cdef RefSlot *slot = self._find(queue_id, message_id)
+        if slot == NULL:
+            raise unknown_reference(queue_id, message_id)
+        store_u64(body, queue_id)
+        self._journal._append_raw(KIND_UPDATE, TYPE_ACKNOWLEDGE_REF, message_id, 0, body, QUEUE_ID_BODY, False)
+        slot = self._find(queue_id, message_id)     # the append may have let another thread in
+        if slot != NULL:
+            slot.state = SLOT_DELETED
+            self._used -= 1
+            self._deleted += 1
+        if delete_message:
+            self._journal._append_raw(KIND_DELETE, 0, message_id, 0, body, 0, False)
 
     # ----- the writers ------------------------------------------------------------------------------
     cdef int _write_count(self, RefSlot *slot, uint32_t count, object sync) except -1:
