@@ -85,14 +85,15 @@ def open_store(backend: str, directory: str, mode: str, cap: int, **options) -> 
     return MessageStore(directory, backend=backend, max_redelivery_records=cap, **MODES[mode], **options)
 
 
-def deliver_once(backend: str, directory: str, mode: str, cap: int) -> None:
-    store = open_store(backend, directory, mode, cap)
+def deliver_once(backend: str, directory: str, mode: str, cap: int, sync: str = "group") -> None:
+    store = open_store(backend, directory, mode, cap, sync=sync)
     state = store.load()
     if 1 not in state.queues:
         store.store_queue(1, "orders", "orders")
     if 1 not in state.messages:
         store.store_message(1, "orders", b"hello", properties={"kind": "test"})
         store.store_reference(1, 1, sync=True)
+        store.sync()                    # the queue binding too, whatever the mode
     count = store.persisted_delivery_count(1, 1) + 1
     store.before_delivery(1, 1, count)
     say(f"delivered {count}")
@@ -229,6 +230,8 @@ def _parser() -> argparse.ArgumentParser:
     once.add_argument("directory")
     once.add_argument("mode", choices=sorted(MODES))
     once.add_argument("cap", type=int)
+    once.add_argument("--sync", choices=["always", "group", "none"], default="group",
+                      help='"none": the count record stays in the write buffer (no flusher)')
     churning = commands.add_parser("churn")
     churning.add_argument("directory")
     churning.add_argument("mode", choices=sorted(MODES))
@@ -246,7 +249,7 @@ def main(argv: list[str]) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "deliver-once":
-        deliver_once(args.backend, args.directory, args.mode, args.cap)
+        deliver_once(args.backend, args.directory, args.mode, args.cap, args.sync)
     elif args.command == "churn":
         churn(args.backend, args.directory, args.mode, args.cap, args.seed)
     elif args.command == "records":

@@ -56,7 +56,7 @@ from journal_engine import (
     UnknownTransactionError,
 )
 from journal_engine.errors import IncompatibleFormatError
-from journal_engine.store import records
+from journal_engine.store import delivery_shadow, records
 from journal_engine.store.interface import RECORD_STORE_METHODS, RecordStore, stored_backend
 from journal_engine.store.lmdb_store import LmdbRecordStore
 from journal_engine.store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY
@@ -791,13 +791,15 @@ def test_before_delivery_does_nothing_without_the_strict_mode(open_store):
     assert store.record_count(COUNT) == 0
 
 
-def test_strict_mode_hands_the_record_to_the_os_without_waiting_for_the_disk(open_store):
+def test_strict_mode_puts_the_count_in_the_shadow_without_a_write_or_a_sync(open_store):
     store, _ = open_store(sync="none", persist_delivery_count_before_delivery=True)
     _one_message(store)
     records_store = store._journal
-    syncs = records_store.stats()["syncs"]
+    syncs, written = records_store.stats()["syncs"], records_store.written_bytes
     assert store.before_delivery(1, 1, 1) is True
-    assert records_store.written_bytes == records_store.appended_bytes     # survives a killed process
+    shadow = os.path.join(store.directory, delivery_shadow.FILE_NAME)
+    assert delivery_shadow.read_counts(shadow) == {(1, 1): 1}              # page cache: survives a killed process
+    assert records_store.written_bytes == written                           # no write-out per dispatch
     assert records_store.stats()["syncs"] == syncs                          # not synced: a power cut may lose it
     assert store.before_delivery(1, 1, 1) is False                          # unchanged: nothing more
     assert store.update_delivery_count(1, 1, 1) is False                    # the rollback after it writes no count
@@ -1091,6 +1093,32 @@ def test_strict_mode_kill_after_deliveries_redelivers_with_the_next_count(backen
     for expected in (1, 2, 3):
         assert _deliver_once_then_kill(backend, tmp_path / "store", mode) == expected
     assert _next_delivery(backend, tmp_path / "store") == (4, True)
+
+
+@pytest.mark.parametrize("rebooted", [False, True])
+def test_strict_mode_count_left_only_in_the_shadow_comes_back_unless_the_machine_rebooted(tmp_path, rebooted):
+    """sync="none": the count record is still in the killed process's write buffer, so only the
+    delivery-count shadow (page cache) has the dispatch. A reboot voids the shadow (here: its header
+    names another boot), which is the documented limit of the non-sync strict mode."""
+    directory = tmp_path / "store"
+    process = _run_child("journal", "deliver-once", directory, "strict", 10, "--sync", "none")
+    try:
+        line = process.stdout.readline().decode()
+        assert line == "delivered 1\n", (line, process.stderr.read().decode() if process.poll() else "")
+    finally:
+        _kill(process)
+    shadow = directory / delivery_shadow.FILE_NAME
+    if rebooted:
+        raw = bytearray(shadow.read_bytes())
+        head = bytes(raw[:20]) + bytes(16)                   # the header, with another boot's id
+        raw[:40] = head + delivery_shadow._HEADER_CRC.pack(journal_engine._impl.crc32c(head))
+        shadow.write_bytes(bytes(raw))
+    with MessageStore(directory, file_size=SMALL_FILE) as store:
+        state = store.load(now_ms=NOW_MS)
+        assert state.counts_from_shadow == (0 if rebooted else 1)
+        assert [ref.delivery_count for ref in state.references[1]] == [0 if rebooted else 1]
+    shadow.unlink()             # the recovered count is in the journal now, synced
+    assert _next_delivery("journal", directory) == ((1, False) if rebooted else (2, True))
 
 
 def test_without_strict_mode_kill_after_one_delivery_loses_the_redelivered_flag(backend, tmp_path):

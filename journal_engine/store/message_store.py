@@ -14,6 +14,7 @@ Python twin journal_engine.store.redelivery_writer), which enforces max_redelive
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import struct
 import threading
@@ -28,7 +29,14 @@ from ..storage.journal import Journal
 from .records import (FLAG_DURABLE, MESSAGE_FORMAT_VERSION, REPLACEABLE_TYPES, RecordType, StoredMessage,
                       StoredQueue, decode_delivery_count, decode_message, decode_queue, decode_queue_id,
                       decode_scheduled_time, encode_message, encode_queue, encode_queue_id, encode_scheduled_time)
+from .delivery_shadow import FILE_NAME as SHADOW_FILE_NAME
+from .delivery_shadow import DeliveryShadow
+from .delivery_shadow import boot_id as shadow_boot_id
+from .delivery_shadow import read_counts as read_shadow_counts
+from .delivery_shadow import void as void_shadow
 from .redelivery_writer import check_cap
+
+log = logging.getLogger(__name__)
 
 MESSAGES_DIRECTORY = "messages"
 BINDINGS_DIRECTORY = "bindings"
@@ -66,6 +74,7 @@ class RecoveredState:
     reports: dict = field(default_factory=dict)         # "messages" / "bindings" -> the journal's LoadReport
     max_message_id: int = 0
     max_queue_id: int = 0
+    counts_from_shadow: int = 0         # delivery counts a killed strict-mode process left in its shadow
 
 
 def _wall_clock_ms() -> int:
@@ -139,6 +148,7 @@ class MessageStore:
                 raise
             self._writer = _impl.RedeliveryWriter(self._journal, max_redelivery_records)
         self._lock = threading.Lock()          # the Python-side bookkeeping below; the writer needs none
+        self._shadow: DeliveryShadow | None = None     # strict mode: dispatch counts in shared memory
         self._queues: dict[int, StoredQueue] = {}
         self._message_queues: dict[int, set] = {}     # live message id -> queue ids of its live references
         self._state = "new"
@@ -160,11 +170,18 @@ class MessageStore:
         if self._state == "closed":
             return
         self._state = "closed"
+        durable = False
         try:
             self._journal.close()
+            durable = self._journal.durable_bytes >= self._journal.appended_bytes   # its final sync worked
         finally:
-            self._bindings.close()
-            self._writer.clear()
+            try:
+                self._bindings.close()
+            finally:
+                if self._shadow is not None:
+                    self._writer.detach_shadow()
+                    self._shadow.close(void=durable)    # the journal holds every count durably now
+                self._writer.clear()
 
     def _check_loaded(self) -> None:
         if self._state != "loaded":
@@ -220,6 +237,10 @@ class MessageStore:
                                    "the store writes none; left as they are")
         restored = []          # (queue id, message id, count)
         unreferenced = []
+        shadow_path = os.path.join(self.directory, SHADOW_FILE_NAME)
+        this_boot = shadow_boot_id()
+        shadow_counts = read_shadow_counts(shadow_path, this_boot) if this_boot is not None else {}
+        from_shadow = []       # (queue id, message id, count) the shadow holds above the journal's count
         for message_id, rec in loaded.records.items():
             state.max_message_id = max(state.max_message_id, message_id)
             if rec.record_type != RecordType.ADD_MESSAGE:
@@ -242,7 +263,10 @@ class MessageStore:
             for queue_id, (count, scheduled_ms) in live.items():
                 if scheduled_ms and scheduled_ms <= now:
                     scheduled_ms = 0          # it fell due while the store was closed: deliver now
-                reference = RecoveredReference(message_id, count, scheduled_ms)
+                shadowed = shadow_counts.get((queue_id, message_id), 0)
+                if shadowed > count:          # a dispatch a killed process left in the shadow
+                    from_shadow.append((queue_id, message_id, shadowed))
+                reference = RecoveredReference(message_id, max(count, shadowed), scheduled_ms)
                 if queue_id in state.queues:
                     state.references[queue_id].append(reference)
                 else:
@@ -254,6 +278,20 @@ class MessageStore:
         for queue_id, message_id, count in restored:
             self._writer.add_reference(queue_id, message_id, count)
         self._state = "loaded"
+        for queue_id, message_id, count in from_shadow:        # into the journal, durably, before the
+            self._writer.update_delivery_count(queue_id, message_id, count, False)     # shadow starts over
+        if from_shadow:
+            self._journal.sync()
+        state.counts_from_shadow = len(from_shadow)
+        if self.persist_delivery_count_before_delivery and not self.strict_delivery_sync and this_boot is not None:
+            try:
+                self._shadow = DeliveryShadow(shadow_path, self._journal.flush, this_boot=this_boot)
+            except OSError as exc:      # no room (StoreFullError), or no shared mappings on this file system
+                log.warning("no delivery-count shadow (%s): each dispatch writes the journal out instead", exc)
+            else:
+                self._writer.attach_shadow(self._shadow)
+        else:
+            void_shadow(shadow_path)
         for message_id in unreferenced:
             self._journal.delete(message_id, sync=False)
         if unreferenced:
@@ -446,10 +484,12 @@ class MessageStore:
         """Call at dispatch, after incrementing the count and before handing the message out.
 
         With persist_delivery_count_before_delivery the count record (capped and deduplicated as
-        update_delivery_count) reaches the operating system before this returns, so a killed
-        process loses nothing; with strict_delivery_sync it is also on disk (a shared group-commit
-        fdatasync), so a power cut loses nothing either. Without the option it does nothing.
-        Returns True if a record was written.
+        update_delivery_count) is appended, and the count reaches the operating system before this
+        returns, so a killed process loses nothing: as an entry of the delivery-count shadow (a
+        shared mapping, store/delivery_shadow.py; no system call), or where the system has no boot
+        id, by writing the journal out. With strict_delivery_sync the record is on disk instead (a
+        shared group-commit fdatasync), so a power cut loses nothing either. Without the option it
+        does nothing. Returns True if a record was written.
         """
         if not self.persist_delivery_count_before_delivery:
             return False
@@ -458,6 +498,8 @@ class MessageStore:
         cap = self.max_redelivery_records
         if cap >= 0 and delivery_count > cap:
             return False          # Artemis writes nothing above the cap, so there is nothing to wait for
+        if self._shadow is not None:        # the count into the shadow's page cache: no system call
+            return self._writer.record_dispatch(queue_id, message_id, delivery_count)
         written = self._writer.update_delivery_count(queue_id, message_id, delivery_count, False)
         # also when unchanged: the record that persisted this count may still be in the write buffer
         if self.strict_delivery_sync:
@@ -475,7 +517,7 @@ class MessageStore:
         if self.strict_delivery_sync:
             self._journal.sync()
         else:
-            self._journal.flush()
+            self._journal.flush()       # one write for the batch: the shadow would not save much here
         return written
 
     def persisted_delivery_count(self, queue_id: int, message_id: int) -> int:

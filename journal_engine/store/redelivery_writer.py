@@ -13,6 +13,7 @@ journal bytes for the same calls (tests/test_message_store_parity.py).
 from __future__ import annotations
 
 import struct
+import threading
 from array import array
 
 from ..errors import DuplicateRecordError, UnknownRecordError
@@ -92,6 +93,8 @@ class RedeliveryWriter:
         self._persisted: dict[tuple[int, int], int] = {}   # (queue id, message id) -> last persisted count
         self.delivery_count_records_written = 0
         self.scheduled_time_records_written = 0
+        self._shadow = None                                 # store/delivery_shadow.py, when attached
+        self._shadow_lock = threading.Lock()
 
     # ----- the reference table ---------------------------------------------------------------
     def add_reference(self, queue_id: int, message_id: int, persisted_count: int = 0) -> None:
@@ -103,6 +106,7 @@ class RedeliveryWriter:
             raise unknown_message(message_id)
         if key in self._persisted:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
+        self._shadow_reused(key)
         self._persisted[key] = persisted_count
 
     def remove_reference(self, queue_id: int, message_id: int) -> bool:
@@ -137,6 +141,7 @@ class RedeliveryWriter:
         record = head if body is None else b"".join((head, _U32.pack(len(body)), body, _NO_PROPERTIES))
         self._journal.add(message_id, ADD_MESSAGE, record, sync=False)
         self._journal.update(message_id, ADD_REF, _QUEUE_ID.pack(queue_id), sync=False)
+        self._shadow_reused(key)
         self._persisted[key] = 0
 
     def acknowledge_reference(self, queue_id: int, message_id: int, delete_message: bool) -> None:
@@ -149,6 +154,33 @@ class RedeliveryWriter:
         self._persisted.pop(key, None)
         if delete_message:
             self._journal.delete(message_id, sync=False)
+
+    # ----- the delivery-count shadow (store/delivery_shadow.py) ---------------------------------------
+    def attach_shadow(self, shadow) -> None:
+        """From now on record_dispatch() puts each dispatch's count into `shadow` as well."""
+        if self._shadow is not None:
+            raise RuntimeError("a shadow is attached already")
+        self._shadow = shadow
+
+    def detach_shadow(self) -> None:
+        self._shadow = None
+
+    def record_dispatch(self, queue_id: int, message_id: int, delivery_count: int) -> bool:
+        """update_delivery_count without sync, and the count (unless above the cap) in the attached
+        shadow: it survives a killed process when this returns, without a system call."""
+        written = self.update_delivery_count(queue_id, message_id, delivery_count, False)
+        cap = self.max_redelivery_records
+        if cap < 0 or delivery_count <= cap:
+            with self._shadow_lock:
+                self._shadow.record(queue_id, message_id, delivery_count)
+        return written
+
+    def _shadow_reused(self, key) -> None:
+        """A reference with the ids of one that has a shadow entry in this epoch: void the entries."""
+        if self._shadow is not None and key in self._shadow.touched:
+            with self._shadow_lock:
+                if key in self._shadow.touched:
+                    self._shadow.roll()
 
     # ----- single records ------------------------------------------------------------------------
     def update_delivery_count(self, queue_id: int, message_id: int, delivery_count: int, sync=None) -> bool:

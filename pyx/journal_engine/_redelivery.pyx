@@ -22,13 +22,26 @@ from libc.string cimport memcpy
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from journal_engine._core cimport JournalCore
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from journal_engine._codec cimport KIND_ADD, KIND_DELETE, KIND_UPDATE, store_u32, store_u64
+from libc.string cimport memset
+from journal_engine._codec cimport (KIND_ADD, KIND_DELETE, KIND_UPDATE, je_crc32c, je_crc32c_init, store_u32,
+                                    store_u64)
 
 from journal_engine.store.redelivery_writer import (
     as_u32_array, as_u64_array, check_cap, unknown_message, unknown_reference,
 )
+import time
+
 from journal_engine.errors import DuplicateRecordError
+from journal_engine.store.delivery_shadow import ENTRY_BYTES as _ENTRY_BYTES, HEADER_BYTES as _HEADER_BYTES
+
+je_crc32c_init()
+assert (_ENTRY_BYTES, _HEADER_BYTES) == (SHADOW_ENTRY, SHADOW_HEADER), "delivery_shadow's layout changed"
+
+
+def _yield_gil():
+    time.sleep(0)
 
 cdef enum:
     TYPE_ADD_MESSAGE = 45
@@ -43,6 +56,9 @@ cdef enum:
     SLOT_USED = 1
     SLOT_DELETED = 2
     INITIAL_CAPACITY = 1024
+    SHADOW_ENTRY = 32                   # delivery_shadow.ENTRY_BYTES (checked at import)
+    SHADOW_HEADER = 64                  # delivery_shadow.HEADER_BYTES
+    SEEN_BITS_LOG2 = 20                 # a 128 KiB bitmap: "maybe has a shadow entry in this epoch"
 
 cdef struct RefSlot:
     uint64_t queue_id
@@ -75,6 +91,17 @@ cdef class RedeliveryWriter:
     cdef Py_ssize_t _used
     cdef Py_ssize_t _deleted
     cdef uint64_t _generation       # bumped whenever the slots move (a new allocation)
+    # the delivery-count shadow (store/delivery_shadow.py), when attached: entries go straight into its mapping
+    cdef object _shadow
+    cdef Py_buffer _shadow_view
+    cdef bint _shadow_attached
+    cdef bint _shadow_rolling       # a thread is writing the journal out for a new epoch
+    cdef unsigned char *_shadow_entries
+    cdef Py_ssize_t _shadow_capacity
+    cdef Py_ssize_t _shadow_next
+    cdef uint32_t _shadow_epoch
+    cdef uint32_t _shadow_life
+    cdef uint64_t *_shadow_seen     # a bit per hash of the ids: false positives only cost a write-out
 
     def __cinit__(self):
         self._slots = NULL
@@ -87,6 +114,9 @@ cdef class RedeliveryWriter:
         self._allocate(INITIAL_CAPACITY)
 
     def __dealloc__(self):
+        if self._shadow_attached:
+            PyBuffer_Release(&self._shadow_view)
+        PyMem_Free(self._shadow_seen)
         PyMem_Free(self._slots)
 
     # ----- the reference table ------------------------------------------------------------------
@@ -162,6 +192,7 @@ cdef class RedeliveryWriter:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
         if 2 * (self._used + self._deleted + 1) > self._capacity:
             self._grow()
+        self._shadow_reused(queue_id, message_id)
         self._place(queue_id, message_id, persisted_count)
 
     def remove_reference(self, unsigned long long queue_id, unsigned long long message_id):
@@ -228,6 +259,7 @@ cdef class RedeliveryWriter:
         self._journal._append_raw(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
         if 2 * (self._used + self._deleted + 1) > self._capacity:
             self._grow()
+        self._shadow_reused(queue_id, message_id)
         self._place(queue_id, message_id, 0)
 
     def acknowledge_reference(self, unsigned long long queue_id, unsigned long long message_id,
@@ -247,6 +279,105 @@ cdef class RedeliveryWriter:
             self._deleted += 1
         if delete_message:
             self._journal._append_raw(KIND_DELETE, 0, message_id, 0, body, 0, False)
+
+    # ----- the delivery-count shadow ------------------------------------------------------------------
+    def attach_shadow(self, shadow):
+        """From now on record_dispatch() puts each dispatch's count into `shadow` (a DeliveryShadow)
+        as well, written into its mapping here; detach_shadow() before the mapping closes."""
+        if self._shadow_attached:
+            raise RuntimeError("a shadow is attached already")
+        seen = <uint64_t *>PyMem_Calloc((1 << SEEN_BITS_LOG2) // 64, sizeof(uint64_t))
+        if seen == NULL:
+            raise MemoryError()
+        try:
+            PyObject_GetBuffer(shadow.mapping, &self._shadow_view, PyBUF_WRITABLE)
+        except BaseException:
+            PyMem_Free(seen)
+            raise
+        if self._shadow_view.len != SHADOW_HEADER + shadow.capacity * SHADOW_ENTRY:
+            PyBuffer_Release(&self._shadow_view)
+            PyMem_Free(seen)
+            raise ValueError(f"the shadow mapping holds {self._shadow_view.len} bytes, not a header and "
+                             f"{shadow.capacity} entries")
+        PyMem_Free(self._shadow_seen)
+        self._shadow_seen = seen
+        self._shadow_entries = <unsigned char *>self._shadow_view.buf + SHADOW_HEADER
+        self._shadow_capacity = shadow.capacity
+        self._shadow_next = shadow.next
+        self._shadow_epoch = shadow.epoch
+        self._shadow_life = shadow.life
+        self._shadow = shadow
+        self._shadow_attached = True
+
+    def detach_shadow(self):
+        if not self._shadow_attached:
+            return
+        self._shadow.next = self._shadow_next
+        self._shadow_attached = False
+        self._shadow_entries = NULL
+        PyBuffer_Release(&self._shadow_view)
+        self._shadow = None
+
+    def record_dispatch(self, unsigned long long queue_id, unsigned long long message_id,
+                        unsigned int delivery_count):
+        """update_delivery_count without sync, and the count (unless above the cap) in the attached
+        shadow: it survives a killed process when this returns, without a system call."""
+        cdef RefSlot *slot = self._find(queue_id, message_id)
+        cdef int written
+        if slot == NULL:
+            raise unknown_reference(queue_id, message_id)
+        if not self._shadow_attached:
+            raise RuntimeError("no shadow is attached")
+        written = self._write_count(slot, delivery_count, False)
+        if self.max_redelivery_records < 0 or delivery_count <= self.max_redelivery_records:
+            self._shadow_write(queue_id, message_id, delivery_count)
+        return written == 1
+
+    cdef int _shadow_write(self, uint64_t queue_id, uint64_t message_id, uint32_t count) except -1:
+        cdef unsigned char entry[SHADOW_ENTRY]
+        cdef uint64_t h
+        if self._shadow_rolling:
+            # another thread is writing the journal out for a new epoch: this dispatch does the same
+            self._journal._wait_for(self._journal.appended_bytes, False)
+            return 0
+        if self._shadow_next == self._shadow_capacity:
+            self._shadow_roll()
+        store_u64(entry, queue_id)
+        store_u64(entry + 8, message_id)
+        store_u32(entry + 16, count)
+        store_u32(entry + 20, self._shadow_epoch)
+        store_u32(entry + 24, self._shadow_life)
+        store_u32(entry + 28, je_crc32c(0, entry, SHADOW_ENTRY - 4))
+        memcpy(self._shadow_entries + self._shadow_next * SHADOW_ENTRY, entry, SHADOW_ENTRY)
+        self._shadow_next += 1
+        h = _hash(queue_id, message_id)
+        self._shadow_seen[(h >> 6) & ((1 << (SEEN_BITS_LOG2 - 6)) - 1)] |= (<uint64_t>1) << (h & 63)
+        return 0
+
+    cdef int _shadow_roll(self) except -1:
+        """DeliveryShadow.roll(): the journal written out (another thread may run meanwhile), then a
+        new epoch that voids every entry."""
+        self._shadow_rolling = True
+        try:
+            self._shadow.roll()
+        finally:
+            self._shadow_rolling = False
+        self._shadow_epoch = self._shadow.epoch
+        self._shadow_next = 0
+        memset(self._shadow_seen, 0, ((1 << SEEN_BITS_LOG2) // 64) * sizeof(uint64_t))
+        return 0
+
+    cdef int _shadow_reused(self, uint64_t queue_id, uint64_t message_id) except -1:
+        """A reference with the ids of one that may have a shadow entry in this epoch: void them."""
+        cdef uint64_t h
+        if not self._shadow_attached:
+            return 0
+        while self._shadow_rolling:       # another thread's roll: wait for its end, it may be enough
+            _yield_gil()
+        h = _hash(queue_id, message_id)
+        if self._shadow_seen[(h >> 6) & ((1 << (SEEN_BITS_LOG2 - 6)) - 1)] & ((<uint64_t>1) << (h & 63)):
+            self._shadow_roll()
+        return 0
 
     # ----- the writers ------------------------------------------------------------------------------
     cdef int _write_count(self, RefSlot *slot, uint32_t count, object sync) except -1:

@@ -1,0 +1,202 @@
+"""The delivery-count shadow's rules (journal_engine/store/delivery_shadow.py), file level: what
+counts, what is voided, and what a store in strict mode does with it around a load."""
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+import journal_engine
+from journal_engine import Journal, MessageStore
+from journal_engine.errors import IncompatibleFormatError
+from journal_engine.store import delivery_shadow, redelivery_writer
+from journal_engine.store.delivery_shadow import (ENTRY_BYTES, HEADER_BYTES, DeliveryShadow, read_counts)
+
+BOOT = uuid.UUID("12345678-1234-5678-1234-567812345678").bytes
+OTHER_BOOT = uuid.UUID("87654321-4321-8765-4321-876543218765").bytes
+
+
+class WriteOuts:
+    """Stands in for the journal's flush: counts the write-outs the shadow asks for."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+
+
+def _shadow(tmp_path, entries=8):
+    write_out = WriteOuts()
+    return DeliveryShadow(str(tmp_path / delivery_shadow.FILE_NAME), write_out, entries=entries,
+                          this_boot=BOOT, life=0x5EED), write_out
+
+
+def test_counts_are_the_highest_per_reference(tmp_path):
+    shadow, _ = _shadow(tmp_path)
+    for queue_id, message_id, count in [(1, 1, 1), (1, 2, 1), (1, 1, 3), (1, 1, 2), (2, 1, 5)]:
+        shadow.record(queue_id, message_id, count)
+    assert read_counts(shadow.path, BOOT) == {(1, 1): 3, (1, 2): 1, (2, 1): 5}
+    shadow.close(void=False)
+
+
+def test_another_boot_or_a_voided_header_counts_nothing(tmp_path):
+    shadow, _ = _shadow(tmp_path)
+    shadow.record(1, 1, 4)
+    assert read_counts(shadow.path, OTHER_BOOT) == {}
+    shadow.close(void=True)
+    assert read_counts(shadow.path, BOOT) == {}
+
+
+def test_reading_stops_at_an_entry_cut_short(tmp_path):
+    shadow, _ = _shadow(tmp_path)
+    shadow.record(1, 1, 1)
+    shadow.record(1, 2, 1)
+    shadow.record(1, 3, 1)
+    shadow.close(void=False)
+    with open(shadow.path, "r+b") as file:         # the second entry's last bytes never made it
+        file.seek(HEADER_BYTES + 2 * ENTRY_BYTES - 3)
+        file.write(b"\0\0\0")
+    assert read_counts(shadow.path, BOOT) == {(1, 1): 1}
+
+
+def test_a_full_shadow_writes_the_journal_out_and_voids_its_entries(tmp_path):
+    shadow, write_out = _shadow(tmp_path, entries=4)
+    for count in range(1, 5):
+        shadow.record(1, 1, count)
+    assert write_out.calls == 0
+    shadow.record(1, 2, 7)                           # the fifth: a write-out, then a new epoch
+    assert write_out.calls == 1
+    assert read_counts(shadow.path, BOOT) == {(1, 2): 7}     # (1, 1) is the journal's business now
+    shadow.close(void=False)
+
+
+@pytest.mark.parametrize("implementation", ["compiled", "twin"])
+def test_a_reference_added_again_does_not_inherit_the_earlier_count(tmp_path, implementation):
+    """A message id used again while its earlier reference has a shadow entry: the writer has the
+    journal written out and the epoch voided, so only the new reference's dispatches count."""
+    journal = Journal(tmp_path / "journal", sync="none", file_size=64 * 1024)
+    journal.load()
+    writer = _writer_class(implementation)(journal, -1)
+    shadow, write_out = _shadow(tmp_path)
+    writer.attach_shadow(shadow)
+    try:
+        writer.store_message_reference(1, 1, b"message")
+        assert writer.record_dispatch(1, 1, 5) is True
+        assert read_counts(shadow.path, BOOT) == {(1, 1): 5}
+        writer.acknowledge_reference(1, 1, True)
+        writer.store_message_reference(1, 1, b"message again")       # the same ids
+        assert write_out.calls == 1
+        assert read_counts(shadow.path, BOOT) == {}
+        writer.record_dispatch(1, 1, 1)
+        assert read_counts(shadow.path, BOOT) == {(1, 1): 1}
+        writer.store_message_reference(2, 1, b"another message")     # new ids: no write-out
+        assert write_out.calls == 1
+    finally:
+        writer.detach_shadow()
+        shadow.close(void=False)
+        journal.close()
+
+
+def _fill_and_roll(directory, implementation) -> bytes:
+    journal = Journal(directory / "journal", sync="none", file_size=64 * 1024)
+    journal.load()
+    writer = _writer_class(implementation)(journal, 3)
+    shadow, write_out = _shadow(directory, entries=4)
+    writer.attach_shadow(shadow)
+    try:
+        for message_id in range(1, 4):
+            writer.store_message_reference(message_id, 7, b"m")
+        for count, message_id in [(1, 1), (1, 2), (2, 1), (4, 3), (3, 1)]:    # 4 is above the cap
+            writer.record_dispatch(7, message_id, count)
+        assert write_out.calls == 0
+        assert read_counts(shadow.path, BOOT) == {(7, 1): 3, (7, 2): 1}
+        writer.record_dispatch(7, 3, 1)                  # the fifth entry: a write-out and a new epoch
+        assert write_out.calls == 1 and shadow.epoch == 1
+        assert read_counts(shadow.path, BOOT) == {(7, 3): 1}
+    finally:
+        writer.detach_shadow()
+        shadow.close(void=False)
+        journal.close()
+    with open(shadow.path, "rb") as file:
+        return file.read()
+
+
+def test_writers_fill_and_roll_the_shadow_alike(tmp_path):
+    """Both writers write the same entries (the compiled one straight into the mapping); a full
+    shadow rolls over after a write-out, and the writers carry on in the new epoch."""
+    (tmp_path / "twin").mkdir()
+    (tmp_path / "compiled").mkdir()
+    twin = _fill_and_roll(tmp_path / "twin", "twin")
+    assert _fill_and_roll(tmp_path / "compiled", "compiled") == twin
+
+
+def _writer_class(implementation):
+    if implementation == "twin":
+        return redelivery_writer.RedeliveryWriter
+    if journal_engine.IMPLEMENTATION != "cython":
+        pytest.skip("needs the compiled writer")
+    from journal_engine._redelivery import RedeliveryWriter
+    return RedeliveryWriter
+
+
+def test_an_unknown_version_is_refused_naming_the_file(tmp_path):
+    shadow, _ = _shadow(tmp_path)
+    shadow.record(1, 1, 1)
+    shadow.close(void=False)
+    raw = bytearray(open(shadow.path, "rb").read())
+    raw[8:12] = (99).to_bytes(4, "little")
+    head = bytes(raw[:delivery_shadow._HEADER.size])
+    raw[len(head):len(head) + 4] = delivery_shadow._HEADER_CRC.pack(delivery_shadow.crc32c(head))
+    open(shadow.path, "wb").write(bytes(raw))
+    with pytest.raises(IncompatibleFormatError, match="version 99") as error:
+        read_counts(shadow.path, BOOT)
+    assert error.value.path == shadow.path
+
+
+def test_no_file_counts_nothing(tmp_path):
+    assert read_counts(str(tmp_path / "absent"), BOOT) == {}
+
+
+@pytest.mark.skipif(delivery_shadow.boot_id() is None, reason="the system has no boot id (not Linux)")
+def test_a_store_voids_its_shadow_at_close_and_when_reopened_without_the_strict_mode(tmp_path):
+    directory = tmp_path / "store"
+    shadow = os.path.join(directory, delivery_shadow.FILE_NAME)
+    with MessageStore(directory, persist_delivery_count_before_delivery=True) as store:
+        store.load()
+        store.store_queue(1, "q", "q")
+        store.store_message(1, "q", b"m")
+        store.store_reference(1, 1)
+        store.before_delivery(1, 1, 1)
+        assert read_counts(shadow) == {(1, 1): 1}
+    assert read_counts(shadow) == {}                  # closed: the journal has the count, synced
+    with MessageStore(directory, persist_delivery_count_before_delivery=True) as store:
+        assert store.load().references[1][0].delivery_count == 1
+        store.before_delivery(1, 1, 2)
+        store._journal._core_fail(OSError(5, "simulated: the process dies here"))   # no clean close
+    assert read_counts(shadow) == {(1, 1): 2}
+    with MessageStore(directory) as store:            # default mode: the count is taken, the shadow voided
+        state = store.load()
+        assert (state.counts_from_shadow, state.references[1][0].delivery_count) == (1, 2)
+        assert read_counts(shadow) == {}
+
+
+@pytest.mark.parametrize("why", ["no boot id", "no shared mapping"])
+def test_without_a_shadow_each_dispatch_writes_the_journal_out(tmp_path, monkeypatch, why):
+    from journal_engine.store import message_store
+    if why == "no boot id":
+        monkeypatch.setattr(message_store, "shadow_boot_id", lambda: None)
+    else:
+        def refuse(*args, **kwargs):
+            raise OSError(19, "simulated: this file system cannot map the file")
+        monkeypatch.setattr(message_store, "DeliveryShadow", refuse)
+    with MessageStore(tmp_path / "store", sync="none", persist_delivery_count_before_delivery=True) as store:
+        store.load()
+        store.store_queue(1, "q", "q")
+        store.store_message(1, "q", b"m")
+        store.store_reference(1, 1)
+        assert store.before_delivery(1, 1, 1) is True
+        journal = store._journal
+        assert journal.written_bytes == journal.appended_bytes       # with the OS: survives a kill
+        assert not os.path.exists(os.path.join(store.directory, delivery_shadow.FILE_NAME))
