@@ -160,6 +160,14 @@ cdef class Segment:
             c_close(self.fd)
 
 
+cdef inline void _deadline_in(timespec *deadline, long long nanoseconds) noexcept nogil:
+    """deadline = now + nanoseconds, on the clock pthread_cond_timedwait uses."""
+    clock_gettime(CLOCK_REALTIME, deadline)
+    nanoseconds += deadline.tv_nsec
+    deadline.tv_sec += <time_t>(nanoseconds // 1000000000)
+    deadline.tv_nsec = <long>(nanoseconds % 1000000000)
+
+
 cdef inline bint _wants_wait(int mode, object sync):
     if sync is None:
         return mode == MODE_ALWAYS
@@ -490,12 +498,8 @@ cdef class JournalCore:
         cdef timespec deadline
         cdef int rc = 0
         cdef bint kicked
-        cdef long long nanoseconds
         if timeout_s >= 0:
-            clock_gettime(CLOCK_REALTIME, &deadline)
-            nanoseconds = deadline.tv_nsec + <long long>(timeout_s * 1e9)
-            deadline.tv_sec += <time_t>(nanoseconds // 1000000000)
-            deadline.tv_nsec = <long>(nanoseconds % 1000000000)
+            _deadline_in(&deadline, <long long>(timeout_s * 1e9))
         with nogil:
             pthread_mutex_lock(&self._mutex)
             while not self._kick_pending and rc != ETIMEDOUT:
@@ -742,11 +746,7 @@ cdef class JournalCore:
         cdef int rc = 0
         if self._last_batch <= 1 or self._gather_us <= 0 or self._sync_requests >= self._last_batch:
             return 0
-        clock_gettime(CLOCK_REALTIME, &deadline)
-        deadline.tv_nsec += self._gather_us * 1000
-        while deadline.tv_nsec >= 1000000000:
-            deadline.tv_nsec -= 1000000000
-            deadline.tv_sec += 1
+        _deadline_in(&deadline, <long long>self._gather_us * 1000)
         self._gathering = True
         with nogil:
             pthread_mutex_lock(&self._mutex)
