@@ -4,7 +4,9 @@ Groups (numbers and the command in docs/broker.md, "Benchmarks"):
   broker-durable     send -> receive -> ack of durable 256-byte messages, one thread, the message store
                      in "group" sync mode (sends return before the disk has them; the flusher makes them
                      durable within buffer_timeout_us; every round ends with broker.sync()); the same loop
-                     on a non-persistent broker (what the store adds); SQLiteAckQueue put -> get -> ack with
+                     on a non-persistent broker (what the store adds), and with
+                     persist_delivery_count_before_delivery (each dispatch's count survives a killed
+                     process: the delivery-count shadow); SQLiteAckQueue put -> get -> ack with
                      its defaults (auto_commit: a SQLite commit per call). Target: >= 100k messages/s and
                      >= 20x SQLiteAckQueue.
   broker-redelivery  receive -> rollback (redelivery delay 0, max_delivery_attempts -1) of 100 durable
@@ -42,9 +44,10 @@ def _send_receive_ack(broker: Broker, consumer, n: int) -> None:
 
 
 @pytest.mark.benchmark(group="broker-durable")
-@pytest.mark.parametrize("where", ["durable-group-commit", "in-memory"])
+@pytest.mark.parametrize("where", ["durable-group-commit", "durable-strict-counts", "in-memory"])
 def test_broker_send_receive_ack(rate, case_dir, where):
-    broker = _broker(case_dir / "broker" if where != "in-memory" else None)
+    broker = _broker(case_dir / "broker" if where != "in-memory" else None,
+                     persist_delivery_count_before_delivery=where == "durable-strict-counts")
     consumer = broker.create_consumer("bench")
 
     def one_round():
