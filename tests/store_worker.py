@@ -24,6 +24,14 @@ to the journal). MODE is "default", "strict" (persist_delivery_count_before_deli
     returned, ``U <id> <n>`` after the n-th update of it returned. Bodies are derived from the
     id (and n), so the parent can tell a record that was written from one that never was.
 
+``dispatch-threads DIRECTORY THREADS SEED``
+    Strict mode, sync="none" (no flusher: the counts' records stay in the write buffer until a
+    write-out), a delivery-count shadow of 16 entries (it rolls over every 16 dispatches). THREADS
+    threads each own a queue of 8 messages and deliver them round and round, now and then
+    acknowledging one and storing a message with the same id again. ``D <queue> <message>
+    <count>`` after before_delivery returned; ``A <queue> <message>`` BEFORE an acknowledgement;
+    ``N <queue> <message>`` after the same ids were stored again.
+
 ``script DIRECTORY`` (journal only)
     A fixed sequence of store calls with sync="none" (no timing in the bytes): the parity
     test runs it under the compiled core and the Python twin and compares the journals.
@@ -150,6 +158,53 @@ def churn(backend: str, directory: str, mode: str, cap: int, seed: int) -> None:
                 new_message()
 
 
+def dispatch_threads(backend: str, directory: str, threads: int, seed: int) -> None:
+    from journal_engine.store import delivery_shadow, message_store
+    small = delivery_shadow.DeliveryShadow
+
+    def small_shadow(*args, **kwargs):
+        return small(*args, **dict(kwargs, entries=16))
+
+    message_store.DeliveryShadow = small_shadow
+    store = open_store(backend, directory, "strict", -1, sync="none")
+    store.load()
+    for queue_id in range(threads):
+        store.store_queue(queue_id, f"queue-{queue_id}", "dispatch")
+        for n in range(8):
+            message_id = queue_id * 1000 + n
+            store.store_message(message_id, "dispatch", b"m")
+            store.store_reference(queue_id, message_id)
+    store.sync()
+    printing = threading.Lock()
+    start = threading.Barrier(threads)
+
+    def dispatcher(queue_id: int) -> None:
+        rng = random.Random(seed * 100 + queue_id)
+        counts = {queue_id * 1000 + n: 0 for n in range(8)}
+        start.wait()
+        while True:
+            message_id = rng.choice(sorted(counts))
+            if rng.random() < 0.1:
+                with printing:
+                    say(f"A {queue_id} {message_id}")
+                store.store_acknowledge(queue_id, message_id)
+                store.delete_message(message_id)
+                store.store_message(message_id, "dispatch", b"again")
+                store.store_reference(queue_id, message_id)
+                counts[message_id] = 0
+                with printing:
+                    say(f"N {queue_id} {message_id}")
+                continue
+            counts[message_id] += 1
+            store.before_delivery(queue_id, message_id, counts[message_id])
+            with printing:
+                say(f"D {queue_id} {message_id} {counts[message_id]}")
+
+    for queue_id in range(threads):
+        threading.Thread(target=dispatcher, args=(queue_id,), daemon=True).start()
+    time.sleep(600)
+
+
 def records(backend: str, directory: str, threads: int) -> None:
     store = open_record_store(backend, directory, sync="group")
     loaded = store.load()
@@ -237,6 +292,10 @@ def _parser() -> argparse.ArgumentParser:
     churning.add_argument("mode", choices=sorted(MODES))
     churning.add_argument("cap", type=int)
     churning.add_argument("seed", type=int)
+    dispatching = commands.add_parser("dispatch-threads")
+    dispatching.add_argument("directory")
+    dispatching.add_argument("threads", type=int)
+    dispatching.add_argument("seed", type=int)
     writing = commands.add_parser("records")
     writing.add_argument("directory")
     writing.add_argument("threads", type=int)
@@ -252,6 +311,8 @@ def main(argv: list[str]) -> None:
         deliver_once(args.backend, args.directory, args.mode, args.cap, args.sync)
     elif args.command == "churn":
         churn(args.backend, args.directory, args.mode, args.cap, args.seed)
+    elif args.command == "dispatch-threads":
+        dispatch_threads(args.backend, args.directory, args.threads, args.seed)
     elif args.command == "records":
         records(args.backend, args.directory, args.threads)
     elif args.backend != "journal":

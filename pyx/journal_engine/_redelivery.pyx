@@ -190,9 +190,9 @@ cdef class RedeliveryWriter:
             raise unknown_message(message_id)
         if self._find(queue_id, message_id) != NULL:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
+        self._shadow_reused(queue_id, message_id)       # may let other threads in: before the room check
         if 2 * (self._used + self._deleted + 1) > self._capacity:
             self._grow()
-        self._shadow_reused(queue_id, message_id)
         self._place(queue_id, message_id, persisted_count)
 
     def remove_reference(self, unsigned long long queue_id, unsigned long long message_id):
@@ -257,9 +257,9 @@ cdef class RedeliveryWriter:
                 PyMem_Free(record)
         store_u64(ref_body, queue_id)
         self._journal._append_raw(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
+        self._shadow_reused(queue_id, message_id)       # may let other threads in: before the room check
         if 2 * (self._used + self._deleted + 1) > self._capacity:
             self._grow()
-        self._shadow_reused(queue_id, message_id)
         self._place(queue_id, message_id, 0)
 
     def acknowledge_reference(self, unsigned long long queue_id, unsigned long long message_id,
