@@ -80,5 +80,8 @@ cdef class JournalCore:
     cdef int _wait_for(self, uint64_t target, bint durable) except -1
     cdef int _lead_sync(self) except -1
     cdef int _gather(self) except -1
+    cdef int _sync_one_file(self, Segment seg, uint64_t target, Py_ssize_t batch) except -1
+    cdef void _publish_sync(self, Segment seg, Py_ssize_t written, uint64_t target,
+                            Py_ssize_t batch) noexcept nogil
     cdef int _write_active(self, Py_ssize_t keep_gil_up_to=*) except -1
     cdef int _pad_to_sector(self) except -1

@@ -707,6 +707,8 @@ cdef class JournalCore:
         if self.durable_bytes >= target:
             return 0                        # a later leader's sync already covered this batch
         self._syncing = True
+        if not self._sealed and not self._sealed_paths and seg.fd >= 0:
+            return self._sync_one_file(seg, target, batch)
         try:
             synced = list(self._sealed)
             paths = self._sealed_paths
@@ -720,24 +722,55 @@ cdef class JournalCore:
             # earlier leader's sync: a sync closes only files it made durable in full
             if seg.fd >= 0:
                 seg.datasync()
-            self.sync_count += 1
-            self._last_batch = batch
             for old in synced:
                 old.synced = old.written
                 old.close()
             self._sealed = [old for old in self._sealed if old not in synced]
-            if seg.synced < seg.written:
-                seg.synced = seg.written
-            if target > self.durable_bytes:
-                self.durable_bytes = target
         except BaseException as exc:
             self._core_fail(exc)
-            raise JournalFailedError(f"sync failed: {exc}",
-                                     hint="the journal accepts no more writes; reopen it") from exc
-        finally:
             self._syncing = False
             self._notify(WAKE_SYNCERS)
+            raise JournalFailedError(f"sync failed: {exc}",
+                                     hint="the journal accepts no more writes; reopen it") from exc
+        self._publish_sync(seg, seg.written, target, batch)
         return 0
+
+    cdef int _sync_one_file(self, Segment seg, uint64_t target, Py_ssize_t batch) except -1:
+        """The common sync (one file, none sealed), the caller holding the sync baton: fdatasync,
+        then publish what became durable and release the baton, all without the GIL, so waiters
+        go on even while other threads keep the GIL busy; only the caller itself waits for it."""
+        cdef int fd = seg.fd
+        cdef Py_ssize_t written = seg.written      # what the fdatasync is sure to cover
+        cdef int rc, err = 0
+        with nogil:
+            rc = fdatasync(fd)
+            if rc != 0:
+                err = errno
+            else:
+                self._publish_sync(seg, written, target, batch)
+        if rc != 0:
+            exc = OSError(err, os.strerror(err), seg.path)
+            self._core_fail(exc)
+            self._syncing = False
+            self._notify(WAKE_SYNCERS)
+            raise JournalFailedError(f"sync failed: {exc}",
+                                     hint="the journal accepts no more writes; reopen it") from exc
+        return 0
+
+    cdef void _publish_sync(self, Segment seg, Py_ssize_t written, uint64_t target,
+                            Py_ssize_t batch) noexcept nogil:
+        """A sync's end: `target` durable (and `seg` up to `written`), the sync baton released, its
+        waiters woken. Under the mutex, with or without the GIL: waiters look at these under it."""
+        pthread_mutex_lock(&self._mutex)
+        self.sync_count += 1
+        self._last_batch = batch
+        if seg.synced < written:
+            seg.synced = written
+        if target > self.durable_bytes:
+            self.durable_bytes = target
+        self._syncing = False
+        pthread_cond_broadcast(&self._sync_done)
+        pthread_mutex_unlock(&self._mutex)
 
     cdef int _gather(self) except -1:
         """Group commit: when the last sync served several waiters, give as many a chance to
