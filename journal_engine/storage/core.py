@@ -343,20 +343,26 @@ class JournalCore:
             self._wait_for(self.appended_bytes, False)
 
     def _core_kick(self) -> None:
-        """Wake the flusher thread (Journal._run_flusher), which waits in _core_wait_kick."""
+        """Wake the flusher thread (Journal._run_flusher), which waits in _core_flusher_wait."""
         with self._kicked:
             self._kick_pending = True
             self._kicked.notify()
 
-    def _core_wait_kick(self, timeout_s: float = -1.0) -> bool:
-        """The flusher's wait: until kicked (True), or timeout_s passed (False); a negative
-        timeout waits for a kick however long it takes."""
+    def _core_flusher_wait(self, timeout_s: float) -> None:
+        """The flusher thread's wait: for a kick, then (unless the kick was urgent, or the journal
+        closes) for timeout_s or an urgent kick."""
         with self._kicked:
-            if not self._kick_pending:
-                self._kicked.wait(None if timeout_s < 0 else timeout_s)
-            kicked = self._kick_pending
+            while not self._kick_pending and self._ready:
+                self._kicked.wait()
             self._kick_pending = False
-            return kicked
+            if timeout_s > 0 and self._ready and self._flusher_state != FLUSHER_URGENT:
+                deadline = time.monotonic() + timeout_s
+                while not self._kick_pending and self._ready:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._kicked.wait(left)
+                self._kick_pending = False
 
     def _take_write(self) -> None:
         with self._cond:

@@ -207,11 +207,9 @@ class Journal(JournalCore):
         buffer_size waits (state 2), which ends the wait early."""
         timeout_s = self.buffer_timeout_us / 1e6
         while self._state == "loaded":
-            self._core_wait_kick()
+            self._core_flusher_wait(timeout_s)
             if self._state != "loaded":
                 return
-            if timeout_s and self._flusher_state != 2:
-                self._core_wait_kick(timeout_s)
             self._flusher_state = 0
             try:
                 self.sync()

@@ -70,7 +70,8 @@ from journal_engine.limits import SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
 
 DEF SECTOR = 4096
 DEF FLUSH_KEEPS_GIL_UP_TO = 65536   # a flush's caller waits for its write anyway
-DEF LEADER_KEEPS_GIL_UP_TO = 8192   # a sync leader's batch: larger ones let appenders run meanwhile
+DEF LEADER_KEEPS_GIL_UP_TO = 1 << 20   # a sync leader's batch (at most ~buffer_size): taking the GIL
+                                        # back after the write could wait a whole switch interval
 assert SECTOR == SECTOR_SIZE_BYTES
 
 cdef enum SyncMode:
@@ -482,7 +483,7 @@ cdef class JournalCore:
         return 0
 
     cdef int _kick(self) except -1:
-        """Wake the flusher thread (Journal._run_flusher), which waits in _core_wait_kick."""
+        """Wake the flusher thread (Journal._run_flusher), which waits in _core_flusher_wait."""
         pthread_mutex_lock(&self._mutex)        # see _notify: no GIL round trip
         self._kick_pending = True
         pthread_cond_signal(&self._kicked)
@@ -492,25 +493,23 @@ cdef class JournalCore:
     def _core_kick(self):
         self._kick()
 
-    def _core_wait_kick(self, double timeout_s=-1.0):
-        """The flusher's wait, without the GIL: until kicked (True), or timeout_s passed (False);
-        a negative timeout waits for a kick however long it takes."""
+    def _core_flusher_wait(self, double timeout_s):
+        """The flusher thread's wait, in one stretch without the GIL: for a kick, then (unless the
+        kick was urgent, or the journal closes) for timeout_s or an urgent kick. The GIL is taken
+        back once, at the end: a thread busy in Python lets it go only every switch interval."""
         cdef timespec deadline
         cdef int rc = 0
-        cdef bint kicked
-        if timeout_s >= 0:
-            _deadline_in(&deadline, <long long>(timeout_s * 1e9))
         with nogil:
             pthread_mutex_lock(&self._mutex)
-            while not self._kick_pending and rc != ETIMEDOUT:
-                if timeout_s >= 0:
-                    rc = pthread_cond_timedwait(&self._kicked, &self._mutex, &deadline)
-                else:
-                    pthread_cond_wait(&self._kicked, &self._mutex)
-            kicked = self._kick_pending
+            while not self._kick_pending and self._ready:
+                pthread_cond_wait(&self._kicked, &self._mutex)
             self._kick_pending = False
+            if timeout_s > 0 and self._ready and self._flusher_state != FLUSHER_URGENT:
+                _deadline_in(&deadline, <long long>(timeout_s * 1e9))
+                while not self._kick_pending and self._ready and rc != ETIMEDOUT:
+                    rc = pthread_cond_timedwait(&self._kicked, &self._mutex, &deadline)
+                self._kick_pending = False
             pthread_mutex_unlock(&self._mutex)
-        return kicked
 
     cdef int _notify(self, int which) except -1:
         """Wake the sleepers of a baton just released or a counter just advanced.
