@@ -433,45 +433,32 @@ class _Parser:
         return self.require_condition(node, "a selector")
 
     def parse_or(self) -> _Node:
-        left = self.parse_and()
-        while self.at_keyword("OR"):
-            self.advance()
-            right = self.parse_and()
-            lf = self.require_condition(left, "OR")
-            rf = self.require_condition(right, "OR")
-
-            def either(p: Any, h: Any, lf: Env = lf, rf: Env = rf) -> Any:
-                lv = lf(p, h)
-                if lv is True:
-                    return True
-                rv = rf(p, h)
-                if rv is True:
-                    return True
-                if lv is None or rv is None:
-                    return None
-                return False
-            left = _Node(either, left.token, boolean=True)
-        return left
+        return self.parse_connective("OR", self.parse_and, True)
 
     def parse_and(self) -> _Node:
-        left = self.parse_not()
-        while self.at_keyword("AND"):
-            self.advance()
-            right = self.parse_not()
-            lf = self.require_condition(left, "AND")
-            rf = self.require_condition(right, "AND")
+        return self.parse_connective("AND", self.parse_not, False)
 
-            def both(p: Any, h: Any, lf: Env = lf, rf: Env = rf) -> Any:
+    def parse_connective(self, keyword: str, parse_operand, decisive: bool) -> _Node:
+        """OR (decisive True) or AND (decisive False), in SQL's three-valued logic: an operand
+        equal to `decisive` decides; otherwise the result is unknown (None) if either is unknown."""
+        left = parse_operand()
+        while self.at_keyword(keyword):
+            self.advance()
+            right = parse_operand()
+            lf = self.require_condition(left, keyword)
+            rf = self.require_condition(right, keyword)
+
+            def connective(p: Any, h: Any, lf: Env = lf, rf: Env = rf, decisive: bool = decisive) -> Any:
                 lv = lf(p, h)
-                if lv is False:
-                    return False
+                if lv is decisive:
+                    return decisive
                 rv = rf(p, h)
-                if rv is False:
-                    return False
+                if rv is decisive:
+                    return decisive
                 if lv is None or rv is None:
                     return None
-                return True
-            left = _Node(both, left.token, boolean=True)
+                return not decisive
+            left = _Node(connective, left.token, boolean=True)
         return left
 
     def parse_not(self) -> _Node:
