@@ -370,8 +370,8 @@ class LmdbRecordStore:
         return LoadResult(records=records, prepared=prepared, report=report)
 
     # ----- the record API --------------------------------------------------------------------------------
-    def add(self, record_id: int, record_type: int, body, *, sync: bool | None = None) -> None:
-        """Make a new record live (DuplicateRecordError if the id is live)."""
+    def _checked_body(self, record_id: int, record_type: int, body) -> bytes:
+        """An add's or update's arguments checked, its body as bytes, room made in the batch."""
         if not 0 <= record_id <= _U64_MAX:
             _check_id(record_id)
         if not 0 <= record_type <= RECORD_TYPE_MAX:
@@ -379,6 +379,11 @@ class LmdbRecordStore:
         data = body if type(body) is bytes and len(body) <= BODY_BYTES_MAX else _as_body(body)
         if self._batch_bytes >= self._batch_limit:
             self._make_room()
+        return data
+
+    def add(self, record_id: int, record_type: int, body, *, sync: bool | None = None) -> None:
+        """Make a new record live (DuplicateRecordError if the id is live)."""
+        data = self._checked_body(record_id, record_type, body)
         with self._lock:
             if self._state != "loaded" or self._failure is not None:
                 self._check_writable()
@@ -391,13 +396,7 @@ class LmdbRecordStore:
 
     def update(self, record_id: int, record_type: int, body, *, sync: bool | None = None) -> None:
         """Append an update to a live record; a replaceable type replaces the previous one of its key."""
-        if not 0 <= record_id <= _U64_MAX:
-            _check_id(record_id)
-        if not 0 <= record_type <= RECORD_TYPE_MAX:
-            _check_type(record_type)
-        data = body if type(body) is bytes and len(body) <= BODY_BYTES_MAX else _as_body(body)
-        if self._batch_bytes >= self._batch_limit:
-            self._make_room()
+        data = self._checked_body(record_id, record_type, body)
         with self._lock:
             if self._state != "loaded" or self._failure is not None:
                 self._check_writable()
