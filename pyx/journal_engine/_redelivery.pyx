@@ -17,23 +17,22 @@ reference table. The journal may release it inside an append (a file switch or
 a sync wait), so no pointer into the table is kept across an append. The Python
 twin is journal_engine.store.redelivery_writer; both write the same bytes.
 """
-from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc
-from libc.string cimport memcpy
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
-
-from journal_engine._core cimport JournalCore
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from libc.string cimport memset
+from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
+
 from journal_engine._codec cimport (KIND_ADD, KIND_DELETE, KIND_UPDATE, je_crc32c, je_crc32c_init, store_u32,
                                     store_u64)
+from journal_engine._core cimport JournalCore
 
-from journal_engine.store.redelivery_writer import (
-    as_u32_array, as_u64_array, check_cap, unknown_message, unknown_reference,
-)
 import time
 
 from journal_engine.errors import DuplicateRecordError
+from journal_engine.store.redelivery_writer import (
+    as_u32_array, as_u64_array, check_cap, unknown_message, unknown_reference,
+)
 from journal_engine.store.delivery_shadow import ENTRY_BYTES as _ENTRY_BYTES, HEADER_BYTES as _HEADER_BYTES
 
 je_crc32c_init()
@@ -190,13 +189,18 @@ cdef class RedeliveryWriter:
             raise unknown_message(message_id)
         if self._find(queue_id, message_id) != NULL:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
+        self._track(queue_id, message_id, persisted_count)
+
+    cdef int _track(self, uint64_t queue_id, uint64_t message_id, uint32_t persisted) except -1:
+        """Add a reference to the table (the caller checked that it is not there)."""
         self._shadow_reused(queue_id, message_id)       # may let other threads in: before the room check
         if 2 * (self._used + self._deleted + 1) > self._capacity:
             self._grow()
-        self._place(queue_id, message_id, persisted_count)
+        self._place(queue_id, message_id, persisted)
+        return 0
 
-    def remove_reference(self, unsigned long long queue_id, unsigned long long message_id):
-        """Stop tracking a reference (acknowledged or its message deleted); False if it was unknown."""
+    cdef bint _untrack(self, uint64_t queue_id, uint64_t message_id) noexcept:
+        """Drop a reference from the table; False if it was not there."""
         cdef RefSlot *slot = self._find(queue_id, message_id)
         if slot == NULL:
             return False
@@ -204,6 +208,10 @@ cdef class RedeliveryWriter:
         self._used -= 1
         self._deleted += 1
         return True
+
+    def remove_reference(self, unsigned long long queue_id, unsigned long long message_id):
+        """Stop tracking a reference (acknowledged or its message deleted); False if it was unknown."""
+        return self._untrack(queue_id, message_id)
 
     def has_reference(self, unsigned long long queue_id, unsigned long long message_id):
         return self._find(queue_id, message_id) != NULL
@@ -257,10 +265,7 @@ cdef class RedeliveryWriter:
                 PyMem_Free(record)
         store_u64(ref_body, queue_id)
         self._journal._append_raw(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
-        self._shadow_reused(queue_id, message_id)       # may let other threads in: before the room check
-        if 2 * (self._used + self._deleted + 1) > self._capacity:
-            self._grow()
-        self._place(queue_id, message_id, 0)
+        self._track(queue_id, message_id, 0)
 
     def acknowledge_reference(self, unsigned long long queue_id, unsigned long long message_id,
                               bint delete_message):
@@ -272,11 +277,7 @@ cdef class RedeliveryWriter:
             raise unknown_reference(queue_id, message_id)
         store_u64(body, queue_id)
         self._journal._append_raw(KIND_UPDATE, TYPE_ACKNOWLEDGE_REF, message_id, 0, body, QUEUE_ID_BODY, False)
-        slot = self._find(queue_id, message_id)     # the append may have let another thread in
-        if slot != NULL:
-            slot.state = SLOT_DELETED
-            self._used -= 1
-            self._deleted += 1
+        self._untrack(queue_id, message_id)        # looked up again: the append may have let another thread in
         if delete_message:
             self._journal._append_raw(KIND_DELETE, 0, message_id, 0, body, 0, False)
 
