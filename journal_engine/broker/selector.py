@@ -504,26 +504,16 @@ class _Parser:
     @staticmethod
     def make_equality(op: str, left: _Node, right: _Node) -> _Node:
         lf, rf = left.fn, right.fn
-        if op == "=":
-            def equal(p: Any, h: Any) -> Any:
-                lv = lf(p, h)
-                if lv is None:
-                    return None
-                rv = rf(p, h)
-                if rv is None:
-                    return None
-                return _equal(lv, rv)
-            return _Node(equal, left.token, boolean=True)
 
-        def not_equal(p: Any, h: Any) -> Any:
+        def equality(p: Any, h: Any, negated: bool = op != "=") -> Any:
             lv = lf(p, h)
             if lv is None:
                 return None
             rv = rf(p, h)
             if rv is None:
                 return None
-            return not _equal(lv, rv)
-        return _Node(not_equal, left.token, boolean=True)
+            return bool(_equal(lv, rv)) != negated
+        return _Node(equality, left.token, boolean=True)
 
     def parse_comparison(self) -> _Node:
         left = self.parse_additive()
