@@ -43,7 +43,8 @@ from .dead_letter import EXPIRED, KILLED, NORMAL, dialect_named, make_copy, orig
 from .message import Message, MessageData
 from .queue import ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, AddressState, QueueInfo, QueueState, Reference
 from .session import Session
-from .settings import AddressSettingsRepository, read_artemis_broker_xml
+from .address_settings import AddressSettingsRepository
+from .broker_xml import merged_switch, read_broker_config
 from .selector import Selector
 
 __all__ = ["Broker"]
@@ -54,7 +55,6 @@ SYNC_MODES = ("always", "group", "none")
 I64_MAX = (1 << 63) - 1
 NAME_LENGTH_MAX = 0xFFFF            # queue and address names (the store keeps them as u32-length strings)
 _PROPERTY_TYPES = (str, int, float, bool, bytes, type(None))
-_CLASSIC_ROOTS = ("<beans>", "<broker>")
 
 
 def _check_name(value: Any, what: str) -> str:
@@ -93,19 +93,6 @@ def _checked_properties(properties: Any) -> dict | None:
             raise OverflowError(f"property {key!r}={value}: integers are signed 64-bit")
         copy[key] = value
     return copy
-
-
-def _read_config(config: Any):
-    """An Artemis broker.xml (path or text); a Classic activemq.xml is refused clearly for now."""
-    try:
-        return read_artemis_broker_xml(config)
-    except ConfigError as exc:
-        if exc.value in _CLASSIC_ROOTS:
-            raise ConfigError("config", exc.field,
-                              f"is an ActiveMQ Classic activemq.xml (root {exc.value}); reading Classic "
-                              "destination policies is not supported yet",
-                              hint="pass an Artemis broker.xml, or set broker.address_settings in code") from exc
-        raise
 
 
 class Broker:
@@ -152,11 +139,11 @@ class Broker:
                               "must be True or False")
         settings = AddressSettingsRepository()
         if config is not None:
-            parsed = _read_config(config)
+            parsed = read_broker_config(config)
             settings = parsed.address_settings
-            max_redelivery_records = self._merge_switch(
+            max_redelivery_records = merged_switch(
                 "max_redelivery_records", max_redelivery_records, 10, parsed.max_redelivery_records, parsed.source)
-            persist_delivery_count_before_delivery = self._merge_switch(
+            persist_delivery_count_before_delivery = merged_switch(
                 "persist_delivery_count_before_delivery", persist_delivery_count_before_delivery, False,
                 parsed.persist_delivery_count_before_delivery, parsed.source)
         self.address_settings = settings
@@ -191,16 +178,6 @@ class Broker:
             self._strict = persist_delivery_count_before_delivery
         if self._manual_clock:
             clock.subscribe(self._on_clock_moved)
-
-    @staticmethod
-    def _merge_switch(name: str, argument: Any, default: Any, from_file: Any, source: str) -> Any:
-        """The configuration file's value, unless the argument was set to something else."""
-        if from_file is None:
-            return argument
-        if argument != default and argument != from_file:
-            raise ConfigError(name, argument, f"conflicts with {from_file!r} in {source}",
-                              hint="set it in one place only")
-        return from_file
 
     # ------------------------------------------------------------------------------- recovery
     def _recover(self, state) -> None:
@@ -412,10 +389,7 @@ class Broker:
                 return message_id
             now = 0
             if not expiration:
-                settings = self._settings_cache.get(address) if self._settings_cache is not None else None
-                if settings is None:
-                    settings = self.address_settings.get(address)
-                expiry_delay = settings.expiry_delay
+                expiry_delay = self._address_settings.lookup(address).expiry_delay
                 if expiry_delay >= 0:       # Artemis applyExpiryDelay: only messages without an expiration
                     now = self._clock.now_ms()
                     expiration = now + expiry_delay
@@ -494,11 +468,6 @@ class Broker:
         if not isinstance(repository, AddressSettingsRepository):
             raise TypeError(f"address_settings must be an AddressSettingsRepository, not {type(repository).__name__}")
         self._address_settings = repository
-        # The repository's own per-address cache of get() results, read directly on the send path: it
-        # holds exactly what get() returns and the repository keeps it current; this saves two calls
-        # per message. None when a repository has no such cache.
-        cache = getattr(repository, "_cache", None)
-        self._settings_cache = cache if isinstance(cache, dict) else None
 
     def _enqueue(self, data: MessageData, targets: list[QueueState], scheduled_time: int) -> None:
         """A new reference of the message on each target queue (lock held)."""

@@ -1,0 +1,293 @@
+"""Configuration XML read safely into plain values: sources and encodings, DOCTYPE refusal, value
+parsing, and an Artemis broker.xml walked into a ``BrokerXmlDocument``.
+
+Why a module of its own: the settings classes (``address_settings``) build themselves from these plain
+values, and the broker.xml reader (``broker_xml``) builds the settings; keeping the XML below both lets
+each import only what sits beneath it, with no import cycle. Nothing here knows the settings classes.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from xml.etree import ElementTree
+
+from ..errors import ConfigError
+
+__all__ = ["ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS", "BrokerXmlDocument", "INT_MAX", "INT_MIN", "LONG_MAX",
+           "LONG_MIN", "address_setting_element", "address_setting_values", "element_name_of", "local_name",
+           "read_broker_xml_document", "renamed"]
+
+# Java's long and int: Artemis reads its values into these.
+LONG_MAX = 2**63 - 1
+LONG_MIN = -2**63
+INT_MAX = 2**31 - 1
+INT_MIN = -2**31
+
+_WRAPPER = "journal-engine-fragment"
+_DTD_RE = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
+_DECLARATION_RE = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
+_ENCODING_RE = re.compile(rb"^\s*<\?xml[^>]*encoding\s*=\s*[\"']([A-Za-z0-9._-]+)[\"']")
+_LONG_RE = re.compile(r"[+-]?[0-9]+")
+_DOUBLE_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+# Elements Artemis reads inside <address-setting> (FileConfigurationParser.parseAddressSettings) that
+# the settings classes do not model: accepted and reported in ``ignored_elements``, not refused.
+ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS = frozenset({
+    "min-expiry-delay", "max-expiry-delay", "no-expiry", "max-size-bytes", "max-size-messages",
+    "max-size-bytes-reject-threshold", "page-size-bytes", "page-max-cache-size", "page-limit-bytes",
+    "page-limit-messages", "page-full-policy", "max-read-page-messages", "max-read-page-bytes",
+    "prefetch-page-messages", "prefetch-page-bytes", "message-counter-history-day-limit",
+    "address-full-policy", "last-value-queue", "default-last-value-queue", "default-last-value-key",
+    "default-non-destructive", "default-exclusive-queue", "default-group-rebalance",
+    "default-group-rebalance-pause-dispatch", "default-group-buckets", "default-group-first-key",
+    "redistribution-delay", "send-to-dla-on-no-route", "slow-consumer-threshold",
+    "slow-consumer-threshold-measurement-unit", "slow-consumer-check-period", "slow-consumer-policy",
+    "auto-create-jms-queues", "auto-delete-jms-queues", "auto-create-jms-topics", "auto-delete-jms-topics",
+    "auto-create-queues", "auto-delete-queues", "auto-delete-created-queues", "auto-delete-queues-delay",
+    "auto-delete-queues-message-count", "auto-delete-queues-skip-usage-check", "config-delete-queues",
+    "auto-create-addresses", "auto-delete-addresses", "auto-delete-addresses-delay",
+    "auto-delete-addresses-skip-usage-check", "config-delete-addresses", "config-delete-diverts",
+    "management-browse-page-size", "management-message-attribute-size-limit", "default-purge-on-no-consumers",
+    "default-max-consumers", "default-consumers-before-dispatch", "default-delay-before-dispatch",
+    "default-queue-routing-type", "default-address-routing-type", "default-consumer-window-size",
+    "default-ring-size", "retroactive-message-count", "enable-metrics", "enable-ingress-timestamp",
+    "id-cache-size", "initial-queue-buffer-size", "queue-prefetch",
+})
+
+
+def local_name(element: ElementTree.Element) -> str:
+    tag = element.tag
+    if not isinstance(tag, str):
+        return ""
+    return tag.rsplit("}", 1)[-1].lower()
+
+
+def _read_source(path_or_text: str | bytes | os.PathLike[str], what: str) -> tuple[str, str]:
+    """(text, label) from a path, bytes or XML text."""
+    if isinstance(path_or_text, os.PathLike) or (isinstance(path_or_text, str) and not path_or_text.lstrip().startswith("<")):
+        path = os.fspath(path_or_text)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise ConfigError(what, path, f"cannot be read: {exc.strerror or exc}") from exc
+        return _decode(data, path), path
+    if isinstance(path_or_text, bytes):
+        return _decode(path_or_text, what), what
+    if isinstance(path_or_text, str):
+        return path_or_text, what
+    raise TypeError(f"expected a path, XML text or bytes, not {type(path_or_text).__name__}")
+
+
+def _decode(data: bytes, label: str) -> str:
+    if data.startswith(b"\xef\xbb\xbf"):
+        encoding = "utf-8-sig"
+    elif data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        encoding = "utf-16"
+    else:
+        m = _ENCODING_RE.match(data)
+        encoding = m.group(1).decode("ascii") if m else "utf-8"
+    try:
+        return data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        raise ConfigError(label, f"encoding {encoding}", f"cannot be decoded: {exc}") from exc
+
+
+def _parse_xml(text: str | bytes, label: str, *, wrap: bool = False) -> ElementTree.Element:
+    if isinstance(text, bytes):
+        text = _decode(text, label)
+    if not isinstance(text, str):
+        raise TypeError(f"expected XML text, not {type(text).__name__}")
+    m = _DTD_RE.search(text)
+    if m:
+        raise ConfigError(label, f"<!{m.group(1).upper()}", "DOCTYPE and entity declarations are refused",
+                          hint="entity declarations allow entity-expansion attacks; remove the DOCTYPE")
+    body = _DECLARATION_RE.sub("", text, count=1)
+    if wrap:
+        body = f"<{_WRAPPER}>{body}</{_WRAPPER}>"
+    try:
+        return ElementTree.fromstring(body, parser=ElementTree.XMLParser())
+    except ElementTree.ParseError as exc:
+        line, column = getattr(exc, "position", (None, None))
+        raise ConfigError(label, f"line {line}, column {column}", f"is not well-formed XML: {exc}") from exc
+
+
+def renamed(exc: ConfigError, field: str) -> ConfigError:
+    """The same problem reported under another name (the XML element instead of the Python field)."""
+    message = exc.args[0] if exc.args else ""
+    prefix = f"{exc.field}={exc.value!r}: "
+    problem = message.removeprefix(prefix)
+    suffix = f" (hint: {exc.hint})" if exc.hint else ""
+    if suffix and problem.endswith(suffix):
+        problem = problem[:-len(suffix)]
+    return ConfigError(field, exc.value, problem, hint=exc.hint)
+
+
+def _text(element: ElementTree.Element, label: str) -> str:
+    if any(isinstance(child.tag, str) for child in element):
+        raise ConfigError(label, f"<{local_name(element)}>", "must hold text, not elements")
+    value = (element.text or "").strip()
+    if "${" in value:
+        raise ConfigError(label, value, "property substitution (${...}) is not supported; write the value")
+    return value
+
+
+def _parse_long(value: str, label: str, low: int = LONG_MIN, high: int = LONG_MAX) -> int:
+    if not _LONG_RE.fullmatch(value):
+        raise ConfigError(label, value, "is not an integer")
+    number = int(value)
+    if not low <= number <= high:
+        raise ConfigError(label, value, f"out of range [{low}, {high}]")
+    return number
+
+
+def _parse_double(value: str, label: str) -> float:
+    if not _DOUBLE_RE.fullmatch(value):
+        raise ConfigError(label, value, "is not a number")
+    return float(value)
+
+
+def _parse_bool(value: str, label: str) -> bool:
+    lowered = value.lower()
+    if lowered not in ("true", "false"):
+        raise ConfigError(label, value, "must be true or false")
+    return lowered == "true"
+
+
+def _parse_delays(value: str, label: str) -> tuple[int, ...]:
+    words = [w for w in re.split(r"[\s,]+", value) if w]
+    return tuple(_parse_long(w, label, 0, LONG_MAX) for w in words)
+
+
+_ELEMENT_FIELDS: dict[str, tuple[str, Any]] = {
+    "dead-letter-address": ("dead_letter_address", None),
+    "max-delivery-attempts": ("max_delivery_attempts", lambda v, l: _parse_long(v, l, INT_MIN, INT_MAX)),
+    "redelivery-delay": ("redelivery_delay", _parse_long),
+    "redelivery-delay-multiplier": ("redelivery_delay_multiplier", _parse_double),
+    "max-redelivery-delay": ("max_redelivery_delay", _parse_long),
+    "redelivery-collision-avoidance-factor": ("redelivery_collision_avoidance_factor", _parse_double),
+    "auto-create-dead-letter-resources": ("auto_create_dead_letter_resources", _parse_bool),
+    "dead-letter-queue-prefix": ("dead_letter_queue_prefix", None),
+    "dead-letter-queue-suffix": ("dead_letter_queue_suffix", None),
+    "expiry-address": ("expiry_address", None),
+    "auto-create-expiry-resources": ("auto_create_expiry_resources", _parse_bool),
+    "expiry-queue-prefix": ("expiry_queue_prefix", None),
+    "expiry-queue-suffix": ("expiry_queue_suffix", None),
+    "expiry-delay": ("expiry_delay", _parse_long),
+    "redelivery-delays": ("redelivery_delays", _parse_delays),     # journal_engine extension
+}
+
+
+def element_name_of(field_name: str) -> str:
+    """The broker.xml element of an AddressSettings field (the field's own name when it has none)."""
+    return next((e for e, (f, _) in _ELEMENT_FIELDS.items() if f == field_name), field_name)
+
+
+def address_setting_values(element: ElementTree.Element, label: str) -> tuple[dict[str, Any], list[str]]:
+    """The AddressSettings field values of one ``<address-setting>`` element, and the Artemis elements in
+    it that are not modelled (ignored). An unknown element or a bad value raises ConfigError."""
+    values: dict[str, Any] = {}
+    ignored: list[str] = []
+    for child in element:
+        if not isinstance(child.tag, str):
+            continue            # comments and processing instructions
+        name = local_name(child)
+        child_label = f"{label}/{name}"
+        if name in _ELEMENT_FIELDS:
+            field_name, parse = _ELEMENT_FIELDS[name]
+            raw = _text(child, child_label)
+            values[field_name] = raw if parse is None else parse(raw, child_label)
+        elif name in ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS:
+            ignored.append(name)
+        else:
+            raise ConfigError(child_label, f"<{child.tag.rsplit('}', 1)[-1]}>",
+                              "is not an address-setting element",
+                              hint="check the spelling against Artemis's broker.xml schema")
+    return values, ignored
+
+
+def address_setting_element(text: str | bytes) -> tuple[ElementTree.Element, str]:
+    """The element (and its label) that ``AddressSettings.from_xml`` reads: one ``<address-setting>``, or
+    a run of its child elements. Several settings (``<address-settings>``) raise ConfigError."""
+    root = _parse_xml(text, "address-setting", wrap=True)
+    element = root
+    children = [child for child in root if isinstance(child.tag, str)]
+    if root.tag == _WRAPPER and len(children) == 1 and local_name(children[0]) == "address-setting":
+        element = children[0]
+    elif root.tag == _WRAPPER and any(local_name(c) == "address-settings" for c in children):
+        raise ConfigError("address-settings", "<address-settings>", "holds several settings",
+                          hint="read it with AddressSettingsRepository.from_broker_xml")
+    match = element.get("match")
+    label = "address-setting" if match is None else f"address-setting[match={match!r}]"
+    return element, label
+
+
+@dataclass
+class BrokerXmlDocument:
+    """What an Artemis broker.xml says, as plain values; the ``<address-settings>`` elements are kept as
+    elements, so that they are checked in the same order as the repository is built from them."""
+
+    source: str
+    delimiter: str = "."
+    any_words: str = "#"
+    single_word: str = "*"
+    literal_markers: str | None = None
+    wildcard_routing_enabled: bool | None = None
+    max_redelivery_records: int | None = None                      # None = not in the file
+    persist_delivery_count_before_delivery: bool | None = None     # None = not in the file
+    address_settings_lists: list[ElementTree.Element] = field(default_factory=list)
+
+
+def read_broker_xml_document(path_or_text: str | bytes | os.PathLike[str]) -> BrokerXmlDocument:
+    """Read an Artemis broker.xml (a path, the XML text starting with ``<``, or bytes).
+
+    The root must be ``<configuration>`` (with a ``<core>`` child, or the settings directly under it) or
+    ``<core>``; namespaces are ignored. A DOCTYPE or entity declaration, malformed XML, an unknown
+    element inside ``<wildcard-addresses>`` or a bad value raise ConfigError naming the element and the
+    value. Thread-safe (no shared state).
+    """
+    text, label = _read_source(path_or_text, "broker.xml")
+    root = _parse_xml(text, label)
+    root_name = local_name(root)
+    if root_name not in ("configuration", "core"):
+        raise ConfigError(label, f"<{root_name}>", "is not an Artemis broker.xml root",
+                          hint="expected <configuration> or <core>")
+    core = root
+    if root_name == "configuration":
+        core = next((child for child in root if local_name(child) == "core"), root)
+
+    document = BrokerXmlDocument(label)
+    for child in core:
+        name = local_name(child)
+        if name == "wildcard-addresses":
+            for item in child:
+                if not isinstance(item.tag, str):
+                    continue
+                item_name = local_name(item)
+                item_label = f"wildcard-addresses/{item_name}"
+                if item_name == "routing-enabled":
+                    document.wildcard_routing_enabled = _parse_bool(_text(item, item_label), item_label)
+                elif item_name in ("delimiter", "any-words", "single-word"):
+                    value = _text(item, item_label)
+                    if len(value) != 1:
+                        raise ConfigError(item_label, value, "must be exactly one character")
+                    if item_name == "delimiter":
+                        document.delimiter = value
+                    elif item_name == "any-words":
+                        document.any_words = value
+                    else:
+                        document.single_word = value
+                else:
+                    raise ConfigError(item_label, f"<{item_name}>", "is not a wildcard-addresses element",
+                                      hint="expected routing-enabled, delimiter, any-words or single-word")
+        elif name == "literal-match-markers":
+            document.literal_markers = _text(child, "literal-match-markers") or None
+        elif name == "max-redelivery-records":
+            document.max_redelivery_records = _parse_long(_text(child, name), name, -1, INT_MAX)
+        elif name == "persist-delivery-count-before-delivery":
+            document.persist_delivery_count_before_delivery = _parse_bool(_text(child, name), name)
+        elif name == "address-settings":
+            document.address_settings_lists.append(child)
+    return document
