@@ -1,4 +1,11 @@
-"""Dead-letter and expiry copies: the property names of each dialect, the copy, the auto-created queues.
+"""Dead letters and expiry: where a reference goes that cannot be delivered, and the copy that goes there.
+
+A reference is dead-lettered when its delivery count reaches max_delivery_attempts, and expired when
+its message's expiration passes (met at dispatch, or by the reaper). ``DeadLetters`` moves a copy to the
+dead-letter (or expiry) address in one store transaction (copy 45, its 32s, the original's 33, COMMIT),
+auto-creating the address's queue when the settings ask, or drops the reference when the address has
+no queue (Artemis sendToDeadLetterAddress, expire, createResources). Why together: both paths share
+the copy, the auto-created queues and the move, and differ only in names and counters.
 
 Artemis (QueueImpl.makeCopy + Message.referenceOriginalMessage) copies an undeliverable message with a
 new id to the dead-letter (or expiry) address and records where it came from:
@@ -20,15 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from .address_settings import AddressSettings
 from .message import MessageData
+from .post_office import PostOffice
+from .queue import EXPIRED, KILLED, NORMAL, AddressState, Reference
 
 __all__ = ["Dialect", "DIALECTS", "ROUTING_TYPE_CODES", "make_copy", "resource_queue_name", "origin_filter",
-           "KILLED", "EXPIRED", "NORMAL"]
-
-# why a reference left its queue (Artemis AckReason)
-NORMAL = "normal"
-KILLED = "killed"          # dead-lettered: moved to the dead-letter address, or dropped
-EXPIRED = "expired"
+           "dialect_named", "DeadLetters", "KILLED", "EXPIRED", "NORMAL"]
 
 #: Artemis's RoutingType.getType() bytes
 ROUTING_TYPE_CODES = {"multicast": 0, "anycast": 1}
@@ -57,6 +62,7 @@ DIALECTS = {
 
 
 def dialect_named(name: str) -> Dialect:
+    """The Dialect called ``name`` ("artemis" or "hornetq"); ConfigError for another name."""
     try:
         return DIALECTS[name]
     except (KeyError, TypeError):
@@ -92,3 +98,96 @@ def origin_filter(dialect: Dialect, address: str) -> str:
     """The filter of an auto-created queue: only copies of messages first sent to ``address``."""
     quoted = address.replace("'", "''")
     return f"{dialect.orig_address} = '{quoted}'"
+
+
+class DeadLetters:
+    """Dead-letters and expires references on behalf of the broker (see the module docstring).
+
+    Not thread-safe on its own: every method runs with the broker's lock held. Store errors propagate
+    with the reference unchanged (the move is one store transaction, rolled back on failure).
+    """
+
+    __slots__ = ("_post_office", "_dialect")
+
+    def __init__(self, post_office: PostOffice, dialect: Dialect) -> None:
+        self._post_office = post_office
+        self._dialect = dialect
+
+    def dead_letter(self, ref: Reference, settings: AddressSettings, now: int) -> None:
+        """A reference that reached max_delivery_attempts (``settings`` are its queue's): to the
+        dead-letter address, else dropped."""
+        queue = ref.queue
+        address = settings.dead_letter_address
+        if address is not None:
+            if settings.auto_create_dead_letter_resources and address and queue.address != address:
+                self._auto_create(address, settings.dead_letter_queue_prefix, queue.address,
+                                  settings.dead_letter_queue_suffix)
+            target = self._post_office.addresses.get(address)
+            if target is not None and target.has_queues():
+                self._move(ref, target, KILLED, now)
+                return
+        queue.messages_dropped += 1
+        self._post_office.remove(ref, KILLED, True)
+
+    def expire(self, ref: Reference, now: int) -> None:
+        """An expired reference (READY): to the expiry address of the MESSAGE's address, else dropped."""
+        post_office = self._post_office
+        data = ref.data
+        settings = post_office.address_settings.get(data.address)
+        address = settings.expiry_address
+        if address:         # None or "" = drop
+            if settings.auto_create_expiry_resources and data.address != address:
+                self._auto_create(address, settings.expiry_queue_prefix, data.address, settings.expiry_queue_suffix)
+            target = post_office.addresses.get(address)
+            if target is not None and target.has_queues():
+                self._move(ref, target, EXPIRED, now)
+                return
+        ref.queue.messages_dropped += 1
+        post_office.remove(ref, EXPIRED, True)
+
+    def expire_due(self, now: int) -> None:
+        """The reaper: expire every watched READY reference whose expiration is ``now`` or earlier (each is
+        left in its queue's deque as a DONE tombstone)."""
+        pop_expired = self._post_office.timers.pop_expired
+        ref = pop_expired(now)
+        while ref is not None:
+            self.expire(ref, now)
+            ref = pop_expired(now)
+
+    def _auto_create(self, on_address: str, prefix: str, for_address: str, suffix: str) -> None:
+        """The dead-letter (or expiry) queue of ``for_address`` on ``on_address``: multicast, durable,
+        filtered on the copies' original address (Artemis createResources)."""
+        name = resource_queue_name(prefix, for_address, suffix)
+        if name not in self._post_office.queues:
+            self._post_office.create_queue(name, on_address, "multicast", origin_filter(self._dialect, for_address),
+                                           True, auto_created=True)
+
+    def _move(self, ref: Reference, target: AddressState, reason: str, now: int) -> None:
+        """Copy the message to another address and remove the original, in one store transaction."""
+        post_office = self._post_office
+        queue = ref.queue
+        original = ref.data
+        copy = make_copy(original, post_office.new_message_id(), target.name, queue.name, self._dialect,
+                         actual_expiry_ms=now if reason is EXPIRED else None)
+        expiry_delay = post_office.address_settings.get(target.name).expiry_delay
+        if expiry_delay >= 0:       # routing applies the expiry delay of the new address (PostOfficeImpl.route)
+            copy.expiration = now + expiry_delay
+        targets = target.route(copy, copy.routing_type)
+        store = post_office.store
+        ack_stored = bool(original.durable_refs) and queue.durable
+        if store is not None:
+            durable_targets = copy.durable and any(t.durable for t in targets)
+            if durable_targets or ack_stored:
+                tx = store.transaction()
+                try:
+                    if durable_targets:
+                        post_office.store_new(copy, targets, 0, tx)
+                    if ack_stored:
+                        tx.store_acknowledge(queue.queue_id, original.message_id)
+                    tx.commit(sync=False)
+                except BaseException:
+                    if tx.state == "open":
+                        tx.rollback(sync=False)
+                    raise
+        post_office.remove(ref, reason, False)
+        post_office.enqueue(copy, targets, 0)

@@ -11,7 +11,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["Message", "MessageData", "HEADER_NAMES"]
+__all__ = ["Message", "MessageData", "HEADER_NAMES", "delivery_of"]
 
 #: Header fields a queue filter can name besides the message's properties (Artemis's filter names).
 HEADER_NAMES = frozenset({"AMQAddress", "AMQDurable", "AMQExpiration", "AMQSize", "AMQMessageID"})
@@ -112,3 +112,12 @@ class Message:
     def __repr__(self) -> str:
         return (f"Message(id={self._data.message_id}, address={self._data.address!r}, queue={self.queue!r}, "
                 f"delivery_count={self.delivery_count}, body={self._data.body[:32]!r})")
+
+
+def delivery_of(message: Message) -> tuple[Any, Any]:
+    """(reference, consumer) of the delivery ``message`` stands for; (None, None) for a browsed copy.
+
+    The broker's way back from a Message it handed out to its own bookkeeping; the caller checked that
+    ``message`` is a Message.
+    """
+    return message._ref, message._owner

@@ -16,7 +16,7 @@ from .message import HEADER_NAMES, MessageData
 from .selector import Selector
 
 __all__ = ["QueueInfo", "Reference", "QueueState", "AddressState", "READY", "SCHEDULED", "DELIVERING", "DONE",
-           "ACKED_IN_TX"]
+           "ACKED_IN_TX", "NORMAL", "KILLED", "EXPIRED"]
 
 # reference states
 READY = 0          # in its queue's deque
@@ -24,6 +24,11 @@ SCHEDULED = 1      # in the broker's timer heap, waiting for its delivery time
 DELIVERING = 2     # handed to a consumer, not yet acknowledged or returned
 DONE = 3           # acknowledged, dead-lettered, expired or dropped: gone
 ACKED_IN_TX = 4    # delivered and acknowledged in a session's open transaction (still counted as delivering)
+
+# why a reference left its queue (Artemis AckReason); the queue counts each kind
+NORMAL = "normal"
+KILLED = "killed"          # dead-lettered: moved to the dead-letter address, or dropped
+EXPIRED = "expired"
 
 
 class Reference:

@@ -6,26 +6,32 @@ UPDATE_TX 32 at send time, as Artemis does) and the COMMIT makes them durable an
 ``rollback()`` discards the sends and puts every message delivered in the session and not yet
 committed through the redelivery path (its delivery count persisted, dead-lettered when it reached
 max_delivery_attempts, redelivered after the redelivery delay otherwise).
+
+The session owns its open unit of work (the store transaction, the pending sends, the acknowledged
+references) and its consumers; the broker works through the SessionOperations it gave the session and
+changes that state only through the methods below.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .consumer import Consumer
-
-if TYPE_CHECKING:
-    from .broker import Broker
+from .message import MessageData
+from .operations import SessionOperations
+from .queue import QueueState, Reference
 
 __all__ = ["Session"]
 
 
 class Session:
-    """A unit of work. Create it with ``broker.create_session(transacted=...)``."""
+    """A unit of work. Create it with ``broker.create_session(transacted=...)``. Thread-safe (the broker
+    serialises the work); ``commit``/``rollback`` on a non-transacted or closed session raise
+    MessageStateError."""
 
-    __slots__ = ("_broker", "transacted", "_consumers", "_tx", "_sends", "_acked", "_closed", "__weakref__")
+    __slots__ = ("_operations", "transacted", "_consumers", "_tx", "_sends", "_acked", "_closed", "__weakref__")
 
-    def __init__(self, broker: "Broker", transacted: bool) -> None:
-        self._broker = broker
+    def __init__(self, operations: SessionOperations, transacted: bool) -> None:
+        self._operations = operations
         self.transacted = transacted
         self._consumers: list[Consumer] = []
         self._tx = None            # the store transaction, opened by the first persistent write
@@ -35,6 +41,7 @@ class Session:
 
     @property
     def closed(self) -> bool:
+        """True once close() ran."""
         return self._closed
 
     @property
@@ -42,36 +49,80 @@ class Session:
         """Sends and acknowledgements waiting for commit()."""
         return len(self._sends) + len(self._acked)
 
-    def _transaction(self, store):
-        """The store transaction of the open unit of work, begun on its first persistent write."""
+    def create_consumer(self, queue_name: str) -> Consumer:
+        """A consumer whose acknowledgements belong to this session. UnknownQueueError for an unknown
+        queue; MessageStateError when the session is closed."""
+        return self._operations.create_consumer(queue_name, self)
+
+    def send(self, address: str, body, *, properties: dict | None = None, durable: bool = True,
+             expiration: int = 0, scheduled_delivery_time: int = 0, routing_type: str | None = None) -> int:
+        """Send a message (in a transacted session it is routed now and delivered after commit()).
+        Arguments and errors as ``Broker.send``; MessageStateError when the session is closed."""
+        return self._operations.send(address, body, properties, durable, expiration, scheduled_delivery_time,
+                                     routing_type, self)
+
+    def commit(self) -> None:
+        """Make the session's sends and acknowledgements durable and visible, all together."""
+        self._operations.commit(self)
+
+    def rollback(self) -> None:
+        """Discard the sends; every message delivered in the session and not committed is redelivered
+        (or dead-lettered) as after a failed delivery."""
+        self._operations.rollback(self)
+
+    def close(self) -> None:
+        """Close the consumers (their unacknowledged messages go back uncounted) and roll back what
+        the open transaction acknowledged (the redelivery path). Closing twice is harmless."""
+        self._operations.close(self)
+
+    # -- the broker's side: called with the broker's lock held, not by applications
+    def transaction(self, store: Any) -> Any:
+        """The store transaction of the open unit of work, begun on ``store`` by its first persistent write."""
         tx = self._tx
         if tx is None:
             tx = self._tx = store.transaction()
         return tx
 
-    def create_consumer(self, queue_name: str) -> Consumer:
-        """A consumer whose acknowledgements belong to this session."""
-        return self._broker._create_consumer(queue_name, self)
+    def pending_transaction(self) -> Any:
+        """The open store transaction, or None when nothing persistent happened yet."""
+        return self._tx
 
-    def send(self, address: str, body, *, properties: dict | None = None, durable: bool = True,
-             expiration: int = 0, scheduled_delivery_time: int = 0, routing_type: str | None = None) -> int:
-        """Send a message (in a transacted session it is routed now and delivered after commit())."""
-        return self._broker._send(address, body, properties, durable, expiration, scheduled_delivery_time,
-                                  routing_type, self)
+    def end_transaction(self) -> Any:
+        """Forget the store transaction (committed or about to be rolled back); returns it, or None."""
+        tx = self._tx
+        self._tx = None
+        return tx
 
-    def commit(self) -> None:
-        """Make the session's sends and acknowledgements durable and visible, all together."""
-        self._broker._commit(self)
+    def add_consumer(self, consumer: Consumer) -> None:
+        self._consumers.append(consumer)
 
-    def rollback(self) -> None:
-        """Discard the sends; every message delivered in the session and not committed is redelivered
-        (or dead-lettered) as after a failed delivery."""
-        self._broker._rollback_session(self)
+    def consumers(self) -> tuple[Consumer, ...]:
+        """The session's consumers, in creation order."""
+        return tuple(self._consumers)
 
-    def close(self) -> None:
-        """Close the consumers (their unacknowledged messages go back uncounted) and roll back what
-        the open transaction acknowledged (the redelivery path)."""
-        self._broker._close_session(self)
+    def add_send(self, data: MessageData, targets: list[QueueState], scheduled_time: int) -> None:
+        """A send routed to ``targets``, to enqueue at commit."""
+        self._sends.append((data, targets, scheduled_time))
+
+    def take_sends(self) -> list[tuple[MessageData, list[QueueState], int]]:
+        """The pending sends, in send order; the session holds none afterwards."""
+        sends = self._sends
+        self._sends = []
+        return sends
+
+    def record_ack(self, ref: Reference) -> None:
+        """``ref`` was acknowledged in the open transaction."""
+        self._acked[ref] = None
+
+    def acks(self) -> tuple[Reference, ...]:
+        """The references acknowledged in the open transaction, in order."""
+        return tuple(self._acked)
+
+    def clear_acks(self) -> None:
+        self._acked.clear()
+
+    def mark_closed(self) -> None:
+        self._closed = True
 
     def __enter__(self) -> "Session":
         return self

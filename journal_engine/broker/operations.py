@@ -1,0 +1,51 @@
+"""What a Consumer and a Session ask of their broker, as bundles of callables the broker hands them.
+
+Why: consumer.py and session.py must not import broker.py (which imports them; a TYPE_CHECKING import
+is a cycle too). The broker gives each consumer and session the few operations it may call, and the
+handles never see the rest of the broker. Each bundle is built per handle, so no reference cycle keeps
+a dropped broker alive. The operations take the handle itself as their first argument.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .message import Message
+from .queue import QueueState, Reference
+
+__all__ = ["ConsumerOperations", "SessionOperations", "AcknowledgingSession"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOperations:
+    """The broker's side of a Consumer: each runs under the broker's lock and raises what the
+    Consumer's method of the same name documents."""
+
+    receive: Callable[[Any, QueueState, float | None], Message | None]     # (consumer, its queue, timeout)
+    acknowledge: Callable[[Any, Message], None]
+    rollback: Callable[[Any, Message, int | None], None]                   # (consumer, message, delay_ms)
+    close: Callable[[Any], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOperations:
+    """The broker's side of a Session: each runs under the broker's lock and raises what the
+    Session's method of the same name documents."""
+
+    create_consumer: Callable[[str, Any], Any]        # (queue name, session) -> Consumer
+    send: Callable[..., int]                          # (address, body, properties, durable, expiration,
+                                                      #  scheduled_delivery_time, routing_type, session)
+    commit: Callable[[Any], None]
+    rollback: Callable[[Any], None]
+    close: Callable[[Any], None]
+
+
+class AcknowledgingSession(Protocol):
+    """What the broker asks of a consumer's session when the consumer acknowledges (a Session)."""
+
+    transacted: bool
+
+    def transaction(self, store: Any) -> Any: ...
+
+    def record_ack(self, ref: Reference) -> None: ...

@@ -1,0 +1,212 @@
+"""The post office: addresses and the queues bound to them, message and queue ids, and every way a
+reference enters or leaves a queue, with the store writes that go with it.
+
+Artemis splits the same work between PostOfficeImpl (bindings, routing, the address settings) and
+QueueImpl (adding and acknowledging references). Why an object of its own here: the broker's sends,
+the redelivery path and the dead-letter path all create and remove references; each of those moves is
+written once, in this class, and the registries change only through its methods. Not thread-safe on
+its own: every method runs with the broker's lock held (the lock is passed in only to give each queue
+its condition variable).
+"""
+from __future__ import annotations
+
+import threading
+
+from ..errors import QueueExistsError
+from ..store.message_store import MessageStore
+from .address_settings import AddressSettingsRepository
+from .message import MessageData
+from .queue import DONE, KILLED, NORMAL, READY, AddressState, QueueState, Reference
+from .timers import DeliveryTimers
+
+__all__ = ["PostOffice"]
+
+
+class PostOffice:
+    """Queues by name and id, addresses by name, the ids to give next, and the reference moves.
+
+    ``store`` is the MessageStore (None: nothing is persisted); ``timers`` the broker's DeliveryTimers.
+    ``queues`` and ``addresses`` are for reading; change them through the methods.
+    """
+
+    def __init__(self, store: MessageStore | None, timers: DeliveryTimers, lock: threading.Lock,
+                 address_settings: AddressSettingsRepository) -> None:
+        self.store = store
+        self.timers = timers
+        self.address_settings = address_settings
+        self._lock = lock
+        self.queues: dict[str, QueueState] = {}
+        self.queues_by_id: dict[int, QueueState] = {}
+        self.addresses: dict[str, AddressState] = {}
+        self._next_message_id = 1
+        self._next_queue_id = 1
+        self._unrouted = 0
+
+    # ------------------------------------------------------------------------------- ids and counts
+    @property
+    def next_message_id(self) -> int:
+        return self._next_message_id
+
+    @property
+    def unrouted(self) -> int:
+        """Messages sent that no queue took."""
+        return self._unrouted
+
+    def new_message_id(self) -> int:
+        """A fresh message id (ids are never reused, also not after a restart)."""
+        message_id = self._next_message_id
+        self._next_message_id = message_id + 1
+        return message_id
+
+    def count_unrouted(self) -> None:
+        self._unrouted += 1
+
+    def use_address_settings(self, repository: AddressSettingsRepository) -> None:
+        """Look settings up in ``repository`` from now on (the broker checked its type)."""
+        self.address_settings = repository
+
+    # ------------------------------------------------------------------------------- queues
+    def load(self, state) -> None:
+        """Queues (with filters), messages, delivery counts and scheduled redeliveries from the store's
+        RecoveredState (once, before anything else)."""
+        timers = self.timers
+        for queue_id in sorted(state.queues):
+            stored = state.queues[queue_id]
+            queue = QueueState(stored.name, queue_id, stored.address, stored.routing_type, stored.filter, True,
+                               self._lock)
+            self._bind(queue)
+        self._next_queue_id = state.max_queue_id + 1
+        self._next_message_id = state.max_message_id + 1
+        datas: dict[int, MessageData] = {}
+        for queue_id, references in state.references.items():
+            queue = self.queues_by_id[queue_id]
+            for recovered in sorted(references, key=lambda r: r.message_id):
+                data = datas.get(recovered.message_id)
+                if data is None:
+                    stored = state.messages[recovered.message_id]
+                    data = MessageData(stored.message_id, stored.address, stored.body,
+                                       dict(stored.properties) or None, stored.durable, stored.expiration,
+                                       stored.routing_type)
+                    datas[recovered.message_id] = data
+                data.durable_refs += 1
+                ref = Reference(data, queue, recovered.delivery_count)
+                queue.count += 1
+                queue.messages_added += 1
+                if recovered.scheduled_delivery_time:
+                    timers.schedule(ref, recovered.scheduled_delivery_time)
+                else:
+                    queue.ready.append(ref)
+                    if data.expiration:
+                        timers.watch_expiry(ref)
+
+    def _bind(self, queue: QueueState) -> None:
+        self.queues[queue.name] = queue
+        self.queues_by_id[queue.queue_id] = queue
+        address = self.addresses.get(queue.address)
+        if address is None:
+            address = self.addresses[queue.address] = AddressState(queue.address)
+        address.bind(queue)
+
+    def create_queue(self, name: str, address: str, routing_type: str, filter: str | None, durable: bool,
+                     *, auto_created: bool = False) -> QueueState:
+        """A new queue bound to ``address`` (stored when durable and there is a store).
+        QueueExistsError when the name is taken."""
+        if name in self.queues:
+            raise QueueExistsError("name", name, "a queue of that name exists",
+                                   hint="pick another name, or broker.queue(name) to inspect it")
+        queue_id = self._next_queue_id
+        if durable and self.store is not None:
+            self.store.store_queue(queue_id, name, address, routing_type=routing_type, filter=filter)
+        self._next_queue_id = queue_id + 1
+        queue = QueueState(name, queue_id, address, routing_type, filter, durable, self._lock,
+                           auto_created=auto_created)
+        self._bind(queue)
+        return queue
+
+    def delete_queue(self, queue: QueueState) -> int:
+        """Delete a queue and its ready and scheduled references (the caller checked nothing is in
+        delivery); returns how many there were. Receivers waiting on it are woken."""
+        live = [ref for ref in queue.ready if ref.state == READY]
+        live += self.timers.scheduled_on(queue)
+        if self.store is not None and queue.durable:
+            self.store.delete_queue(queue.queue_id)
+        for ref in live:
+            ref.state = DONE
+            data = ref.data
+            if data.durable_refs and queue.durable:
+                data.durable_refs -= 1
+        queue.deleted = True
+        queue.ready.clear()
+        del self.queues[queue.name]
+        del self.queues_by_id[queue.queue_id]
+        address = self.addresses[queue.address]
+        address.unbind(queue)
+        if not address.has_queues():
+            del self.addresses[queue.address]
+        queue.condition.notify_all()
+        return len(live)
+
+    # ------------------------------------------------------------------------------- references
+    def store_new(self, data: MessageData, targets: list[QueueState], scheduled_time: int, tx) -> None:
+        """ADD_MESSAGE + an ADD_REF per durable target (+ the scheduled time), directly or in the store
+        transaction ``tx``. The caller checked the message is durable and there is a store."""
+        durable_targets = [queue for queue in targets if queue.durable]
+        if not durable_targets:
+            return
+        message_id = data.message_id
+        if tx is None:
+            store = self.store
+            store.store_message_references(message_id, data.address, data.body,
+                                           [queue.queue_id for queue in durable_targets], properties=data.properties,
+                                           durable=True, expiration=data.expiration, routing_type=data.routing_type)
+            if scheduled_time:
+                for queue in durable_targets:
+                    store.update_scheduled_delivery_time(queue.queue_id, message_id, scheduled_time, 0)
+        else:
+            tx.store_message(message_id, data.address, data.body, properties=data.properties, durable=True,
+                             expiration=data.expiration, routing_type=data.routing_type)
+            for queue in durable_targets:
+                tx.store_reference(queue.queue_id, message_id)
+                if scheduled_time:
+                    tx.update_scheduled_delivery_time(queue.queue_id, message_id, scheduled_time)
+        data.durable_refs = len(durable_targets)
+
+    def enqueue(self, data: MessageData, targets: list[QueueState], scheduled_time: int) -> None:
+        """A new reference of the message on each target queue: scheduled when ``scheduled_time`` is
+        set, else at the tail, waking one receiver."""
+        timers = self.timers
+        for queue in targets:
+            ref = Reference(data, queue)
+            queue.count += 1
+            queue.messages_added += 1
+            if scheduled_time:
+                timers.schedule(ref, scheduled_time)
+                continue
+            queue.ready.append(ref)
+            if data.expiration:
+                timers.watch_expiry(ref)
+            if queue.waiters:
+                queue.condition.notify()
+
+    def remove(self, ref: Reference, reason: str, write_store: bool) -> None:
+        """The reference leaves its queue for good, counted by ``reason`` (NORMAL, KILLED, EXPIRED).
+        ``write_store``: append its ACK (33) here (False when a transaction already holds it). The
+        message is deleted from the store when its last stored reference goes (Artemis: a
+        non-transactional, unsynced DELETE). Store errors propagate before anything changes."""
+        queue = ref.queue
+        data = ref.data
+        if data.durable_refs and queue.durable:
+            if write_store:
+                self.store.acknowledge(queue.queue_id, data.message_id)     # + DELETE after the last one
+            elif data.durable_refs == 1:
+                self.store.delete_message(data.message_id)
+            data.durable_refs -= 1
+        ref.state = DONE
+        ref.delivery = None
+        queue.count -= 1
+        if reason is NORMAL:
+            queue.messages_acknowledged += 1
+        elif reason is KILLED:
+            queue.messages_killed += 1
+        else:
+            queue.messages_expired += 1
