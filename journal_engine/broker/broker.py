@@ -21,17 +21,20 @@ What happens, case by case, as in Artemis (the reference notes name the Java met
   original's 33, COMMIT), else drop the message. Expiry likewise with the expiry address.
 
 Where the work is done: ``post_office`` (addresses, queues, references in and out, with their store
-writes), ``timers`` (scheduled deliveries, expiry watch), ``redelivery`` (a failed delivery),
-``dead_letter`` (dead letters and expiry), ``broker_xml`` (the configuration), ``arguments`` (checks of
-what users pass). This module holds the public API, the lock, dispatch and the sessions' units of work.
-All state is guarded by one lock; receivers wait on a condition variable per queue.
+writes), ``delivery`` (dispatch, ack, rollback, close: the consumers' side), ``transactions`` (the
+sessions' side), ``redelivery`` (a failed delivery), ``dead_letter`` (dead letters and expiry),
+``timers`` (scheduled deliveries, expiry watch), ``broker_xml`` (the configuration), ``arguments``
+(checks of what users pass). This module builds them, holds the public API and sends.
+All state is guarded by one lock (``gate``); receivers wait on a condition variable per queue.
+
+One step is written twice on purpose: ``PostOffice.store_new`` + ``enqueue`` inline in ``_send`` for
+a message going to one direct queue, deliverable now; ``INLINE_SEND = False`` switches the copy off
+and tests/test_broker_fast_paths.py runs the same workload both ways.
 """
 from __future__ import annotations
 
 import os
 import random
-import threading
-import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -40,21 +43,27 @@ from ..errors import ConfigError, JournalClosedError, MessageStateError, Unknown
 from ..store.message_store import MessageStore
 from ..store.redelivery_writer import check_cap
 from .address_settings import AddressSettingsRepository
-from .arguments import I64_MAX, ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
+from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
 from .broker_xml import merged_switch, read_broker_config
 from .clock import Clock, WallClock
 from .consumer import Consumer
 from .dead_letter import DeadLetters, dialect_named
-from .message import Message, MessageData, delivery_of
-from .operations import ConsumerOperations, SessionOperations
+from .delivery import Delivery
+from .gate import Gate
+from .message import Message, MessageData
+from .operations import SessionOperations
 from .post_office import PostOffice
-from .queue import ACKED_IN_TX, DELIVERING, NORMAL, READY, QueueInfo, QueueState, Reference
+from .queue import READY, QueueInfo, QueueState, Reference
 from .redelivery import Redelivery
 from .selector import Selector
 from .session import Session
 from .timers import DeliveryTimers
+from .transactions import Transactions
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "INLINE_SEND"]
+
+#: the inlined copy of PostOffice.store_new + enqueue in _send; tests turn it off to run the general path
+INLINE_SEND = True
 
 
 class Broker:
@@ -116,17 +125,15 @@ class Broker:
         self.jms_queue_names = jms_queue_names
         self.directory = os.fspath(directory) if directory is not None else None
 
-        self._lock = threading.Lock()
+        self._gate = Gate()
         self._sessions: weakref.WeakSet = weakref.WeakSet()
-        self._closed = False
         self._store: MessageStore | None = None
-        self._strict = False
         if directory is not None:
             self._store = MessageStore(directory, backend=store, max_redelivery_records=max_redelivery_records,
                                        persist_delivery_count_before_delivery=persist_delivery_count_before_delivery,
                                        sync=sync, clock=clock, **(store_options or {}))
         self._timers = DeliveryTimers(wake_waiters=not self._manual_clock)
-        self._post_office = PostOffice(self._store, self._timers, self._lock, settings)
+        self._post_office = PostOffice(self._store, self._timers, self._gate.lock, settings)
         self._dead_letters = DeadLetters(self._post_office, self._dialect)
         self._redelivery = Redelivery(self._post_office, self._dead_letters, rng)
         if self._store is not None:
@@ -135,7 +142,10 @@ class Broker:
             except BaseException:
                 self._store.close()
                 raise
-            self._strict = persist_delivery_count_before_delivery
+        self._delivery = Delivery(self._gate, clock, self._post_office, self._dead_letters, self._redelivery,
+                                  strict=self._store is not None and persist_delivery_count_before_delivery,
+                                  manual_clock=self._manual_clock)
+        self._transactions = Transactions(self._gate, clock, self._post_office, self._redelivery, self._delivery)
         if self._manual_clock:
             clock.subscribe(self._on_clock_moved)
 
@@ -187,8 +197,8 @@ class Broker:
             filter = None
         if filter is not None:
             Selector(filter)            # parse now: a bad filter raises before anything is created
-        with self._lock:
-            self._check_open()
+        with self._gate.lock:
+            self._gate.check_open()
             return self._post_office.create_queue(name, address, routing_type, filter, durable).info()
 
     def delete_queue(self, name: str) -> int:
@@ -197,8 +207,8 @@ class Broker:
         Refused (MessageStateError) while the queue has consumers or messages in delivery, or while an
         open transaction has sends waiting for it. UnknownQueueError for an unknown name.
         """
-        with self._lock:
-            self._check_open()
+        with self._gate.lock:
+            self._gate.check_open()
             queue = self._queue_named(name)
             if queue.consumers or queue.delivering or queue.pending_sends:
                 raise MessageStateError(f"queue {queue.name!r} has {queue.consumers} consumers, {queue.delivering} "
@@ -220,22 +230,22 @@ class Broker:
     def queue(self, name: str) -> QueueInfo:
         """A snapshot of the queue's counts (after releasing what fell due and expiring what expired).
         UnknownQueueError for an unknown name."""
-        with self._lock:
-            self._check_open()
-            self._pump_now()
+        with self._gate.lock:
+            self._gate.check_open()
+            self._delivery.pump_now()
             return self._queue_named(name).info()
 
     def queue_names(self) -> list[str]:
         """The names of every queue, sorted."""
-        with self._lock:
+        with self._gate.lock:
             return sorted(self._post_office.queues)
 
     def browse(self, queue_name: str) -> list[Message]:
         """The queue's deliverable messages in delivery order, without consuming them (delivery_count 0).
         Scheduled messages and messages in delivery are not listed. UnknownQueueError for an unknown name."""
-        with self._lock:
-            self._check_open()
-            self._pump_now()
+        with self._gate.lock:
+            self._gate.check_open()
+            self._delivery.pump_now()
             queue = self._queue_named(queue_name)
             return [Message(ref.data, 0, queue.name) for ref in queue.ready if ref.state == READY]
 
@@ -275,10 +285,11 @@ class Broker:
             raise ConfigError("routing_type", routing_type, "use None, 'anycast' or 'multicast'")
         transacted = session is not None and session.transacted
         post_office = self._post_office
-        lock = self._lock
+        gate = self._gate
+        lock = gate.lock
         lock.acquire()
         try:
-            if self._closed:
+            if gate.closed:
                 raise JournalClosedError("the broker is closed")
             if session is not None and session.closed:
                 raise MessageStateError("the session is closed")
@@ -293,7 +304,8 @@ class Broker:
                 return message_id
             now = 0
             if not expiration:
-                expiry_delay = post_office.address_settings.lookup(address).expiry_delay
+                settings = post_office.address_settings
+                expiry_delay = (settings.cached(address) or settings.get(address)).expiry_delay
                 if expiry_delay >= 0:       # Artemis applyExpiryDelay: only messages without an expiration
                     now = self._clock.now_ms()
                     expiration = now + expiry_delay
@@ -315,7 +327,24 @@ class Broker:
                     queue.pending_sends += 1
                 session.add_send(data, targets, scheduled_delivery_time)
                 return message_id
-            if durable and self._store is not None:
+            store = self._store
+            if targets is route.direct and not scheduled_delivery_time and INLINE_SEND:
+                # PostOffice.store_new + enqueue, inlined for the common case: one queue, deliverable now
+                queue = targets[0]
+                if durable and store is not None and queue.durable:
+                    store.store_message_references(message_id, address, body, queue.id_list, properties=properties,
+                                                   expiration=expiration, routing_type=routing_type)
+                    data.durable_refs = 1
+                ref = Reference(data, queue)
+                queue.count += 1
+                queue.messages_added += 1
+                queue.ready.append(ref)
+                if expiration:
+                    self._timers.watch_expiry(ref)
+                if queue.waiters:
+                    queue.condition.notify()
+                return message_id
+            if durable and store is not None:
                 post_office.store_new(data, targets, scheduled_delivery_time, None)
             post_office.enqueue(data, targets, scheduled_delivery_time)
             return message_id
@@ -333,13 +362,12 @@ class Broker:
         return self._create_consumer(queue_name, None)
 
     def _create_consumer(self, queue_name: str, session: Session | None) -> Consumer:
-        with self._lock:
-            self._check_open()
+        with self._gate.lock:
+            self._gate.check_open()
             if session is not None and session.closed:
                 raise MessageStateError("the session is closed")
             queue = self._queue_named(queue_name)
-            operations = ConsumerOperations(self._receive, self._acknowledge, self._rollback, self._close_consumer)
-            consumer = Consumer(operations, queue, session)
+            consumer = Consumer(self._delivery.operations(), queue, session)
             queue.consumers += 1
             if session is not None:
                 session.add_consumer(consumer)
@@ -350,275 +378,26 @@ class Broker:
         ConfigError unless ``transacted`` is a bool."""
         if not isinstance(transacted, bool):
             raise ConfigError("transacted", transacted, "must be True or False")
-        with self._lock:
-            self._check_open()
-            operations = SessionOperations(self._create_consumer, self._send, self._commit, self._rollback_session,
-                                           self._close_session)
+        with self._gate.lock:
+            self._gate.check_open()
+            transactions = self._transactions
+            operations = SessionOperations(self._create_consumer, self._send, transactions.commit,
+                                           transactions.rollback, transactions.close)
             session = Session(operations, transacted)
             self._sessions.add(session)
             return session
 
-    def _receive(self, consumer: Consumer, queue: QueueState, timeout: float | None) -> Message | None:
-        if timeout is not None and timeout != 0:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-                raise ValueError(f"timeout={timeout!r}: seconds >= 0, or None to wait for a message")
-            deadline = time.monotonic() + timeout
-        else:
-            deadline = None
-        timers = self._timers
-        lock = self._lock
-        lock.acquire()
-        try:
-            while True:
-                if consumer.closed or self._closed or queue.deleted:
-                    self._check_open()
-                    if queue.deleted:
-                        raise MessageStateError(f"queue {queue.name!r} was deleted")
-                    raise JournalClosedError("the consumer is closed")
-                if timers.pending():
-                    self._pump(self._clock.now_ms())
-                ready = queue.ready
-                while ready:
-                    ref = ready.popleft()
-                    if ref.state != READY:
-                        continue            # expired by the reaper while it waited here
-                    data = ref.data
-                    if data.expiration:
-                        now = self._clock.now_ms()
-                        if now >= data.expiration:
-                            try:
-                                self._dead_letters.expire(ref, now)
-                            except BaseException:
-                                if ref.state == READY:
-                                    ready.appendleft(ref)       # the store failed: it stays where it was
-                                raise
-                            continue
-                    return self._dispatch(ref, consumer)
-                # nothing deliverable now
-                if timeout == 0:
-                    return None
-                if deadline is not None:
-                    wait_s = deadline - time.monotonic()
-                    if wait_s <= 0:
-                        return None
-                else:
-                    wait_s = None
-                if not self._manual_clock:
-                    due_ms = timers.next_due_ms()
-                    if due_ms is not None:
-                        due_s = (due_ms - self._clock.now_ms()) / 1000.0
-                        wait_s = due_s if wait_s is None else min(wait_s, due_s)
-                        wait_s = max(wait_s, 0.0005)
-                queue.waiters += 1
-                try:
-                    queue.condition.wait(wait_s)
-                finally:
-                    queue.waiters -= 1
-        finally:
-            lock.release()
-
-    def _dispatch(self, ref: Reference, consumer: Consumer) -> Message:
-        """Hand a reference to a consumer: the delivery count goes up first; in strict mode it reaches
-        the store before the message is handed out (lock held)."""
-        queue = ref.queue
-        count = ref.delivery_count + 1
-        ref.delivery_count = count
-        ref.state = DELIVERING
-        queue.delivering += 1
-        data = ref.data
-        if self._strict and data.durable_refs and queue.durable:
-            try:
-                self._store.before_delivery(queue.queue_id, data.message_id, count)
-            except BaseException:
-                ref.delivery_count = count - 1
-                ref.state = READY
-                queue.delivering -= 1
-                queue.add_sorted(ref)
-                raise
-        message = Message(data, count, queue.name, ref, consumer)
-        ref.delivery = message
-        consumer.add_delivery(ref)
-        return message
-
-    def _owned(self, consumer: Consumer, message: Message, action: str) -> Reference:
-        """The reference of a message this consumer holds undecided; MessageStateError otherwise."""
-        if not isinstance(message, Message):
-            raise TypeError(f"expected a Message, not {type(message).__name__}")
-        ref, owner = delivery_of(message)
-        if ref is None:
-            raise MessageStateError(f"message {message.message_id} was browsed, not delivered; only a received "
-                                    f"message can be {action}")
-        if owner is not consumer:
-            raise MessageStateError(f"message {message.message_id} was delivered to another consumer; it can only be "
-                                    f"{action} through that consumer")
-        if ref.delivery is message and ref.state == ACKED_IN_TX:
-            raise MessageStateError(f"message {message.message_id} is already acknowledged in the session's open "
-                                    "transaction; commit or roll back the session")
-        if ref.delivery is not message or ref.state != DELIVERING:
-            if consumer.closed:
-                raise MessageStateError(f"message {message.message_id} went back to its queue when the consumer "
-                                        "closed; it cannot be " + action)
-            raise MessageStateError(f"message {message.message_id} (delivery {message.delivery_count}) was already "
-                                    "acknowledged or rolled back")
-        return ref
-
-    def _acknowledge(self, consumer: Consumer, message: Message) -> None:
-        lock = self._lock
-        lock.acquire()
-        try:
-            ref = self._owned(consumer, message, "acknowledged")
-            session = consumer.session
-            if session is not None and session.transacted:
-                data = ref.data
-                queue = ref.queue
-                if data.durable_refs and queue.durable:
-                    session.transaction(self._store).store_acknowledge(queue.queue_id, data.message_id)
-                consumer.take_delivery(ref)
-                session.record_ack(ref)
-                ref.state = ACKED_IN_TX
-                return
-            self._post_office.remove(ref, NORMAL, True)
-            consumer.take_delivery(ref)
-            ref.queue.delivering -= 1
-        finally:
-            lock.release()
-
-    def _rollback(self, consumer: Consumer, message: Message, delay_ms: int | None) -> None:
-        if delay_ms is not None and (isinstance(delay_ms, bool) or not isinstance(delay_ms, int)
-                                     or not 0 <= delay_ms <= I64_MAX):
-            raise ValueError(f"delay_ms={delay_ms!r}: milliseconds, an int >= 0 (or None for the address's delay)")
-        lock = self._lock
-        lock.acquire()
-        try:
-            ref = self._owned(consumer, message, "rolled back")
-            consumer.take_delivery(ref)
-            ref.queue.delivering -= 1
-            ref.delivery = None
-            self._redelivery.cancel(ref, self._clock.now_ms(), delay_ms)
-        finally:
-            lock.release()
-
-    def _close_consumer(self, consumer: Consumer) -> None:
-        with self._lock:
-            self._close_consumer_locked(consumer)
-
-    def _close_consumer_locked(self, consumer: Consumer) -> None:
-        detached = consumer.detach()
-        if detached is None:
-            return
-        queue, refs = detached
-        queue.consumers -= 1
-        timers = self._timers
-        for ref in refs:
-            # not a failed delivery: Artemis decrements the count (ServerConsumerImpl.cancelRefs)
-            ref.delivery = None
-            ref.delivery_count -= 1
-            ref.state = READY
-            queue.delivering -= 1
-            queue.add_sorted(ref)
-            if ref.data.expiration:
-                timers.watch_expiry(ref)
-        if queue.waiters:
-            queue.condition.notify_all()    # the returned messages, and a receive() of this consumer that waits
-
-    # ------------------------------------------------------------------------------- sessions
-    def _commit(self, session: Session) -> None:
-        post_office = self._post_office
-        with self._lock:
-            self._check_open()
-            self._check_transacted(session, "commit")
-            tx = session.pending_transaction()
-            wrote = tx is not None and tx.records > 0
-            if tx is not None:
-                tx.commit(sync=False)
-                session.end_transaction()
-            for data, targets, scheduled_time in session.take_sends():
-                live = [queue for queue in targets if not queue.deleted]
-                for queue in targets:
-                    queue.pending_sends -= 1
-                if scheduled_time and scheduled_time <= self._clock.now_ms():
-                    scheduled_time = 0
-                post_office.enqueue(data, live, scheduled_time)
-            for ref in session.acks():
-                ref.queue.delivering -= 1
-                post_office.remove(ref, NORMAL, False)
-            session.clear_acks()
-            store = self._store
-        if wrote and store.sync_mode != "none":
-            store.sync()        # outside the lock: the commit is durable when commit() returns
-
-    def _rollback_session(self, session: Session) -> None:
-        with self._lock:
-            self._check_open()
-            self._check_transacted(session, "roll back")
-            self._rollback_session_locked(session, include_delivering=True)
-
-    def _rollback_session_locked(self, session: Session, *, include_delivering: bool) -> None:
-        tx = session.end_transaction()
-        if tx is not None:
-            tx.rollback(sync=False)
-        for _, targets, _ in session.take_sends():
-            for queue in targets:
-                queue.pending_sends -= 1
-        now = self._clock.now_ms()
-        failed = list(session.acks())
-        session.clear_acks()
-        for ref in failed:
-            ref.state = DELIVERING
-            ref.delivery = None
-            ref.queue.delivering -= 1
-        if include_delivering:
-            for consumer in session.consumers():
-                for ref in consumer.take_deliveries():
-                    ref.delivery = None
-                    ref.queue.delivering -= 1
-                    failed.append(ref)
-        for ref in failed:
-            self._redelivery.cancel(ref, now, None)
-
-    def _close_session(self, session: Session) -> None:
-        with self._lock:
-            if session.closed:
-                return
-            for consumer in session.consumers():
-                self._close_consumer_locked(consumer)
-            if session.transacted and not self._closed:
-                self._rollback_session_locked(session, include_delivering=False)
-            session.mark_closed()
-
-    @staticmethod
-    def _check_transacted(session: Session, verb: str) -> None:
-        if session.closed:
-            raise MessageStateError("the session is closed")
-        if not session.transacted:
-            raise MessageStateError(f"the session is not transacted; there is nothing to {verb}")
-
-    # ------------------------------------------------------------------------------- time
+    # ------------------------------------------------------------------------------- life cycle
     def _on_clock_moved(self, now: int) -> None:
         """A ManualClock moved: release what fell due, expire what expired, wake receivers."""
-        with self._lock:
-            if not self._closed:
-                self._pump(now)
-
-    def _pump_now(self) -> None:
-        if self._timers.pending():
-            self._pump(self._clock.now_ms())
-
-    def _pump(self, now: int) -> None:
-        """Scheduled references due by ``now`` go to the head of their queues (earliest first, as
-        Artemis's ScheduledDeliveryHandler adds them); the expiry reaper expires READY references."""
-        self._timers.release_due(now)
-        self._dead_letters.expire_due(now)
-
-    # ------------------------------------------------------------------------------- life cycle
-    def _check_open(self) -> None:
-        if self._closed:
-            raise JournalClosedError("the broker is closed")
+        with self._gate.lock:
+            if not self._gate.closed:
+                self._delivery.pump(now)
 
     @property
     def closed(self) -> bool:
         """True once close() ran."""
-        return self._closed
+        return self._gate.closed
 
     @property
     def clock(self) -> Clock:
@@ -638,17 +417,17 @@ class Broker:
     def sync(self) -> None:
         """Return once everything sent, acknowledged or rolled back before the call is durable.
         JournalClosedError when the broker is closed."""
-        with self._lock:
-            self._check_open()
+        with self._gate.lock:
+            self._gate.check_open()
             store = self._store
         if store is not None:
             store.sync()
 
     def stats(self) -> dict:
         """Broker-wide counts (and the store's statistics when there is one). JournalClosedError when closed."""
-        with self._lock:
-            self._check_open()
-            self._pump_now()
+        with self._gate.lock:
+            self._gate.check_open()
+            self._delivery.pump_now()
             post_office = self._post_office
             queues = list(post_office.queues.values())
             result = {
@@ -669,10 +448,9 @@ class Broker:
         """Close the broker: open transactions are rolled back, the store synced and closed.
         Unacknowledged durable messages are delivered again by the next Broker(directory).
         Closing twice is harmless."""
-        with self._lock:
-            if self._closed:
+        with self._gate.lock:
+            if not self._gate.close():
                 return
-            self._closed = True
             for session in list(self._sessions):
                 tx = session.end_transaction()
                 if tx is not None and tx.state == "open":
@@ -692,4 +470,4 @@ class Broker:
     def __repr__(self) -> str:
         where = repr(self.directory) if self.directory is not None else "in memory"
         return (f"Broker({where}, queues={len(self._post_office.queues)}, dialect={self._dialect.name!r}, "
-                f"closed={self._closed})")
+                f"closed={self._gate.closed})")

@@ -62,7 +62,7 @@ class Consumer:
         """Acknowledge a message this consumer received: it leaves the queue (in a transacted session:
         at commit). Acknowledging twice, or a message of another consumer, raises MessageStateError;
         a non-Message raises TypeError."""
-        self._operations.acknowledge(self, message)
+        self._operations.acknowledge(self, self._session, message)
 
     def rollback(self, message: Message, delay_ms: int | None = None) -> None:
         """A failed delivery: the redelivery path (delivery count persisted; dead-lettered when it

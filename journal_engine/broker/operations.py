@@ -23,7 +23,7 @@ class ConsumerOperations:
     Consumer's method of the same name documents."""
 
     receive: Callable[[Any, QueueState, float | None], Message | None]     # (consumer, its queue, timeout)
-    acknowledge: Callable[[Any, Message], None]
+    acknowledge: Callable[[Any, Any, Message], None]                       # (consumer, its session, message)
     rollback: Callable[[Any, Message, int | None], None]                   # (consumer, message, delay_ms)
     close: Callable[[Any], None]
 

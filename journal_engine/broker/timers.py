@@ -23,17 +23,16 @@ class DeliveryTimers:
     wakes the sleeping receivers of its queue so they recompute their wait (not with a manual clock,
     whose moves wake them instead)."""
 
-    __slots__ = ("_scheduled", "_expiring", "_tiebreak", "_wake_waiters")
+    __slots__ = ("_scheduled", "_expiring", "_tiebreak", "_wake_waiters", "pending")
 
     def __init__(self, *, wake_waiters: bool) -> None:
         self._scheduled: list = []          # heap of (due ms, tiebreak, reference)
         self._expiring: list = []           # heap of (expiration ms, tiebreak, reference) of READY references
         self._tiebreak = itertools.count()
         self._wake_waiters = wake_waiters
-
-    def pending(self) -> bool:
-        """Is anything scheduled or watched for expiry?"""
-        return bool(self._scheduled or self._expiring)
+        # Is anything scheduled or watched for expiry? A plain attribute, because every receive reads it:
+        # read it freely; every method below that changes a heap keeps it current.
+        self.pending = False
 
     def next_due_ms(self) -> int | None:
         """The earliest scheduled time (epoch ms; stale entries included), or None."""
@@ -46,12 +45,14 @@ class DeliveryTimers:
         ref.state = SCHEDULED
         queue.scheduled += 1
         heapq.heappush(self._scheduled, (due_ms, next(self._tiebreak), ref))
+        self.pending = True
         if queue.waiters and self._wake_waiters:
             queue.condition.notify_all()        # a sooner due time: sleeping receivers recompute their wait
 
     def watch_expiry(self, ref: Reference) -> None:
         """Watch a READY reference whose message has an expiration, for the reaper."""
         heapq.heappush(self._expiring, (ref.data.expiration, next(self._tiebreak), ref))
+        self.pending = True
 
     def release_due(self, now: int) -> None:
         """Scheduled references due by ``now`` go to the head of their queues, earliest first; those with
@@ -73,16 +74,20 @@ class DeliveryTimers:
                         self.watch_expiry(ref)
                 if queue.waiters:
                     queue.condition.notify(len(refs))
+            self.pending = bool(heap or self._expiring)
 
     def pop_expired(self, now: int) -> Reference | None:
         """The next watched reference that is still READY and expired by ``now`` (taken off the heap), or
         None. Entries of references that left READY meanwhile are dropped on the way."""
         expiring = self._expiring
+        ref = None
         while expiring and expiring[0][0] <= now:
-            ref = heapq.heappop(expiring)[2]
-            if ref.state == READY:
-                return ref
-        return None
+            candidate = heapq.heappop(expiring)[2]
+            if candidate.state == READY:
+                ref = candidate
+                break
+        self.pending = bool(self._scheduled or expiring)
+        return ref
 
     def scheduled_on(self, queue: QueueState) -> list[Reference]:
         """The references of ``queue`` that are scheduled now."""

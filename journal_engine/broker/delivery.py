@@ -1,0 +1,270 @@
+"""Deliveries: the broker's side of consumers (Artemis ServerConsumerImpl): dispatch, acknowledgement,
+rollback and close, and the pump that makes due references deliverable and expires expired ones.
+
+* receive (dispatch): the delivery count goes up by one (the first delivery has count 1); with
+  ``persist_delivery_count_before_delivery`` (strict) the count reaches the store before the message is
+  handed out. An expired message met at dispatch is expired instead of delivered.
+* ack: ACKNOWLEDGE_REF 33 (in a transacted session: inside its transaction, applied at commit).
+* rollback: the redelivery path (``redelivery``).
+* close: unacknowledged messages go back without counting a failed delivery.
+
+Why a module of its own: this is the consumer-facing half of the broker and its hottest path.
+Two steps are written twice on purpose, for the common case: ``_dispatch`` inline in ``receive``
+(when not strict) and ``PostOffice.remove`` inline in ``acknowledge``; ``INLINE_DISPATCH`` and
+``INLINE_ACK`` switch the copies off, and tests/test_broker_fast_paths.py runs the same workload both
+ways and compares everything observable. Thread-safe: every operation takes the broker's lock.
+"""
+from __future__ import annotations
+
+import time
+
+from ..errors import JournalClosedError, MessageStateError
+from ..store.message_store import MessageStore
+from .arguments import I64_MAX
+from .clock import Clock
+from .dead_letter import DeadLetters
+from .gate import Gate
+from .message import Message, delivery_of
+from .operations import AcknowledgingSession, ConsumerOperations
+from .post_office import PostOffice
+from .queue import ACKED_IN_TX, DELIVERING, DONE, NORMAL, READY, QueueState, Reference
+from .redelivery import Redelivery
+from .consumer import Consumer
+
+__all__ = ["Delivery", "INLINE_DISPATCH", "INLINE_ACK"]
+
+#: the inlined copies of ``_dispatch`` (in receive) and ``PostOffice.remove`` (in acknowledge); tests
+#: turn them off to run the general path on the same workload
+INLINE_DISPATCH = True
+INLINE_ACK = True
+
+
+class Delivery:
+    """Hands references to consumers and settles them. ``strict``: persist each delivery count before
+    the message is handed out. ``manual_clock``: time moves only when the clock is advanced, so a
+    receiver never sleeps until a scheduled time."""
+
+    __slots__ = ("_gate", "_clock", "_store", "_post_office", "_timers", "_dead_letters", "_redelivery", "_strict",
+                 "_manual_clock")
+
+    def __init__(self, gate: Gate, clock: Clock, post_office: PostOffice, dead_letters: DeadLetters,
+                 redelivery: Redelivery, *, strict: bool, manual_clock: bool) -> None:
+        self._gate = gate
+        self._clock = clock
+        self._store: MessageStore | None = post_office.store
+        self._post_office = post_office
+        self._timers = post_office.timers
+        self._dead_letters = dead_letters
+        self._redelivery = redelivery
+        self._strict = strict
+        self._manual_clock = manual_clock
+
+    def operations(self) -> ConsumerOperations:
+        """The bundle a new Consumer gets (one per consumer: no reference cycle through the broker)."""
+        return ConsumerOperations(self.receive, self.acknowledge, self.rollback, self.close_consumer)
+
+    # ------------------------------------------------------------------------------- time
+    def pump(self, now: int) -> None:
+        """Scheduled references due by ``now`` go to the head of their queues (earliest first, as
+        Artemis's ScheduledDeliveryHandler adds them); the expiry reaper expires READY references.
+        Lock held."""
+        self._timers.release_due(now)
+        self._dead_letters.expire_due(now)
+
+    def pump_now(self) -> None:
+        """``pump`` at the clock's time, when anything waits on a timer. Lock held."""
+        if self._timers.pending:
+            self.pump(self._clock.now_ms())
+
+    # ------------------------------------------------------------------------------- dispatch
+    def receive(self, consumer: Consumer, queue: QueueState, timeout: float | None) -> Message | None:
+        """The next deliverable message of ``queue`` for ``consumer`` (see Consumer.receive)."""
+        if timeout is not None and timeout != 0:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+                raise ValueError(f"timeout={timeout!r}: seconds >= 0, or None to wait for a message")
+            deadline = time.monotonic() + timeout
+        else:
+            deadline = None
+        gate = self._gate
+        timers = self._timers
+        lock = gate.lock
+        lock.acquire()
+        try:
+            while True:
+                if consumer.closed or gate.closed or queue.deleted:
+                    gate.check_open()
+                    if queue.deleted:
+                        raise MessageStateError(f"queue {queue.name!r} was deleted")
+                    raise JournalClosedError("the consumer is closed")
+                if timers.pending:
+                    self.pump(self._clock.now_ms())
+                ready = queue.ready
+                while ready:
+                    ref = ready.popleft()
+                    if ref.state != READY:
+                        continue            # expired by the reaper while it waited here
+                    data = ref.data
+                    if data.expiration:
+                        now = self._clock.now_ms()
+                        if now >= data.expiration:
+                            try:
+                                self._dead_letters.expire(ref, now)
+                            except BaseException:
+                                if ref.state == READY:
+                                    ready.appendleft(ref)       # the store failed: it stays where it was
+                                raise
+                            continue
+                    if self._strict or not INLINE_DISPATCH:
+                        return self._dispatch(ref, consumer)
+                    count = ref.delivery_count + 1      # _dispatch, inlined for the common case
+                    ref.delivery_count = count
+                    ref.state = DELIVERING
+                    queue.delivering += 1
+                    message = Message(data, count, queue.name, ref, consumer)
+                    ref.delivery = message
+                    consumer.add_delivery(ref)
+                    return message
+                # nothing deliverable now
+                if timeout == 0:
+                    return None
+                if deadline is not None:
+                    wait_s = deadline - time.monotonic()
+                    if wait_s <= 0:
+                        return None
+                else:
+                    wait_s = None
+                if not self._manual_clock:
+                    due_ms = timers.next_due_ms()
+                    if due_ms is not None:
+                        due_s = (due_ms - self._clock.now_ms()) / 1000.0
+                        wait_s = due_s if wait_s is None else min(wait_s, due_s)
+                        wait_s = max(wait_s, 0.0005)
+                queue.waiters += 1
+                try:
+                    queue.condition.wait(wait_s)
+                finally:
+                    queue.waiters -= 1
+        finally:
+            lock.release()
+
+    def _dispatch(self, ref: Reference, consumer: Consumer) -> Message:
+        """Hand a reference to a consumer: the delivery count goes up first; in strict mode it reaches
+        the store before the message is handed out (lock held)."""
+        queue = ref.queue
+        count = ref.delivery_count + 1
+        ref.delivery_count = count
+        ref.state = DELIVERING
+        queue.delivering += 1
+        data = ref.data
+        if self._strict and data.durable_refs and queue.durable:
+            try:
+                self._store.before_delivery(queue.queue_id, data.message_id, count)
+            except BaseException:
+                ref.delivery_count = count - 1
+                ref.state = READY
+                queue.delivering -= 1
+                queue.add_sorted(ref)
+                raise
+        message = Message(data, count, queue.name, ref, consumer)
+        ref.delivery = message
+        consumer.add_delivery(ref)
+        return message
+
+    # ------------------------------------------------------------------------------- settling
+    @staticmethod
+    def _owned(consumer: Consumer, message: Message, action: str) -> Reference:
+        """The reference of a message this consumer holds undecided; MessageStateError otherwise."""
+        if not isinstance(message, Message):
+            raise TypeError(f"expected a Message, not {type(message).__name__}")
+        ref, owner = delivery_of(message)
+        if ref is None:
+            raise MessageStateError(f"message {message.message_id} was browsed, not delivered; only a received "
+                                    f"message can be {action}")
+        if owner is not consumer:
+            raise MessageStateError(f"message {message.message_id} was delivered to another consumer; it can only be "
+                                    f"{action} through that consumer")
+        if ref.delivery is message and ref.state == ACKED_IN_TX:
+            raise MessageStateError(f"message {message.message_id} is already acknowledged in the session's open "
+                                    "transaction; commit or roll back the session")
+        if ref.delivery is not message or ref.state != DELIVERING:
+            if consumer.closed:
+                raise MessageStateError(f"message {message.message_id} went back to its queue when the consumer "
+                                        "closed; it cannot be " + action)
+            raise MessageStateError(f"message {message.message_id} (delivery {message.delivery_count}) was already "
+                                    "acknowledged or rolled back")
+        return ref
+
+    def acknowledge(self, consumer: Consumer, session: AcknowledgingSession | None, message: Message) -> None:
+        """Acknowledge a message ``consumer`` (of ``session``) holds (see Consumer.ack)."""
+        lock = self._gate.lock
+        lock.acquire()
+        try:
+            ref, owner = delivery_of(message) if type(message) is Message else (None, None)
+            if ref is None or owner is not consumer or ref.delivery is not message or ref.state != DELIVERING:
+                ref = self._owned(consumer, message, "acknowledged")     # raises, saying why
+            if session is not None and session.transacted:
+                data = ref.data
+                queue = ref.queue
+                if data.durable_refs and queue.durable:
+                    session.transaction(self._store).store_acknowledge(queue.queue_id, data.message_id)
+                consumer.take_delivery(ref)
+                session.record_ack(ref)
+                ref.state = ACKED_IN_TX
+                return
+            queue = ref.queue
+            if not INLINE_ACK:
+                self._post_office.remove(ref, NORMAL, True)
+            else:
+                data = ref.data                 # PostOffice.remove(ref, NORMAL, True), inlined for the common case
+                if data.durable_refs and queue.durable:
+                    self._store.acknowledge(queue.queue_id, data.message_id)     # + DELETE after the last one
+                    data.durable_refs -= 1
+                ref.state = DONE
+                ref.delivery = None
+                queue.count -= 1
+                queue.messages_acknowledged += 1
+            consumer.take_delivery(ref)
+            queue.delivering -= 1
+        finally:
+            lock.release()
+
+    def rollback(self, consumer: Consumer, message: Message, delay_ms: int | None) -> None:
+        """A failed delivery of a message ``consumer`` holds (see Consumer.rollback)."""
+        if delay_ms is not None and (isinstance(delay_ms, bool) or not isinstance(delay_ms, int)
+                                     or not 0 <= delay_ms <= I64_MAX):
+            raise ValueError(f"delay_ms={delay_ms!r}: milliseconds, an int >= 0 (or None for the address's delay)")
+        lock = self._gate.lock
+        lock.acquire()
+        try:
+            ref = self._owned(consumer, message, "rolled back")
+            consumer.take_delivery(ref)
+            ref.queue.delivering -= 1
+            ref.delivery = None
+            self._redelivery.cancel(ref, self._clock.now_ms(), delay_ms)
+        finally:
+            lock.release()
+
+    def close_consumer(self, consumer: Consumer) -> None:
+        """Close ``consumer`` (see Consumer.close)."""
+        with self._gate.lock:
+            self.close_consumer_locked(consumer)
+
+    def close_consumer_locked(self, consumer: Consumer) -> None:
+        """``close_consumer`` with the lock held (a closing session closes its consumers)."""
+        detached = consumer.detach()
+        if detached is None:
+            return
+        queue, refs = detached
+        queue.consumers -= 1
+        timers = self._timers
+        for ref in refs:
+            # not a failed delivery: Artemis decrements the count (ServerConsumerImpl.cancelRefs)
+            ref.delivery = None
+            ref.delivery_count -= 1
+            ref.state = READY
+            queue.delivering -= 1
+            queue.add_sorted(ref)
+            if ref.data.expiration:
+                timers.watch_expiry(ref)
+        if queue.waiters:
+            queue.condition.notify_all()    # the returned messages, and a receive() of this consumer that waits

@@ -1,0 +1,115 @@
+"""Transactions: the broker's side of sessions (Artemis ServerSessionImpl + TransactionImpl): commit,
+rollback and close of a session's unit of work.
+
+* commit: the store transaction commits (and is synced outside the lock, so commit() returns durable);
+  the pending sends are enqueued (scheduled when their time is still ahead) and the acknowledged
+  references leave their queues.
+* rollback: the store transaction rolls back, the sends are dropped, and every reference the session
+  acknowledged or still holds in delivery takes the redelivery path.
+* close: the session's consumers close (their messages go back uncounted), then the acknowledged
+  references take the redelivery path.
+
+Why a module of its own: the session state (``Session``) and the consumer-side work (``delivery``) are
+apart; what a unit of work does to both at once is said here. Thread-safe: every operation takes the
+broker's lock.
+"""
+from __future__ import annotations
+
+from ..errors import MessageStateError
+from .clock import Clock
+from .delivery import Delivery
+from .gate import Gate
+from .post_office import PostOffice
+from .queue import DELIVERING, NORMAL
+from .redelivery import Redelivery
+from .session import Session
+
+__all__ = ["Transactions"]
+
+
+class Transactions:
+    """Commits, rolls back and closes sessions for the broker."""
+
+    __slots__ = ("_gate", "_clock", "_post_office", "_redelivery", "_delivery")
+
+    def __init__(self, gate: Gate, clock: Clock, post_office: PostOffice, redelivery: Redelivery,
+                 delivery: Delivery) -> None:
+        self._gate = gate
+        self._clock = clock
+        self._post_office = post_office
+        self._redelivery = redelivery
+        self._delivery = delivery
+
+    def commit(self, session: Session) -> None:
+        """See Session.commit. MessageStateError when the session is closed or not transacted."""
+        post_office = self._post_office
+        with self._gate.lock:
+            self._gate.check_open()
+            _check_transacted(session, "commit")
+            tx = session.pending_transaction()
+            wrote = tx is not None and tx.records > 0
+            if tx is not None:
+                tx.commit(sync=False)
+                session.end_transaction()
+            for data, targets, scheduled_time in session.take_sends():
+                live = [queue for queue in targets if not queue.deleted]
+                for queue in targets:
+                    queue.pending_sends -= 1
+                if scheduled_time and scheduled_time <= self._clock.now_ms():
+                    scheduled_time = 0
+                post_office.enqueue(data, live, scheduled_time)
+            for ref in session.acks():
+                ref.queue.delivering -= 1
+                post_office.remove(ref, NORMAL, False)
+            session.clear_acks()
+            store = post_office.store
+        if wrote and store.sync_mode != "none":
+            store.sync()        # outside the lock: the commit is durable when commit() returns
+
+    def rollback(self, session: Session) -> None:
+        """See Session.rollback. MessageStateError when the session is closed or not transacted."""
+        with self._gate.lock:
+            self._gate.check_open()
+            _check_transacted(session, "roll back")
+            self._rollback_locked(session, include_delivering=True)
+
+    def _rollback_locked(self, session: Session, *, include_delivering: bool) -> None:
+        tx = session.end_transaction()
+        if tx is not None:
+            tx.rollback(sync=False)
+        for _, targets, _ in session.take_sends():
+            for queue in targets:
+                queue.pending_sends -= 1
+        now = self._clock.now_ms()
+        failed = list(session.acks())
+        session.clear_acks()
+        for ref in failed:
+            ref.state = DELIVERING
+            ref.delivery = None
+            ref.queue.delivering -= 1
+        if include_delivering:
+            for consumer in session.consumers():
+                for ref in consumer.take_deliveries():
+                    ref.delivery = None
+                    ref.queue.delivering -= 1
+                    failed.append(ref)
+        for ref in failed:
+            self._redelivery.cancel(ref, now, None)
+
+    def close(self, session: Session) -> None:
+        """See Session.close. Closing twice is harmless."""
+        with self._gate.lock:
+            if session.closed:
+                return
+            for consumer in session.consumers():
+                self._delivery.close_consumer_locked(consumer)
+            if session.transacted and not self._gate.closed:
+                self._rollback_locked(session, include_delivering=False)
+            session.mark_closed()
+
+
+def _check_transacted(session: Session, verb: str) -> None:
+    if session.closed:
+        raise MessageStateError("the session is closed")
+    if not session.transacted:
+        raise MessageStateError(f"the session is not transacted; there is nothing to {verb}")
