@@ -24,6 +24,7 @@ from workload import BODY, RECORD_BYTES
 
 from journal_engine import Journal
 from journal_engine.limits import (
+    DATA_START_BYTES,
     FILE_HEADER_SIZE_BYTES,
     FILE_SIZE_DEFAULT_BYTES,
     FRAME_HEADER_SIZE_BYTES,
@@ -54,7 +55,7 @@ GROUP_E = "e: load 1M records"
 
 # ----- the journal ----------------------------------------------------------------------------------
 def files_for(records: int, bytes_per_record: int, file_size: int = FILE_SIZE_DEFAULT_BYTES) -> int:
-    return math.ceil(records * bytes_per_record / (file_size - FILE_HEADER_SIZE_BYTES)) + 1
+    return math.ceil(records * bytes_per_record / (file_size - DATA_START_BYTES)) + 1
 
 
 def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:

@@ -40,8 +40,33 @@ class JournalClosedError(JournalError):
     """The journal (or store) was closed, or was never loaded."""
 
 
-class JournalFailedError(JournalError):
+class JournalIOError(JournalError, OSError):
+    """An operating-system call on a journal file failed (EIO, EACCES, ...).
+
+    Also an ``OSError`` carrying the ``errno`` and ``filename`` of the failure, so code that
+    catches either contract catches it.
+    """
+
+    def __init__(self, message: str, *, errno: int | None = None, path: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.errno = errno
+        self.filename = path
+        self.path = path
+
+    def __str__(self) -> str:  # OSError would print "[Errno N] None: filename" once errno is set
+        return str(self.args[0]) if self.args else ""
+
+
+class JournalFailedError(JournalIOError):
     """An fsync or write failed; the journal accepts no more writes until reopened."""
+
+    @classmethod
+    def after(cls, what: str, cause: BaseException) -> "JournalFailedError":
+        """The error a writer raises once `what` ("write", "sync") failed with `cause`."""
+        return cls(f"{what} failed: {cause}", errno=getattr(cause, "errno", None),
+                   path=getattr(cause, "filename", None),
+                   hint="the journal accepts no more writes; reopen it")
 
 
 class JournalLockedError(JournalError):
@@ -76,7 +101,7 @@ class RecordTooLargeError(JournalError, ValueError):
     """A record does not fit in one journal file."""
 
 
-class StoreFullError(JournalError, OSError):
+class StoreFullError(JournalIOError):
     """The disk (or the LMDB map) is full; nothing already durable was lost."""
 
 

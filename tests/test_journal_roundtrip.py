@@ -21,6 +21,7 @@ from journal_engine import (
     UnknownTransactionError,
 )
 from journal_engine.limits import (
+    DATA_START_BYTES,
     FILE_HEADER_SIZE_BYTES,
     FRAME_ALIGNMENT_BYTES,
     FRAME_HEADER_SIZE_BYTES,
@@ -491,7 +492,7 @@ def test_stats_track_records_bytes_files_and_transactions(open_journal):
     written = sum(frame_bytes(len(b)) for b in bodies.values()) + frame_bytes(5) + frame_bytes(0) + frame_bytes(2)
     assert stats["appended_bytes"] - start == written
     assert stats["durable_bytes"] <= stats["appended_bytes"]
-    assert stats["active_position"] == FILE_HEADER_SIZE_BYTES + stats["appended_bytes"]
+    assert stats["active_position"] == DATA_START_BYTES + stats["appended_bytes"]
 
     journal.commit(1)
     journal.sync()

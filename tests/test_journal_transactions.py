@@ -32,12 +32,12 @@ def frames_of(directory) -> list[tuple]:
             path = os.path.join(directory, name)
             with open(path, "rb") as handle:
                 header = FileHeader.decode(handle.read(FILE_HEADER_SIZE_BYTES), path, crc32c)
-            files.append((header.sequence, path, header.file_id))
+            files.append((header.sequence, path, header.file_id, header.data_start))
     out = []
-    for _sequence, path, file_id in sorted(files):
+    for _sequence, path, file_id, data_start in sorted(files):
         with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
             for offset, check, kind, _user, record_id, tx_id, _body in scan_frames(view, stamp_of(file_id),
-                                                                                 FILE_HEADER_SIZE_BYTES):
+                                                                                 data_start):
                 if check == 0:
                     out.append((kind, record_id, tx_id))
     return out

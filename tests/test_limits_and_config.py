@@ -22,6 +22,7 @@ from journal_engine.limits import (
     BUFFER_TIMEOUT_US_MAX,
     COMPACT_PERCENTAGE_MAX,
     COMPACT_UPDATE_FACTOR,
+    DATA_START_BYTES,
     FILE_HEADER_SIZE_BYTES,
     FILE_SIZE_MAX_BYTES,
     FILE_SIZE_MIN_BYTES,
@@ -137,7 +138,7 @@ def test_limits_relate_as_the_format_needs():
     assert BUFFER_SIZE_MIN_BYTES >= SECTOR_SIZE_BYTES
     for size in (FILE_SIZE_MIN_BYTES, limits.FILE_SIZE_DEFAULT_BYTES, FILE_SIZE_MAX_BYTES):
         biggest = max_body_bytes(size)
-        assert FILE_HEADER_SIZE_BYTES + FRAME_HEADER_SIZE_BYTES + biggest == size
+        assert DATA_START_BYTES + FRAME_HEADER_SIZE_BYTES + biggest == size
         assert biggest % FRAME_ALIGNMENT_BYTES == 0   # the largest frame has no padding
 
 

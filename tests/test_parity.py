@@ -26,7 +26,7 @@ from journal_ops import data_files, model_of
 from journal_engine import _codec
 from journal_engine.limits import max_body_bytes
 from journal_engine.storage import codec as twin_codec
-from journal_engine.storage.format import RecordKind
+from journal_engine.storage.format import FORMAT_VERSION, READABLE_FORMAT_VERSIONS, RecordKind
 
 HERE = Path(__file__).resolve().parent
 OPS_SCRIPT = HERE / "journal_ops.py"
@@ -270,18 +270,27 @@ def test_each_implementation_continues_the_journal_the_other_wrote(tmp_path):
 # ----- the pinned golden journal ----------------------------------------------------------------------------------
 
 GOLDEN = HERE / "golden"
-GOLDEN_JOURNAL = GOLDEN / "format-v1"
+GOLDEN_VERSIONS = sorted(int(p.name.split("-v")[1]) for p in GOLDEN.glob("format-v*") if p.is_dir())
 
 
-def golden_spec() -> dict:
-    return json.loads((GOLDEN / "format-v1.json").read_text())
+def golden_spec(version: int = FORMAT_VERSION) -> dict:
+    return json.loads((GOLDEN / f"format-v{version}.json").read_text())
 
 
-def test_golden_journal_loads_to_the_pinned_records(tmp_path):
-    """A journal written by an earlier build of this format version must load the same way forever."""
-    spec = golden_spec()
+def golden_journal(version: int = FORMAT_VERSION) -> Path:
+    return GOLDEN / f"format-v{version}"
+
+
+def test_every_readable_format_version_has_a_pinned_journal():
+    assert GOLDEN_VERSIONS == list(READABLE_FORMAT_VERSIONS)
+
+
+@pytest.mark.parametrize("version", GOLDEN_VERSIONS)
+def test_golden_journal_loads_to_the_pinned_records(tmp_path, version):
+    """A journal written by an earlier build of any readable format version must load the same way forever."""
+    spec = golden_spec(version)
     copy = tmp_path / "golden"
-    shutil.copytree(GOLDEN_JOURNAL, copy)
+    shutil.copytree(golden_journal(version), copy)
     from journal_ops import summarize
 
     from journal_engine import Journal
@@ -303,7 +312,7 @@ def test_same_ops_write_the_golden_bytes(tmp_path):
 
     apply_ops(str(tmp_path / "fresh"), spec["options"], spec["ops"])
     fresh = data_files(str(tmp_path / "fresh"))
-    pinned = {p.name: p.read_bytes() for p in sorted(GOLDEN_JOURNAL.glob("*.jej"))}
+    pinned = {p.name: p.read_bytes() for p in sorted(golden_journal().glob("*.jej"))}
     assert len(pinned) >= 2
     assert sorted(fresh) == sorted(pinned)
     for name in pinned:
@@ -316,7 +325,7 @@ def test_same_ops_write_the_golden_bytes(tmp_path):
 def test_twin_writes_the_golden_bytes(tmp_path):
     spec = golden_spec()
     directory, _loads = run_ops(tmp_path, "python", spec["options"], spec["ops"], "golden")
-    pinned = {p.name: p.read_bytes() for p in sorted(GOLDEN_JOURNAL.glob("*.jej"))}
+    pinned = {p.name: p.read_bytes() for p in sorted(golden_journal().glob("*.jej"))}
     assert data_files(str(directory)) == pinned
 
 

@@ -6,6 +6,7 @@ crash, a disk or an operator would) and checks what load() does and reports.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 import subprocess
@@ -18,6 +19,7 @@ from journal_engine import (CorruptRecordError, IncompatibleFormatError, Journal
 from journal_engine._impl import crc32c, encode_frame, scan_frames
 from journal_engine.storage.format import FileHeader, FrameCheck, stamp_of
 from journal_engine.storage.segment_files import list_directory
+from journal_engine.limits import DATA_START_BYTES
 
 import crash_worker
 
@@ -43,7 +45,7 @@ def data_files(directory) -> list:
 def frames(data) -> list:
     """scan_frames rows of one data file: (offset, check, kind, type, record id, tx id, body)."""
     raw = Path(data.path).read_bytes()
-    return scan_frames(raw, stamp_of(data.header.file_id), 64)
+    return scan_frames(raw, stamp_of(data.header.file_id), data.header.data_start)
 
 
 def record_frames(data) -> list:
@@ -151,7 +153,7 @@ def test_clean_end_by_bytes_of_a_recycled_file_is_not_reported(journal_dir):
             seen.add(active)
             journal.sync()
             stamp = stamp_of(int(Path(active).name[8:24], 16))
-            if scan_frames(Path(active).read_bytes(), stamp, 64)[-1][1] == FrameCheck.FOREIGN:
+            if scan_frames(Path(active).read_bytes(), stamp, DATA_START_BYTES)[-1][1] == FrameCheck.FOREIGN:
                 recycled_active = True
                 break
         assert recycled_active, "no recycled file became the active file"
@@ -199,7 +201,7 @@ def test_damaged_frame_followed_by_valid_frames_is_reported_and_nothing_is_trunc
 
 
 def clean_end_of_bytes(raw: bytes, data) -> int:
-    return scan_frames(bytes(raw), stamp_of(data.header.file_id), 64)[-1][0]
+    return scan_frames(bytes(raw), stamp_of(data.header.file_id), data.header.data_start)[-1][0]
 
 
 def test_zero_gap_followed_by_valid_frames_is_reported(journal_dir):
@@ -269,15 +271,19 @@ def test_empty_data_files_after_the_last_one_with_data_become_ready_files(journa
 
 
 def test_empty_data_file_of_another_file_size_is_reclaimed_as_free(journal_dir):
-    expected = build(journal_dir, 10)
+    expected = {}
+    with Journal(journal_dir, file_size=FILE_SIZE * 2, sync="none") as journal:   # reopened below at FILE_SIZE
+        journal.load()
+        for record_id in range(10):
+            expected[record_id] = body(record_id, 100)
+            journal.add(record_id, 1, expected[record_id])
     empty = [d for d in data_files(journal_dir) if not record_frames(d)][0]
-    with open(empty.path, "r+b") as handle:
-        handle.truncate(FILE_SIZE // 2)
+    assert empty.size == FILE_SIZE * 2
     result = reopen(journal_dir)
     assert_clean(result.report)
     assert bodies(result) == expected
     assert not os.path.exists(empty.path)
-    assert all(d.size == FILE_SIZE for d in data_files(journal_dir))
+    assert [d.size for d in data_files(journal_dir) if not record_frames(d)] == [FILE_SIZE]
 
 
 # ----- transactions ------------------------------------------------------------------------------
@@ -475,7 +481,7 @@ def test_data_file_cut_short_raises_corrupt_record_error(journal_dir):
 def test_two_data_files_with_the_same_sequence_raise_corrupt_record_error(journal_dir):
     build(journal_dir, 600, size=1000)
     first, second = files_with_records(journal_dir)[:2]
-    write_at(second.path, 0, FileHeader(second.header.file_id, first.header.sequence).encode(crc32c))
+    write_at(second.path, 0, dataclasses.replace(second.header, sequence=first.header.sequence).encode(crc32c))
     with pytest.raises(CorruptRecordError) as caught:
         reopen(journal_dir)
     assert caught.value.field == "sequence"

@@ -21,50 +21,75 @@ from __future__ import annotations
 
 import json
 import logging
-import mmap
 import os
 
 from .._impl import ReplayState, crc32c, encode_frame
-from ..errors import CorruptRecordError
-from ..limits import FILE_HEADER_SIZE_BYTES
+from ..errors import CorruptRecordError, JournalError
 from . import durability
 from .format import (COMPACT_NAME, CONTROL_FILE, DATA_NAME, HEADER_FLAG_COMPACTED, HEADER_FLAG_FRESH, FileHeader,
-                     RecordKind,
-                     compact_name, data_name, free_name, stamp_of)
+                     RecordKind, compact_name, data_name, free_name, stamp_of)
+from .recovery import replay_data_file
+from .segment_files import DataFile, read_header
 
 log = logging.getLogger("journal_engine.storage")
 
 
-def recover(directory: str) -> None:
-    """Finish or undo a compaction that a crash interrupted."""
+def recover(directory: str, reclaim=None) -> bool:
+    """Finish or undo a compaction that a crash (or a failed step) interrupted; True when one was finished.
+
+    `reclaim(data_path, file_id)` takes each replaced data file (a running journal hands it to its
+    file pool); without it the file is renamed to a free file.
+    """
     control = os.path.join(directory, CONTROL_FILE)
-    if os.path.exists(control + ".tmp"):
-        os.unlink(control + ".tmp")
+    durability.unlink(control + ".tmp", missing_ok=True)
     if os.path.exists(control):
-        plan = _read_control(control)
-        for name in plan["outputs"]:
-            source = os.path.join(directory, name)
-            if os.path.exists(source):
-                os.rename(source, os.path.join(directory, _data_name_of(name)))
-        for name in plan["replaced"]:
-            source = os.path.join(directory, name)
-            if os.path.exists(source):
-                os.rename(source, os.path.join(directory, _free_name_of(name)))
-        durability.fsync_directory(directory)
-        os.unlink(control)
-        durability.fsync_directory(directory)
-        log.info("finished an interrupted compaction of %d files", len(plan["replaced"]))
-        return
-    leftovers = [name for name in os.listdir(directory) if COMPACT_NAME.match(name)]
+        _finish_swap(directory, _read_control(control), reclaim)
+        return True
+    leftovers = [name for name in _names(directory) if COMPACT_NAME.match(name)]
     for name in leftovers:
-        os.unlink(os.path.join(directory, name))
+        durability.unlink(os.path.join(directory, name), missing_ok=True)
     if leftovers:
         durability.fsync_directory(directory)
+    return False
+
+
+def _names(directory: str) -> list:
+    try:
+        return os.listdir(directory)
+    except OSError as exc:
+        raise durability.io_error(exc, directory, "listing") from exc
+
+
+def _finish_swap(directory: str, plan: dict, reclaim) -> None:
+    """Steps 5 and 6 after the commit point; each rename is skipped when done already, so this
+    runs again to the same end after a crash or an I/O error part-way."""
+    for index, name in enumerate(plan["outputs"]):
+        source = os.path.join(directory, name)
+        if os.path.exists(source):
+            durability.rename(source, os.path.join(directory, _data_name_of(name)))
+        if index == 0:
+            durability.crash_point("compact-first-output-renamed")
+    for name in plan["replaced"]:
+        source = os.path.join(directory, name)
+        if os.path.exists(source):
+            file_id = int(DATA_NAME.match(name).group(1), 16)
+            if reclaim is not None:
+                reclaim(source, file_id)
+            else:
+                durability.rename(source, os.path.join(directory, free_name(file_id)))
+    durability.fsync_directory(directory)
+    durability.crash_point("compact-swapped")
+    durability.unlink(os.path.join(directory, CONTROL_FILE), missing_ok=True)
+    durability.fsync_directory(directory)
+    log.info("compaction of %d files finished", len(plan["replaced"]))
 
 
 def _read_control(path: str) -> dict:
-    with open(path, "rb") as handle:
-        raw = handle.read()
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise durability.io_error(exc, path, "reading") from exc
     body, _, crc_text = raw.rpartition(b"\n")
     try:
         ok = int(crc_text) == crc32c(body)
@@ -80,10 +105,6 @@ def _read_control(path: str) -> dict:
 
 def _data_name_of(compact_file: str) -> str:
     return data_name(int(COMPACT_NAME.match(compact_file).group(1), 16))
-
-
-def _free_name_of(data_file: str) -> str:
-    return free_name(int(DATA_NAME.match(data_file).group(1), 16))
 
 
 def _live_frames(state: ReplayState, replaceable: dict):
@@ -110,42 +131,115 @@ def _live_frames(state: ReplayState, replaceable: dict):
 
 
 def compact(journal) -> None:
-    """Compact every data file before the writer's current one (see the module docstring)."""
+    """Compact every data file before the writer's current one (see the module docstring).
+
+    A failure before the commit point removes its outputs and changes nothing; a failure after it
+    leaves the control file, and the next compaction (or load) finishes the swap first, so one
+    failed compaction never stops later ones.
+    """
     directory = journal.directory
+    _finish_committed(journal)   # a swap that an earlier failure left part-way
     active = journal._roll_for_compaction()
     journal.sync()
-    sources = [data for data in journal._data_files if data.header.sequence < active.sequence]
+    sources = [data for data in journal.data_files() if data.header.sequence < active.sequence]
     if not sources:
         return
     state = ReplayState(journal.replaceable_types)
     for data in sources:
-        with open(data.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            state.replay_file(view, stamp_of(data.header.file_id), FILE_HEADER_SIZE_BYTES, data.path)
+        replay_data_file(state, data)
     if state.corrupt:
         path, offset, reason = state.corrupt[0]
         raise CorruptRecordError(f"compaction refused: {reason}", path=path, offset=offset,
                                  hint="run `journal-engine verify`; compacting would erase the evidence")
 
-    # step 3: dense outputs, each a full pre-allocated file
     outputs = []          # (path, file_id, sequence)
+    try:
+        new_sizes, kept_replaceable = _write_outputs(journal, state, sources, outputs)
+    except BaseException:
+        _remove_outputs(outputs)
+        raise
+    if new_sizes is None:
+        return
+    durability.crash_point("compact-outputs-written")
+    # step 4: the commit point
+    control = os.path.join(directory, CONTROL_FILE)
+    plan = {"outputs": [os.path.basename(p) for p, _i, _s in outputs],
+            "replaced": [os.path.basename(d.path) for d in sources]}
+    encoded = json.dumps(plan).encode()
+    try:
+        durability.write_file_durably(control, encoded + b"\n" + str(crc32c(encoded)).encode())
+    except BaseException:
+        # the control file may have been renamed into place: take the commit back before the
+        # outputs go; if even that fails, both stay and the next compaction (or load) finishes it
+        if os.path.exists(control):
+            durability.unlink(control)
+            durability.fsync_directory(directory)
+        _remove_outputs(outputs)
+        raise
+
+    # committed: the journal's view changes now; the files follow in step 5 (finished later if it fails)
+    new_files = [DataFile(os.path.join(directory, data_name(out_id)),
+                          FileHeader(out_id, sequence, HEADER_FLAG_COMPACTED | HEADER_FLAG_FRESH, journal.file_size),
+                          journal.file_size)
+                 for _path, out_id, sequence in outputs]
+    journal.replace_data_files([d.path for d in sources], new_files)
+    live = journal._core_live()
+    for record_id, size in new_sizes.items():
+        if record_id in live:
+            live[record_id] = live[record_id] + size - state.live[record_id]
+    journal._core_reset_replaceable(max(0, journal.replaceable_update_count - state.replaceable_updates
+                                        + kept_replaceable))
+    durability.crash_point("compact-control-written")
+    _finish_swap(directory, plan, journal.reclaim_file)
+
+
+def _finish_committed(journal) -> None:
+    """Finish a compaction whose commit point was reached but whose swap failed part-way, and bring
+    the journal's list of data files in line with the directory."""
+    directory = journal.directory
+    control = os.path.join(directory, CONTROL_FILE)
+    if not os.path.exists(control):
+        recover(directory)      # only .jec leftovers of a failed compaction to delete
+        return
+    plan = _read_control(control)
+    _finish_swap(directory, plan, journal.reclaim_file)
+    outputs = [read_header(os.path.join(directory, _data_name_of(name))) for name in plan["outputs"]]
+    journal.replace_data_files([os.path.join(directory, name) for name in plan["replaced"]], outputs)
+
+
+def _remove_outputs(outputs: list) -> None:
+    for path, _id, _seq in outputs:
+        try:
+            durability.unlink(path, missing_ok=True)
+        except JournalError:
+            pass   # a .jec without a control file is deleted at the next load
+
+
+def _write_outputs(journal, state: ReplayState, sources: list, outputs: list):
+    """Step 3: the live frames of `sources` densely into ``.jec`` files, appended to `outputs`.
+    Returns (bytes per record id in the outputs, replaceable updates kept), or (None, 0) when
+    the live data would not fit in fewer files than it replaces."""
+    directory = journal.directory
     new_sizes = {}        # record_id -> bytes in the outputs
     kept_replaceable = 0
     buffer = bytearray()
-    limit = journal.file_size - FILE_HEADER_SIZE_BYTES
-    file_id = journal._pool.allocate_id()
+    header_of = FileHeader(0, 0)
+    limit = journal.file_size - header_of.data_start
+    file_id = journal.allocate_file_id()
 
     def flush() -> None:
         nonlocal buffer, file_id
         index = len(outputs)
         if index >= len(sources):
             raise _DoesNotFit()
-        header = FileHeader(file_id, sources[index].header.sequence,
-                            HEADER_FLAG_COMPACTED | HEADER_FLAG_FRESH).encode(crc32c)
+        header = FileHeader(file_id, sources[index].header.sequence, HEADER_FLAG_COMPACTED | HEADER_FLAG_FRESH,
+                            journal.file_size)
         path = os.path.join(directory, compact_name(file_id))
-        durability.create_zero_filled(path, journal.file_size, header + bytes(buffer))
+        image = header.encode(crc32c).ljust(header.data_start, b"\0") + bytes(buffer)
+        durability.create_zero_filled(path, journal.file_size, image)
         outputs.append((path, file_id, sources[index].header.sequence))
         buffer = bytearray()
-        file_id = journal._pool.allocate_id()
+        file_id = journal.allocate_file_id()
 
     try:
         for kind, user_type, record_id, tx_id, body in _live_frames(state, journal.replaceable_types):
@@ -162,44 +256,11 @@ def compact(journal) -> None:
             flush()
     except _DoesNotFit:
         for path, _id, _seq in outputs:
-            os.unlink(path)
+            durability.unlink(path, missing_ok=True)
+        outputs.clear()
         log.info("compaction skipped: the live data does not fit in fewer files")
-        return
-    durability.crash_point("compact-outputs-written")
-
-    # step 4: the commit point
-    control = os.path.join(directory, CONTROL_FILE)
-    plan = json.dumps({"outputs": [os.path.basename(p) for p, _i, _s in outputs],
-                       "replaced": [os.path.basename(d.path) for d in sources]}).encode()
-    durability.write_file_durably(control, plan + b"\n" + str(crc32c(plan)).encode())
-    durability.crash_point("compact-control-written")
-
-    # step 5: swap
-    from .segment_files import DataFile
-    new_files = []
-    for index, (path, out_id, sequence) in enumerate(outputs):
-        target = os.path.join(directory, data_name(out_id))
-        os.rename(path, target)
-        new_files.append(DataFile(target, FileHeader(out_id, sequence, HEADER_FLAG_COMPACTED | HEADER_FLAG_FRESH),
-                                  journal.file_size))
-        if index == 0:
-            durability.crash_point("compact-first-output-renamed")
-    for data in sources:
-        journal._pool.reclaim(data.path, data.header.file_id)
-    durability.fsync_directory(directory)
-    durability.crash_point("compact-swapped")
-    os.unlink(control)
-    durability.fsync_directory(directory)
-
-    # step 6: bookkeeping; records deleted meanwhile keep their deletion in the writer's files
-    source_paths = {d.path for d in sources}
-    journal._data_files = new_files + [d for d in journal._data_files if d.path not in source_paths]
-    live = journal._core_live()
-    for record_id, size in new_sizes.items():
-        if record_id in live:
-            live[record_id] = live[record_id] + size - state.live[record_id]
-    journal._core_reset_replaceable(max(0, journal.replaceable_update_count - state.replaceable_updates
-                                        + kept_replaceable))
+        return None, 0
+    return new_sizes, kept_replaceable
 
 
 class _DoesNotFit(Exception):

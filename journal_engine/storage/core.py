@@ -9,10 +9,9 @@ import os
 import threading
 import time
 
-from ..errors import (DuplicateRecordError, JournalClosedError, JournalFailedError, RecordTooLargeError,
+from ..errors import (DuplicateRecordError, JournalClosedError, JournalFailedError, JournalIOError, RecordTooLargeError,
                       StoreFullError, UnknownRecordError, UnknownTransactionError)
 from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
-from . import durability
 from .codec import encode_frame, frame_size, pad_frame
 from .format import RecordKind
 from .livemap import LiveMap
@@ -36,7 +35,11 @@ class Segment:
         self.position = position
         self.written = position
         self.synced = position
-        self._fd = os.open(path, os.O_RDWR)
+        try:
+            self._fd = os.open(path, os.O_RDWR)
+        except OSError as exc:
+            raise JournalIOError(f"cannot open journal file {path}: {exc.strerror}", errno=exc.errno, path=path,
+                                 hint="check the device and the permissions") from exc
 
     @property
     def is_open(self) -> bool:
@@ -446,8 +449,7 @@ class JournalCore:
                     self._write_active()
             except BaseException as exc:
                 self._core_fail(exc)
-                raise JournalFailedError(f"write failed: {exc}",
-                                         hint="the journal accepts no more writes; reopen it") from exc
+                raise JournalFailedError.after("write", exc) from exc
             finally:
                 self._release_write()
 
@@ -473,8 +475,7 @@ class JournalCore:
                 self._write_active()
         except BaseException as exc:
             self._core_fail(exc)
-            raise JournalFailedError(f"write failed: {exc}",
-                                     hint="the journal accepts no more writes; reopen it") from exc
+            raise JournalFailedError.after("write", exc) from exc
         finally:
             if took_write:
                 self._release_write()
@@ -494,7 +495,7 @@ class JournalCore:
                 synced = list(self._sealed)
                 paths, self._sealed_paths = self._sealed_paths, []
             for path in paths:
-                durability.fdatasync_path(path)
+                _fdatasync_path(path)
             for old in synced:
                 if old is not seg:
                     old.datasync()
@@ -513,8 +514,7 @@ class JournalCore:
                 self.durable_bytes = max(self.durable_bytes, target)
         except BaseException as exc:
             self._core_fail(exc)
-            raise JournalFailedError(f"sync failed: {exc}",
-                                     hint="the journal accepts no more writes; reopen it") from exc
+            raise JournalFailedError.after("sync", exc) from exc
         finally:
             with self._cond:
                 self._syncing = False
@@ -543,3 +543,12 @@ class JournalCore:
 def _check_id(value: int) -> None:
     if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:
         raise OverflowError(f"{value} is out of range for a u64 id")
+
+
+def _fdatasync_path(path) -> None:
+    """fdatasync a sealed file closed before a sync reached it (the core syncs its own files)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)

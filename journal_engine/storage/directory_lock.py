@@ -9,6 +9,7 @@ import fcntl
 import os
 
 from ..errors import JournalLockedError
+from .durability import io_error
 
 
 class DirectoryLock:
@@ -16,7 +17,10 @@ class DirectoryLock:
 
     def __init__(self, directory: str, lock_name: str, holder: str) -> None:
         self.path = os.path.join(directory, lock_name)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise io_error(exc, self.path, "opening the lock file") from exc
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -1,4 +1,6 @@
-"""Every durability step of the journal: the only module that calls fsync, fdatasync or rename.
+"""Every durability step of the journal's files: the only Python module that calls fsync,
+fdatasync, rename or unlink on them. (The compiled core fdatasyncs the files it appends to
+itself, without the GIL; see pyx/journal_engine/_core.pyx.)
 
 Order of a durable file creation (tmp -> fsync -> rename -> fsync(dir)):
   1. write the whole file under a ``.tmp`` name (zeros, then the header),
@@ -9,55 +11,119 @@ A crash before 3 leaves a ``.tmp`` file that load() deletes; after 3 the file is
 complete. Storage assumptions, each with the step it forces:
   * a rename is atomic but not durable until the directory is synced -> step 4;
   * a sector already on disk can be damaged by a torn rewrite -> appends after a
-    sync start on a fresh sector (journal core pads with a PAD frame);
+    sync start on a fresh sector (journal core pads with a PAD frame), and the first
+    frame of a file starts on the sector after its header (format version 2);
   * writes through a mapping into a sparse file die with SIGBUS on a full disk ->
     files are filled with real zeros, never created sparse or with ftruncate.
 
+Every failure leaves here as a JournalError that is also an OSError with the errno:
+StoreFullError for a full disk (ENOSPC, EDQUOT), JournalIOError for anything else (EIO,
+EACCES, ...), each naming the path and what was being done.
+
 ``crash_point(name)`` marks the gaps between steps: crash tests set
-JOURNAL_ENGINE_CRASH_AT=<name> and the process exits there with status 137.
+JOURNAL_ENGINE_CRASH_AT=<name> and the process exits there with status 137, and
+``injected_failure(name)`` makes the step there fail with an I/O error instead (the
+injectable layer the crash harness and the fault tests use; libfiu reaches the system
+calls themselves).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import threading
 
-from ..errors import StoreFullError
+from ..errors import JournalIOError, StoreFullError
 
 CRASH_ENV = "JOURNAL_ENGINE_CRASH_AT"
 _crash_at = os.environ.get(CRASH_ENV)
 
 
+_injected: dict[str, list] = {}     # crash point -> [errno, failures left]
+_injected_lock = threading.Lock()
+
+
 def crash_point(name: str) -> None:
-    """Exit at once, as a SIGKILL would, when a crash test asked for this point."""
+    """Exit at once, as a SIGKILL would, when a crash test asked for this point; raise the
+    I/O error a test injected here."""
     if _crash_at is not None and _crash_at == name:
         os._exit(137)
+    if _injected:
+        with _injected_lock:
+            planned = _injected.get(name)
+            if planned is None:
+                return
+            planned[1] -= 1
+            if planned[1] <= 0:
+                del _injected[name]
+        raise io_error(OSError(planned[0], os.strerror(planned[0])), name, "at an injected failure point")
 
 
-def _full(exc: OSError, path: str, what: str) -> Exception:
+@contextlib.contextmanager
+def injected_failure(point: str, error: int = errno.EIO, times: int = 1):
+    """Within the block, the next `times` passes through crash point `point` raise `error`."""
+    with _injected_lock:
+        _injected[point] = [error, times]
+    try:
+        yield
+    finally:
+        with _injected_lock:
+            _injected.pop(point, None)
+
+
+def io_error(exc: OSError, path: str, what: str) -> JournalIOError:
+    """The JournalError for an OSError that happened while `what` on `path`."""
+    if isinstance(exc, JournalIOError):
+        return exc
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StoreFullError(f"disk full while {what} {path}: {exc.strerror}",
+        return StoreFullError(f"disk full while {what} {path}: {exc.strerror}", errno=exc.errno, path=path,
                               hint="free disk space; the journal stays loadable and nothing durable was lost")
-    return exc
+    return JournalIOError(f"I/O error while {what} {path}: {exc.strerror or exc}", errno=exc.errno, path=path,
+                          hint="check the device and the permissions; everything synced before stays loadable")
 
 
 def fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise io_error(exc, directory, "syncing the directory") from exc
 
 
 def fdatasync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDWR)
     try:
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise io_error(exc, path, "syncing") from exc
+
+
+def rename(source: str, target: str) -> None:
+    """A rename whose durability a later fsync_directory() provides (batched renames)."""
+    try:
+        os.rename(source, target)
+    except OSError as exc:
+        raise io_error(exc, source, f"renaming to {os.path.basename(target)}") from exc
+
+
+def unlink(path: str, *, missing_ok: bool = False) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+    except OSError as exc:
+        raise io_error(exc, path, "deleting") from exc
 
 
 def rename_durably(source: str, target: str, directory: str) -> None:
-    os.rename(source, target)
+    rename(source, target)
     fsync_directory(directory)
 
 
@@ -80,9 +146,9 @@ def create_zero_filled(path: str, size: int, header: bytes, chunk: int = 1 << 20
     except OSError as exc:
         try:
             os.unlink(tmp)
-        except FileNotFoundError:
+        except OSError:
             pass
-        raise _full(exc, path, "pre-allocating") from exc
+        raise io_error(exc, path, "pre-allocating") from exc
 
 
 def write_header_durably(path: str, header: bytes) -> None:
@@ -95,7 +161,7 @@ def write_header_durably(path: str, header: bytes) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise _full(exc, path, "re-initialising") from exc
+        raise io_error(exc, path, "re-initialising") from exc
 
 
 def write_file_durably(path: str, data: bytes) -> None:
@@ -108,12 +174,23 @@ def write_file_durably(path: str, data: bytes) -> None:
             os.fsync(handle.fileno())
         rename_durably(tmp, path, os.path.dirname(path) or ".")
     except OSError as exc:
-        raise _full(exc, path, "writing") from exc
+        raise io_error(exc, path, "writing") from exc
 
 
-def sync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def zero_fill(path: str, start: int, size: int, chunk: int = 1 << 20) -> None:
+    """Write real zeros over [start, size) of `path` and fdatasync it: erases a torn tail (and
+    fills a file cut short back to its size), so later appends never sit in front of stale damage."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            zeros = bytes(chunk)
+            pos = start
+            while pos < size:
+                n = min(chunk, size - pos)
+                os.pwrite(fd, zeros[:n], pos)
+                pos += n
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise io_error(exc, path, "erasing a torn tail of") from exc

@@ -7,10 +7,17 @@ import struct
 from dataclasses import dataclass
 
 from ..errors import CorruptRecordError, IncompatibleFormatError
-from ..limits import FILE_HEADER_SIZE_BYTES
+from ..limits import (DATA_START_BYTES, FILE_HEADER_SIZE_BYTES, FILE_ID_MAX, FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES,
+                      SECTOR_SIZE_BYTES)
 
 MAGIC = b"\x89JEJRNL\n"
-FORMAT_VERSION = 1
+# Version 2 starts the first frame on the sector after the header (so no write ever touches the
+# synced header's sector again: a torn first batch cannot take the header with it) and records
+# the size the file was allocated at (so a file cut short is damage that load() reports).
+# Version 1 files (frames right after the header, no size) are still read.
+FORMAT_VERSION = 2
+READABLE_FORMAT_VERSIONS = (1, 2)
+_DATA_START_OF_VERSION = {1: FILE_HEADER_SIZE_BYTES, 2: DATA_START_BYTES}
 HEADER_FLAG_COMPACTED = 1   # written by compaction
 HEADER_FLAG_RECYCLED = 2    # reused a reclaimed file: bytes past the data may be an earlier life's frames
 HEADER_FLAG_FRESH = 4       # never held anything but zeros before this life
@@ -67,7 +74,8 @@ def stamp_of(file_id: int) -> int:
     return file_id & 0xFFFFFFFF
 
 
-_HEADER = struct.Struct("<8sIIQQII20sI")   # magic, version, header size, file id, sequence, flags, reserved..., crc
+# magic, version, header size, file id, sequence, flags, allocated size (v2; 0 in v1), reserved, crc
+_HEADER = struct.Struct("<8sIIQQII20sI")
 assert _HEADER.size == FILE_HEADER_SIZE_BYTES
 
 
@@ -78,10 +86,17 @@ class FileHeader:
     file_id: int
     sequence: int   # replay order; a compacted file takes the sequence of a file it replaces
     flags: int = 0
+    file_size: int = 0            # the size the file was allocated at; 0: not recorded (version 1)
+    version: int = FORMAT_VERSION
+
+    @property
+    def data_start(self) -> int:
+        """Where the first frame of the file lies."""
+        return _DATA_START_OF_VERSION[self.version]
 
     def encode(self, crc32c) -> bytes:
-        body = _HEADER.pack(MAGIC, FORMAT_VERSION, FILE_HEADER_SIZE_BYTES, self.file_id,
-                            self.sequence, self.flags, 0, b"\0" * 20, 0)
+        body = _HEADER.pack(MAGIC, self.version, FILE_HEADER_SIZE_BYTES, self.file_id,
+                            self.sequence, self.flags, self.file_size, b"\0" * 20, 0)
         return body[:-4] + struct.pack("<I", crc32c(body[:-4]))
 
     @classmethod
@@ -91,7 +106,7 @@ class FileHeader:
                                      field="header",
                                      hint="a journal file is never shorter than its preallocated size; "
                                           "move this file out of the journal directory")
-        magic, version, header_size, file_id, sequence, flags, _, _, crc = _HEADER.unpack_from(raw)
+        magic, version, header_size, file_id, sequence, flags, file_size, _, crc = _HEADER.unpack_from(raw)
         if magic != MAGIC:
             raise CorruptRecordError("not a journal_engine file (bad magic)", path=path, offset=0,
                                      field="magic",
@@ -100,13 +115,27 @@ class FileHeader:
             raise CorruptRecordError("file header checksum mismatch", path=path,
                                      offset=FILE_HEADER_SIZE_BYTES - 4, field="header_crc",
                                      hint="the header is damaged; restore the file from a copy")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_FORMAT_VERSIONS:
             raise IncompatibleFormatError(
-                f"format version {version}, this journal_engine reads version {FORMAT_VERSION}",
+                f"format version {version}, this journal_engine reads versions "
+                f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}",
                 path=path, offset=8, field="format_version",
                 hint="open it with the journal_engine release that wrote it")
         if header_size != FILE_HEADER_SIZE_BYTES:
             raise CorruptRecordError(f"header size {header_size}, expected {FILE_HEADER_SIZE_BYTES}", path=path,
                                      offset=12, field="header_size",
                                      hint="not a file this format version wrote; move it out of the journal directory")
-        return cls(file_id=file_id, sequence=sequence, flags=flags)
+        # every number read from a file is checked before use (a hostile file must not reach struct.error)
+        for name, value, offset in (("file_id", file_id, 16), ("sequence", sequence, 24)):
+            if value > FILE_ID_MAX:
+                raise CorruptRecordError(f"{name} {value} is past the largest this format uses ({FILE_ID_MAX})",
+                                         path=path, offset=offset, field=name,
+                                         hint="the header is damaged or forged; move the file out of the "
+                                              "journal directory")
+        if version >= 2 and not (FILE_SIZE_MIN_BYTES <= file_size <= FILE_SIZE_MAX_BYTES
+                                 and file_size % SECTOR_SIZE_BYTES == 0):
+            raise CorruptRecordError(f"allocated size {file_size} is not a journal file size", path=path,
+                                     offset=36, field="file_size",
+                                     hint="the header is damaged or forged; move the file out of the journal directory")
+        return cls(file_id=file_id, sequence=sequence, flags=flags, file_size=file_size, version=version)
+

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from .._impl import IMPLEMENTATION, JournalCore, Segment
 from ..errors import ConfigError, JournalClosedError, JournalError
 from ..limits import (BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_US_MAX, COMPACT_PERCENTAGE_MAX,
-                      COMPACT_UPDATE_FACTOR, FILE_HEADER_SIZE_BYTES, FILE_SIZE_DEFAULT_BYTES,
-                      FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES, MIN_FILES_MIN, SECTOR_SIZE_BYTES)
+                      COMPACT_UPDATE_FACTOR, FILE_SIZE_DEFAULT_BYTES,
+                      FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES, MIN_FILES_MIN, SECTOR_SIZE_BYTES,
+                      max_frame_bytes)
 from . import compactor, durability
-from .format import LOCK_FILE, RecordKind
-from .recovery import LoadReport, analyze
+from .format import FORMAT_VERSION, LOCK_FILE, FileHeader, RecordKind
+from .recovery import LoadReport, analyze, cut_short
 from .directory_lock import DirectoryLock
 from .segment_files import DataFile, FilePool
 
@@ -101,7 +102,7 @@ class Journal(JournalCore):
         self.pool_files = min_files if pool_files is None else pool_files
         # record type -> how many leading body bytes name what the update replaces (e.g. a queue id)
         self.replaceable_types = dict(replaceable_types or {})
-        self._core_configure(sync, buffer_size, file_size - FILE_HEADER_SIZE_BYTES, self.replaceable_types,
+        self._core_configure(sync, buffer_size, max_frame_bytes(file_size), self.replaceable_types,
                              buffer_timeout_us)
         self._state = "new"
         self._data_files: list[DataFile] = []
@@ -111,7 +112,10 @@ class Journal(JournalCore):
         self._compaction_thread: threading.Thread | None = None
         self.compaction_count = 0
         self.last_compaction_error: BaseException | None = None
-        os.makedirs(self.directory, exist_ok=True)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as exc:
+            raise durability.io_error(exc, self.directory, "creating the journal directory") from exc
         self._directory_lock = DirectoryLock(self.directory, LOCK_FILE, "Journal")
 
     # ----- context management ---------------------------------------------------------------
@@ -142,9 +146,9 @@ class Journal(JournalCore):
         ready = listing.data[last + 1:] if last >= 0 else listing.data
         self._data_files = listing.data[:last + 1]
         for data in ready:
-            if data.size == self.file_size:
+            if data.size == self.file_size and data.header.version == FORMAT_VERSION:
                 self._pool.add_ready(Segment(data.path, data.header.file_id, data.header.sequence,
-                                             data.size, FILE_HEADER_SIZE_BYTES))
+                                             data.size, data.header.data_start))
             else:
                 self._pool.reclaim(data.path, data.header.file_id)
         for data in self._data_files[:-1]:
@@ -152,9 +156,10 @@ class Journal(JournalCore):
         if last >= 0:
             data = listing.data[last]
             end, _check = ends[last]
-            if report.torn_tail_truncated:
-                _zero_tail(data.path, end, max(data.size, self.file_size))
-                data.size = max(data.size, self.file_size)
+            if report.torn_tail_truncated or cut_short(data):
+                full_size = data.header.file_size or max(data.size, self.file_size)
+                durability.zero_fill(data.path, end, full_size)
+                data.size = full_size
             durability.fdatasync_path(data.path)
             active = Segment(data.path, data.header.file_id, data.header.sequence, data.size, end)
         else:
@@ -254,6 +259,24 @@ class Journal(JournalCore):
             compactor.compact(self)
             self.compaction_count += 1
 
+    def data_files(self) -> list[DataFile]:
+        """The data files in replay order (the compactor's sources)."""
+        return list(self._data_files)
+
+    def replace_data_files(self, replaced_paths: list[str], outputs: list[DataFile]) -> None:
+        """A compaction committed: `outputs` take the place of the files at `replaced_paths`
+        (in replay order: outputs carry the sequences of files they replace). Idempotent."""
+        gone = set(replaced_paths) | {data.path for data in outputs}
+        kept = [data for data in self._data_files if data.path not in gone]
+        self._data_files = sorted(list(outputs) + kept, key=lambda data: data.header.sequence)
+
+    def reclaim_file(self, data_path: str, file_id: int) -> None:
+        """A data file compaction replaced goes back to the file pool (or is deleted)."""
+        self._pool.reclaim(data_path, file_id)
+
+    def allocate_file_id(self) -> int:
+        return self._pool.allocate_id()
+
     def _roll_for_compaction(self) -> Segment:
         """Switch to a fresh file so every older data file is immutable; returns the new active."""
         return self._core_force_roll(lambda: self._next_segment(0))
@@ -332,22 +355,5 @@ class Journal(JournalCore):
             pass
 
 
-def _header_of(segment: Segment):
-    from .format import FileHeader
-    return FileHeader(segment.file_id, segment.sequence)
-
-
-def _zero_tail(path: str, start: int, size: int, chunk: int = 1 << 20) -> None:
-    """Erase a torn tail so later appends never sit in front of stale damage; a file cut
-    short is filled back to its size with real zeros."""
-    fd = os.open(path, os.O_RDWR)
-    try:
-        zeros = bytes(chunk)
-        pos = start
-        while pos < size:
-            n = min(chunk, size - pos)
-            os.pwrite(fd, zeros[:n], pos)
-            pos += n
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
+def _header_of(segment: Segment) -> FileHeader:
+    return FileHeader(segment.file_id, segment.sequence, file_size=segment.size)

@@ -12,7 +12,8 @@ import os
 from dataclasses import dataclass, field
 
 from .._impl import ReplayState
-from ..limits import FILE_HEADER_SIZE_BYTES, FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
+from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
+from . import durability
 from .format import CONTROL_FILE, HEADER_FLAG_RECYCLED, FrameCheck, stamp_of
 from .segment_files import Listing, list_directory
 
@@ -48,6 +49,21 @@ def _map_for_reading(fd: int) -> mmap.mmap:
     return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
 
 
+def replay_data_file(state: ReplayState, data) -> tuple[int, int]:
+    """Replay one data file into `state`; (end offset, FrameCheck at the end) as the decoder found them."""
+    try:
+        with open(data.path, "rb") as handle, _map_for_reading(handle.fileno()) as view:
+            return state.replay_file(view, stamp_of(data.header.file_id), data.header.data_start, data.path)
+    except OSError as exc:
+        raise durability.io_error(exc, data.path, "reading") from exc
+
+
+def cut_short(data) -> bool:
+    """A file shorter than it was allocated: damage at rest (a crash never shortens a file, which is
+    created full size and fsynced before it is named), so whatever lay past the cut is lost."""
+    return 0 < data.size < data.header.file_size
+
+
 def _classify_end(data, end: int, check: FrameCheck) -> FrameCheck:
     """Where the valid frames of a file stop, is that a clean end or the start of a torn write?
 
@@ -69,15 +85,19 @@ def analyze(directory: str, replaceable_types=(), *, remove_temporary: bool = Fa
     state = ReplayState(replaceable_types)
     ends = []
     for data in listing.data:
-        with open(data.path, "rb") as handle, _map_for_reading(handle.fileno()) as view:
-            end, check = state.replay_file(view, stamp_of(data.header.file_id), FILE_HEADER_SIZE_BYTES, data.path)
+        end, check = replay_data_file(state, data)
         ends.append((end, _classify_end(data, end, FrameCheck(check))))
     report = LoadReport(corrupt=list(state.corrupt), anomalies=list(state.anomalies),
                         files_read=len(listing.data), records_read=state.frames_read)
-    damaged_paths = {entry[0] for entry in state.corrupt}
+    for data in listing.data:
+        if cut_short(data):
+            report.corrupt.append((data.path, data.size,
+                                   f"file cut short: {data.size} of its {data.header.file_size} bytes are left; "
+                                   f"records past the cut are lost"))
+    damaged_paths = {entry[0] for entry in report.corrupt}
     last = -1
     for index, (end, _check) in enumerate(ends):
-        if end > FILE_HEADER_SIZE_BYTES or listing.data[index].path in damaged_paths:
+        if end > listing.data[index].header.data_start or listing.data[index].path in damaged_paths:
             last = index
     # a damaged end is a torn tail only in the last file with data; anywhere else later data follows it
     for index in range(last):

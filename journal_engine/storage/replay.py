@@ -115,7 +115,12 @@ class ReplayState:
             tx[0].append((kind, record_id, user_type, bytes(buffer[start:start + body_len]), size))
         elif kind == RecordKind.PREPARE:
             tx = self.transactions.setdefault(tx_id, [[], None, path, offset])
-            expected = struct.unpack_from("<I", buffer, start)[0] if body_len >= 4 else 0
+            if body_len < 4:   # the record count is missing: never written so
+                self.corrupt.append((path, offset, f"transaction {tx_id} prepared with a {body_len}-byte body, "
+                                                   f"shorter than its record count; it is not returned"))
+                del self.transactions[tx_id]
+                return
+            expected = struct.unpack_from("<I", buffer, start)[0]
             if expected != len(tx[0]):
                 self.corrupt.append((path, offset, f"transaction {tx_id} prepared with {expected} records, "
                                                    f"{len(tx[0])} found; it is not returned"))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from .._impl import Segment, crc32c
 from ..errors import CorruptRecordError, StoreFullError
-from ..limits import FILE_HEADER_SIZE_BYTES, FRAME_HEADER_SIZE_BYTES
+from ..limits import FILE_HEADER_SIZE_BYTES, FILE_ID_MAX, FRAME_HEADER_SIZE_BYTES
 from . import durability
 from .format import (COMPACT_NAME, DATA_NAME, FREE_NAME, HEADER_FLAG_FRESH, HEADER_FLAG_RECYCLED, TMP_SUFFIX,
                      FileHeader, compact_name, data_name, free_name)
@@ -57,38 +57,59 @@ def read_header(path: str) -> DataFile:
     return DataFile(path=path, header=header, size=size)
 
 
+def _size_of(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError as exc:
+        raise durability.io_error(exc, path, "reading the size of") from exc
+
+
 def _is_fresh(free_path: str) -> bool:
     """True for a free file that only ever held zeros (so any non-zero byte past the data is damage)."""
     try:
         with open(free_path, "rb") as handle:
             header = FileHeader.decode(handle.read(FILE_HEADER_SIZE_BYTES), free_path, crc32c)
+            handle.seek(header.data_start)
             first_frame = handle.read(FRAME_HEADER_SIZE_BYTES)
     except (OSError, CorruptRecordError):
         return False
     # a data file that compaction reclaimed keeps the FRESH flag of its activation; it held frames,
-    # and frames always start right after the header, so a used file is never all zeros there
+    # and frames always start at the data start, so a used file is never all zeros there
     return (bool(header.flags & HEADER_FLAG_FRESH) and not header.flags & HEADER_FLAG_RECYCLED
             and not any(first_frame))
+
+
+def _id_in_name(match, path: str) -> int:
+    file_id = int(match.group(1), 16)
+    if file_id > FILE_ID_MAX:
+        raise CorruptRecordError(f"file id {file_id} in the name is past the largest this format uses",
+                                 path=path, offset=0, field="name",
+                                 hint="journal_engine never names a file so; move it out of the journal directory")
+    return file_id
 
 
 def list_directory(directory: str, *, remove_temporary: bool = False) -> Listing:
     """Classify the directory's files; foreign names are left alone."""
     listing = Listing()
-    for name in sorted(os.listdir(directory)):
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as exc:
+        raise durability.io_error(exc, directory, "listing") from exc
+    for name in names:
         path = os.path.join(directory, name)
         if name.endswith(TMP_SUFFIX) and name.startswith("journal-"):
             if remove_temporary:
-                os.unlink(path)   # an unfinished creation: never renamed, so never part of the journal
+                durability.unlink(path, missing_ok=True)   # an unfinished creation: never part of the journal
             continue
         match = DATA_NAME.match(name)
         if match:
             data = read_header(path)
             listing.data.append(data)
-            listing.max_id = max(listing.max_id, int(match.group(1), 16), data.header.file_id)
+            listing.max_id = max(listing.max_id, _id_in_name(match, path), data.header.file_id)
             continue
         match = FREE_NAME.match(name) or COMPACT_NAME.match(name)
         if match:
-            listing.max_id = max(listing.max_id, int(match.group(1), 16))
+            listing.max_id = max(listing.max_id, _id_in_name(match, path))
             (listing.free if FREE_NAME.match(name) else listing.compact_outputs).append(path)
     listing.data.sort(key=lambda d: d.header.sequence)
     for before, after in zip(listing.data, listing.data[1:]):
@@ -125,14 +146,20 @@ class FilePool:
     def allocate_id(self) -> int:
         with self._lock:
             file_id = self._next_id
+            if file_id > FILE_ID_MAX:
+                raise CorruptRecordError(f"no file id left after {FILE_ID_MAX}", path=self.directory,
+                                         field="file_id", hint="a file id this large comes from a damaged header")
             self._next_id += 1
             return file_id
+
+    def header(self, file_id: int, sequence: int, flags: int) -> bytes:
+        """The encoded header of a file of this pool."""
+        return FileHeader(file_id, sequence, flags, self.file_size).encode(crc32c)
 
     def create_free_file(self) -> str:
         file_id = self.allocate_id()
         path = os.path.join(self.directory, free_name(file_id))
-        durability.create_zero_filled(path, self.file_size,
-                                      FileHeader(file_id, file_id, HEADER_FLAG_FRESH).encode(crc32c))
+        durability.create_zero_filled(path, self.file_size, self.header(file_id, file_id, HEADER_FLAG_FRESH))
         return path
 
     def activate(self, free_path: str | None = None) -> Segment:
@@ -142,16 +169,16 @@ class FilePool:
                 free_path = self._free.pop(0) if self._free else None
         if free_path is None:
             free_path = self.create_free_file()
-        elif os.path.getsize(free_path) != self.file_size:
-            os.unlink(free_path)   # pre-allocated for another file_size: not reusable as is
+        elif _size_of(free_path) != self.file_size:
+            durability.unlink(free_path)   # pre-allocated for another file_size: not reusable as is
             free_path = self.create_free_file()
         file_id = self.allocate_id()
         flags = HEADER_FLAG_FRESH if _is_fresh(free_path) else HEADER_FLAG_RECYCLED
-        durability.write_header_durably(free_path, FileHeader(file_id, file_id, flags).encode(crc32c))
+        durability.write_header_durably(free_path, self.header(file_id, file_id, flags))
         durability.crash_point("activate-before-rename")
         path = os.path.join(self.directory, data_name(file_id))
         durability.rename_durably(free_path, path, self.directory)
-        return Segment(path, file_id, file_id, self.file_size, FILE_HEADER_SIZE_BYTES)
+        return Segment(path, file_id, file_id, self.file_size, FileHeader(file_id, file_id).data_start)
 
     def add_free(self, path: str) -> None:
         with self._lock:
@@ -163,10 +190,10 @@ class FilePool:
         with self._lock:
             keep = len(self._free) < self.pool_files
         if not keep:
-            os.unlink(data_path)
+            durability.unlink(data_path)
             return None
         path = os.path.join(self.directory, free_name(file_id))
-        os.rename(data_path, path)
+        durability.rename(data_path, path)
         self.add_free(path)
         return path
 

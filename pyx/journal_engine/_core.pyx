@@ -63,7 +63,7 @@ from journal_engine._codec cimport (
 )
 
 from journal_engine.errors import (
-    JournalClosedError, JournalFailedError, UnknownRecordError, DuplicateRecordError,
+    JournalClosedError, JournalFailedError, JournalIOError, UnknownRecordError, DuplicateRecordError,
     UnknownTransactionError, RecordTooLargeError, StoreFullError,
 )
 from journal_engine.limits import SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
@@ -118,7 +118,8 @@ cdef class Segment:
         self.synced = position
         self.fd = c_open(encoded, O_RDWR)
         if self.fd < 0:
-            raise OSError(errno, os.strerror(errno), path)
+            raise JournalIOError(f"cannot open journal file {path}: {os.strerror(errno)}", errno=errno, path=path,
+                                 hint="check the device and the permissions")
 
     cdef int write_at(self, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset,
                       Py_ssize_t keep_gil_up_to) except -1:
@@ -651,8 +652,7 @@ cdef class JournalCore:
                 self._write_active(FLUSH_KEEPS_GIL_UP_TO)
             except BaseException as exc:
                 self._core_fail(exc)
-                raise JournalFailedError(f"write failed: {exc}",
-                                         hint="the journal accepts no more writes; reopen it") from exc
+                raise JournalFailedError.after("write", exc) from exc
             finally:
                 self._writing = False
                 self._notify(WAKE_WRITERS)
@@ -691,8 +691,7 @@ cdef class JournalCore:
             self._write_active(LEADER_KEEPS_GIL_UP_TO)
         except BaseException as exc:
             self._core_fail(exc)
-            raise JournalFailedError(f"write failed: {exc}",
-                                     hint="the journal accepts no more writes; reopen it") from exc
+            raise JournalFailedError.after("write", exc) from exc
         finally:
             self._leader_open = False
             if took_write:
@@ -729,8 +728,7 @@ cdef class JournalCore:
             self._core_fail(exc)
             self._syncing = False
             self._notify(WAKE_SYNCERS)
-            raise JournalFailedError(f"sync failed: {exc}",
-                                     hint="the journal accepts no more writes; reopen it") from exc
+            raise JournalFailedError.after("sync", exc) from exc
         self._publish_sync(seg, seg.written, target, batch)
         return 0
 
@@ -752,8 +750,7 @@ cdef class JournalCore:
             self._core_fail(exc)
             self._syncing = False
             self._notify(WAKE_SYNCERS)
-            raise JournalFailedError(f"sync failed: {exc}",
-                                     hint="the journal accepts no more writes; reopen it") from exc
+            raise JournalFailedError.after("sync", exc) from exc
         return 0
 
     cdef void _publish_sync(self, Segment seg, Py_ssize_t written, uint64_t target,
@@ -808,5 +805,18 @@ cdef class JournalCore:
 
 
 def _fdatasync_path(path):
-    from journal_engine.storage import durability
-    durability.fdatasync_path(path)
+    """fdatasync a sealed file closed before a sync reached it (the core syncs its own files)."""
+    cdef bytes encoded = os.fsencode(path)
+    cdef const char *c_path = encoded
+    cdef int fd, rc, err = 0
+    with nogil:
+        fd = c_open(c_path, O_RDWR)
+        if fd < 0:
+            err = errno
+        else:
+            rc = fdatasync(fd)
+            if rc != 0:
+                err = errno
+            c_close(fd)
+    if err:
+        raise OSError(err, os.strerror(err), path)

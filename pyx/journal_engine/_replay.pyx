@@ -185,7 +185,12 @@ cdef class ReplayState:
             if tx is None:
                 tx = [[], None, path, offset]
                 self.transactions[tx_id] = tx
-            expected = load_u32(p + FRAME_HEADER_SIZE) if body_len >= 4 else 0
+            if body_len < 4:   # the record count is missing: never written so (and body_len - 4 would wrap)
+                self.corrupt.append((path, offset, f"transaction {tx_id} prepared with a {body_len}-byte body, "
+                                                   f"shorter than its record count; it is not returned"))
+                del self.transactions[tx_id]
+                return 0
+            expected = load_u32(p + FRAME_HEADER_SIZE)
             if expected != len(tx[0]):
                 self.corrupt.append((path, offset, f"transaction {tx_id} prepared with {expected} records, "
                                                    f"{len(tx[0])} found; it is not returned"))

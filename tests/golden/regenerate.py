@@ -7,7 +7,8 @@ the same ops, so any change to the on-disk format shows up as a failing test
 instead of silently breaking journals already on users' disks.
 
     python tests/golden/regenerate.py                # check: exit 1 when the code no longer writes them
-    python tests/golden/regenerate.py --regenerate   # rewrite them (a format change: bump FORMAT_VERSION too)
+    python tests/golden/regenerate.py --regenerate   # rewrite them (a format change: bump FORMAT_VERSION
+                                                     # first, so the older version's files stay pinned)
 """
 from __future__ import annotations
 
@@ -23,8 +24,12 @@ sys.path.insert(0, str(HERE.parent))   # tests/, for journal_ops
 
 from journal_ops import apply_ops, data_files
 
-JOURNAL_DIR = HERE / "format-v1"
-PINNED_OPS = HERE / "format-v1.json"
+from journal_engine.storage.format import FORMAT_VERSION
+
+# one pinned journal per format version; this script writes (or checks) the current version's,
+# and the older ones stay as they are: tests/test_parity.py loads every one of them
+JOURNAL_DIR = HERE / f"format-v{FORMAT_VERSION}"
+PINNED_OPS = HERE / f"format-v{FORMAT_VERSION}.json"
 
 OPTIONS = {"file_size": 64 * 1024, "sync": "none", "compact_min_files": 0, "min_files": 2}
 
