@@ -7,7 +7,7 @@ from ._impl import IMPLEMENTATION, RecordInfo
 from .errors import (ConfigError, CorruptRecordError, DuplicateRecordError, IncompatibleFormatError,
                      JournalClosedError, JournalError, JournalFailedError, JournalLockedError,
                      RecordTooLargeError, StoreFullError, UnknownRecordError, UnknownTransactionError)
-from .storage.format import RecordKind
+from .record_format import RecordKind
 from .storage.journal import Journal, LoadReport, LoadResult, PreparedTransaction, TransactionRecord
 from .store import MessageStore, RecordType, RecoveredReference, RecoveredState, StoredMessage, StoredQueue
 from .broker.selector import Selector, SelectorError

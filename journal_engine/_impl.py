@@ -23,7 +23,7 @@ if _forced == "python":
     IMPLEMENTATION = "python"
 else:
     try:
-        from . import _codec, _core, _livemap, _replay  # noqa: F401  (compiled)
+        from . import _codec, _core, _livemap, _record_writer, _replay  # noqa: F401  (compiled)
         IMPLEMENTATION = "cython"
     except ImportError as exc:
         if _require:
@@ -39,13 +39,13 @@ if IMPLEMENTATION == "cython":
     from ._core import JournalCore, Segment
     from ._livemap import LiveMap
     from ._replay import RecordInfo, ReplayState, scan_frames
-    from ._redelivery import RedeliveryWriter
+    from ._record_writer import RecordWriter
 else:
-    from .storage.codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame
-    from .storage.core import JournalCore, Segment
-    from .storage.livemap import LiveMap
-    from .storage.replay import RecordInfo, ReplayState, scan_frames
-    from .store.redelivery_writer import RedeliveryWriter
+    from ._twin.codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame
+    from ._twin.core import JournalCore, Segment
+    from ._twin.livemap import LiveMap
+    from ._twin.record_writer import RecordWriter
+    from ._twin.replay import RecordInfo, ReplayState, scan_frames
 
 __all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", "ReplayState", "scan_frames",
-           "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "check_frame", "RedeliveryWriter"]
+           "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "check_frame", "RecordWriter"]

@@ -10,7 +10,8 @@ import sys
 from . import IMPLEMENTATION, Journal, JournalError
 from ._impl import scan_frames
 from .limits import FILE_HEADER_SIZE_BYTES
-from .storage.format import FrameCheck, RecordKind, stamp_of
+from .record_format import FrameCheck, RecordKind
+from .storage.format import stamp_of
 from .storage.recovery import analyze
 
 

@@ -108,6 +108,15 @@ class StoreFullError(JournalIOError):
 class UnknownRecordError(JournalError, KeyError):
     """An update or delete named a record id that is not live."""
 
+    @classmethod
+    def of_reference(cls, queue_id: int, message_id: int) -> "UnknownRecordError":
+        return cls(f"no live reference of message {message_id} on queue {queue_id}; "
+                   "store_reference() it first (or it was acknowledged or deleted)")
+
+    @classmethod
+    def of_message(cls, message_id: int) -> "UnknownRecordError":
+        return cls(f"message {message_id} is not live in the journal; a reference needs its message")
+
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
 

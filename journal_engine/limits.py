@@ -1,8 +1,10 @@
-"""Every limit of the storage core in one place, with the relations between them.
+"""Every limit and default of the storage core in one place, with the relations between them.
 
 Each is tested at its maximum and one past it (tests/test_limits_and_config.py).
 """
 from __future__ import annotations
+
+from array import array
 
 FILE_HEADER_SIZE_BYTES = 64
 FRAME_HEADER_SIZE_BYTES = 32
@@ -21,10 +23,23 @@ FILE_SIZE_DEFAULT_BYTES = 10 * 1024 * 1024
 MIN_FILES_MIN = 2
 # file ids grow by one per file and never wrap; a header or name past this is damage (or forged)
 FILE_ID_MAX = (1 << 62) - 1
-RECORD_ID_MAX = (1 << 64) - 1
-TX_ID_MAX = (1 << 64) - 1
+U32_MAX = (1 << 32) - 1
+U64_MAX = (1 << 64) - 1
+I64_MAX = (1 << 63) - 1
+RECORD_ID_MAX = U64_MAX
+TX_ID_MAX = U64_MAX
 RECORD_TYPE_MAX = 255
 BUFFER_TIMEOUT_US_MAX = 10_000_000
+
+# sync modes and the defaults of every store's signature (CONTRACT: Journal, MessageStore, the LMDB store)
+SYNC_MODE_NAMES = ("always", "group", "none")
+SYNC_MODE_DEFAULT = "group"
+BUFFER_SIZE_DEFAULT_BYTES = 490 * 1024         # Artemis's journal-buffer-size
+BUFFER_TIMEOUT_DEFAULT_US = 500
+MIN_FILES_DEFAULT = 2
+COMPACT_MIN_FILES_DEFAULT = 10                  # Artemis's journal-compact-min-files
+COMPACT_PERCENTAGE_DEFAULT = 30                 # Artemis's journal-compact-percentage
+MAX_REDELIVERY_RECORDS_DEFAULT = 10             # Artemis's max-redelivery-records
 BUFFER_SIZE_MIN_BYTES = SECTOR_SIZE_BYTES
 COMPACT_PERCENTAGE_MAX = 100
 # Artemis's JournalImpl.UPDATE_FACTOR: compact when replaceable updates outnumber adds this much
@@ -48,3 +63,35 @@ def max_frame_bytes(file_size_bytes: int) -> int:
 def max_body_bytes(file_size_bytes: int) -> int:
     """The largest record body one file of this size holds."""
     return max_frame_bytes(file_size_bytes) - FRAME_HEADER_SIZE_BYTES
+
+
+def check_max_redelivery_records(value: int) -> None:
+    """-1 (no cap) or 0..U32_MAX, as Artemis's parser (MINUS_ONE_OR_GE_ZERO); ConfigError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1 or value > U32_MAX:
+        from .errors import ConfigError
+        raise ConfigError("max_redelivery_records", value, f"must be -1 (no cap) or an integer within 0..{U32_MAX}")
+
+
+def u64_array(values, what: str) -> array:
+    """A batch argument as array('Q'); negative or too large values raise OverflowError."""
+    if isinstance(values, array) and values.typecode == "Q":
+        return values
+    try:
+        return array("Q", values)
+    except OverflowError:
+        raise OverflowError(f"{what}: every value must be within 0..{U64_MAX}") from None
+
+
+def u32_array(values, what: str) -> array:
+    """A batch argument as array('I'); negative or too large values raise OverflowError."""
+    if isinstance(values, array) and values.typecode == "I":
+        return values
+    try:
+        return array("I", values)
+    except OverflowError:
+        raise OverflowError(f"{what}: every value must be within 0..{U32_MAX}") from None
+
+
+assert array("Q").itemsize == 8 and array("I").itemsize == 4
+assert BUFFER_SIZE_DEFAULT_BYTES >= BUFFER_SIZE_MIN_BYTES and BUFFER_TIMEOUT_DEFAULT_US <= BUFFER_TIMEOUT_US_MAX
+assert MIN_FILES_DEFAULT >= MIN_FILES_MIN and SYNC_MODE_DEFAULT in SYNC_MODE_NAMES

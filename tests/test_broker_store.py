@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from journal_engine import DuplicateRecordError, JournalError, MessageStore, RecordType, UnknownRecordError
-from journal_engine.store.message_store import _encode_message_fast
-from journal_engine.store.records import encode_message
+from journal_engine.record_format import encode_message, encode_plain_message
 
 SMALL = 256 * 1024
 
@@ -153,18 +152,18 @@ _values = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1), st
 def test_fast_encoder_is_byte_identical_to_encode_message(address, body, durable, expiration, routing, properties):
     expected = encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
                               routing_type=routing)
-    first = _encode_message_fast(address, body, properties, durable, expiration, routing)
-    again = _encode_message_fast(address, body, properties, durable, expiration, routing)    # the cached head
+    first = encode_plain_message(address, body, properties, durable, expiration, routing)
+    again = encode_plain_message(address, body, properties, durable, expiration, routing)    # the cached head
     assert first == again == expected
     if expiration:
-        assert _encode_message_fast(address, body, properties, durable, 0, routing) == encode_message(
+        assert encode_plain_message(address, body, properties, durable, 0, routing) == encode_message(
             address, body, properties=properties, durable=durable, expiration=0, routing_type=routing)
 
 
 def test_fast_encoder_refuses_what_encode_message_refuses():
-    _encode_message_fast("a", b"b", None, True, 0, None)          # the head of ("a", True, None) is cached now
+    encode_plain_message("a", b"b", None, True, 0, None)          # the head of ("a", True, None) is cached now
     for bad in ({"expiration": -1}, {"routing_type": "broadcast"}, {"expiration": 0.0}, {"expiration": False}):
         arguments = dict(address="a", body=b"b", properties=None, durable=True, expiration=0, routing_type=None)
         arguments.update(bad)
         with pytest.raises(ValueError):
-            _encode_message_fast(*arguments.values())
+            encode_plain_message(*arguments.values())

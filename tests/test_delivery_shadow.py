@@ -10,7 +10,8 @@ import pytest
 import journal_engine
 from journal_engine import Journal, MessageStore
 from journal_engine.errors import IncompatibleFormatError
-from journal_engine.store import delivery_shadow, redelivery_writer
+from journal_engine._twin import record_writer
+from journal_engine.store import delivery_shadow
 from journal_engine.store.delivery_shadow import (ENTRY_BYTES, HEADER_BYTES, DeliveryShadow, read_counts)
 
 BOOT = uuid.UUID("12345678-1234-5678-1234-567812345678").bytes
@@ -134,11 +135,11 @@ def test_writers_fill_and_roll_the_shadow_alike(tmp_path):
 
 def _writer_class(implementation):
     if implementation == "twin":
-        return redelivery_writer.RedeliveryWriter
+        return record_writer.RecordWriter
     if journal_engine.IMPLEMENTATION != "cython":
         pytest.skip("needs the compiled writer")
-    from journal_engine._redelivery import RedeliveryWriter
-    return RedeliveryWriter
+    from journal_engine._record_writer import RecordWriter
+    return RecordWriter
 
 
 def test_an_unknown_version_is_refused_naming_the_file(tmp_path):

@@ -2,7 +2,7 @@
 from hypothesis import given, settings, strategies as st
 
 from journal_engine._livemap import LiveMap as CompiledLiveMap
-from journal_engine.storage.livemap import LiveMap as TwinLiveMap
+from journal_engine._twin.livemap import LiveMap as TwinLiveMap
 
 KEYS = st.one_of(st.integers(0, 64), st.integers(0, 2**64 - 1), st.sampled_from([0, 2**63, 2**64 - 1]))
 OPS = st.lists(st.tuples(st.sampled_from(["put", "pop", "get", "add"]), KEYS, st.integers(0, 10_000)),

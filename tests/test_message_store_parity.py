@@ -20,7 +20,7 @@ from journal_engine import DuplicateRecordError, Journal, UnknownRecordError
 from journal_engine._impl import scan_frames
 from journal_engine.storage.format import stamp_of
 from journal_engine.storage.segment_files import list_directory
-from journal_engine.store import redelivery_writer
+from journal_engine._twin import record_writer
 from journal_engine.store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY
 
 WORKER = Path(__file__).with_name("store_worker.py")
@@ -126,7 +126,7 @@ def _apply(writer, op):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cap=st.sampled_from([-1, 0, 1, 3, 10]), ops=operations)
 def test_compiled_writer_and_twin_agree_call_by_call(tmp_path_factory, cap, ops):
-    from journal_engine._redelivery import RedeliveryWriter as CompiledWriter
+    from journal_engine._record_writer import RecordWriter as CompiledWriter
 
     root = tmp_path_factory.mktemp("writers")
     journals = [Journal(root / name, sync="none", file_size=64 * 1024, replaceable_types={34: 8, 36: 8})
@@ -136,7 +136,7 @@ def test_compiled_writer_and_twin_agree_call_by_call(tmp_path_factory, cap, ops)
             journal.load()
             for message_id in MESSAGES:
                 journal.add(message_id, 45, b"m")
-        writers = [CompiledWriter(journals[0], cap), redelivery_writer.RedeliveryWriter(journals[1], cap)]
+        writers = [CompiledWriter(journals[0], cap), record_writer.RecordWriter(journals[1], cap)]
         for writer in writers:           # most calls then find a live reference
             for queue_id in QUEUES:
                 for message_id in MESSAGES[:3]:

@@ -25,8 +25,9 @@ from journal_ops import data_files, model_of
 
 from journal_engine import _codec
 from journal_engine.limits import max_body_bytes
-from journal_engine.storage import codec as twin_codec
-from journal_engine.storage.format import FORMAT_VERSION, READABLE_FORMAT_VERSIONS, RecordKind
+from journal_engine._twin import codec as twin_codec
+from journal_engine.storage.format import FORMAT_VERSION, READABLE_FORMAT_VERSIONS
+from journal_engine.record_format import RecordKind
 
 HERE = Path(__file__).resolve().parent
 OPS_SCRIPT = HERE / "journal_ops.py"

@@ -56,7 +56,8 @@ from journal_engine import (
     UnknownTransactionError,
 )
 from journal_engine.errors import IncompatibleFormatError
-from journal_engine.store import delivery_shadow, records
+from journal_engine import record_format as records
+from journal_engine.store import delivery_shadow
 from journal_engine.store.interface import RECORD_STORE_METHODS, RecordStore, stored_backend
 from journal_engine.store.lmdb_store import LmdbRecordStore
 from journal_engine.store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY

@@ -20,7 +20,8 @@ import pytest
 from journal_engine import CorruptRecordError, Journal, RecordKind
 from journal_engine._impl import scan_frames
 from journal_engine.limits import DATA_START_BYTES
-from journal_engine.storage.format import HEADER_FLAG_RECYCLED, FrameCheck, stamp_of
+from journal_engine.storage.format import HEADER_FLAG_RECYCLED, stamp_of
+from journal_engine.record_format import FrameCheck
 from journal_engine.storage.segment_files import list_directory
 
 pytestmark = pytest.mark.filterwarnings("ignore:journal damage:RuntimeWarning")

@@ -41,7 +41,7 @@ from typing import Any
 
 from ..errors import ConfigError, JournalClosedError, MessageStateError, UnknownQueueError
 from ..store.message_store import MessageStore
-from ..store.redelivery_writer import check_cap
+from ..limits import check_max_redelivery_records as check_cap
 from .address_settings import AddressSettingsRepository
 from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
 from .broker_xml import merged_switch, read_broker_config

@@ -26,8 +26,8 @@ import os
 from .._impl import ReplayState, crc32c, encode_frame
 from ..errors import CorruptRecordError, JournalError
 from . import durability
-from .format import (COMPACT_NAME, CONTROL_FILE, DATA_NAME, HEADER_FLAG_COMPACTED, HEADER_FLAG_FRESH, FileHeader,
-                     RecordKind, compact_name, data_name, free_name, stamp_of)
+from .format import COMPACT_NAME, CONTROL_FILE, DATA_NAME, HEADER_FLAG_COMPACTED, HEADER_FLAG_FRESH, FileHeader, compact_name, data_name, free_name, stamp_of
+from ..record_format import RecordKind
 from .recovery import replay_data_file
 from .segment_files import DataFile, read_header
 

@@ -1,7 +1,6 @@
 """On-disk names, numbers and the file header (docs/internals/format.md)."""
 from __future__ import annotations
 
-import enum
 import re
 import struct
 from dataclasses import dataclass
@@ -31,30 +30,6 @@ LOCK_FILE = "journal.lock"
 DATA_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jej$")
 FREE_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jef$")
 COMPACT_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jec$")
-
-
-class RecordKind(enum.IntEnum):
-    """The first byte after the frame's length: what the frame does (Artemis numbers)."""
-
-    ADD = 11
-    UPDATE = 12
-    ADD_TX = 13
-    UPDATE_TX = 14
-    DELETE_TX = 15
-    DELETE = 16
-    PREPARE = 17
-    COMMIT = 18
-    ROLLBACK = 19
-    PAD = 20
-
-
-class FrameCheck(enum.IntEnum):
-    """What a reader finds at a frame position."""
-
-    VALID = 0
-    ZERO = 1      # never written
-    FOREIGN = 2   # stamped for another file id: left over in a recycled file
-    INVALID = 3   # stamped for this file, but torn or damaged
 
 
 def data_name(file_id: int) -> str:

@@ -20,7 +20,8 @@ from ..limits import (BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_US_MAX, COMPACT_PERC
                       FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES, MIN_FILES_MIN, SECTOR_SIZE_BYTES,
                       max_frame_bytes)
 from . import compactor, durability
-from .format import FORMAT_VERSION, LOCK_FILE, FileHeader, RecordKind
+from .format import FORMAT_VERSION, LOCK_FILE, FileHeader
+from ..record_format import RecordKind
 from .recovery import LoadReport, analyze, cut_short
 from .directory_lock import DirectoryLock
 from .segment_files import DataFile, FilePool
@@ -181,7 +182,8 @@ class Journal(JournalCore):
                 prepared.append(PreparedTransaction(tx_id, xid, [
                     TransactionRecord(_TX_KIND_NAMES[kind], record_id, user_type, body)
                     for kind, record_id, user_type, body, _size in ops]))
-        self._core_install(active, state.live, pending, len(state.live), state.replaceable_updates)
+        self._core_install(active, state.live, pending, len(state.live), state.replaceable_updates,
+                           self._next_segment)
         self._state = "loaded"
         self._core_seal_tail()
         for tx_id in incomplete:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from .._impl import ReplayState
 from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
 from . import durability
-from .format import CONTROL_FILE, HEADER_FLAG_RECYCLED, FrameCheck, stamp_of
+from .format import CONTROL_FILE, HEADER_FLAG_RECYCLED, stamp_of
+from ..record_format import FrameCheck
 from .segment_files import Listing, list_directory
 
 

@@ -2,7 +2,7 @@
 scheduled redeliveries, kept in journals with Artemis's record types (docs/message-store.md).
 """
 from .message_store import MessageStore, RecoveredReference, RecoveredState, StoreTransaction
-from .records import RecordType, StoredMessage, StoredQueue
+from ..record_format import RecordType, StoredMessage, StoredQueue
 from .interface import RecordStore, stored_backend
 
 __all__ = ["MessageStore", "RecoveredState", "RecoveredReference", "StoredMessage", "StoredQueue", "RecordType",

@@ -27,7 +27,7 @@ The rules:
   and synced (MessageStore.load); then the shadow starts a new life, or is voided when the store is
   not in strict mode.
 
-The writers (RedeliveryWriter, compiled and twin) write the entries: the compiled one straight into
+The record writers (RecordWriter, compiled and twin) write the entries: the compiled one straight into
 the mapping, no Python object per dispatch. This module owns the file, the header and the epochs.
 Not a shared-memory protocol: one process (the store's, under the journals' directory locks) uses
 the file at a time.
@@ -43,19 +43,21 @@ import uuid
 
 from .._impl import crc32c
 from ..errors import IncompatibleFormatError
+from ..record_format import (SHADOW_ENTRY, SHADOW_ENTRY_BYTES, SHADOW_HEADER, SHADOW_HEADER_BYTES, SHADOW_MAGIC,
+                             SHADOW_VERSION)
 from ..storage import durability
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "delivery-counts.shadow"
-MAGIC = b"JESHADOW"
-VERSION = 1
-HEADER_BYTES = 64
-ENTRY_BYTES = 32
+MAGIC = SHADOW_MAGIC
+VERSION = SHADOW_VERSION
+HEADER_BYTES = SHADOW_HEADER_BYTES
+ENTRY_BYTES = SHADOW_ENTRY_BYTES
 ENTRIES_DEFAULT = 32 * 1024                 # 1 MiB of entries: one journal write-out per 32k dispatches
-_HEADER = struct.Struct("<8sIII16s")        # magic, version, life, epoch, boot id; then the CRC
+_HEADER = SHADOW_HEADER
 _HEADER_CRC = struct.Struct("<I")
-_ENTRY = struct.Struct("<QQIII")            # queue id, message id, value, epoch, life; then the CRC
+_ENTRY = SHADOW_ENTRY
 _ENTRY_CRC = struct.Struct("<I")
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 

@@ -96,6 +96,10 @@ class RecordStore(Protocol):
     def rollback(self, tx_id: int, *, sync: bool | None = None) -> None:
         """Drop every record of the transaction."""
 
+    def is_live(self, record_id: int) -> bool:
+        """Whether a record with this id is live (added or committed, not deleted): the record writer
+        checks a new reference's message with it."""
+
     def sync(self) -> None:
         """Return once everything appended before the call is durable."""
 

@@ -564,11 +564,6 @@ class LmdbRecordStore:
         """Whether the id is live (added or committed, and not deleted), from the in-memory table."""
         return record_id in self._live
 
-    def _core_live(self) -> set:
-        """The live ids: the name the journal's core gives its live table, which the Python
-        RedeliveryWriter checks new references against."""
-        return self._live
-
     def record_type_counts(self) -> dict[int, int]:
         """Adds and updates of each record type a load() would return now (one per replaceable key)."""
         self.flush()

@@ -8,15 +8,14 @@ Layout of a store directory (as Artemis keeps a bindings journal beside its mess
     <directory>/bindings/   a Journal of queue bindings (21), keyed by the queue id
 
 so queue ids and message ids are separate spaces and never collide.
-The hot writes (34, 36) go through the compiled RedeliveryWriter (journal_engine._redelivery,
-Python twin journal_engine.store.redelivery_writer), which enforces max_redelivery_records.
+The hot writes (45 + 32 at a send, 33 at an ack, 34, 36) go through the compiled RecordWriter
+(journal_engine._record_writer, Python twin journal_engine._twin.record_writer), which enforces max_redelivery_records.
 """
 from __future__ import annotations
 
 import itertools
 import logging
 import os
-import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,17 +23,16 @@ from dataclasses import dataclass, field
 from .. import _impl
 from ..errors import (ConfigError, CorruptRecordError, DuplicateRecordError, JournalClosedError, JournalError,
                       UnknownRecordError)
-from ..limits import FILE_SIZE_DEFAULT_BYTES
+from ..limits import FILE_SIZE_DEFAULT_BYTES, check_max_redelivery_records
+from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordType, StoredMessage, StoredQueue, decode_delivery_count,
+                             decode_message, decode_queue, decode_queue_id, decode_scheduled_time, encode_message,
+                             encode_plain_message, encode_queue, encode_queue_id, encode_scheduled_time)
 from ..storage.journal import Journal
-from .records import (FLAG_DURABLE, MESSAGE_FORMAT_VERSION, REPLACEABLE_TYPES, RecordType, StoredMessage,
-                      StoredQueue, decode_delivery_count, decode_message, decode_queue, decode_queue_id,
-                      decode_scheduled_time, encode_message, encode_queue, encode_queue_id, encode_scheduled_time)
 from .delivery_shadow import FILE_NAME as SHADOW_FILE_NAME
 from .delivery_shadow import DeliveryShadow
 from .delivery_shadow import boot_id as shadow_boot_id
 from .delivery_shadow import read_counts as read_shadow_counts
 from .delivery_shadow import void as void_shadow
-from .redelivery_writer import check_cap
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +94,7 @@ class MessageStore:
                  compact_percentage: int = 30) -> None:
         if backend not in BACKENDS:
             raise ConfigError("backend", backend, f"use one of {', '.join(BACKENDS)}")
-        check_cap(max_redelivery_records)
+        check_max_redelivery_records(max_redelivery_records)
         if not isinstance(persist_delivery_count_before_delivery, bool):
             raise ConfigError("persist_delivery_count_before_delivery", persist_delivery_count_before_delivery,
                               "must be True or False")
@@ -120,7 +118,7 @@ class MessageStore:
             # the same two record stores (store/interface.py) on LMDB; the compiled writer appends into
             # the journal's buffer, so the LMDB store's 34/36 records go through the Python twin
             from .lmdb_store import LmdbRecordStore
-            from .redelivery_writer import RedeliveryWriter
+            from .._twin.record_writer import RecordWriter
             lmdb_options = dict(sync=sync, buffer_timeout_us=buffer_timeout_us, buffer_size=buffer_size)
             self._journal = LmdbRecordStore(os.path.join(self.directory, MESSAGES_DIRECTORY),
                                             replaceable_types=REPLACEABLE_TYPES, **lmdb_options)
@@ -129,7 +127,7 @@ class MessageStore:
             except BaseException:
                 self._journal.close()
                 raise
-            self._writer = RedeliveryWriter(self._journal, max_redelivery_records)
+            self._writer = RecordWriter(self._journal, max_redelivery_records)
         else:
             from .interface import stored_backend
             for sub in (MESSAGES_DIRECTORY, BINDINGS_DIRECTORY):
@@ -146,7 +144,7 @@ class MessageStore:
             except BaseException:
                 self._journal.close()
                 raise
-            self._writer = _impl.RedeliveryWriter(self._journal, max_redelivery_records)
+            self._writer = _impl.RecordWriter(self._journal, max_redelivery_records)
         self._lock = threading.Lock()          # the Python-side bookkeeping below; the writer needs none
         self._shadow: DeliveryShadow | None = None     # strict mode: dispatch counts in shared memory
         self._queues: dict[int, StoredQueue] = {}
@@ -589,10 +587,10 @@ class MessageStore:
             self._check_loaded()
         head = None     # the message record's bytes before the body, when it has no properties
         if not properties and type(body) is bytes and type(expiration) is int and expiration == 0:   # cached path
-            head = _PREFIXES.get((address, durable, routing_type))
+            head = cached_message_head(address, durable, routing_type)
         data = None
         if head is None:
-            data = _encode_message_fast(address, body, properties, durable, expiration, routing_type)
+            data = encode_plain_message(address, body, properties, durable, expiration, routing_type)
         journal = self._journal
         lock = self._lock
         lock.acquire()      # not `with`: on this hot path the with-statement costs twice acquire+release
@@ -610,7 +608,7 @@ class MessageStore:
                     else:
                         self._writer.store_message_reference(message_id, queue_id, data)
                 except BaseException:
-                    if message_id in journal._core_live():
+                    if journal.is_live(message_id):
                         message_queues[message_id] = set()    # the message record went in, its reference not
                     raise
                 message_queues[message_id] = {queue_id}
@@ -623,7 +621,7 @@ class MessageStore:
                 if len(references) != len(queue_ids):
                     raise DuplicateRecordError(f"queue_ids {list(queue_ids)} names a queue twice")
                 if data is None:
-                    data = _encode_message_fast(address, body, properties, durable, expiration, routing_type)
+                    data = encode_plain_message(address, body, properties, durable, expiration, routing_type)
                 journal.add(message_id, _ADD_MESSAGE, data, sync=False)
                 message_queues[message_id] = references
                 writer = self._writer
@@ -661,38 +659,7 @@ class MessageStore:
 
 _ADD_MESSAGE = int(RecordType.ADD_MESSAGE)
 _ADD_REF = int(RecordType.ADD_REF)
-_QUEUE_ID_BYTES = struct.Struct("<Q").pack                   # ADD_REF / ACKNOWLEDGE_REF body, as encode_queue_id
-_MESSAGE_HEAD_PACK = struct.Struct("<BBBxq").pack            # as records._MESSAGE_HEAD
-_U32_PACK = struct.Struct("<I").pack
-_NO_PROPERTIES = _U32_PACK(0)
-_ROUTING_CODES = {None: 0, "anycast": 1, "multicast": 2}     # as records.ROUTING_TYPES
-_PREFIXES: dict = {}            # (address, durable, routing type) -> encoded head (expiration 0) + address
-_PREFIXES_MAX = 4096
-
-
-def _encode_message_fast(address, body, properties, durable, expiration, routing_type) -> bytes:
-    """encode_message's bytes for the common message (no properties), in a fraction of its time: the
-    head and the address of messages without an expiration are encoded once per address. Anything
-    else (or anything invalid) goes through encode_message itself. Byte-identical output is checked
-    in tests/test_broker_store.py."""
-    if not properties and type(body) is bytes and type(expiration) is int and expiration == 0:
-        prefix = _PREFIXES.get((address, durable, routing_type))
-        if prefix is not None:
-            return b"".join((prefix, _U32_PACK(len(body)), body, _NO_PROPERTIES))
-    if (properties or type(address) is not str or type(body) is not bytes or type(expiration) is not int
-            or not 0 <= expiration <= 0x7FFFFFFFFFFFFFFF or routing_type not in _ROUTING_CODES
-            or (durable is not True and durable is not False)):
-        return encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
-                              routing_type=routing_type)
-    raw = address.encode("utf-8")
-    head = _MESSAGE_HEAD_PACK(MESSAGE_FORMAT_VERSION, FLAG_DURABLE if durable else 0, _ROUTING_CODES[routing_type],
-                              expiration)
-    prefix = head + _U32_PACK(len(raw)) + raw
-    if expiration == 0:
-        if len(_PREFIXES) >= _PREFIXES_MAX:
-            _PREFIXES.clear()
-        _PREFIXES[(address, durable, routing_type)] = prefix
-    return b"".join((prefix, _U32_PACK(len(body)), body, _NO_PROPERTIES))
+_QUEUE_ID_BYTES = encode_queue_id
 
 
 # Journal transaction ids: unique within the process and, started from the wall clock in ns, larger than

@@ -16,6 +16,19 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 je_crc32c_init()
 
+from journal_engine import limits as _limits, record_format as _format
+
+# the constants of _codec.pxd are compiled in; the record format's home must agree with them
+assert {kind.name: int(kind) for kind in _format.RecordKind} == {
+    "ADD": KIND_ADD, "UPDATE": KIND_UPDATE, "ADD_TX": KIND_ADD_TX, "UPDATE_TX": KIND_UPDATE_TX,
+    "DELETE_TX": KIND_DELETE_TX, "DELETE": KIND_DELETE, "PREPARE": KIND_PREPARE, "COMMIT": KIND_COMMIT,
+    "ROLLBACK": KIND_ROLLBACK, "PAD": KIND_PAD}, "record_format.RecordKind changed: rebuild the compiled core"
+assert {check.name: int(check) for check in _format.FrameCheck} == {
+    "VALID": FRAME_VALID, "ZERO": FRAME_ZERO, "FOREIGN": FRAME_FOREIGN, "INVALID": FRAME_INVALID}, \
+    "record_format.FrameCheck changed: rebuild the compiled core"
+assert (_limits.FRAME_HEADER_SIZE_BYTES, _limits.FRAME_ALIGNMENT_BYTES, _limits.FILE_HEADER_SIZE_BYTES) == (
+    FRAME_HEADER_SIZE, FRAME_ALIGNMENT, FILE_HEADER_SIZE), "the frame limits changed: rebuild the compiled core"
+
 
 cdef Py_ssize_t write_frame(unsigned char *dst, uint8_t kind, uint8_t user_type, uint32_t stamp,
                             uint64_t record_id, uint64_t tx_id,

@@ -51,6 +51,7 @@ cdef class JournalCore:
     cdef Py_ssize_t _sync_sleepers      # threads asleep on _sync_done or polling for idle
     cdef list _sealed_paths             # sealed files closed before a sync reached them
     cdef object _failure
+    cdef object _segment_source         # next_segment(needed_bytes): the file after a full one (the file pool)
     cdef bint _ready
     cdef LiveMap _live
     cdef dict _pending_tx

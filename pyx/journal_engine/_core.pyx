@@ -66,7 +66,8 @@ from journal_engine.errors import (
     JournalClosedError, JournalFailedError, JournalIOError, UnknownRecordError, DuplicateRecordError,
     UnknownTransactionError, RecordTooLargeError, StoreFullError,
 )
-from journal_engine.limits import SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
+from journal_engine.limits import (BUFFER_SIZE_DEFAULT_BYTES, SECTOR_SIZE_BYTES, SYNC_MODE_NAMES,
+                                   UNSYNCED_OPEN_FILES_MAX)
 
 DEF SECTOR = 4096
 DEF FLUSH_KEEPS_GIL_UP_TO = 65536   # a flush's caller waits for its write anyway
@@ -86,7 +87,7 @@ cdef enum FlusherState:
     FLUSHER_TIMING = 1
     FLUSHER_URGENT = 2
 
-SYNC_MODES = {"none": MODE_NONE, "group": MODE_GROUP, "always": MODE_ALWAYS}
+SYNC_MODES = dict(zip(SYNC_MODE_NAMES, (MODE_ALWAYS, MODE_GROUP, MODE_NONE)))
 
 
 cdef int _pwrite_all(int fd, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset) noexcept nogil:
@@ -193,7 +194,7 @@ cdef class JournalCore:
         self._ready = False
         self._flusher_state = FLUSHER_IDLE
         self._mode = MODE_GROUP
-        self._buffer_size = 490 * 1024
+        self._buffer_size = BUFFER_SIZE_DEFAULT_BYTES
         self._buf = NULL
 
     def __dealloc__(self):
@@ -227,8 +228,11 @@ cdef class JournalCore:
             raise MemoryError()
 
     def _core_install(self, Segment active, LiveMap live, dict pending_tx,
-                      Py_ssize_t add_count, Py_ssize_t replaceable_updates):
+                      Py_ssize_t add_count, Py_ssize_t replaceable_updates, next_segment):
+        """Start appending to `active`. `next_segment(needed_bytes)` supplies the file after a full one
+        (the journal's file pool): the core calls what it is handed, never a method of a subclass."""
         assert active.position == active.written, "a file is installed with nothing buffered"
+        self._segment_source = next_segment
         self._active = active
         self._buf_start = active.position
         self._live = live
@@ -266,6 +270,10 @@ cdef class JournalCore:
 
     def _core_live(self):
         return self._live
+
+    def is_live(self, record_id):
+        """Whether a record with this id is live (added, not deleted) as of the last append."""
+        return self._live.contains(record_id)
 
     def _core_pending(self):
         return self._pending_tx
@@ -592,7 +600,7 @@ cdef class JournalCore:
                 return
             seen.limit = seen.position     # appenders that still see it find it full and wait here
             self._write_active()
-            new_segment = factory() if factory is not None else self._next_segment(needed)
+            new_segment = factory() if factory is not None else self._segment_source(needed)
             if seen.position > seen.written:   # appended while the new file was being fetched: impossible
                 raise AssertionError("frames appended to a sealed file")
             self._active = new_segment

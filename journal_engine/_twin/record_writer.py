@@ -1,7 +1,8 @@
-"""Python twin of the compiled redelivery writers (pyx/journal_engine/_redelivery.pyx).
+"""Python twin of the compiled record writer (pyx/journal_engine/_record_writer.pyx).
 
-Writes UPDATE_DELIVERY_COUNT (34) and SET_SCHEDULED_DELIVERY_TIME (36) records as
-Artemis's AbstractJournalStorageManager does:
+Writes the message store's hot records: a send (ADD_MESSAGE + ADD_REF), an acknowledgement
+(ACKNOWLEDGE_REF, DELETE), and UPDATE_DELIVERY_COUNT (34) and SET_SCHEDULED_DELIVERY_TIME (36)
+records as Artemis's AbstractJournalStorageManager does:
 
 * a delivery-count record is skipped when the count equals the reference's last
   persisted count, or when ``max_redelivery_records >= 0`` and the count exceeds it;
@@ -14,32 +15,23 @@ from __future__ import annotations
 
 import struct
 import threading
-from array import array
 
 from ..errors import DuplicateRecordError, UnknownRecordError
-from .records import RecordType
+from ..limits import U32_MAX, U64_MAX, check_max_redelivery_records, u32_array, u64_array
+from ..record_format import RecordType
 
 ADD_MESSAGE = int(RecordType.ADD_MESSAGE)
 ADD_REF = int(RecordType.ADD_REF)
 ACKNOWLEDGE_REF = int(RecordType.ACKNOWLEDGE_REF)
 UPDATE_DELIVERY_COUNT = int(RecordType.UPDATE_DELIVERY_COUNT)
 SET_SCHEDULED_DELIVERY_TIME = int(RecordType.SET_SCHEDULED_DELIVERY_TIME)
-_U32_MAX = 0xFFFFFFFF
-_U64_MAX = 0xFFFFFFFFFFFFFFFF
+_U32_MAX = U32_MAX
+_U64_MAX = U64_MAX
 _COUNT = struct.Struct("<QI")
 _TIME = struct.Struct("<QQ")
 _QUEUE_ID = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 _NO_PROPERTIES = _U32.pack(0)
-
-
-def check_cap(max_redelivery_records: int) -> None:
-    """-1 (no cap) or >= 0, as Artemis's parser (MINUS_ONE_OR_GE_ZERO)."""
-    if isinstance(max_redelivery_records, bool) or not isinstance(max_redelivery_records, int) \
-            or max_redelivery_records < -1 or max_redelivery_records > _U32_MAX:
-        from ..errors import ConfigError
-        raise ConfigError("max_redelivery_records", max_redelivery_records,
-                          f"must be -1 (no cap) or an integer within 0..{_U32_MAX}")
 
 
 def _check_u64(value: int, what: str) -> int:
@@ -54,39 +46,12 @@ def _check_count(value: int) -> int:
     return value
 
 
-def unknown_reference(queue_id: int, message_id: int) -> UnknownRecordError:
-    return UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}; "
-                              "store_reference() it first (or it was acknowledged or deleted)")
-
-
-def unknown_message(message_id: int) -> UnknownRecordError:
-    return UnknownRecordError(f"message {message_id} is not live in the journal; a reference needs its message")
-
-
-def as_u64_array(values, what: str) -> array:
-    """A batch argument as array('Q'); negative or too large values raise OverflowError."""
-    if isinstance(values, array) and values.typecode == "Q":
-        return values
-    try:
-        return array("Q", values)
-    except OverflowError:
-        raise OverflowError(f"{what}: every value must be within 0..{_U64_MAX}") from None
-
-
-def as_u32_array(values, what: str) -> array:
-    if isinstance(values, array) and values.typecode == "I":
-        return values
-    try:
-        return array("I", values)
-    except OverflowError:
-        raise OverflowError(f"{what}: every value must be within 0..{_U32_MAX}") from None
-
-
-class RedeliveryWriter:
-    """Capped writers of delivery-count and scheduled-time records for one message journal."""
+class RecordWriter:
+    """The message store's record writer for one message journal: sends, acknowledgements, and the
+    capped delivery-count and scheduled-time records."""
 
     def __init__(self, journal, max_redelivery_records: int = 10) -> None:
-        check_cap(max_redelivery_records)
+        check_max_redelivery_records(max_redelivery_records)
         self._journal = journal
         self.max_redelivery_records = max_redelivery_records
         self._always = getattr(journal, "sync_mode", "group") == "always"
@@ -102,8 +67,8 @@ class RedeliveryWriter:
         The message must be live in the journal, and stay live until the reference is removed."""
         key = (_check_u64(queue_id, "queue_id"), _check_u64(message_id, "message_id"))
         _check_count(persisted_count)
-        if message_id not in self._journal._core_live():
-            raise unknown_message(message_id)
+        if not self._journal.is_live(message_id):
+            raise UnknownRecordError.of_message(message_id)
         if key in self._persisted:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
         self._shadow_reused(key)
@@ -121,7 +86,7 @@ class RedeliveryWriter:
         try:
             return self._persisted[(queue_id, message_id)]
         except KeyError:
-            raise unknown_reference(queue_id, message_id) from None
+            raise UnknownRecordError.of_reference(queue_id, message_id) from None
 
     def __len__(self) -> int:
         return len(self._persisted)
@@ -149,7 +114,7 @@ class RedeliveryWriter:
         message's DELETE: an acknowledgement (of its last reference), without sync."""
         key = (queue_id, message_id)
         if key not in self._persisted:
-            raise unknown_reference(queue_id, message_id)
+            raise UnknownRecordError.of_reference(queue_id, message_id)
         self._journal.update(message_id, ACKNOWLEDGE_REF, _QUEUE_ID.pack(queue_id), sync=False)
         self._persisted.pop(key, None)
         if delete_message:
@@ -191,7 +156,7 @@ class RedeliveryWriter:
         key = (queue_id, message_id)
         previous = self._persisted.get(key)
         if previous is None:
-            raise unknown_reference(queue_id, message_id)
+            raise UnknownRecordError.of_reference(queue_id, message_id)
         return self._write_count(key, previous, delivery_count, sync)
 
     def update_scheduled_delivery_time(self, queue_id: int, message_id: int, scheduled_ms: int,
@@ -202,7 +167,7 @@ class RedeliveryWriter:
         _check_u64(scheduled_ms, "scheduled_ms")
         _check_count(delivery_count)
         if (queue_id, message_id) not in self._persisted:
-            raise unknown_reference(queue_id, message_id)
+            raise UnknownRecordError.of_reference(queue_id, message_id)
         return self._write_time(queue_id, message_id, scheduled_ms, delivery_count, sync)
 
     def _write_count(self, key, previous: int, count: int, sync) -> bool:
@@ -236,9 +201,9 @@ class RedeliveryWriter:
 
         Every reference is checked before anything is written, so an unknown one writes nothing.
         """
-        queues = as_u64_array(queue_ids, "queue_ids")
-        messages = as_u64_array(message_ids, "message_ids")
-        counts = as_u32_array(delivery_counts, "delivery_counts")
+        queues = u64_array(queue_ids, "queue_ids")
+        messages = u64_array(message_ids, "message_ids")
+        counts = u32_array(delivery_counts, "delivery_counts")
         self._check_batch(queues, messages, len(counts))
         written = 0
         persisted = self._persisted
@@ -246,7 +211,7 @@ class RedeliveryWriter:
             key = (queue_id, message_id)
             previous = persisted.get(key)
             if previous is None:
-                raise unknown_reference(queue_id, message_id)
+                raise UnknownRecordError.of_reference(queue_id, message_id)
             if self._write_count(key, previous, count, False):
                 written += 1
         self._finish_batch(written, sync)
@@ -255,17 +220,17 @@ class RedeliveryWriter:
     def update_scheduled_delivery_times(self, queue_ids, message_ids, scheduled_times, delivery_counts,
                                         sync=None) -> int:
         """The batch form of update_scheduled_delivery_time; returns records written."""
-        queues = as_u64_array(queue_ids, "queue_ids")
-        messages = as_u64_array(message_ids, "message_ids")
-        times = as_u64_array(scheduled_times, "scheduled_times")
-        counts = as_u32_array(delivery_counts, "delivery_counts")
+        queues = u64_array(queue_ids, "queue_ids")
+        messages = u64_array(message_ids, "message_ids")
+        times = u64_array(scheduled_times, "scheduled_times")
+        counts = u32_array(delivery_counts, "delivery_counts")
         if len(times) != len(counts):
             raise ValueError(f"scheduled_times has {len(times)} entries, delivery_counts {len(counts)}")
         self._check_batch(queues, messages, len(counts))
         written = 0
         for queue_id, message_id, scheduled_ms, count in zip(queues, messages, times, counts):
             if (queue_id, message_id) not in self._persisted:
-                raise unknown_reference(queue_id, message_id)
+                raise UnknownRecordError.of_reference(queue_id, message_id)
             if self._write_time(queue_id, message_id, scheduled_ms, count, False):
                 written += 1
         self._finish_batch(written, sync)
@@ -277,7 +242,7 @@ class RedeliveryWriter:
                              f"ids, {n} values")
         for queue_id, message_id in zip(queues, messages):
             if (queue_id, message_id) not in self._persisted:
-                raise unknown_reference(queue_id, message_id)
+                raise UnknownRecordError.of_reference(queue_id, message_id)
 
     def _finish_batch(self, written: int, sync) -> None:
         if written and (sync if sync is not None else self._always):

@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""Compiled writers of the delivery-count (34) and scheduled-time (36) records.
+"""The message store's compiled record writer: sends (45 + 32), acknowledgements (33 + DELETE), and the
+delivery-count (34) and scheduled-time (36) records.
 
 They encode the 12- and 16-byte bodies on the stack and hand them straight to
 the journal's append path (JournalCore._append_raw), keeping every live
@@ -15,7 +16,7 @@ updateScheduledDeliveryTime):
 Like the append path, these run with the GIL held: the GIL is the lock of the
 reference table. The journal may release it inside an append (a file switch or
 a sync wait), so no pointer into the table is kept across an append. The Python
-twin is journal_engine.store.redelivery_writer; both write the same bytes.
+twin is journal_engine._twin.record_writer; both write the same bytes.
 """
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -29,14 +30,20 @@ from journal_engine._core cimport JournalCore
 
 import time
 
-from journal_engine.errors import DuplicateRecordError
-from journal_engine.store.redelivery_writer import (
-    as_u32_array, as_u64_array, check_cap, unknown_message, unknown_reference,
-)
-from journal_engine.store.delivery_shadow import ENTRY_BYTES as _ENTRY_BYTES, HEADER_BYTES as _HEADER_BYTES
+from journal_engine.errors import DuplicateRecordError, UnknownRecordError
+from journal_engine.limits import check_max_redelivery_records, u32_array, u64_array
+from journal_engine import record_format as _format
 
 je_crc32c_init()
-assert (_ENTRY_BYTES, _HEADER_BYTES) == (SHADOW_ENTRY, SHADOW_HEADER), "delivery_shadow's layout changed"
+# the constants below are compiled in; the record format's home must agree with them
+assert (_format.SHADOW_ENTRY_BYTES, _format.SHADOW_HEADER_BYTES) == (SHADOW_ENTRY, SHADOW_HEADER), \
+    "the shadow layout in record_format changed: rebuild this module to match"
+assert [int(_format.RecordType[name]) for name in ("ADD_MESSAGE", "ADD_REF", "ACKNOWLEDGE_REF",
+        "UPDATE_DELIVERY_COUNT", "SET_SCHEDULED_DELIVERY_TIME")] == [
+        TYPE_ADD_MESSAGE, TYPE_ADD_REF, TYPE_ACKNOWLEDGE_REF, TYPE_UPDATE_DELIVERY_COUNT,
+        TYPE_SET_SCHEDULED_DELIVERY_TIME], "the record types in record_format changed: rebuild this module"
+assert (_format.DELIVERY_COUNT_BODY_BYTES, _format.SCHEDULED_TIME_BODY_BYTES) == (DELIVERY_COUNT_BODY,
+        SCHEDULED_TIME_BODY), "the body layouts in record_format changed: rebuild this module"
 
 
 def _yield_gil():
@@ -55,8 +62,8 @@ cdef enum:
     SLOT_USED = 1
     SLOT_DELETED = 2
     INITIAL_CAPACITY = 1024
-    SHADOW_ENTRY = 32                   # delivery_shadow.ENTRY_BYTES (checked at import)
-    SHADOW_HEADER = 64                  # delivery_shadow.HEADER_BYTES
+    SHADOW_ENTRY = 32                   # record_format.SHADOW_ENTRY_BYTES (checked at import)
+    SHADOW_HEADER = 64                  # record_format.SHADOW_HEADER_BYTES
     SEEN_BITS_LOG2 = 20                 # a 128 KiB bitmap: "maybe has a shadow entry in this epoch"
 
 cdef struct RefSlot:
@@ -77,8 +84,9 @@ cdef inline uint64_t _hash(uint64_t queue_id, uint64_t message_id) noexcept nogi
     return x
 
 
-cdef class RedeliveryWriter:
-    """Capped writers of delivery-count and scheduled-time records for one message journal."""
+cdef class RecordWriter:
+    """The message store's record writer for one message journal: sends, acknowledgements, and the
+    capped delivery-count and scheduled-time records."""
 
     cdef JournalCore _journal
     cdef readonly long long max_redelivery_records
@@ -106,7 +114,7 @@ cdef class RedeliveryWriter:
         self._slots = NULL
 
     def __init__(self, JournalCore journal not None, max_redelivery_records=10):
-        check_cap(max_redelivery_records)
+        check_max_redelivery_records(max_redelivery_records)
         self._journal = journal
         self.max_redelivery_records = max_redelivery_records
         self._always = getattr(journal, "sync_mode", "group") == "always"
@@ -185,8 +193,8 @@ cdef class RedeliveryWriter:
                       unsigned int persisted_count=0):
         """Start tracking a live reference; persisted_count is what recovery restored (0 if none).
         The message must be live in the journal, and stay live until the reference is removed."""
-        if message_id not in self._journal._core_live():
-            raise unknown_message(message_id)
+        if not self._journal._live.contains(message_id):
+            raise UnknownRecordError.of_message(message_id)
         if self._find(queue_id, message_id) != NULL:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
         self._track(queue_id, message_id, persisted_count)
@@ -220,7 +228,7 @@ cdef class RedeliveryWriter:
         """The reference's last persisted delivery count (0 when none was ever written)."""
         cdef RefSlot *slot = self._find(queue_id, message_id)
         if slot == NULL:
-            raise unknown_reference(queue_id, message_id)
+            raise UnknownRecordError.of_reference(queue_id, message_id)
         return slot.persisted
 
     def __len__(self):
@@ -274,7 +282,7 @@ cdef class RedeliveryWriter:
         cdef unsigned char body[QUEUE_ID_BODY]
         cdef RefSlot *slot = self._find(queue_id, message_id)
         if slot == NULL:
-            raise unknown_reference(queue_id, message_id)
+            raise UnknownRecordError.of_reference(queue_id, message_id)
         store_u64(body, queue_id)
         self._journal._append_raw(KIND_UPDATE, TYPE_ACKNOWLEDGE_REF, message_id, 0, body, QUEUE_ID_BODY, False)
         self._untrack(queue_id, message_id)        # looked up again: the append may have let another thread in
@@ -326,7 +334,7 @@ cdef class RedeliveryWriter:
         cdef RefSlot *slot = self._find(queue_id, message_id)
         cdef int written
         if slot == NULL:
-            raise unknown_reference(queue_id, message_id)
+            raise UnknownRecordError.of_reference(queue_id, message_id)
         if not self._shadow_attached:
             raise RuntimeError("no shadow is attached")
         written = self._write_count(slot, delivery_count, False)
@@ -423,7 +431,7 @@ cdef class RedeliveryWriter:
         """Append an UPDATE_DELIVERY_COUNT unless unchanged or above the cap; True if written."""
         cdef RefSlot *slot = self._find(queue_id, message_id)
         if slot == NULL:
-            raise unknown_reference(queue_id, message_id)
+            raise UnknownRecordError.of_reference(queue_id, message_id)
         return self._write_count(slot, delivery_count, sync) == 1
 
     def update_scheduled_delivery_time(self, unsigned long long queue_id, unsigned long long message_id,
@@ -431,7 +439,7 @@ cdef class RedeliveryWriter:
                                        sync=None):
         """Append a SET_SCHEDULED_DELIVERY_TIME unless the count is above the cap; True if written."""
         if self._find(queue_id, message_id) == NULL:
-            raise unknown_reference(queue_id, message_id)
+            raise UnknownRecordError.of_reference(queue_id, message_id)
         return self._write_time(queue_id, message_id, scheduled_ms, delivery_count, sync) == 1
 
     def update_delivery_counts(self, queue_ids, message_ids, delivery_counts, sync=None):
@@ -439,9 +447,9 @@ cdef class RedeliveryWriter:
 
         Every reference is checked before anything is written, so an unknown one writes nothing.
         """
-        cdef const uint64_t[::1] queues = as_u64_array(queue_ids, "queue_ids")
-        cdef const uint64_t[::1] messages = as_u64_array(message_ids, "message_ids")
-        cdef const uint32_t[::1] counts = as_u32_array(delivery_counts, "delivery_counts")
+        cdef const uint64_t[::1] queues = u64_array(queue_ids, "queue_ids")
+        cdef const uint64_t[::1] messages = u64_array(message_ids, "message_ids")
+        cdef const uint32_t[::1] counts = u32_array(delivery_counts, "delivery_counts")
         cdef Py_ssize_t i, n = counts.shape[0]
         cdef Py_ssize_t written = 0
         cdef Py_ssize_t *where = self._check_batch(queues, messages, n)
@@ -458,10 +466,10 @@ cdef class RedeliveryWriter:
     def update_scheduled_delivery_times(self, queue_ids, message_ids, scheduled_times, delivery_counts,
                                         sync=None):
         """The batch form of update_scheduled_delivery_time; returns records written."""
-        cdef const uint64_t[::1] queues = as_u64_array(queue_ids, "queue_ids")
-        cdef const uint64_t[::1] messages = as_u64_array(message_ids, "message_ids")
-        cdef const uint64_t[::1] times = as_u64_array(scheduled_times, "scheduled_times")
-        cdef const uint32_t[::1] counts = as_u32_array(delivery_counts, "delivery_counts")
+        cdef const uint64_t[::1] queues = u64_array(queue_ids, "queue_ids")
+        cdef const uint64_t[::1] messages = u64_array(message_ids, "message_ids")
+        cdef const uint64_t[::1] times = u64_array(scheduled_times, "scheduled_times")
+        cdef const uint32_t[::1] counts = u32_array(delivery_counts, "delivery_counts")
         cdef Py_ssize_t i, n = counts.shape[0]
         cdef Py_ssize_t written = 0
         cdef Py_ssize_t *where
@@ -494,7 +502,7 @@ cdef class RedeliveryWriter:
             slot = self._find(queues[i], messages[i])
             if slot == NULL:
                 PyMem_Free(where)
-                raise unknown_reference(queues[i], messages[i])
+                raise UnknownRecordError.of_reference(queues[i], messages[i])
             where[i] = slot - self._slots
         return where
 
@@ -506,7 +514,7 @@ cdef class RedeliveryWriter:
                 or slot.message_id != message_id):
             slot = self._find(queue_id, message_id)
             if slot == NULL:     # removed by another thread meanwhile
-                raise unknown_reference(queue_id, message_id)
+                raise UnknownRecordError.of_reference(queue_id, message_id)
         return slot
 
     cdef int _finish_batch(self, Py_ssize_t written, object sync) except -1:

@@ -8,7 +8,7 @@ import struct
 
 from ..limits import FRAME_ALIGNMENT_BYTES, FRAME_HEADER_SIZE_BYTES
 from .codec import check_frame, decode_header
-from .format import FrameCheck, RecordKind
+from ..record_format import FrameCheck, RecordKind
 from .livemap import LiveMap
 
 _GAP_REASONS = {

@@ -11,13 +11,14 @@ import time
 
 from ..errors import (DuplicateRecordError, JournalClosedError, JournalFailedError, JournalIOError, RecordTooLargeError,
                       StoreFullError, UnknownRecordError, UnknownTransactionError)
-from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
+from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, SYNC_MODE_NAMES,
+                      UNSYNCED_OPEN_FILES_MAX)
 from .codec import encode_frame, frame_size, pad_frame
-from .format import RecordKind
+from ..record_format import RecordKind
 from .livemap import LiveMap
 
 MODE_NONE, MODE_GROUP, MODE_ALWAYS = 0, 1, 2
-SYNC_MODES = {"none": MODE_NONE, "group": MODE_GROUP, "always": MODE_ALWAYS}
+SYNC_MODES = dict(zip(SYNC_MODE_NAMES, (MODE_ALWAYS, MODE_GROUP, MODE_NONE)))
 FLUSHER_IDLE, FLUSHER_TIMING, FLUSHER_URGENT = 0, 1, 2
 _TX_KINDS = (RecordKind.ADD_TX, RecordKind.UPDATE_TX, RecordKind.DELETE_TX)
 
@@ -89,7 +90,7 @@ class JournalCore:
         self.replaceable_update_count = 0
         self.sync_count = 0
         self.write_count = 0
-        self._buffer_size = 490 * 1024
+        self._buffer_size = BUFFER_SIZE_DEFAULT_BYTES
         self._max_frame = 0
         self._flusher_state = FLUSHER_IDLE
         self._kicked = threading.Condition(threading.Lock())
@@ -106,8 +107,10 @@ class JournalCore:
         self._max_frame = max_frame
         self._replaceable = frozenset(replaceable)
 
-    def _core_install(self, active, live, pending_tx, add_count, replaceable_updates) -> None:
+    def _core_install(self, active, live, pending_tx, add_count, replaceable_updates, next_segment) -> None:
+        """Start appending to `active`; `next_segment(needed_bytes)` supplies the file after a full one."""
         assert active.position == active.written, "a file is installed with nothing buffered"
+        self._segment_source = next_segment
         self._active = active
         self._buf = bytearray()
         self._buf_start = active.position
@@ -149,6 +152,10 @@ class JournalCore:
 
     def _core_live(self):
         return self._live
+
+    def is_live(self, record_id: int) -> bool:
+        """Whether a record with this id is live (added, not deleted) as of the last append."""
+        return self._live.contains(record_id)
 
     def _core_pending(self):
         return self._pending_tx
@@ -388,7 +395,7 @@ class JournalCore:
                     return
                 seen.limit = seen.position
                 self._write_active()
-                new_segment = factory() if factory is not None else self._next_segment(needed)
+                new_segment = factory() if factory is not None else self._segment_source(needed)
                 assert seen.position == seen.written, "frames appended to a sealed file"
                 self._active = new_segment
                 self._buf = bytearray()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 
 from ..limits import FRAME_ALIGNMENT_BYTES, FRAME_HEADER_SIZE_BYTES
-from .format import FrameCheck, RecordKind
+from ..record_format import FrameCheck, RecordKind
 
 _POLY = 0x82F63B78
 _TABLE = []

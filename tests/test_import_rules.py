@@ -1,0 +1,161 @@
+"""The floors of the package, checked from the source (docs/architecture.md):
+
+* the compiled core (pyx/) imports only the leaves (errors, limits, record_format) and other
+  compiled modules — never its Python twin, never a module above it;
+* the twins (journal_engine/_twin/) import only the leaves and each other;
+* the leaves import only each other;
+* data flows one way: broker -> store -> storage, never back, and the broker never reaches the storage;
+* there is no import cycle anywhere in journal_engine, counting imports inside functions and under
+  TYPE_CHECKING.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "journal_engine"
+PYX = ROOT / "pyx" / "journal_engine"
+LEAVES = {"journal_engine.errors", "journal_engine.limits", "journal_engine.record_format"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] == "pyx":
+        parts = parts[1:]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def python_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def compiled_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in PYX.glob("*.pyx")}
+
+
+ALL_MODULES = {**python_modules(), **compiled_modules()}
+
+
+def resolve(importer: str, is_package: bool, level: int, module: str | None, names: list[str]) -> set[str]:
+    """The journal_engine modules an import statement loads (a submodule when a name is one)."""
+    if level:
+        base = importer.split(".") if is_package else importer.split(".")[:-1]
+        base = base[:len(base) - (level - 1)]
+        target = ".".join(base + ([module] if module else []))
+    else:
+        target = module or ""
+    if not target.startswith("journal_engine"):
+        return set()
+    found = set()
+    for name in names:
+        if f"{target}.{name}" in ALL_MODULES:
+            found.add(f"{target}.{name}")
+        elif target in ALL_MODULES:
+            found.add(target)
+    if not names and target in ALL_MODULES:
+        found.add(target)
+    return found
+
+
+def python_imports(name: str, path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_package = path.name == "__init__.py"
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            found |= resolve(name, is_package, node.level, node.module, [a.name for a in node.names])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                found |= resolve(name, is_package, 0, alias.name, [])
+    return found
+
+
+_PYX_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+c?import\s+\(?([\w, \n]+)|c?import\s+([\w.]+))", re.M)
+
+
+def compiled_imports(name: str, path: Path) -> set[str]:
+    found = set()
+    for match in _PYX_IMPORT.finditer(path.read_text()):
+        module, names, plain = match.groups()
+        if plain:
+            found |= resolve(name, False, 0, plain, [])
+        else:
+            listed = [n.split()[0] for n in names.replace("\n", ",").split(",") if n.strip()]   # "x as y" -> x
+            found |= resolve(name, False, 0, module, listed)
+    return found
+
+
+GRAPH = {name: (compiled_imports(name, path) if path.suffix == ".pyx" else python_imports(name, path)) - {name}
+         for name, path in ALL_MODULES.items()}
+
+
+def test_the_graph_sees_the_whole_package():
+    assert {"journal_engine._codec", "journal_engine._core", "journal_engine._replay",
+            "journal_engine._record_writer"} <= set(compiled_modules())
+    assert "journal_engine.broker.broker" in GRAPH and "journal_engine.storage.journal" in GRAPH
+    assert "journal_engine.errors" in GRAPH["journal_engine._core"]
+
+
+@pytest.mark.parametrize("module", sorted(compiled_modules()))
+def test_compiled_modules_import_only_leaves_and_compiled_modules(module):
+    allowed = LEAVES | set(compiled_modules())
+    assert GRAPH[module] <= allowed, f"{module} imports above the floor: {sorted(GRAPH[module] - allowed)}"
+
+
+def test_twins_import_only_leaves_and_each_other():
+    twins = {name for name in python_modules() if name.startswith("journal_engine._twin")}
+    assert twins, "no twin package"
+    for twin in twins:
+        assert GRAPH[twin] <= LEAVES | twins, f"{twin} imports {sorted(GRAPH[twin] - LEAVES - twins)}"
+
+
+def test_leaves_import_only_leaves():
+    for leaf in LEAVES:
+        assert GRAPH[leaf] <= LEAVES, f"{leaf} imports {sorted(GRAPH[leaf] - LEAVES)}"
+
+
+@pytest.mark.parametrize("lower, upper", [
+    ("journal_engine.storage", "journal_engine.store"),
+    ("journal_engine.storage", "journal_engine.broker"),
+    ("journal_engine.store", "journal_engine.broker"),
+])
+def test_data_flows_one_way(lower, upper):
+    for name, imports in GRAPH.items():
+        if name.startswith(lower + ".") or name == lower:
+            wrong = sorted(i for i in imports if i == upper or i.startswith(upper + "."))
+            assert not wrong, f"{name} (below) imports {wrong} (above)"
+
+
+def test_the_broker_reaches_storage_only_through_the_store():
+    for name, imports in GRAPH.items():
+        if name.startswith("journal_engine.broker"):
+            wrong = sorted(i for i in imports if i.startswith("journal_engine.storage")
+                           or i.startswith("journal_engine._") and i != "journal_engine._impl")
+            assert not wrong, f"{name} reaches below the store: {wrong}"
+
+
+def test_no_import_cycle():
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(GRAPH.get(node, ())):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(GRAPH):
+        if node not in state:
+            visit(node)
