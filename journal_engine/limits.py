@@ -72,24 +72,25 @@ def check_max_redelivery_records(value: int) -> None:
         raise ConfigError("max_redelivery_records", value, f"must be -1 (no cap) or an integer within 0..{U32_MAX}")
 
 
-def u64_array(values, what: str) -> array:
-    """A batch argument as array('Q'); negative or too large values raise OverflowError."""
-    if isinstance(values, array) and values.typecode == "Q":
+_ARRAY_BOUNDS = {"Q": U64_MAX, "I": U32_MAX}
+
+
+def checked_array(values, typecode: str, what: str) -> array:
+    """A batch argument as array(typecode) ("Q": u64, "I": u32); a value out of range raises OverflowError."""
+    if isinstance(values, array) and values.typecode == typecode:
         return values
     try:
-        return array("Q", values)
+        return array(typecode, values)
     except OverflowError:
-        raise OverflowError(f"{what}: every value must be within 0..{U64_MAX}") from None
+        raise OverflowError(f"{what}: every value must be within 0..{_ARRAY_BOUNDS[typecode]}") from None
+
+
+def u64_array(values, what: str) -> array:
+    return checked_array(values, "Q", what)
 
 
 def u32_array(values, what: str) -> array:
-    """A batch argument as array('I'); negative or too large values raise OverflowError."""
-    if isinstance(values, array) and values.typecode == "I":
-        return values
-    try:
-        return array("I", values)
-    except OverflowError:
-        raise OverflowError(f"{what}: every value must be within 0..{U32_MAX}") from None
+    return checked_array(values, "I", what)
 
 
 assert array("Q").itemsize == 8 and array("I").itemsize == 4

@@ -127,16 +127,21 @@ def rename_durably(source: str, target: str, directory: str) -> None:
     fsync_directory(directory)
 
 
+def _write_zeros(fd: int, start: int, end: int, chunk: int) -> None:
+    """Real zeros over [start, end) of an open file (never a hole: see the storage assumptions)."""
+    zeros = bytes(min(chunk, max(end - start, 0)))
+    pos = start
+    while pos < end:
+        pos += os.pwrite(fd, zeros[: min(chunk, end - pos)], pos)
+
+
 def create_zero_filled(path: str, size: int, header: bytes, chunk: int = 1 << 20) -> None:
     """Create `path` of `size` bytes of real zeros starting with `header`, via tmp+fsync+rename."""
     tmp = path + ".tmp"
-    zeros = bytes(min(chunk, size))
     try:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            written = 0
-            while written < size:
-                written += os.write(fd, zeros[: min(chunk, size - written)])
+            _write_zeros(fd, 0, size, chunk)
             os.pwrite(fd, header, 0)
             os.fsync(fd)
         finally:
@@ -183,12 +188,7 @@ def zero_fill(path: str, start: int, size: int, chunk: int = 1 << 20) -> None:
     try:
         fd = os.open(path, os.O_RDWR)
         try:
-            zeros = bytes(chunk)
-            pos = start
-            while pos < size:
-                n = min(chunk, size - pos)
-                os.pwrite(fd, zeros[:n], pos)
-                pos += n
+            _write_zeros(fd, start, size, chunk)
             os.fdatasync(fd)
         finally:
             os.close(fd)
