@@ -1,0 +1,82 @@
+"""Type stub of the compiled scan decoder and replay (pyx/journal_engine/_replay.pyx; twin:
+_twin/replay.py).
+
+The one reader of the frame format: recovery, compaction and the tools all go through it, so the
+rules (the decision table in docs/internals/recovery.md) live in one place. Offsets are bytes from
+the start of a file; ``stamp`` is the low 32 bits of the file id.
+"""
+from collections.abc import Iterable
+from typing import Any
+
+from _typeshed import ReadableBuffer
+from typing_extensions import disjoint_base
+
+from journal_engine._livemap import LiveMap
+
+@disjoint_base
+class RecordInfo:
+    """A live record after replay: its add, then its updates in append order (``LoadResult.records``).
+
+    Compares by value and pickles; not tracked by the garbage collector (it cannot form a cycle),
+    so loading a million of them triggers no collection.
+    """
+
+    def __init__(self, record_id: int, record_type: int, body: bytes,
+                 updates: Iterable[tuple[int, bytes]] | None = None) -> None: ...
+    @property
+    def record_id(self) -> int: ...
+    @property
+    def record_type(self) -> int:
+        """The user record type of the add (0..255)."""
+    @property
+    def body(self) -> bytes:
+        """The add's body."""
+    @property
+    def updates(self) -> list[tuple[int, bytes]]:
+        """``(record_type, body)`` of each update, in append order."""
+    def __eq__(self, other: object, /) -> bool: ...
+    def __reduce__(self) -> tuple[type[RecordInfo], tuple[int, int, bytes, list[tuple[int, bytes]]]]: ...
+
+@disjoint_base
+class ReplayState:
+    """Live records and open transactions, built file by file in replay order.
+
+    Damage is recorded, never raised: recovery decides what to do with it.
+    """
+
+    records: dict[int, RecordInfo]
+    """Live records by id."""
+    transactions: dict[int, list[Any]]
+    """Open transactions: tx_id -> ``[ops, xid or None, path, offset]``, ops as
+    ``(kind, record_id, user_type, body, frame_bytes)``."""
+    corrupt: list[tuple[str, int, str]]
+    """``(path, offset, reason)`` of damage followed by valid frames, and of inconsistent transactions."""
+    anomalies: list[tuple[str | None, int, str]]
+    """``(path, offset, reason)`` of legal-looking but inconsistent frames (an update of a record
+    that is not live, a second add of a live id)."""
+    frames_read: int
+    replaceable_updates: int
+    """Updates of a replaceable record type still live: what a compaction can drop."""
+    adds: int
+
+    def __init__(self, replaceable: Iterable[int] = ()) -> None:
+        """``replaceable``: the user record types whose updates ``replaceable_updates`` counts."""
+    @property
+    def live(self) -> LiveMap:
+        """Record id -> bytes of its frames (its add and its updates)."""
+    def replay_file(self, buffer: ReadableBuffer, stamp: int, start: int, path: str) -> tuple[int, int]:
+        """Apply every valid frame of one file from offset ``start``; returns ``(end_offset, end_check)``.
+
+        ``end_offset`` is where valid data ends (the append position); ``end_check`` (a ``FrameCheck``
+        value) says what lies there. Damage followed by valid frames goes to ``corrupt`` and is
+        skipped, never taken for the end.
+        """
+    def apply_ops(self, ops: list[tuple[int, int, int, bytes, int]], path: str | None = None,
+                  offset: int = 0) -> None:
+        """Apply a committed transaction's ``(kind, record_id, user_type, body, frame_bytes)`` in order."""
+
+def scan_frames(buffer: ReadableBuffer, stamp: int, start: int) -> list[
+        tuple[int, int, int | None, int | None, int | None, int | None, bytes | None]]:
+    """Every frame of one file from ``start`` as ``(offset, check, kind, user_type, record_id, tx_id,
+    body)``, for tools that print or verify: a damaged region is one row with ``check`` not VALID
+    and the other fields None. Ends where data ends."""
