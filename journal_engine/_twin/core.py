@@ -11,9 +11,10 @@ import time
 
 from ..errors import (DuplicateRecordError, JournalClosedError, JournalFailedError, JournalIOError, RecordTooLargeError,
                       StoreFullError, UnknownRecordError, UnknownTransactionError)
-from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, SYNC_MODE_NAMES,
+from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, SYNC_MODE_NAMES,
                       UNSYNCED_OPEN_FILES_MAX)
 from .codec import encode_frame, frame_size, pad_frame
+from .group_commit import BatchGathering
 from ..record_format import RecordKind
 from .livemap import LiveMap
 
@@ -95,14 +96,13 @@ class JournalCore:
         self._flusher_state = FLUSHER_IDLE
         self._kicked = threading.Condition(threading.Lock())
         self._kick_pending = False
-        self._sync_requests = 0
-        self._last_batch = 0
-        self._gather_us = 500
+        self._gathering = BatchGathering(self._lock, BUFFER_TIMEOUT_DEFAULT_US)
 
     # ----- set-up by the Python layer -------------------------------------------------
-    def _core_configure(self, mode: str, buffer_size: int, max_frame: int, replaceable, gather_us: int = 500) -> None:
+    def _core_configure(self, mode: str, buffer_size: int, max_frame: int, replaceable,
+                        gather_us: int = BUFFER_TIMEOUT_DEFAULT_US) -> None:
         self._mode = SYNC_MODES[mode]
-        self._gather_us = gather_us
+        self._gathering.window_us = gather_us
         self._buffer_size = buffer_size
         self._max_frame = max_frame
         self._replaceable = frozenset(replaceable)
@@ -337,7 +337,7 @@ class JournalCore:
         wait = (self._mode == MODE_ALWAYS) if sync is None else bool(sync)
         if wait:
             with self._lock:
-                self._sync_requests += 1
+                self._gathering.join()
                 target = self.appended_bytes
             self._wait_for(target, True)
             return
@@ -464,7 +464,8 @@ class JournalCore:
         """Gather, pad, write out (write baton), then fdatasync (sync baton)."""
         took_write = False
         try:
-            self._gather()              # without the write baton: a flush during the gather is not held up
+            with self._lock:            # without the write baton: a flush during the gather is not held up
+                self._gathering.wait()
             with self._cond:            # the batch keeps growing while the previous sync is on the disk
                 while self._syncing and self._failure is None:
                     self._cond.wait()
@@ -472,8 +473,7 @@ class JournalCore:
             took_write = True
             with self._lock:
                 self._pad_to_sector()
-                batch = self._sync_requests
-                self._sync_requests = 0
+                batch = self._gathering.take()
                 target = self.appended_bytes
                 with self._cond:
                     self._sync_inflight = max(self._sync_inflight, target)
@@ -512,7 +512,7 @@ class JournalCore:
                 seg.datasync()
             with self._lock:
                 self.sync_count += 1
-                self._last_batch = batch
+                self._gathering.served(batch)
                 for old in synced:
                     old.synced = old.written
                     old.close()
@@ -526,13 +526,6 @@ class JournalCore:
             with self._cond:
                 self._syncing = False
                 self._cond.notify_all()
-
-    def _gather(self) -> None:
-        if self._last_batch <= 1 or self._gather_us <= 0 or self._sync_requests >= self._last_batch:
-            return
-        deadline = time.monotonic() + self._gather_us / 1e6
-        while self._sync_requests < self._last_batch and time.monotonic() < deadline:
-            time.sleep(20e-6)
 
     def _write_active(self) -> None:
         """Caller holds the write baton and self._lock (the twin writes out under the lock)."""

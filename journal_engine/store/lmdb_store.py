@@ -85,6 +85,7 @@ from ..limits import BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_US_MAX, RECORD_TYPE_M
 from ..storage.directory_lock import DirectoryLock
 from ..storage.journal import LoadResult, PreparedTransaction, TransactionRecord
 from ..storage.recovery import LoadReport
+from .._twin.group_commit import BatchGathering
 from .interface import stored_backend
 
 log = logging.getLogger("journal_engine.store.lmdb")
@@ -214,10 +215,8 @@ class LmdbRecordStore:
         self._pending_tx: dict[int, _Transaction] = {}
         self._next_sequence = 0
         self._committing = False
-        self._gathered = threading.Condition(self._lock)    # a gathering leader's batch has its waiters
+        self._gathering = BatchGathering(self._lock, buffer_timeout_us)   # the group-commit leader's rule
         self._taken_bytes = 0           # appended_bytes when the last batch was taken for a commit
-        self._batch_waiters = 0         # callers waiting for durability of records in the batch not yet taken
-        self._last_batch_waiters = 1    # ... as many as the last commit served: what a leader gathers for
         self._failure: BaseException | None = None
         self._full_since = 0.0          # the flusher's last full-disk failure (monotonic s), 0 when none
         self._state = "new"
@@ -673,24 +672,14 @@ class LmdbRecordStore:
                         raise JournalClosedError("the store is closed")
                     if gathering and not counted and target > self._taken_bytes:
                         counted = True          # a waiter with records in the batch not yet taken
-                        self._batch_waiters += 1
-                        if self._batch_waiters >= self._last_batch_waiters:
-                            self._gathered.notify()
+                        self._gathering.join()
                     if not self._committing:
                         break
                     self._done.wait()
                 self._committing = True
-                if gathering and self._last_batch_waiters > 1:
-                    deadline = time.monotonic() + self.buffer_timeout_us / 1e6
-                    while (self._batch_waiters < self._last_batch_waiters and self._batch_bytes < self.buffer_size
-                           and self._state == "loaded"):
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        self._gathered.wait(remaining)
                 if gathering:
-                    self._last_batch_waiters = max(1, self._batch_waiters)
-                    self._batch_waiters = 0
+                    self._gathering.wait(lambda: self._batch_bytes < self.buffer_size and self._state == "loaded")
+                    self._gathering.served(self._gathering.take())
                 ops = self._batch
                 self._batch = []
                 self._batch_bytes = 0

@@ -115,10 +115,9 @@ class MessageStore:
                        compact_percentage=compact_percentage)
         os.makedirs(self.directory, exist_ok=True)
         if backend == "lmdb":
-            # the same two record stores (store/interface.py) on LMDB; the compiled writer appends into
-            # the journal's buffer, so the LMDB store's 34/36 records go through the Python twin
+            # the same two record stores (store/interface.py) on LMDB; the record writer reaches it
+            # through the protocol (the journal's core it writes into directly)
             from .lmdb_store import LmdbRecordStore
-            from .._twin.record_writer import RecordWriter
             lmdb_options = dict(sync=sync, buffer_timeout_us=buffer_timeout_us, buffer_size=buffer_size)
             self._journal = LmdbRecordStore(os.path.join(self.directory, MESSAGES_DIRECTORY),
                                             replaceable_types=REPLACEABLE_TYPES, **lmdb_options)
@@ -127,7 +126,6 @@ class MessageStore:
             except BaseException:
                 self._journal.close()
                 raise
-            self._writer = RecordWriter(self._journal, max_redelivery_records)
         else:
             from .interface import stored_backend
             for sub in (MESSAGES_DIRECTORY, BINDINGS_DIRECTORY):
@@ -144,7 +142,7 @@ class MessageStore:
             except BaseException:
                 self._journal.close()
                 raise
-            self._writer = _impl.RecordWriter(self._journal, max_redelivery_records)
+        self._writer = _impl.RecordWriter(self._journal, max_redelivery_records)
         self._lock = threading.Lock()          # the Python-side bookkeeping below; the writer needs none
         self._shadow: DeliveryShadow | None = None     # strict mode: dispatch counts in shared memory
         self._queues: dict[int, StoredQueue] = {}

@@ -19,7 +19,7 @@ a sync wait), so no pointer into the table is kept across an append. The Python
 twin is journal_engine._twin.record_writer; both write the same bytes.
 """
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
@@ -88,7 +88,8 @@ cdef class RecordWriter:
     """The message store's record writer for one message journal: sends, acknowledgements, and the
     capped delivery-count and scheduled-time records."""
 
-    cdef JournalCore _journal
+    cdef JournalCore _journal       # the journal's core, written into directly; None for any other store
+    cdef object _store              # the record store (the record-store protocol): the journal, or LMDB
     cdef readonly long long max_redelivery_records
     cdef readonly unsigned long long delivery_count_records_written
     cdef readonly unsigned long long scheduled_time_records_written
@@ -113,12 +114,36 @@ cdef class RecordWriter:
     def __cinit__(self):
         self._slots = NULL
 
-    def __init__(self, JournalCore journal not None, max_redelivery_records=10):
+    def __init__(self, store not None, max_redelivery_records=10):
+        """`store`: a record store (store/interface.py). The journal's frames are appended straight
+        into its core's buffer; any other store (LMDB) gets the same records through the protocol's
+        add / update / delete / is_live, so both backends share this writer and its rules."""
         check_max_redelivery_records(max_redelivery_records)
-        self._journal = journal
+        self._store = store
+        self._journal = store if isinstance(store, JournalCore) else None
         self.max_redelivery_records = max_redelivery_records
-        self._always = getattr(journal, "sync_mode", "group") == "always"
+        self._always = getattr(store, "sync_mode", "group") == "always"
         self._allocate(INITIAL_CAPACITY)
+
+    cdef int _append(self, uint8_t kind, uint8_t user_type, uint64_t record_id, uint64_t tx_id,
+                     const unsigned char *body, Py_ssize_t n, object sync) except -1:
+        """One record: into the journal core's buffer, or through the protocol."""
+        if self._journal is not None:
+            return self._journal._append_raw(kind, user_type, record_id, tx_id, body, n, sync)
+        if kind == KIND_ADD:
+            self._store.add(record_id, user_type, PyBytes_FromStringAndSize(<const char *>body, n), sync=sync)
+        elif kind == KIND_UPDATE:
+            self._store.update(record_id, user_type, PyBytes_FromStringAndSize(<const char *>body, n), sync=sync)
+        elif kind == KIND_DELETE:
+            self._store.delete(record_id, sync=sync)
+        else:
+            raise AssertionError(f"the record writer writes no frames of kind {kind}")
+        return 0
+
+    cdef bint _is_live(self, uint64_t record_id) except -1:
+        if self._journal is not None:
+            return self._journal._live.contains(record_id)
+        return bool(self._store.is_live(record_id))
 
     def __dealloc__(self):
         if self._shadow_attached:
@@ -193,7 +218,7 @@ cdef class RecordWriter:
                       unsigned int persisted_count=0):
         """Start tracking a live reference; persisted_count is what recovery restored (0 if none).
         The message must be live in the journal, and stay live until the reference is removed."""
-        if not self._journal._live.contains(message_id):
+        if not self._is_live(message_id):
             raise UnknownRecordError.of_message(message_id)
         if self._find(queue_id, message_id) != NULL:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
@@ -247,12 +272,12 @@ cdef class RecordWriter:
         cdef unsigned char ref_body[QUEUE_ID_BODY]
         cdef Py_ssize_t head_n = PyBytes_GET_SIZE(head), body_n, n
         cdef unsigned char *record
-        if self._journal._live.contains(message_id):
+        if self._is_live(message_id):
             raise DuplicateRecordError(f"record {message_id} is already live; update or delete it first")
         if self._find(queue_id, message_id) != NULL:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
         if body is None:
-            self._journal._append_raw(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0,
+            self._append(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0,
                                       <const unsigned char *>PyBytes_AS_STRING(head), head_n, False)
         else:
             body_n = PyBytes_GET_SIZE(body)
@@ -268,11 +293,11 @@ cdef class RecordWriter:
                 store_u32(record + head_n, <uint32_t>body_n)
                 memcpy(record + head_n + 4, PyBytes_AS_STRING(body), body_n)
                 store_u32(record + head_n + 4 + body_n, 0)
-                self._journal._append_raw(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0, record, n, False)
+                self._append(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0, record, n, False)
             finally:
                 PyMem_Free(record)
         store_u64(ref_body, queue_id)
-        self._journal._append_raw(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
+        self._append(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
         self._track(queue_id, message_id, 0)
 
     def acknowledge_reference(self, unsigned long long queue_id, unsigned long long message_id,
@@ -284,10 +309,10 @@ cdef class RecordWriter:
         if slot == NULL:
             raise UnknownRecordError.of_reference(queue_id, message_id)
         store_u64(body, queue_id)
-        self._journal._append_raw(KIND_UPDATE, TYPE_ACKNOWLEDGE_REF, message_id, 0, body, QUEUE_ID_BODY, False)
+        self._append(KIND_UPDATE, TYPE_ACKNOWLEDGE_REF, message_id, 0, body, QUEUE_ID_BODY, False)
         self._untrack(queue_id, message_id)        # looked up again: the append may have let another thread in
         if delete_message:
-            self._journal._append_raw(KIND_DELETE, 0, message_id, 0, body, 0, False)
+            self._append(KIND_DELETE, 0, message_id, 0, body, 0, False)
 
     # ----- the delivery-count shadow ------------------------------------------------------------------
     def attach_shadow(self, shadow):
@@ -347,7 +372,7 @@ cdef class RecordWriter:
         cdef uint64_t h
         if self._shadow_rolling:
             # another thread is writing the journal out for a new epoch: this dispatch does the same
-            self._journal._wait_for(self._journal.appended_bytes, False)
+            self._store.flush()
             return 0
         if self._shadow_next == self._shadow_capacity:
             self._shadow_roll()
@@ -404,7 +429,7 @@ cdef class RecordWriter:
         slot.persisted = count
         # the append may release the GIL (file switch, sync wait): `slot` is not used after it
         try:
-            self._journal._append_raw(KIND_UPDATE, TYPE_UPDATE_DELIVERY_COUNT, message_id, 0, body,
+            self._append(KIND_UPDATE, TYPE_UPDATE_DELIVERY_COUNT, message_id, 0, body,
                                       DELIVERY_COUNT_BODY, sync)
         except BaseException:
             slot = self._find(queue_id, message_id)
@@ -421,7 +446,7 @@ cdef class RecordWriter:
             return 0
         store_u64(body, queue_id)
         store_u64(body + 8, scheduled_ms)
-        self._journal._append_raw(KIND_UPDATE, TYPE_SET_SCHEDULED_DELIVERY_TIME, message_id, 0, body,
+        self._append(KIND_UPDATE, TYPE_SET_SCHEDULED_DELIVERY_TIME, message_id, 0, body,
                                   SCHEDULED_TIME_BODY, sync)
         self.scheduled_time_records_written += 1
         return 1
@@ -519,5 +544,5 @@ cdef class RecordWriter:
 
     cdef int _finish_batch(self, Py_ssize_t written, object sync) except -1:
         if written and (bool(sync) if sync is not None else self._always):
-            self._journal.sync()
+            self._store.sync()
         return 0

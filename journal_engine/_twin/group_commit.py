@@ -1,0 +1,55 @@
+"""Group commit's leader rule, the one Python copy: the twin core and the LMDB store both use it
+(the compiled core has its own, in pyx/journal_engine/_core.pyx, without the GIL).
+
+A thread that wants its records durable joins the batch that is filling; the thread that commits
+(the leader) first waits, at most the window, until as many waiters have joined as the last batch
+served, so concurrent callers share one commit instead of trickling into the next one by one.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+
+class BatchGathering:
+    """The waiters of the batch that is filling, and how many the last commit served.
+
+    Every method is called with the owner's `lock` held; wait() releases it while it sleeps, so
+    appenders can join meanwhile.
+    """
+
+    __slots__ = ("_joined", "window_us", "waiting", "last_batch")
+
+    def __init__(self, lock, window_us: int) -> None:
+        self._joined = threading.Condition(lock)
+        self.window_us = window_us
+        self.waiting = 0        # waiters with records in the batch that is filling
+        self.last_batch = 0     # how many the last commit served: the next leader waits for as many
+
+    def join(self) -> None:
+        """A caller with records in the filling batch now waits for its commit."""
+        self.waiting += 1
+        if self.waiting >= self.last_batch:
+            self._joined.notify()
+
+    def wait(self, still_gathering: Callable[[], bool] = lambda: True) -> None:
+        """The leader's wait before it takes the batch: until as many have joined as last time, the
+        window has passed, or `still_gathering()` says to stop (a full buffer, a closing store)."""
+        if self.last_batch <= 1 or self.window_us <= 0 or self.waiting >= self.last_batch:
+            return
+        deadline = time.monotonic() + self.window_us / 1e6
+        while self.waiting < self.last_batch and still_gathering():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._joined.wait(remaining)
+
+    def take(self) -> int:
+        """The leader takes the batch: how many waiters it serves."""
+        batch, self.waiting = self.waiting, 0
+        return batch
+
+    def served(self, batch: int) -> None:
+        """A commit served `batch` waiters: the next leader gathers for as many."""
+        self.last_batch = max(1, batch)
