@@ -43,6 +43,12 @@ class TransactionRecord:
 
 @dataclass
 class PreparedTransaction:
+    """A transaction prepared (two-phase commit) and neither committed nor rolled back when the
+    journal was last closed: ``load()`` returns it for the caller to commit or roll back by tx_id.
+
+    ``records`` is a list of ``TransactionRecord`` in append order.
+    """
+
     tx_id: int
     xid: bytes
     records: list
@@ -50,6 +56,14 @@ class PreparedTransaction:
 
 @dataclass
 class LoadResult:
+    """What ``Journal.load()`` recovered.
+
+    ``records``: {record id: RecordInfo} of the live records (``.record_id``, ``.record_type``,
+    ``.body``, ``.updates`` as (record type, body) in append order); ``prepared``: the
+    ``PreparedTransaction`` list; ``report``: a ``LoadReport`` (``.torn_tail_truncated``,
+    ``.corrupt`` as (path, offset, reason), ``.files_read``, ``.rolled_back``, ``.duration_s``).
+    """
+
     records: dict
     prepared: list
     report: LoadReport
@@ -80,12 +94,66 @@ def _check_config(file_size, min_files, sync, buffer_timeout_us, buffer_size, co
 
 
 class Journal(JournalCore):
-    """A segmented, append-only, crash-safe journal of records in one directory."""
+    """A segmented, append-only, crash-safe journal of records in one directory.
+
+    Open it, call ``load()`` once (it recovers what the directory holds and returns it), append,
+    ``close()`` (or use it as a context manager). One Journal holds a directory at a time: a second
+    one, in this process or another, raises ``JournalLockedError``.
+
+    Arguments (keyword-only after ``directory``; each bad value raises ``ConfigError``):
+
+    * ``directory``: created if absent.
+    * ``file_size``: bytes per journal file, a multiple of 4096 within 64 KiB..2 GiB; default
+      10 MiB. A record must fit one file (else ``RecordTooLargeError``).
+    * ``min_files``: the fewest journal files the directory keeps, created ahead of need (a full
+      file is never waited for), at least 2; default 2.
+    * ``sync``: ``"always"`` (every append waits for fdatasync), ``"group"`` (default: appends
+      return at once, a background flusher syncs within ``buffer_timeout_us``, ``sync=True``
+      callers share one fdatasync) or ``"none"`` (nothing waits; the operating system writes back).
+    * ``buffer_timeout_us``: microseconds, 0..10 s; default 500. In group mode, how long an
+      unsynced append may wait for the flusher, and how long a sync leader waits to gather more.
+    * ``buffer_size``: bytes of the append buffer (allocated once at open), at least 4096;
+      default 490 KiB. More unsynced bytes than this make the flusher sync at once.
+    * ``compact_min_files``: compaction starts only past this many data files; 0 turns automatic
+      compaction off; default 10.
+    * ``compact_percentage``: 0..100; default 30. Compact when live bytes fall below this
+      percentage of the data files' bytes.
+    * ``replaceable_types``: {user record type: key bytes}; updates of such a type whose first
+      key bytes of body match replace each other, and compaction drops the older ones. Default none.
+    * ``pool_files``: free files kept for reuse after compaction, an integer >= 0; default
+      ``min_files``. The rest are deleted.
+
+    The record API, inherited from the compiled core (``journal_engine/_core.pyi`` types it):
+    ``add(record_id, record_type, body, *, sync=None)``, ``update(...)``, ``delete(record_id, *,
+    sync=None)``, ``add_tx`` / ``update_tx`` / ``delete_tx(tx_id, ...)``, ``prepare(tx_id, xid, *,
+    sync=None)``, ``commit`` / ``rollback(tx_id, *, sync=None)`` return None; ``sync()`` returns
+    once everything appended before it is durable, ``flush()`` once it survives a killed process;
+    ``is_live(record_id)`` -> bool. Record ids and tx ids are u64, record types 0..255, bodies any
+    bytes-like object. ``sync=None`` lets the mode decide; ``True`` waits for a shared fdatasync;
+    transaction boundaries sync unless the mode is ``"none"``. They raise ``JournalClosedError``
+    before ``load()`` or after ``close()``, ``JournalFailedError`` once a write or sync failed
+    (reopen to recover what was synced), ``DuplicateRecordError`` / ``UnknownRecordError`` for an
+    id that is / is not live, ``UnknownTransactionError``, ``RecordTooLargeError``,
+    ``StoreFullError`` (disk full; the journal stays usable), ``ValueError`` / ``OverflowError``
+    for a record type or id out of range.
+
+    Thread safety: the record API, ``sync()``, ``flush()``, ``stats()``, ``needs_compaction()``,
+    ``record_type_counts()`` and ``compact()`` may run from several threads at once (appends are
+    serialised by the GIL, concurrent sync waiters share one fdatasync, compactions take a lock
+    and run beside appends). ``load()`` runs once, before any append; ``close()`` once, after the
+    appending threads are done (an append racing it raises ``JournalClosedError``).
+    """
 
     def __init__(self, directory, *, file_size: int = FILE_SIZE_DEFAULT_BYTES, min_files: int = 2,
                  sync: str = "group", buffer_timeout_us: int = 500, buffer_size: int = 490 * 1024,
                  compact_min_files: int = 10, compact_percentage: int = 30,
                  replaceable_types: dict | None = None, pool_files: int | None = None) -> None:
+        """Check the arguments (units and defaults: the class docstring), create the directory and
+        lock it; nothing is read or written until ``load()``.
+
+        Raises ``ConfigError`` for a bad argument, ``JournalLockedError`` when another Journal holds
+        the directory, ``JournalIOError`` when it cannot be created or locked.
+        """
         super().__init__()
         if pool_files is not None and (not isinstance(pool_files, int) or pool_files < 0):
             raise ConfigError("pool_files", pool_files, "must be an integer >= 0 (None: min_files)")
@@ -131,7 +199,19 @@ class Journal(JournalCore):
 
     # ----- recovery ---------------------------------------------------------------------------
     def load(self) -> LoadResult:
-        """Replay every file; return the live records, prepared transactions and a report."""
+        """Replay every file; return the live records, prepared transactions and a report.
+
+        Recovery acts on what it finds (docs/internals/recovery.md): it finishes an interrupted
+        compaction, erases a torn tail (``report.torn_tail_truncated``), rolls back transactions that
+        were never prepared or committed (``report.rolled_back``), and reports damage followed by
+        valid records in ``report.corrupt`` (also logged and warned as RuntimeWarning) instead of
+        failing. Appends are accepted once it returns.
+
+        Runs once, right after opening, before any other thread uses the journal. Raises
+        ``JournalError`` when called twice or after ``close()``, ``CorruptRecordError`` (or
+        ``IncompatibleFormatError``) for a file that is not a journal file of this format,
+        ``JournalIOError`` / ``StoreFullError`` when reading or preparing the files fails.
+        """
         if self._state != "new":
             raise JournalError("load() runs once, right after opening" if self._state == "loaded"
                                else "the journal is closed")
@@ -254,7 +334,15 @@ class Journal(JournalCore):
             log.error("automatic compaction failed: %s", exc)
 
     def compact(self) -> None:
-        """Rewrite the live records of every file before the active one; crash-safe."""
+        """Rewrite the live records of every file before the active one; crash-safe.
+
+        Frees the space of deleted records and of replaced updates (``replaceable_types``); a crash
+        at any step leaves either the old files or the new ones (the next ``load()`` finishes it).
+        Runs automatically on a background thread when ``needs_compaction()``; a call may come from
+        any thread while others append, and waits for a compaction already running. Returns None;
+        raises ``JournalClosedError`` before ``load()`` or after ``close()``, ``JournalIOError`` /
+        ``StoreFullError`` when writing the new files fails (the old ones stay in use).
+        """
         if self._state != "loaded":
             raise JournalClosedError("the journal is closed or not loaded")
         with self._compaction_lock:
@@ -277,6 +365,7 @@ class Journal(JournalCore):
         self._pool.reclaim(data_path, file_id)
 
     def allocate_file_id(self) -> int:
+        """A file id never used in this directory (the compactor's outputs take one each)."""
         return self._pool.allocate_id()
 
     def _roll_for_compaction(self) -> Segment:
@@ -301,6 +390,10 @@ class Journal(JournalCore):
         return counts
 
     def stats(self) -> dict:
+        """Counters and sizes for inspection: files (data, ready, free), live records and bytes,
+        appended and durable bytes, syncs, pending transactions, the active file and position,
+        compactions and the last automatic compaction's error. Any thread, any time; the numbers
+        are read without a lock, so they may be a moment apart while others append."""
         active = self._core_active()
         return {
             "directory": self.directory,
@@ -327,7 +420,12 @@ class Journal(JournalCore):
 
     # ----- closing --------------------------------------------------------------------------------
     def close(self) -> None:
-        """Sync what was appended, stop the background threads, release the directory."""
+        """Sync what was appended, stop the background threads, release the directory.
+
+        Idempotent; returns None. A failure of the final sync is logged, not raised (what was synced
+        before it is recovered by the next ``load()``). Call it once the appending threads are done:
+        an append racing it raises ``JournalClosedError``.
+        """
         if self._state == "closed":
             return
         try:
