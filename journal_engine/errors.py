@@ -7,7 +7,10 @@ from __future__ import annotations
 
 
 class JournalError(Exception):
-    """Root of every error journal_engine raises on purpose."""
+    """Root of every error journal_engine raises on purpose.
+
+    ``hint`` says what the caller can do about it; it is also appended to the message.
+    """
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         self.hint = hint
@@ -15,7 +18,11 @@ class JournalError(Exception):
 
 
 class CorruptRecordError(JournalError, ValueError):
-    """A file's bytes do not hold what the format promises."""
+    """A file's bytes do not hold what the format promises.
+
+    ``path``, ``offset`` (bytes from the start of the file) and ``field`` say where, when known;
+    the message names them too, so a log line alone locates the damage.
+    """
 
     def __init__(self, message: str, *, path: str | None = None, offset: int | None = None,
                  field: str | None = None, hint: str | None = None) -> None:
@@ -74,7 +81,10 @@ class JournalLockedError(JournalError):
 
 
 class ConfigError(JournalError, ValueError):
-    """A configuration field has a value it cannot take."""
+    """A configuration field has a value it cannot take.
+
+    ``field`` names the argument or configuration element, ``value`` is what it was given.
+    """
 
     def __init__(self, field: str, value: object, problem: str, *, hint: str | None = None) -> None:
         self.field = field
@@ -110,11 +120,13 @@ class UnknownRecordError(JournalError, KeyError):
 
     @classmethod
     def of_reference(cls, queue_id: int, message_id: int) -> "UnknownRecordError":
+        """A message store call named a reference (queue, message) that is not live."""
         return cls(f"no live reference of message {message_id} on queue {queue_id}; "
                    "store_reference() it first (or it was acknowledged or deleted)")
 
     @classmethod
     def of_message(cls, message_id: int) -> "UnknownRecordError":
+        """A reference was added for a message that is not live: the message record comes first."""
         return cls(f"message {message_id} is not live in the journal; a reference needs its message")
 
     def __str__(self) -> str:  # KeyError would repr() the message

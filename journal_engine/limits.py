@@ -86,10 +86,13 @@ def checked_array(values, typecode: str, what: str) -> array:
 
 
 def u64_array(values, what: str) -> array:
+    """A batch of u64 values (ids, times) as array("Q"), so the compiled writer reads them without
+    a Python object each; OverflowError naming ``what`` for a value outside 0..U64_MAX."""
     return checked_array(values, "Q", what)
 
 
 def u32_array(values, what: str) -> array:
+    """A batch of u32 values (delivery counts) as array("I"); OverflowError outside 0..U32_MAX."""
     return checked_array(values, "I", what)
 
 

@@ -149,6 +149,8 @@ def encode_scheduled_time(queue_id: int, scheduled_ms: int) -> bytes:
 
 
 def decode_queue_id(body: bytes, *, message_id: int, record_type: int, path=None) -> int:
+    """The u64 queue id that is the whole body of ADD_REF (32) and ACKNOWLEDGE_REF (33);
+    CorruptRecordError (naming the message, the record type and ``path``) for any other length."""
     if len(body) != _QUEUE_ID.size:
         raise _corrupt(message_id, record_type, f"body is {len(body)} bytes, expected {_QUEUE_ID.size}", path)
     return _QUEUE_ID.unpack(body)[0]
@@ -357,6 +359,8 @@ def encode_queue(name: str, address: str, *, routing_type: str = "anycast", filt
 
 
 def decode_queue(queue_id: int, data: bytes, *, path=None) -> StoredQueue:
+    """The StoredQueue of a QUEUE_BINDING_RECORD body (the inverse of ``encode_queue``);
+    CorruptRecordError for another format version, a bad routing type or a truncated field."""
     reader = _Reader(bytes(data), queue_id, RecordType.QUEUE_BINDING_RECORD, path, "queue")
     version, routing, has_filter = reader.unpack(_QUEUE_HEAD, "queue header")
     if version != QUEUE_FORMAT_VERSION:
