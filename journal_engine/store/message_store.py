@@ -85,6 +85,29 @@ class MessageStore:
     Every write takes ``sync=None``: None lets the journal's mode decide ("always" waits for the
     disk, "group" and "none" do not), True waits for a (shared) fdatasync, False never waits.
     Writes that do not wait are durable within ``buffer_timeout_us`` in "group" mode.
+
+    Arguments (keyword-only after ``directory``; a bad value raises ``ConfigError``):
+
+    * ``directory``: the store's directory (its ``messages/`` and ``bindings/`` record stores).
+    * ``backend``: ``"journal"`` (default) or ``"lmdb"``; opening a directory written by the other
+      backend raises ``IncompatibleFormatError``.
+    * ``max_redelivery_records``: Artemis's cap: delivery-count and scheduled-time records stop past
+      this count (-1: no cap); default 10.
+    * ``persist_delivery_count_before_delivery``: ``before_delivery()`` makes the count survive a
+      killed process before the message is handed out; default False.
+    * ``strict_delivery_sync``: with the previous option, wait for a shared fdatasync instead, so a
+      power cut loses nothing either; default False.
+    * ``sync``: the journals' mode, ``"always"``, ``"group"`` (default) or ``"none"``.
+    * ``clock``: an object with ``now_ms()`` (e.g. ``ManualClock``) for scheduled times at load;
+      default the wall clock.
+    * ``file_size`` (bytes, default 10 MiB), ``min_files`` (2), ``buffer_timeout_us`` (µs, 500),
+      ``buffer_size`` (bytes, 490 KiB), ``compact_min_files`` (10), ``compact_percentage`` (30): both
+      journals', as ``Journal`` takes them (the bindings journal's files are at most 1 MiB).
+
+    Call ``load()`` once after opening, then write; ``close()`` at the end. Thread safety: every
+    method may be called from several threads at once (a lock guards the store's bookkeeping and
+    the journals serialise appends) except ``load()`` and ``close()``, which run once each while no
+    other thread uses the store. A ``StoreTransaction`` belongs to one thread at a time.
     """
 
     def __init__(self, directory, *, backend: str = "journal", max_redelivery_records: int = 10,
@@ -434,6 +457,7 @@ class MessageStore:
         del self._message_queues[message_id]
 
     def has_message(self, message_id: int) -> bool:
+        """Whether the message is stored and not deleted (with or without live references)."""
         return message_id in self._message_queues
 
     def reference_queues(self, message_id: int) -> set:
@@ -547,6 +571,8 @@ class MessageStore:
         return journal.record_type_counts().get(int(record_type), 0)
 
     def stats(self) -> dict:
+        """Counters for inspection: the store's queues, messages and references and each record
+        store's own ``stats()``. JournalClosedError unless loaded."""
         self._check_loaded()
         return {
             "directory": self.directory,
