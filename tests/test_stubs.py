@@ -202,7 +202,8 @@ def test_stubs_agree_with_the_compiled_modules_by_stubtest(tmp_path):
         allow += [rf"journal_engine\.{name}\.{member}" for member in dir(module)
                   if is_public(member) and imported_from_elsewhere(module, member)]
     (tmp_path / "allowlist.txt").write_text("\n".join(allow) + "\n", encoding="utf-8")
-    (tmp_path / "mypy.ini").write_text("[mypy]\nfollow_imports = silent\n", encoding="utf-8")
+    (tmp_path / "mypy.ini").write_text(f"[mypy]\nfollow_imports = silent\ncache_dir = {tmp_path / 'mypy_cache'}\n",
+                                       encoding="utf-8")
     result = run_mypy_tool(["mypy.stubtest", "--mypy-config-file", str(tmp_path / "mypy.ini"),
                             "--allowlist", str(tmp_path / "allowlist.txt"), "--ignore-unused-allowlist",
                             *[f"journal_engine.{name}" for name in COMPILED]])
