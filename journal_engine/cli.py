@@ -9,7 +9,6 @@ import sys
 
 from . import IMPLEMENTATION, Journal, JournalError
 from ._impl import scan_frames
-from .limits import FILE_HEADER_SIZE_BYTES
 from .record_format import FrameCheck, RecordKind
 from .storage.format import stamp_of
 from .storage.recovery import analyze
@@ -27,7 +26,7 @@ def _cmd_print(args) -> int:
         print(f"# {data.path}: file id {data.header.file_id}, sequence {data.header.sequence}"
               + (" (compacted)" if data.header.flags & 1 else ""))
         with open(data.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            frames = scan_frames(view, stamp_of(data.header.file_id), FILE_HEADER_SIZE_BYTES)
+            frames = scan_frames(view, stamp_of(data.header.file_id), data.header.data_start)
         for offset, check, kind, user_type, record_id, tx_id, body in frames:
             if check != FrameCheck.VALID:
                 label = FrameCheck(check).name
@@ -76,7 +75,7 @@ def _cmd_verify(args) -> int:
 
 
 def _cmd_stats(args) -> int:
-    with Journal(args.directory) as journal:
+    with Journal(args.directory, read_only=True) as journal:   # an inspection writes nothing
         journal.load()
         print(json.dumps(journal.stats(), indent=2))
     return 0

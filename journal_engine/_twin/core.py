@@ -261,7 +261,7 @@ class JournalCore:
 
     def _check_writable(self) -> None:
         if not self._ready:
-            raise JournalClosedError("the journal is closed or not loaded; call load() after opening")
+            raise JournalClosedError("the journal is closed, read-only, or not loaded; call load() after opening (read_only=True never appends)")
         if self._failure is not None:
             raise JournalFailedError(
                 f"the journal stopped accepting writes after an I/O failure: {self._failure}",

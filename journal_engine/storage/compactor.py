@@ -29,7 +29,7 @@ from . import durability
 from .format import COMPACT_NAME, CONTROL_FILE, DATA_NAME, HEADER_FLAG_COMPACTED, HEADER_FLAG_FRESH, FileHeader, compact_name, data_name, free_name, stamp_of
 from ..record_format import RecordKind
 from .recovery import replay_data_file
-from .segment_files import DataFile, read_header
+from .segment_files import DataFile, read_compaction_plan, read_header
 
 log = logging.getLogger("journal_engine.storage")
 
@@ -43,7 +43,7 @@ def recover(directory: str, reclaim=None) -> bool:
     control = os.path.join(directory, CONTROL_FILE)
     durability.unlink(control + ".tmp", missing_ok=True)
     if os.path.exists(control):
-        _finish_swap(directory, _read_control(control), reclaim)
+        _finish_swap(directory, read_compaction_plan(control), reclaim)
         return True
     leftovers = [name for name in _names(directory) if COMPACT_NAME.match(name)]
     for name in leftovers:
@@ -82,25 +82,6 @@ def _finish_swap(directory: str, plan: dict, reclaim) -> None:
     durability.unlink(os.path.join(directory, CONTROL_FILE), missing_ok=True)
     durability.fsync_directory(directory)
     log.info("compaction of %d files finished", len(plan["replaced"]))
-
-
-def _read_control(path: str) -> dict:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except OSError as exc:
-        raise durability.io_error(exc, path, "reading") from exc
-    body, _, crc_text = raw.rpartition(b"\n")
-    try:
-        ok = int(crc_text) == crc32c(body)
-        plan = json.loads(body) if ok else None
-    except ValueError:
-        ok, plan = False, None
-    if not ok or not isinstance(plan, dict) or "outputs" not in plan or "replaced" not in plan:
-        raise CorruptRecordError("compaction control file is damaged", path=path, offset=0, field="control",
-                                 hint="it was written atomically, so something else changed it; restore it "
-                                      "or remove it and the .jec files together")
-    return plan
 
 
 def _data_name_of(compact_file: str) -> str:
@@ -201,7 +182,7 @@ def _finish_committed(journal) -> None:
     if not os.path.exists(control):
         recover(directory)      # only .jec leftovers of a failed compaction to delete
         return
-    plan = _read_control(control)
+    plan = read_compaction_plan(control)
     _finish_swap(directory, plan, journal.reclaim_file)
     outputs = [read_header(os.path.join(directory, _data_name_of(name))) for name in plan["outputs"]]
     journal.replace_data_files([os.path.join(directory, name) for name in plan["replaced"]], outputs)

@@ -6,6 +6,7 @@ new files, runs the group-commit flusher and starts compactions.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -14,11 +15,12 @@ import warnings
 from dataclasses import dataclass
 
 from .._impl import IMPLEMENTATION, JournalCore, Segment
-from ..errors import ConfigError, JournalClosedError, JournalError
-from ..limits import (BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_US_MAX, COMPACT_PERCENTAGE_MAX,
-                      COMPACT_UPDATE_FACTOR, FILE_SIZE_DEFAULT_BYTES,
-                      FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES, MIN_FILES_MIN, SECTOR_SIZE_BYTES,
-                      max_frame_bytes)
+from ..errors import ConfigError, JournalClosedError, JournalError, JournalIOError
+from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_DEFAULT_US,
+                      BUFFER_TIMEOUT_US_MAX, COMPACT_MIN_FILES_DEFAULT, COMPACT_PERCENTAGE_DEFAULT,
+                      COMPACT_PERCENTAGE_MAX, COMPACT_UPDATE_FACTOR, FILE_SIZE_DEFAULT_BYTES, FILE_SIZE_MAX_BYTES,
+                      FILE_SIZE_MIN_BYTES, MIN_FILES_DEFAULT, MIN_FILES_MIN, SECTOR_SIZE_BYTES, SYNC_MODE_DEFAULT,
+                      SYNC_MODE_NAMES, max_frame_bytes)
 from . import compactor, durability
 from .format import FORMAT_VERSION, LOCK_FILE, FileHeader
 from ..record_format import RecordKind
@@ -28,7 +30,6 @@ from .segment_files import DataFile, FilePool
 
 log = logging.getLogger("journal_engine.storage")
 
-SYNC_MODE_NAMES = ("always", "group", "none")
 
 
 @dataclass
@@ -144,15 +145,17 @@ class Journal(JournalCore):
     appending threads are done (an append racing it raises ``JournalClosedError``).
     """
 
-    def __init__(self, directory, *, file_size: int = FILE_SIZE_DEFAULT_BYTES, min_files: int = 2,
-                 sync: str = "group", buffer_timeout_us: int = 500, buffer_size: int = 490 * 1024,
-                 compact_min_files: int = 10, compact_percentage: int = 30,
+    def __init__(self, directory, *, file_size: int = FILE_SIZE_DEFAULT_BYTES, min_files: int = MIN_FILES_DEFAULT,
+                 sync: str = SYNC_MODE_DEFAULT, buffer_timeout_us: int = BUFFER_TIMEOUT_DEFAULT_US,
+                 buffer_size: int = BUFFER_SIZE_DEFAULT_BYTES, compact_min_files: int = COMPACT_MIN_FILES_DEFAULT,
+                 compact_percentage: int = COMPACT_PERCENTAGE_DEFAULT, read_only: bool = False,
                  replaceable_types: dict | None = None, pool_files: int | None = None) -> None:
         """Check the arguments (units and defaults: the class docstring), create the directory and
         lock it; nothing is read or written until ``load()``.
 
         Raises ``ConfigError`` for a bad argument, ``JournalLockedError`` when another Journal holds
-        the directory, ``JournalIOError`` when it cannot be created or locked.
+        the directory, ``JournalIOError`` when it cannot be created or locked (read-only: when it
+        does not exist).
         """
         super().__init__()
         if pool_files is not None and (not isinstance(pool_files, int) or pool_files < 0):
@@ -181,6 +184,15 @@ class Journal(JournalCore):
         self._compaction_thread: threading.Thread | None = None
         self.compaction_count = 0
         self.last_compaction_error: BaseException | None = None
+        self.read_only = bool(read_only)
+        self._read_only_stats: dict = {}
+        if self.read_only:
+            # an inspection: nothing is created, locked, truncated, rolled back or written
+            if not os.path.isdir(self.directory):
+                raise JournalIOError(f"no journal directory at {self.directory}", errno=errno.ENOENT,
+                                     path=self.directory, hint="check the path; read_only=True creates nothing")
+            self._directory_lock = None
+            return
         try:
             os.makedirs(self.directory, exist_ok=True)
         except OSError as exc:
@@ -213,9 +225,11 @@ class Journal(JournalCore):
         ``JournalIOError`` / ``StoreFullError`` when reading or preparing the files fails.
         """
         if self._state != "new":
-            raise JournalError("load() runs once, right after opening" if self._state == "loaded"
+            raise JournalError("load() runs once, right after opening" if self._state in ("loaded", "read-only")
                                else "the journal is closed")
         started = time.perf_counter()
+        if self.read_only:
+            return self._load_read_only(started)
         compactor.recover(self.directory)
         analysis = analyze(self.directory, self.replaceable_types, remove_temporary=True)
         listing, state, ends, last, report = (analysis.listing, analysis.state, analysis.ends,
@@ -281,6 +295,30 @@ class Journal(JournalCore):
             log.warning("torn tail truncated in %s at offset %d", *report.torn_tail)
         return LoadResult(records=state.records, prepared=prepared, report=report)
 
+    def _load_read_only(self, started: float) -> LoadResult:
+        """load() of an inspection: the same records, prepared transactions and damage a writing load
+        would return, with nothing changed on disk. A committed compaction is read as if finished;
+        a torn tail is reported (``torn_tail``) but not erased (``torn_tail_truncated`` stays False);
+        incomplete transactions are listed in ``report.incomplete_transactions``, not rolled back."""
+        analysis = analyze(self.directory, self.replaceable_types, as_if_compacted=True)
+        state, report = analysis.state, analysis.report
+        report.torn_tail_truncated = False
+        prepared = []
+        for tx_id, (ops, xid, _path, _offset) in state.transactions.items():
+            if xid is None:
+                report.incomplete_transactions.append(tx_id)
+            else:
+                prepared.append(PreparedTransaction(tx_id, xid, [
+                    TransactionRecord(_TX_KIND_NAMES[kind], record_id, user_type, body)
+                    for kind, record_id, user_type, body, _size in ops]))
+        self._data_files = analysis.listing.data
+        self._read_only_stats = {"live_records": len(state.records), "live_bytes": state.live.total_bytes,
+                                 "add_count": state.adds, "replaceable_updates": state.replaceable_updates,
+                                 "pending_transactions": len(state.transactions)}
+        self._state = "read-only"
+        report.duration_s = time.perf_counter() - started
+        return LoadResult(records=state.records, prepared=prepared, report=report)
+
     # ----- hooks the core calls ---------------------------------------------------------------
     def _next_segment(self, needed: int) -> Segment:
         segment = self._pool.take()
@@ -343,6 +381,8 @@ class Journal(JournalCore):
         raises ``JournalClosedError`` before ``load()`` or after ``close()``, ``JournalIOError`` /
         ``StoreFullError`` when writing the new files fails (the old ones stay in use).
         """
+        if self.read_only:
+            raise JournalError("a read-only journal is never compacted", hint="open it with read_only=False")
         if self._state != "loaded":
             raise JournalClosedError("the journal is closed or not loaded")
         with self._compaction_lock:
@@ -377,23 +417,24 @@ class Journal(JournalCore):
         """Adds and updates of each user record type that a load() would replay now (live records
         only); replaced updates count until a compaction drops them. Syncs, then reads the files:
         an inspection tool, not a hot path; exact when no other thread appends meanwhile."""
+        if self._state == "read-only":
+            records = analyze(self.directory, self.replaceable_types, as_if_compacted=True).state.records
+            return _count_types(records)
         if self._state != "loaded":
             raise JournalClosedError("the journal is closed or not loaded")
         with self._compaction_lock:
             self.sync()
             records = analyze(self.directory, self.replaceable_types).state.records
-        counts: dict[int, int] = {}
-        for rec in records.values():
-            counts[rec.record_type] = counts.get(rec.record_type, 0) + 1
-            for user_type, _body in rec.updates:
-                counts[user_type] = counts.get(user_type, 0) + 1
-        return counts
+        return _count_types(records)
 
     def stats(self) -> dict:
         """Counters and sizes for inspection: files (data, ready, free), live records and bytes,
         appended and durable bytes, syncs, pending transactions, the active file and position,
         compactions and the last automatic compaction's error. Any thread, any time; the numbers
         are read without a lock, so they may be a moment apart while others append."""
+        if self._state == "read-only":
+            return {"directory": self.directory, "read_only": True, "implementation": IMPLEMENTATION,
+                    "data_files": len(self._data_files), "file_size": self.file_size, **self._read_only_stats}
         active = self._core_active()
         return {
             "directory": self.directory,
@@ -445,7 +486,8 @@ class Journal(JournalCore):
                 self._flusher.join()
             if was_loaded and self._pool is not None:
                 self._pool.close()
-            self._directory_lock.release()
+            if self._directory_lock is not None:
+                self._directory_lock.release()
 
     def __del__(self):
         try:
@@ -457,3 +499,13 @@ class Journal(JournalCore):
 
 def _header_of(segment: Segment) -> FileHeader:
     return FileHeader(segment.file_id, segment.sequence, file_size=segment.size)
+
+
+def _count_types(records: dict) -> dict[int, int]:
+    """Adds and updates of each user record type among live records."""
+    counts: dict[int, int] = {}
+    for rec in records.values():
+        counts[rec.record_type] = counts.get(rec.record_type, 0) + 1
+        for user_type, _body in rec.updates:
+            counts[user_type] = counts.get(user_type, 0) + 1
+    return counts

@@ -28,11 +28,13 @@ class LoadReport:
     files_read: int = 0
     records_read: int = 0
     rolled_back: list = field(default_factory=list)  # tx ids rolled back because they never completed
+    # read-only loads: what a writing load would do but did not (transactions it would roll back)
+    incomplete_transactions: list = field(default_factory=list)
     duration_s: float = 0.0
 
     @property
     def clean(self) -> bool:
-        return not (self.torn_tail_truncated or self.corrupt)
+        return not (self.torn_tail_truncated or self.torn_tail or self.corrupt)
 
 
 @dataclass
@@ -80,9 +82,11 @@ def _classify_end(data, end: int, check: FrameCheck) -> FrameCheck:
     return check
 
 
-def analyze(directory: str, replaceable_types=(), *, remove_temporary: bool = False) -> Analysis:
-    """Replay every data file in sequence order and classify how each one ends."""
-    listing = list_directory(directory, remove_temporary=remove_temporary)
+def analyze(directory: str, replaceable_types=(), *, remove_temporary: bool = False,
+            as_if_compacted: bool = False) -> Analysis:
+    """Replay every data file in sequence order and classify how each one ends (`as_if_compacted`:
+    a committed compaction is read as if finished; see list_directory)."""
+    listing = list_directory(directory, remove_temporary=remove_temporary, as_if_compacted=as_if_compacted)
     state = ReplayState(replaceable_types)
     ends = []
     for data in listing.data:

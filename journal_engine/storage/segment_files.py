@@ -8,6 +8,7 @@ so a switch to the next file costs no I/O on the append path.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
@@ -18,7 +19,7 @@ from .._impl import Segment, crc32c
 from ..errors import CorruptRecordError, StoreFullError
 from ..limits import FILE_HEADER_SIZE_BYTES, FILE_ID_MAX, FRAME_HEADER_SIZE_BYTES
 from . import durability
-from .format import (COMPACT_NAME, DATA_NAME, FREE_NAME, HEADER_FLAG_FRESH, HEADER_FLAG_RECYCLED, TMP_SUFFIX,
+from .format import (COMPACT_NAME, CONTROL_FILE, DATA_NAME, FREE_NAME, HEADER_FLAG_FRESH, HEADER_FLAG_RECYCLED, TMP_SUFFIX,
                      FileHeader, compact_name, data_name, free_name)
 
 log = logging.getLogger("journal_engine.storage")
@@ -88,9 +89,36 @@ def _id_in_name(match, path: str) -> int:
     return file_id
 
 
-def list_directory(directory: str, *, remove_temporary: bool = False) -> Listing:
-    """Classify the directory's files; foreign names are left alone."""
+def read_compaction_plan(path: str) -> dict:
+    """The committed plan of a compaction control file: {"outputs": [.jec names], "replaced": [.jej names]}."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise durability.io_error(exc, path, "reading") from exc
+    body, _, crc_text = raw.rpartition(b"\n")
+    try:
+        ok = int(crc_text) == crc32c(body)
+        plan = json.loads(body) if ok else None
+    except ValueError:
+        ok, plan = False, None
+    if not ok or not isinstance(plan, dict) or "outputs" not in plan or "replaced" not in plan:
+        raise CorruptRecordError("compaction control file is damaged", path=path, offset=0, field="control",
+                                 hint="it was written atomically, so something else changed it; restore it "
+                                      "or remove it and the .jec files together")
+    return plan
+
+
+def list_directory(directory: str, *, remove_temporary: bool = False, as_if_compacted: bool = False) -> Listing:
+    """Classify the directory's files; foreign names are left alone.
+
+    `as_if_compacted`: where a compaction committed but did not finish its swap (a control file),
+    list the data files as they will be once load() finishes it — its outputs in, the files they
+    replace out — without renaming anything (a read-only view)."""
     listing = Listing()
+    plan = None
+    if as_if_compacted and os.path.exists(os.path.join(directory, CONTROL_FILE)):
+        plan = read_compaction_plan(os.path.join(directory, CONTROL_FILE))
     try:
         names = sorted(os.listdir(directory))
     except OSError as exc:
@@ -102,6 +130,10 @@ def list_directory(directory: str, *, remove_temporary: bool = False) -> Listing
                 durability.unlink(path, missing_ok=True)   # an unfinished creation: never part of the journal
             continue
         match = DATA_NAME.match(name)
+        if plan is not None and name in plan["replaced"]:
+            continue        # replaced by the committed compaction's outputs
+        if plan is not None and name in plan["outputs"]:
+            match = COMPACT_NAME.match(name)
         if match:
             data = read_header(path)
             listing.data.append(data)

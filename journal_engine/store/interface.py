@@ -90,6 +90,9 @@ class RecordStore(Protocol):
     def update_tx(self, tx_id: int, record_id: int, record_type: int, body: bytes) -> None:
         """Update a record when transaction tx_id commits."""
 
+    def delete_tx(self, tx_id: int, record_id: int) -> None:
+        """Delete a record when transaction tx_id commits."""
+
     def commit(self, tx_id: int, *, sync: bool | None = None) -> None:
         """Make every record of the transaction visible together."""
 
@@ -119,8 +122,8 @@ class RecordStore(Protocol):
         """Make what was appended durable and release the directory."""
 
 
-RECORD_STORE_METHODS = ("load", "add", "update", "delete", "add_tx", "update_tx", "commit", "rollback", "sync",
-                        "flush", "compact", "stats", "record_type_counts", "close")
+RECORD_STORE_METHODS = ("load", "add", "update", "delete", "add_tx", "update_tx", "delete_tx", "commit",
+                        "rollback", "is_live", "sync", "flush", "compact", "stats", "record_type_counts", "close")
 
 
 def stored_backend(directory) -> str | None:

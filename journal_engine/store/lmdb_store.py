@@ -81,7 +81,8 @@ from ..errors import (
     UnknownRecordError,
     UnknownTransactionError,
 )
-from ..limits import BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_US_MAX, RECORD_TYPE_MAX
+from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_DEFAULT_US,
+                      BUFFER_TIMEOUT_US_MAX, RECORD_TYPE_MAX, SYNC_MODE_DEFAULT, SYNC_MODE_NAMES)
 from ..storage.directory_lock import DirectoryLock
 from ..storage.journal import LoadResult, PreparedTransaction, TransactionRecord
 from ..storage.recovery import LoadReport
@@ -90,7 +91,6 @@ from .interface import stored_backend
 
 log = logging.getLogger("journal_engine.store.lmdb")
 
-SYNC_MODE_NAMES = ("always", "group", "none")
 LOCK_FILE = "store.lock"
 FORMAT_TAG = b"journal_engine.lmdb-record-store/1"
 MAP_SIZE_DEFAULT_BYTES = 64 * 1024 * 1024
@@ -181,9 +181,10 @@ class _Transaction:
 class LmdbRecordStore:
     """A record store (store/interface.py) in one LMDB environment, with group commit."""
 
-    def __init__(self, directory, *, sync: str = "group", replaceable_types: dict | None = None,
+    def __init__(self, directory, *, sync: str = SYNC_MODE_DEFAULT, replaceable_types: dict | None = None,
                  map_size: int = MAP_SIZE_DEFAULT_BYTES, map_size_max: int = MAP_SIZE_MAX_DEFAULT_BYTES,
-                 buffer_timeout_us: int = 500, buffer_size: int = 490 * 1024, max_readers: int = 126) -> None:
+                 buffer_timeout_us: int = BUFFER_TIMEOUT_DEFAULT_US, buffer_size: int = BUFFER_SIZE_DEFAULT_BYTES,
+                 max_readers: int = 126) -> None:
         if sync not in SYNC_MODE_NAMES:
             raise ConfigError("sync", sync, f"must be one of {', '.join(SYNC_MODE_NAMES)}")
         if not isinstance(map_size, int) or map_size < MAP_SIZE_MIN_BYTES:

@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from .. import _impl
 from ..errors import (ConfigError, CorruptRecordError, DuplicateRecordError, JournalClosedError, JournalError,
                       UnknownRecordError)
-from ..limits import FILE_SIZE_DEFAULT_BYTES, check_max_redelivery_records
-from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordType, StoredMessage, StoredQueue, decode_delivery_count,
+from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, COMPACT_MIN_FILES_DEFAULT,
+                      COMPACT_PERCENTAGE_DEFAULT, FILE_SIZE_DEFAULT_BYTES, MAX_REDELIVERY_RECORDS_DEFAULT,
+                      MIN_FILES_DEFAULT, SYNC_MODE_DEFAULT, check_max_redelivery_records)
+from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordType, StoredQueue, decode_delivery_count,
                              decode_message, decode_queue, decode_queue_id, decode_scheduled_time, encode_message,
                              encode_plain_message, encode_queue, encode_queue_id, encode_scheduled_time)
 from ..storage.journal import Journal
@@ -110,11 +112,13 @@ class MessageStore:
     other thread uses the store. A ``StoreTransaction`` belongs to one thread at a time.
     """
 
-    def __init__(self, directory, *, backend: str = "journal", max_redelivery_records: int = 10,
+    def __init__(self, directory, *, backend: str = "journal",
+                 max_redelivery_records: int = MAX_REDELIVERY_RECORDS_DEFAULT,
                  persist_delivery_count_before_delivery: bool = False, strict_delivery_sync: bool = False,
-                 sync: str = "group", clock=None, file_size: int = FILE_SIZE_DEFAULT_BYTES, min_files: int = 2,
-                 buffer_timeout_us: int = 500, buffer_size: int = 490 * 1024, compact_min_files: int = 10,
-                 compact_percentage: int = 30) -> None:
+                 sync: str = SYNC_MODE_DEFAULT, clock=None, file_size: int = FILE_SIZE_DEFAULT_BYTES,
+                 min_files: int = MIN_FILES_DEFAULT, buffer_timeout_us: int = BUFFER_TIMEOUT_DEFAULT_US,
+                 buffer_size: int = BUFFER_SIZE_DEFAULT_BYTES, compact_min_files: int = COMPACT_MIN_FILES_DEFAULT,
+                 compact_percentage: int = COMPACT_PERCENTAGE_DEFAULT) -> None:
         if backend not in BACKENDS:
             raise ConfigError("backend", backend, f"use one of {', '.join(BACKENDS)}")
         check_max_redelivery_records(max_redelivery_records)
