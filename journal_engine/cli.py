@@ -92,6 +92,19 @@ def _cmd_compact(args) -> int:
     return 0
 
 
+def _cmd_serve_stomp(args) -> int:
+    """A STOMP broker (coilmq) whose queues live in a journal_engine store (docs/integrations.md)."""
+    try:
+        from .integrations.coilmq import serve
+    except ImportError as exc:
+        print(f"journal-engine serve-stomp: {exc}; install it with: pip install 'journal_engine[coilmq]'",
+              file=sys.stderr)
+        return 2
+    return serve(args.data, args.port, args.host, backend=args.backend, sync=args.sync,
+                 max_delivery_attempts=args.max_delivery_attempts, dead_letter_queue=args.dead_letter_queue or None,
+                 redelivery_delay_ms=args.redelivery_delay_ms)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="journal-engine", description=__doc__)
     parser.add_argument("--version", action="version", version=f"journal_engine ({IMPLEMENTATION} core)")
@@ -114,6 +127,16 @@ def main(argv=None) -> int:
     p = sub.add_parser("compact", help="recover a journal and compact it")
     p.add_argument("directory")
     p.set_defaults(func=_cmd_compact)
+    p = sub.add_parser("serve-stomp", help="run a STOMP broker (coilmq) on a journal_engine store")
+    p.add_argument("--data", required=True, help="the store's directory (created if missing)")
+    p.add_argument("--port", type=int, default=61613, help="0: any free port (the first line printed tells)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--backend", choices=("journal", "lmdb"), default="journal")
+    p.add_argument("--sync", choices=("group", "always", "none"), default="group")
+    p.add_argument("--max-delivery-attempts", type=int, default=10, help="-1: unlimited")
+    p.add_argument("--dead-letter-queue", default="/queue/DLQ", help="empty: drop what fails too often")
+    p.add_argument("--redelivery-delay-ms", type=int, default=0)
+    p.set_defaults(func=_cmd_serve_stomp)
     args, extra = parser.parse_known_args(argv)
     if args.command == "demo":
         args.demo_args = extra

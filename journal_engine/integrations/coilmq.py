@@ -1,0 +1,539 @@
+"""journal_engine as the storage of coilmq, a STOMP broker written in Python.
+
+coilmq (PyPI ``coilmq``) keeps the messages of its queues in a ``coilmq.store.QueueStore``: the
+queue manager calls ``enqueue`` when nobody can take a SEND, ``dequeue`` to hand a stored frame to a
+subscriber, ``requeue`` to put back a frame a subscriber did not acknowledge, ``size``,
+``has_frames``, ``destinations`` and ``close``. :class:`JournalQueueStore` implements that interface
+on our :class:`~journal_engine.Broker`, whose messages live in a ``MessageStore`` (the journal or
+LMDB backend) in the store's directory, so that everything queued survives a restart or a crash.
+
+The model, in three layers:
+
+* **The store alone** (``JournalQueueStore``, usable from coilmq's own configuration through
+  :func:`make_store`). ``enqueue`` returns once the message is durable: the broker appends it, then
+  waits for the journal's shared fdatasync (group commit: SENDs of concurrent connections share one
+  sync). ``dequeue`` removes the next frame for good, as coilmq's memory, dbm and SQLAlchemy stores
+  do. On top of the interface the store offers ``deliver`` (hand out a frame but keep it until
+  ``acknowledge``; ``requeue`` of such a frame is a failed delivery), which the queue manager below
+  uses.
+* **The queue manager** (:class:`DurableQueueManager`, a ``coilmq.queue.QueueManager``). coilmq's
+  own manager hands a SEND straight to an idle subscriber without storing it and forgets a frame once
+  it is sent; ours stores every SEND first (so the RECEIPT means durable), keeps a frame handed to a
+  ``client`` / ``client-individual`` subscriber in the store until its ACK, and counts a NACK or a
+  disconnect before the ACK as a failed delivery: the message is delivered again with the header
+  ``redelivered:true`` (as ActiveMQ's STOMP does), and moved to the dead-letter queue once it failed
+  ``max_delivery_attempts`` times (Artemis's rule; its ``max-delivery-attempts`` and
+  ``redelivery-delay`` address settings).
+* **The server** (:func:`build_server`, :func:`serve`, ``journal-engine serve-stomp``): coilmq's
+  threaded socket server with our manager and protocol adapters (NACK, which coilmq 1.1.0 answers
+  with an error; ``client-individual`` acknowledgement; STOMP 1.2's ``ack`` header and a CONNECT
+  whose ``host`` is the address the client dialled).
+
+A message handed to a subscriber has its delivery count written before it leaves
+(``persist_delivery_count_before_delivery``), so after a crash a message that may have reached a
+client comes back with ``redelivered:true`` and the attempt counts towards the limit.
+
+coilmq is imported by this module only; ``pip install "journal_engine[coilmq]"`` brings it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import uuid
+from itertools import chain
+from typing import Any
+
+from coilmq.engine import StompEngine
+from coilmq.exception import AuthError, ProtocolError
+from coilmq.protocol import STOMP10, STOMP11, STOMP12, protocol_class_from_first_frame
+from coilmq.queue import QueueManager
+from coilmq.queue import lock as _manager_lock   # the lock coilmq's own manager methods take
+from coilmq.server.socket_server import StompRequestHandler, ThreadedStompServer
+from coilmq.store import QueueStore
+from coilmq.topic import TopicManager
+from coilmq.util.concurrency import synchronized
+from coilmq.util.frames import MESSAGE, ConnectedFrame, ErrorFrame, Frame
+
+from .. import AddressSettings, Broker, ConfigError, JournalClosedError
+
+__all__ = ["JournalQueueStore", "DurableQueueManager", "make_store", "build_server", "serve",
+           "REDELIVERED_HEADER", "ORIGINAL_DESTINATION_HEADER", "DEFAULT_DEAD_LETTER_QUEUE"]
+
+#: set to "true" on a MESSAGE that may have been delivered before (ActiveMQ's STOMP header name)
+REDELIVERED_HEADER = "redelivered"
+#: on a MESSAGE taken from the dead-letter queue: the destination it was sent to (ActiveMQ's name)
+ORIGINAL_DESTINATION_HEADER = "original-destination"
+DEFAULT_DEAD_LETTER_QUEUE = "/queue/DLQ"
+DEFAULT_MAX_DELIVERY_ATTEMPTS = 10      # Artemis's default max-delivery-attempts
+
+# How a coilmq frame is kept in a message: the body as bytes, the rest in message properties.
+_COMMAND = "stomp.command"
+_TEXT_BODY = "stomp.text"               # True when the frame's body was a str (coilmq's tests use str)
+_HEADER = "stomp.header."               # prefix of one property per header
+_REQUEST_HEADERS = frozenset({"receipt"})   # asks the broker for a RECEIPT; not part of the message
+_ORIGINAL_ADDRESS = ("_AMQ_ORIG_ADDRESS", "_HQ_ORIG_ADDRESS")   # set by the broker on dead-letter copies
+
+
+def _message_of(frame: Frame) -> tuple[bytes, dict]:
+    """The body and properties that keep ``frame``; header values are kept as str (or int), every
+    header but ``receipt``, which asked the broker for a RECEIPT of the SEND."""
+    body = frame.body
+    text = isinstance(body, str)
+    if text:
+        body = body.encode("utf-8")
+    elif body is None:
+        body = b""
+    properties: dict[str, Any] = {_COMMAND: frame.cmd or MESSAGE, _TEXT_BODY: text}
+    for name, value in frame.headers.items():
+        if name in _REQUEST_HEADERS:
+            continue
+        if not (isinstance(value, (str, int)) and not isinstance(value, bool)):
+            value = str(value)          # e.g. coilmq's HeaderValue
+        properties[_HEADER + str(name)] = value
+    return bytes(body), properties
+
+
+def _frame_of(message, destination: str) -> Frame:
+    """The frame kept in ``message`` (a journal_engine Message), as delivered from ``destination``."""
+    properties = message.properties or {}
+    headers = {name[len(_HEADER):]: value for name, value in properties.items() if name.startswith(_HEADER)}
+    body: Any = message.body
+    if properties.get(_TEXT_BODY):
+        body = body.decode("utf-8")
+    original = next((properties[key] for key in _ORIGINAL_ADDRESS if key in properties), None)
+    if original is not None and original != destination:
+        headers[ORIGINAL_DESTINATION_HEADER] = original
+        headers["destination"] = destination
+    if message.redelivered:
+        headers[REDELIVERED_HEADER] = "true"
+    return Frame(properties.get(_COMMAND, MESSAGE), headers=headers, body=body)
+
+
+class JournalQueueStore(QueueStore):
+    """A coilmq queue store kept by journal_engine in ``data_dir`` (created if missing).
+
+    Options: ``backend`` "journal" or "lmdb"; ``sync`` the store's sync mode ("group": group commit,
+    the default; "always"; "none": nothing waits for the disk, so an enqueue is not durable on
+    return); ``max_delivery_attempts`` (Artemis's; -1 = unlimited) and ``dead_letter_queue`` (a
+    destination such as "/queue/DLQ", created at open; None: a message over the limit is dropped, as
+    Artemis drops it without a dead-letter address); ``redelivery_delay_ms`` before a failed message
+    is delivered again; ``max_redelivery_records`` and ``persist_delivery_count_before_delivery`` as
+    for the Broker; ``store_options`` for the MessageStore (file_size, buffer_timeout_us, ...).
+
+    Every destination is one anycast queue of the same name. Thread-safe; ``enqueue`` waits for the
+    disk without holding the store's lock, so the SENDs of concurrent connections share fdatasyncs.
+    """
+
+    def __init__(self, data_dir: str | os.PathLike, *, backend: str = "journal", sync: str = "group",
+                 max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
+                 dead_letter_queue: str | None = DEFAULT_DEAD_LETTER_QUEUE, redelivery_delay_ms: int = 0,
+                 max_redelivery_records: int = 10, persist_delivery_count_before_delivery: bool = True,
+                 store_options: dict | None = None) -> None:
+        QueueStore.__init__(self)
+        if dead_letter_queue is not None and (not isinstance(dead_letter_queue, str) or not dead_letter_queue):
+            raise ConfigError("dead_letter_queue", dead_letter_queue, "a destination name such as /queue/DLQ, or None")
+        self.data_dir = os.fspath(data_dir)
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.dead_letter_queue = dead_letter_queue
+        self.redelivery_delay_ms = redelivery_delay_ms
+        self._wait_for_disk = sync != "none"
+        self._lock = threading.RLock()
+        self._broker = Broker(self.data_dir, store=backend, sync=sync, max_redelivery_records=max_redelivery_records,
+                              persist_delivery_count_before_delivery=persist_delivery_count_before_delivery,
+                              store_options=store_options)
+        self._queues: set[str] = set(self._broker.queue_names())
+        try:
+            self._broker.address_settings.add("#", AddressSettings(
+                max_delivery_attempts=max_delivery_attempts, redelivery_delay=redelivery_delay_ms,
+                dead_letter_address=dead_letter_queue))
+            if dead_letter_queue is not None:
+                # the dead-letter queue keeps what reaches it: no limit, no dead-letter address of its own
+                self._broker.address_settings.add(dead_letter_queue, AddressSettings(max_delivery_attempts=-1))
+                self._ensure_queue(dead_letter_queue)
+        except BaseException:
+            self._broker.close()
+            raise
+        self._consumers: dict[str, Any] = {}
+        # frames handed out by deliver() and not yet settled: id(frame) -> (frame, consumer, message);
+        # the entry holds the frame, so its id() is not reused while it is here
+        self._held: dict[int, tuple[Frame, Any, Any]] = {}
+        self._closed = False
+
+    # ---------------------------------------------------------------- coilmq's QueueStore interface
+    def enqueue(self, destination: str, frame: Frame) -> None:
+        """Store ``frame`` at the tail of ``destination``; durable on return (unless sync="none")."""
+        if not frame.headers.get("message-id"):
+            raise ValueError("Cannot queue a frame without message-id set.")
+        body, properties = _message_of(frame)
+        with self._lock:
+            self._check_open()
+            self._ensure_queue(destination)
+            self._broker.send(destination, body, properties=properties, routing_type="anycast")
+        if self._wait_for_disk:
+            self._broker.sync()         # outside the lock: concurrent enqueues share one fdatasync
+
+    def dequeue(self, destination: str) -> Frame | None:
+        """Remove and return the next frame of ``destination`` (None when none is deliverable)."""
+        with self._lock:
+            frame = self.deliver(destination)
+            if frame is not None:
+                self.acknowledge(frame)
+            return frame
+
+    def requeue(self, destination: str, frame: Frame) -> None:
+        """Put a frame back. A frame handed out by :meth:`deliver` and not settled: a failed delivery
+        (delivered again, counted, dead-lettered past the limit). Any other frame: stored anew."""
+        with self._lock:
+            entry = self._held.pop(id(frame), None)
+            if entry is not None:
+                _, consumer, message = entry
+                consumer.rollback(message)
+                return
+        self.enqueue(destination, frame)
+
+    def size(self, destination: str) -> int:
+        """Frames of ``destination`` not handed out (scheduled redeliveries included)."""
+        with self._lock:
+            self._check_open()
+            if destination not in self._queues:
+                return 0
+            info = self._broker.queue(destination)
+            return info.message_count - info.delivering_count
+
+    def has_frames(self, destination: str) -> bool:
+        return self.size(destination) > 0
+
+    def destinations(self) -> set[str]:
+        with self._lock:
+            self._check_open()
+            return set(self._queues)
+
+    def close(self) -> None:
+        """Close the broker; frames handed out and not acknowledged are delivered again after reopening."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._held.clear()
+            self._broker.close()
+
+    # ---------------------------------------------------------------- beyond coilmq's interface
+    def deliver(self, destination: str) -> Frame | None:
+        """Hand out the next frame of ``destination`` and keep it until :meth:`acknowledge` (or
+        :meth:`requeue`, a failed delivery). Its delivery count is persisted before it is returned."""
+        with self._lock:
+            self._check_open()
+            if destination not in self._queues:
+                return None
+            consumer = self._consumers.get(destination)
+            if consumer is None:
+                consumer = self._consumers[destination] = self._broker.create_consumer(destination)
+            message = consumer.receive(0)
+            if message is None:
+                return None
+            frame = _frame_of(message, destination)
+            self._held[id(frame)] = (frame, consumer, message)
+            return frame
+
+    def acknowledge(self, frame: Frame) -> bool:
+        """The frame handed out by :meth:`deliver` was consumed: it leaves the store. False if it was
+        not held (already settled, or never delivered by this store)."""
+        with self._lock:
+            entry = self._held.pop(id(frame), None)
+            if entry is None:
+                return False
+            _, consumer, message = entry
+            consumer.ack(message)
+            return True
+
+    @property
+    def broker(self) -> Broker:
+        """The journal_engine Broker underneath (for inspection: ``broker.queue(name)``, ``stats()``)."""
+        return self._broker
+
+    def _ensure_queue(self, destination: str) -> None:
+        if destination not in self._queues:
+            self._broker.create_queue(destination, address=destination, routing_type="anycast")
+            self._queues.add(destination)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosedError(f"the coilmq store in {self.data_dir} is closed")
+
+
+def make_store() -> JournalQueueStore:
+    """A store configured from coilmq's configuration (``qstore.factory =
+    journal_engine.integrations.coilmq:make_store``), section [coilmq]:
+    ``qstore.journal_engine.data_dir`` (required), ``.backend``, ``.sync``, ``.max_delivery_attempts``,
+    ``.dead_letter_queue`` (empty: none), ``.redelivery_delay_ms``.
+
+    Under coilmq's own queue manager a frame is stored only when no subscriber can take it at once,
+    and leaves the store when it is sent; :func:`serve` uses :class:`DurableQueueManager` instead.
+    """
+    from coilmq.config import config
+    from coilmq.exception import ConfigError as CoilConfigError
+    section = "coilmq"
+    prefix = "qstore.journal_engine."
+    if not config.has_option(section, prefix + "data_dir"):
+        raise CoilConfigError(f"Missing configuration parameter: {prefix}data_dir")
+    dead_letter_queue = config.get(section, prefix + "dead_letter_queue", fallback=DEFAULT_DEAD_LETTER_QUEUE)
+    return JournalQueueStore(
+        config.get(section, prefix + "data_dir"),
+        backend=config.get(section, prefix + "backend", fallback="journal"),
+        sync=config.get(section, prefix + "sync", fallback="group"),
+        max_delivery_attempts=config.getint(section, prefix + "max_delivery_attempts",
+                                            fallback=DEFAULT_MAX_DELIVERY_ATTEMPTS),
+        dead_letter_queue=dead_letter_queue or None,
+        redelivery_delay_ms=config.getint(section, prefix + "redelivery_delay_ms", fallback=0))
+
+
+class DurableQueueManager(QueueManager):
+    """coilmq's queue manager with at-least-once delivery on a :class:`JournalQueueStore`.
+
+    * SEND: stored (durable) before anything else, then dispatched to an idle subscriber.
+    * A subscriber with ``ack: client`` (or ``client-individual``) gets one frame at a time (coilmq's
+      model) through ``store.deliver``; its ACK acknowledges it in the store; its NACK, or the
+      connection ending first, is a failed delivery (``store.requeue``), and the frame goes to
+      another subscriber, or the same one again.
+    * An ``ack: auto`` subscriber gets frames through ``store.dequeue`` (gone once sent).
+    * With a redelivery delay a thread offers due redeliveries every ``poll_interval_s``.
+    """
+
+    def __init__(self, store: JournalQueueStore, subscriber_scheduler=None, queue_scheduler=None,
+                 *, poll_interval_s: float = 0.1) -> None:
+        super().__init__(store, subscriber_scheduler=subscriber_scheduler, queue_scheduler=queue_scheduler)
+        self._stopping = threading.Event()
+        self._poller = None
+        if getattr(store, "redelivery_delay_ms", 0):
+            self._poller = threading.Thread(target=self._poll, args=(poll_interval_s,),
+                                            name="journal-engine-redelivery", daemon=True)
+            self._poller.start()
+
+    def send(self, message: Frame) -> None:
+        destination = message.headers.get("destination")
+        if not destination:
+            raise ValueError(f"Cannot send frame with no destination: {message}")
+        message.cmd = MESSAGE
+        message.headers.setdefault("message-id", str(uuid.uuid4()))
+        self.store.enqueue(destination, message)    # not under the manager's lock: syncs are shared
+        self.dispatch(destination)
+
+    @synchronized(_manager_lock)
+    def dispatch(self, destination: str) -> None:
+        """Hand stored frames of ``destination`` to its idle subscribers while both last."""
+        while self.store.has_frames(destination):
+            idle = [s for s in self._subscriptions.subscribers(destination) if s not in self._pending]
+            chosen = self.subscriber_scheduler.choice(idle, None)
+            if chosen is None:
+                return
+            before = self.store.size(destination)
+            self._send_backlog(chosen, destination)
+            if self.store.size(destination) >= before:
+                return                               # nothing deliverable now (e.g. scheduled)
+
+    @synchronized(_manager_lock)
+    def ack(self, connection, frame, transaction=None, id=None) -> None:
+        self.settle(connection, frame.headers.get("message-id"), id, failed=False)
+
+    @synchronized(_manager_lock)
+    def settle(self, connection, message_id: str | None, subscription_id: str | None, *, failed: bool) -> bool:
+        """The ACK (``failed=False``) or NACK (``failed=True``) of the frame ``message_id`` pending on
+        one of ``connection``'s subscriptions (``subscription_id`` when given). False when none is."""
+        for subscription, pending in list(self._pending.items()):
+            if subscription.connection is not connection or pending.headers.get("message-id") != message_id:
+                continue
+            if subscription_id is not None and subscription.id != subscription_id:
+                continue
+            del self._pending[subscription]
+            destination = pending.headers.get("destination")
+            if failed:
+                self.store.requeue(destination, pending)
+            else:
+                self.store.acknowledge(pending)
+            self._send_backlog(subscription)
+            if failed:
+                self.dispatch(destination)
+            return True
+        self.log.warning("%s of message-id %s matches no pending frame", "NACK" if failed else "ACK", message_id)
+        return False
+
+    @synchronized(_manager_lock)
+    def disconnect(self, connection) -> None:
+        returned = {frame.headers.get("destination") for subscription, frame in self._pending.items()
+                    if subscription.connection is connection}
+        super().disconnect(connection)               # store.requeue of each pending frame: failed deliveries
+        for destination in returned:
+            self.dispatch(destination)
+
+    def _send_backlog(self, subscription, destination=None) -> None:
+        if destination is None:
+            candidates = {dest: subscribers for dest, subscribers in self._subscriptions.all_subscribers()
+                          if subscription in subscribers and self.store.has_frames(dest)}
+            destination = self.queue_scheduler.choice(candidates, subscription)
+            if destination is None:
+                return
+        if subscription.connection.reliable_subscriber:
+            if subscription in self._pending:
+                return
+            frame = self.store.deliver(destination)
+            frames = [frame] if frame is not None else []
+        else:
+            frames = self.store.frames(destination)
+        for frame in frames:
+            try:
+                self._send_frame(subscription, frame)
+            except Exception:
+                self.log.exception("Error sending message %s (requeueing)", frame)
+                self._pending.pop(subscription, None)
+                self.store.requeue(destination, frame)
+                raise
+
+    def _send_frame(self, subscription, frame) -> None:
+        if frame.cmd == MESSAGE and subscription.connection.reliable_subscriber:
+            frame.headers["ack"] = frame.headers.get("message-id")   # STOMP 1.2 acknowledges by this id
+        super()._send_frame(subscription, frame)
+
+    def _poll(self, interval_s: float) -> None:
+        while not self._stopping.wait(interval_s):
+            try:
+                for destination in list(self.store.destinations()):
+                    self.dispatch(destination)
+            except Exception:                        # a closed store at shutdown ends the poller
+                if self._stopping.is_set():
+                    return
+                self.log.exception("redelivery poll failed")
+
+    def close(self) -> None:
+        self._stopping.set()
+        super().close()
+
+
+# ------------------------------------------------------------------------------------ protocol
+class _SettlingProtocol:
+    """ACK and NACK through DurableQueueManager.settle; ``client-individual`` as ``client`` (coilmq
+    hands one frame at a time to a client-acknowledging subscription, so the two modes coincide)."""
+
+    _ack_id_header = "message-id"       # STOMP 1.2: "id", the MESSAGE's "ack" header
+
+    def subscribe(self, frame):
+        if (frame.headers.get("ack") or "").lower() == "client-individual":
+            frame.headers["ack"] = "client"
+        super().subscribe(frame)
+
+    def ack(self, frame):
+        self._settle(frame, failed=False)
+
+    def nack(self, frame):
+        self._settle(frame, failed=True)
+
+    def _settle(self, frame, *, failed: bool) -> None:
+        message_id = frame.headers.get(self._ack_id_header)
+        if not message_id:
+            raise ProtocolError(f"No {self._ack_id_header} specified for {frame.cmd} command.")
+        self.engine.queue_manager.settle(self.engine.connection, message_id, frame.headers.get("subscription"),
+                                         failed=failed)
+
+
+class Stomp10(_SettlingProtocol, STOMP10):
+    pass
+
+
+class Stomp11(_SettlingProtocol, STOMP11):
+    pass
+
+
+class Stomp12(_SettlingProtocol, STOMP12):
+    _ack_id_header = "id"
+
+    def connect(self, frame, response=None):
+        # coilmq 1.1.0 requires host == socket.getfqdn(); a client names the host it dialled (127.0.0.1)
+        if not frame.headers.get("host"):
+            raise ProtocolError('"host" header is required')
+        response = response or ConnectedFrame(str(uuid.uuid4()))
+        response.headers.setdefault("version", "1.2")
+        STOMP11.connect(self, frame, response)
+
+
+_PROTOCOLS = {STOMP10: Stomp10, STOMP11: Stomp11, STOMP12: Stomp12}
+
+
+class _RequestHandler(StompRequestHandler):
+    """coilmq's connection handler, with our protocol adapters."""
+
+    def handle(self) -> None:
+        frames = self.iter_frames()
+        try:
+            first = next(frames)
+        except StopIteration:
+            return
+        try:
+            protocol = _PROTOCOLS[protocol_class_from_first_frame(first)]
+        except ProtocolError as error:
+            self.send_frame(ErrorFrame(error.args[0]))
+            return
+        engine = StompEngine(connection=self, authenticator=self.server.authenticator,
+                             queue_manager=self.server.queue_manager, topic_manager=self.server.topic_manager,
+                             protocol=protocol)
+        try:
+            for frame in chain([first], frames):
+                engine.process_frame(frame)
+        except (AuthError, ProtocolError):
+            pass
+        except OSError:                 # the client went away mid-write
+            pass
+        finally:
+            engine.unbind()
+
+
+class _Server(ThreadedStompServer):
+    daemon_threads = True               # a connection thread never keeps the process alive
+    block_on_close = False
+
+
+def build_server(data_dir: str | os.PathLike, *, host: str = "127.0.0.1", port: int = 61613,
+                 timeout_s: float = 0.5, **store_options) -> ThreadedStompServer:
+    """A coilmq server on ``host:port`` (port 0: any free port; ``server.server_address`` tells)
+    whose queues live in a :class:`JournalQueueStore` in ``data_dir`` (``store_options`` go to it)."""
+    store = JournalQueueStore(data_dir, **store_options)
+    try:
+        return _Server((host, port), RequestHandlerClass=_RequestHandler, timeout=timeout_s,
+                       queue_manager=DurableQueueManager(store), topic_manager=TopicManager())
+    except BaseException:
+        store.close()
+        raise
+
+
+def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1", *, backend: str = "journal",
+          max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
+          dead_letter_queue: str | None = DEFAULT_DEAD_LETTER_QUEUE, redelivery_delay_ms: int = 0,
+          sync: str = "group", out=None) -> int:
+    """Run a STOMP broker until SIGTERM or SIGINT; prints one line ``listening on HOST:PORT`` (to
+    ``out``, default stdout) once connections are accepted. Returns the exit status (0)."""
+    out = out or sys.stdout
+    server = build_server(data_dir, host=host, port=port, backend=backend, sync=sync,
+                          max_delivery_attempts=max_delivery_attempts, dead_letter_queue=dead_letter_queue,
+                          redelivery_delay_ms=redelivery_delay_ms)
+    stop = threading.Event()
+
+    def request_stop(signum, frame) -> None:
+        stop.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        bound_host, bound_port = server.server_address[:2]
+        print(f"journal-engine serve-stomp: listening on {bound_host}:{bound_port} "
+              f"(store {os.fspath(data_dir)}, backend {backend}, max delivery attempts {max_delivery_attempts}, "
+              f"dead-letter queue {dead_letter_queue})", file=out, flush=True)
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.server_close()           # closes the queue manager, hence the store
+    return 0
+
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
