@@ -11,10 +11,7 @@ import datetime
 import os
 import platform
 import shutil
-import statistics
-import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +19,7 @@ import pytest
 from workload import RECORD_BYTES
 
 import journal_engine
+from journal_engine.benchmarking import machine
 
 BENCH_DIR_ENV = "JOURNAL_BENCH_DIR"
 FDATASYNC_SAMPLES = 1000
@@ -50,50 +48,13 @@ def _bench_root() -> Path:
 
 
 def measure_fdatasync_latency(directory: Path, samples: int = FDATASYNC_SAMPLES) -> dict:
-    """The disk's price of one durable write: a 4 KiB pwrite into a preallocated file + fdatasync."""
-    path = directory / "fdatasync-probe"
-    page = bytes(4096)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, bytes(samples * 4096))
-        os.fsync(fd)
-        latencies = []
-        for index in range(samples):
-            started = time.perf_counter()
-            os.pwrite(fd, page, index * 4096)
-            os.fdatasync(fd)
-            latencies.append(time.perf_counter() - started)
-    finally:
-        os.close(fd)
-        path.unlink()
-    latencies.sort()
-    return {
-        "samples": samples,
-        "p50_us": round(latencies[samples // 2] * 1e6, 1),
-        "p90_us": round(latencies[int(samples * 0.9)] * 1e6, 1),
-        "p99_us": round(latencies[int(samples * 0.99)] * 1e6, 1),
-        "mean_us": round(statistics.fmean(latencies) * 1e6, 1),
-    }
+    """The disk's price of one durable write (journal_engine.benchmarking.machine: the command's raw sync loop)."""
+    return machine.measure_fdatasync_latency(directory, samples)
 
 
 def _disk_of(path: Path) -> dict:
     """Device, file system and mount options of the file system holding `path`."""
-    try:
-        out = subprocess.run(["df", "--output=source,fstype,size", str(path)], capture_output=True, text=True,
-                             check=True).stdout.split("\n")[1].split()
-        source, fstype, size = out[0], out[1], out[2]
-    except (OSError, subprocess.CalledProcessError, IndexError):
-        return {"path": str(path)}
-    options = ""
-    with open("/proc/mounts") as mounts:
-        for line in mounts:
-            fields = line.split()
-            if fields[0] == source and fields[2] == fstype:
-                options = fields[3]
-    device = os.path.basename(source)
-    rotational = Path(f"/sys/block/{device}/queue/rotational")
-    return {"path": str(path), "device": source, "fstype": fstype, "size_1k_blocks": size, "mount_options": options,
-            "rotational": rotational.read_text().strip() if rotational.exists() else "?"}
+    return machine.disk_of(path)
 
 
 def machine_facts(root: Path) -> dict:

@@ -11,10 +11,7 @@ Each round checks afterwards (untimed) that every record really landed.
 """
 from __future__ import annotations
 
-import math
 import shutil
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,13 +20,11 @@ from peers import BufferedRawFile, LmdbStore, RawFile, RocksStore, SqliteStore
 from workload import BODY, RECORD_BYTES
 
 from journal_engine import Journal
-from journal_engine.limits import (
-    DATA_START_BYTES,
-    FILE_HEADER_SIZE_BYTES,
-    FILE_SIZE_DEFAULT_BYTES,
-    FRAME_HEADER_SIZE_BYTES,
-    SECTOR_SIZE_BYTES,
-)
+from journal_engine.benchmarking import workloads
+from journal_engine.benchmarking.peers import files_for, open_journal
+from journal_engine.benchmarking.peers import wait_for as _wait_for
+from journal_engine.benchmarking.workloads import SYNC_DURABLE, AppendCell
+from journal_engine.limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
 
 FRAME_BYTES = FRAME_HEADER_SIZE_BYTES + RECORD_BYTES   # 288: 8-aligned already
 THREADS = 16
@@ -54,41 +49,6 @@ GROUP_E = "e: load 1M records"
 
 
 # ----- the journal ----------------------------------------------------------------------------------
-def files_for(records: int, bytes_per_record: int, file_size: int = FILE_SIZE_DEFAULT_BYTES) -> int:
-    return math.ceil(records * bytes_per_record / (file_size - DATA_START_BYTES)) + 1
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up waiting for {what}")
-        time.sleep(0.01)
-
-
-def open_journal(directory: Path, *, sync: str, precreate_files: int = 0, min_files: int = 2) -> Journal:
-    """A loaded journal; with precreate_files, that many empty data files are made and activated first.
-
-    Pre-creation opens the journal once with min_files=precreate_files+1 and waits until its
-    file pool has activated them all, then reopens it with `min_files`: the activated files are
-    the writer's ready files, so the timed region neither creates nor activates a file. (Kept
-    open with a large min_files, the pool would replace every file the writer takes, creating
-    a new one in the background during the timed region.)
-    """
-    if precreate_files:
-        journal = Journal(directory, sync=sync, min_files=precreate_files + 1)
-        try:
-            journal.load()
-            _wait_for(lambda: journal.stats()["ready_files"] >= precreate_files, "the file pool")
-        finally:
-            journal.close()
-    journal = Journal(directory, sync=sync, min_files=min_files)
-    journal.load()
-    if precreate_files:
-        _wait_for(lambda: journal.stats()["ready_files"] >= 1, "the file pool")
-    return journal
-
-
 def append_each(journal: Journal, records: int) -> None:
     add = journal.add
     body = BODY
@@ -169,33 +129,11 @@ def put_each(store, records: int) -> None:
         put(record_id, body)
 
 
-class ThreadGang:
-    """THREADS threads, started in the untimed set-up, released together by run()."""
-
-    def __init__(self, put: Callable[[int, bytes], object], per_thread: int) -> None:
-        self._go = threading.Event()
-        self.errors: list[BaseException] = []
-        self._threads = [threading.Thread(target=self._work, args=(index, put, per_thread), daemon=True)
-                         for index in range(THREADS)]
-        for thread in self._threads:
-            thread.start()
-
-    def _work(self, index: int, put, per_thread: int) -> None:
-        self._go.wait()
-        try:
-            body = BODY
-            first = index * per_thread
-            for record_id in range(first, first + per_thread):
-                put(record_id, body)
-        except BaseException as exc:   # reported by run(), which the benchmark times
-            self.errors.append(exc)
-
-    def run(self) -> None:
-        self._go.set()
-        for thread in self._threads:
-            thread.join()
-        if self.errors:
-            raise self.errors[0]
+def ThreadGang(put: Callable[[int, bytes], object], per_thread: int) -> workloads.ThreadGang:
+    """THREADS threads of per-record puts, started in the untimed set-up, released together by run():
+    the command's runner (journal_engine.benchmarking.workloads), one record per commit."""
+    cell = AppendCell(RECORD_BYTES, 1, SYNC_DURABLE, THREADS, THREADS * per_thread)
+    return workloads.ThreadGang(lambda first_id, count, body: put(first_id, body), cell, record_latency=False)
 
 
 # ----- a. one sync per record ----------------------------------------------------------------------

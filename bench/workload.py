@@ -1,7 +1,7 @@
-"""The record every benchmark writes: 256 bytes of fixed random data (no peer gains from compression)."""
+"""The record every benchmark writes: defined once, in journal_engine.benchmarking.workloads, which
+`journal-engine bench` uses too (256 bytes of fixed random data: no peer gains from compression)."""
 from __future__ import annotations
 
-import random
+from journal_engine.benchmarking.workloads import BODY, KEY, RECORD_BYTES, USER_TYPE
 
-RECORD_BYTES = 256
-BODY = random.Random(2024).randbytes(RECORD_BYTES)
+__all__ = ["BODY", "KEY", "RECORD_BYTES", "USER_TYPE"]

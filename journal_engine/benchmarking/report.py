@@ -1,0 +1,156 @@
+"""The bench document as a terminal table (rich), as JSON (checked against report.schema.json) and as
+Markdown for docs/benchmarks.md.
+
+Every number is a median over the interleaved rounds; "spread" is (max - min) / median of the rounds;
+"x best peer" divides by the best peer's median in the same cell (ours are never the peer); "of limit"
+divides by the machine's ceiling for the cell (machine.py), which a store sharing one sync among
+threads can pass.
+"""
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+SCHEMA_FILE = "report.schema.json"
+SCENARIO_TITLES = {
+    "append": "Append: record size x records per sync x sync mode x threads",
+    "send-receive-ack": "Broker loop: send -> receive -> ack, 1 thread (messages/s)",
+    "rollback-redeliver": "Broker loop: receive -> rollback -> redeliver, 1 thread (redeliveries/s)",
+    "recovery": "Recovery: open and read every record back, warm page cache",
+}
+
+
+def schema() -> dict:
+    """The JSON schema of the document, shipped in the package."""
+    return json.loads(resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+
+
+def write_json(document: dict, path: Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+
+
+def rate(value: float | None) -> str:
+    """Records per second, short: 950, 12.3k, 1.48M."""
+    if value is None:
+        return "-"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e4:
+        return f"{value / 1e3:.0f}k"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.0f}"
+
+
+def ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def cells(document: dict) -> dict[str, dict[str, list[dict]]]:
+    """scenario -> cell key -> results, in the order they ran."""
+    grouped: dict[str, dict[str, list[dict]]] = {}
+    for result in document["results"]:
+        grouped.setdefault(result["scenario"], {}).setdefault(result["cell"]["key"], []).append(result)
+    return grouped
+
+
+def machine_lines(document: dict) -> list[str]:
+    facts, limits = document["machine"], document["limits"]
+    disk, sync = facts["disk"], limits["raw_sync_loop"]
+    bandwidth = limits["bandwidth"]
+    return [
+        f"date {facts['date']}; {facts['cpu']}, nproc {facts['nproc']}, {facts['memory_gib']} GiB; "
+        f"kernel {facts['kernel']}; Python {facts['python']}; journal_engine {facts['journal_engine_version']} "
+        f"({facts['journal_engine_implementation']} core)",
+        f"directory {disk['path']}: {disk['fstype']} on {disk['device']} (rotational={disk['rotational']}"
+        + (", TMPFS: no disk is measured" if disk["tmpfs"] else "") + ")",
+        f"raw sync loop (4 KiB pwrite + fdatasync, {sync['samples']} samples): {sync['syncs_per_s']} syncs/s; "
+        f"p50 {sync['p50_us']} us, p90 {sync['p90_us']} us, p99 {sync['p99_us']} us, p99.9 {sync['p999_us']} us",
+        f"sequential write: {bandwidth['write_synced_mb_per_s']} MB/s to the disk (fdatasync at the end), "
+        f"{bandwidth['write_cached_mb_per_s']} MB/s into the page cache; warm read "
+        f"{bandwidth['read_cached_mb_per_s']} MB/s ({bandwidth['bytes'] >> 20} MiB)",
+        f"load average at start {' / '.join(f'{x:.2f}' for x in facts['loadavg_at_start'])}, at end "
+        f"{' / '.join(f'{x:.2f}' for x in document['loadavg_at_end'])}; "
+        f"{document['rounds']} interleaved rounds per cell; run took {document['duration_s']:.0f} s "
+        f"(estimated {document['estimated_s']:.0f} s)",
+    ]
+
+
+def skipped_lines(document: dict) -> list[str]:
+    return [f"skipped: {skip['store']} ({skip['scenario']}{', ' + skip['cell'] if skip['cell'] else ''}): "
+            f"{skip['reason']}" for skip in document["skipped"]]
+
+
+def print_tables(document: dict, console) -> None:
+    from rich.table import Table
+    console.print(f"[bold]journal-engine bench[/bold] ({document['matrix']} matrix)")
+    for line in machine_lines(document):
+        console.print("  " + line)
+    for scenario, by_cell in cells(document).items():
+        table = Table(title=SCENARIO_TITLES.get(scenario, scenario), title_justify="left")
+        for column, justify in (("cell", "left"), ("store", "left"), ("records/s", "right"), ("spread", "right"),
+                                ("x best peer", "right"), ("of limit", "right"), ("limit/s", "right"),
+                                ("sync p50/p99 us", "right")):
+            table.add_column(column, justify=justify)
+        for key, results in by_cell.items():
+            for index, result in enumerate(sorted(results, key=lambda r: -r["median_records_per_s"])):
+                latency = result.get("sync_latency_us")
+                name = f"[bold]{result['store']}[/bold]" if result["ours"] else result["store"]
+                table.add_row(key if index == 0 else "", name, rate(result["median_records_per_s"]),
+                              _percent(result["spread_percent"]), ratio(result["ratio_to_best_peer"]),
+                              ratio(result["fraction_of_limit"]),
+                              rate(result["limit_records_per_s"]) if index == 0 else "",
+                              f"{latency['p50_us']:.0f}/{latency['p99_us']:.0f}" if latency else "-",
+                              end_section=index == len(results) - 1)
+        console.print(table)
+    for line in skipped_lines(document):
+        console.print(f"[yellow]{line}[/yellow]")
+    console.print("records/s: median of the rounds; spread: (max-min)/median; x best peer: against the fastest "
+                  "store that is not ours in the cell; of limit: against the machine's ceiling for the cell "
+                  "(limit/s; threads sharing one sync can pass it)")
+
+
+def _store_order(results: list[dict]) -> list[str]:
+    names: list[str] = []
+    for result in results:
+        if result["store"] not in names:
+            names.append(result["store"])
+    return names
+
+
+def markdown(document: dict) -> str:
+    """The tables for docs/benchmarks.md: per scenario, a row per cell, a column per store, and the
+    journal's ratios (to the best peer, to the limit)."""
+    lines = ["| fact | value |", "|---|---|"]
+    for line in machine_lines(document):
+        label, _, value = line.partition(" ")
+        lines.append(f"| {label} | {value} |")
+    for scenario, by_cell in cells(document).items():
+        all_results = [result for results in by_cell.values() for result in results]
+        stores = _store_order(all_results)
+        ours = "journal" if "journal" in stores else next((s for s in stores if s.startswith("broker-journal")), None)
+        lines += ["", f"#### {SCENARIO_TITLES.get(scenario, scenario)}", "",
+                  "| cell | limit/s | " + " | ".join(stores) + f" | {ours} x best peer | {ours} of limit |",
+                  "|---|---:|" + "---:|" * len(stores) + "---:|---:|"]
+        for key, results in by_cell.items():
+            by_store = {result["store"]: result for result in results}
+            row = [key, rate(results[0]["limit_records_per_s"])]
+            for store in stores:
+                result = by_store.get(store)
+                row.append("-" if result is None else
+                           f"{rate(result['median_records_per_s'])} ±{result['spread_percent'] / 2:.0f}%")
+            mine = by_store.get(ours)
+            row.append(f"{ratio(mine['ratio_to_best_peer'])} ({mine['best_peer']})" if mine else "-")
+            row.append(ratio(mine["fraction_of_limit"]) if mine else "-")
+            lines.append("| " + " | ".join(row) + " |")
+    skipped = skipped_lines(document)
+    if skipped:
+        lines += [""] + [f"- {line}" for line in skipped]
+    return "\n".join(lines) + "\n"
