@@ -105,6 +105,11 @@ def _cmd_serve_stomp(args) -> int:
                  redelivery_delay_ms=args.redelivery_delay_ms)
 
 
+def _cmd_crash_test(args) -> int:
+    from .crashtest.command import run
+    return run(args.size, args.seed, args.json_path, args.scratch)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="journal-engine", description=__doc__)
     parser.add_argument("--version", action="version", version=f"journal_engine ({IMPLEMENTATION} core)")
@@ -137,6 +142,17 @@ def main(argv=None) -> int:
     p.add_argument("--dead-letter-queue", default="/queue/DLQ", help="empty: drop what fails too often")
     p.add_argument("--redelivery-delay-ms", type=int, default=0)
     p.set_defaults(func=_cmd_serve_stomp)
+    p = sub.add_parser("crash-test", help="crash a journal workload in every fault mode, recover, check every "
+                                          "invariant; prints violations: N (docs/crash-testing.md)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--ci", dest="size", action="store_const", const="ci", help="the CI-size campaign")
+    size.add_argument("--long", dest="size", action="store_const", const="long", help="the nightly campaign")
+    size.add_argument("--smoke", dest="size", action="store_const", const="smoke",
+                      help="a few seconds of each fault mode (for test suites)")
+    p.add_argument("--seed", type=int, default=None, help="makes the campaign repeatable")
+    p.add_argument("--json", dest="json_path", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--scratch", metavar="DIR", help="where the crashed journals go (default: a temporary directory)")
+    p.set_defaults(func=_cmd_crash_test, size="quick")
     args, extra = parser.parse_known_args(argv)
     if args.command == "demo":
         args.demo_args = extra

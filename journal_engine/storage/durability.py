@@ -36,16 +36,22 @@ import threading
 from ..errors import JournalIOError, StoreFullError
 
 CRASH_ENV = "JOURNAL_ENGINE_CRASH_AT"
+FAIL_ENV = "JOURNAL_ENGINE_FAIL_AT"       # "point[,point...]": each fails once with EIO in this process
 _crash_at = os.environ.get(CRASH_ENV)
+# every crash point the storage declares, in the order a journal passes them (the crash harness hits each)
+CRASH_POINTS = ("create-before-rename", "activate-before-rename", "compact-outputs-written",
+                "compact-control-written", "compact-first-output-renamed", "compact-swapped")
 
 
-_injected: dict[str, list] = {}     # crash point -> [errno, failures left]
+_injected: dict[str, list] = {     # crash point -> [errno, failures left]
+    point: [errno.EIO, 1] for point in filter(None, os.environ.get(FAIL_ENV, "").split(","))}
 _injected_lock = threading.Lock()
 
 
 def crash_point(name: str) -> None:
     """Exit at once, as a SIGKILL would, when a crash test asked for this point; raise the
     I/O error a test injected here."""
+    assert name in CRASH_POINTS, f"crash point {name!r} is not declared in CRASH_POINTS"
     if _crash_at is not None and _crash_at == name:
         os._exit(137)
     if _injected:

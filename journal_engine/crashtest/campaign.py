@@ -1,0 +1,285 @@
+"""Crash campaigns: drive the workload, crash it, recover, check every invariant, report.
+
+Fault modes (each named in the report with how often it ran):
+  * ``kill``: SIGKILL of the workload at a seeded random time; kills chain on one directory (crash,
+    recover, continue, crash again), over the three sync modes;
+  * ``crash-point``: the workload runs with JOURNAL_ENGINE_CRASH_AT=<point> and dies (exit 137) the
+    first time it passes that durability step (storage.durability.CRASH_POINTS: file creation and
+    activation, every compaction step); each point is hit on purpose, several times;
+  * ``io-error``: the workload runs with JOURNAL_ENGINE_FAIL_AT=<point>: that step fails once with
+    EIO; the error must reach the caller as a JournalError and nothing durable may be lost;
+  * ``bit-flip`` / ``truncation``: damage at rest in a closed journal: a flipped bit in any frame
+    must never surface as a changed record, and a lost record must never go unreported; a file cut
+    at (and one byte around) every frame boundary likewise.
+
+Every run is reproducible from the campaign's seed: a violation names its context and the command
+that replays the campaign.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..storage import durability
+from ..storage.journal import Journal
+from .checker import recover_and_check
+from .journal_workload import FILE_SIZE
+from .model import Model, foreign_bodies, recovered_view
+
+MODES = ("always", "group", "none")
+SIZES = {   # kills, crash-point hits per point, io errors per point, bit flips, truncation journals
+    "smoke": dict(kills=6, point_hits=1, io_errors=1, bit_flips=60, truncations=1),     # seconds: for test suites
+    "quick": dict(kills=60, point_hits=2, io_errors=1, bit_flips=300, truncations=1),
+    "ci": dict(kills=500, point_hits=10, io_errors=4, bit_flips=10_000, truncations=1),
+    "long": dict(kills=5_000, point_hits=50, io_errors=20, bit_flips=100_000, truncations=4),
+}
+CHAIN_LENGTH = 10
+
+
+@dataclass
+class Report:
+    """What a campaign did and found (``as_dict()`` is its JSON)."""
+
+    seed: int
+    size: str
+    runs: dict = field(default_factory=dict)          # fault mode -> how many runs
+    crash_points_hit: dict = field(default_factory=dict)
+    calls: int = 0
+    acknowledged: int = 0
+    lost_unacknowledged: int = 0
+    violations: list = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def count(self, mode: str, n: int = 1) -> None:
+        self.runs[mode] = self.runs.get(mode, 0) + n
+
+    def reproduce(self) -> str:
+        size = "" if self.size == "quick" else f" --{self.size}"
+        return f"journal-engine crash-test{size} --seed {self.seed}"
+
+    def as_dict(self) -> dict:
+        return {"seed": self.seed, "size": self.size, "runs": self.runs, "crash_points_hit": self.crash_points_hit,
+                "calls": self.calls, "acknowledged": self.acknowledged,
+                "lost_unacknowledged": self.lost_unacknowledged, "violations": self.violations,
+                "duration_s": round(self.duration_s, 3), "reproduce": self.reproduce()}
+
+
+class _OracleReader(threading.Thread):
+    """Reads the workload's oracle until EOF, so the pipe never fills and no line is lost."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        for raw in self.stream:
+            if not raw.endswith(b"\n"):
+                break   # a line cut by the kill is not an acknowledgement
+            line = raw.decode().rstrip("\n")
+            self.lines.append(line)
+            if line == "R":
+                self.ready.set()
+        self.ready.set()
+
+
+def _run_workload(directory: str, mode: str, seed: int, first_seq: int, first_id: int, *, kill_after: float | None,
+                  env: dict | None = None, max_calls: int = 20_000) -> tuple[list, int, str]:
+    """Run the workload child; SIGKILL it `kill_after` seconds after its recovery (None: let it end)."""
+    proc = subprocess.Popen([sys.executable, "-m", "journal_engine.crashtest.journal_workload", directory, mode,
+                             str(seed), str(first_seq), str(first_id), str(max_calls)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+    reader = _OracleReader(proc.stdout)
+    reader.start()
+    try:
+        if kill_after is not None:
+            reader.ready.wait(30)
+            time.sleep(kill_after)
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(10)
+    stderr = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    return reader.lines, proc.returncode, stderr
+
+
+class Campaign:
+    """A campaign of one size over a scratch directory (``run()`` returns the Report)."""
+
+    def __init__(self, scratch, *, size: str = "quick", seed: int | None = None, progress=None) -> None:
+        if size not in SIZES:
+            raise ValueError(f"size={size!r}: use one of {', '.join(SIZES)}")
+        self.scratch = Path(scratch)
+        self.size = size
+        self.seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
+        self.plan = SIZES[size]
+        self.rng = random.Random(self.seed)
+        self.report = Report(self.seed, size)
+        self.progress = progress or (lambda mode, done, total: None)
+
+    def run(self) -> Report:
+        started = time.monotonic()
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self.kills()
+        self.crash_points()
+        self.io_errors()
+        self.damage_at_rest()
+        self.report.duration_s = time.monotonic() - started
+        return self.report
+
+    # ----- workload runs checked by the oracle ----------------------------------------------------
+    def _chain_step(self, directory: str, state: dict, mode: str, context: str, *, kill_after, env=None,
+                    expect_exit=(0, -signal.SIGKILL)) -> int:
+        seed = self.rng.randrange(1 << 30)
+        lines, returncode, stderr = _run_workload(directory, mode, seed, state["seq"], state["id"],
+                                                  kill_after=kill_after, env=env,
+                                                  max_calls=20_000 if kill_after is not None else 600)
+        context = f"{context} (mode {mode}, workload seed {seed})"
+        for line in lines:
+            if line.startswith("X ") and line.split()[2:4] != ["True", "True"]:
+                self.report.violations.append(f"{context}: an I/O failure reached the caller as {line.split()[1]}, "
+                                              f"not as a JournalError that is also an OSError")
+        if returncode not in expect_exit:
+            self.report.violations.append(f"{context}: the workload failed with exit {returncode}: "
+                                          f"{stderr.strip().splitlines()[-1:] if stderr.strip() else ''}")
+        check = recover_and_check(directory, state["model"], lines, context, file_size=FILE_SIZE)
+        self.report.violations += check.violations
+        self.report.calls += check.calls
+        self.report.acknowledged += check.acknowledged
+        self.report.lost_unacknowledged += check.lost_unacknowledged
+        state.update(model=check.model, seq=max(state["seq"], check.next_seq), id=max(state["id"], check.next_id))
+        return returncode
+
+    def kills(self) -> None:
+        total = self.plan["kills"]
+        done = 0
+        for chain in range((total + CHAIN_LENGTH - 1) // CHAIN_LENGTH):
+            directory = str(self.scratch / f"kill-{chain}")
+            state = {"model": Model(), "seq": 1, "id": 1}
+            for step in range(min(CHAIN_LENGTH, total - done)):
+                mode = self.rng.choice(MODES)
+                delay = self.rng.uniform(0.0, 0.08)
+                self._chain_step(directory, state, mode, f"kill chain {chain} step {step}", kill_after=delay)
+                done += 1
+                self.report.count("kill")
+                self.progress("kill", done, total)
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def crash_points(self) -> None:
+        points = durability.CRASH_POINTS
+        total = len(points) * self.plan["point_hits"]
+        done = 0
+        for point in points:
+            hits = attempts = 0
+            directory = str(self.scratch / f"point-{point}")
+            state = {"model": Model(), "seq": 1, "id": 1}
+            while hits < self.plan["point_hits"] and attempts < self.plan["point_hits"] * 8:
+                attempts += 1
+                returncode = self._chain_step(directory, state, self.rng.choice(MODES), f"crash point {point}",
+                                              kill_after=None, env={durability.CRASH_ENV: point},
+                                              expect_exit=(0, 137))
+                if returncode == 137:
+                    hits += 1
+                    done += 1
+                    self.progress("crash-point", done, total)
+            self.report.crash_points_hit[point] = hits
+            self.report.count("crash-point", attempts)
+            if hits < self.plan["point_hits"]:
+                self.report.violations.append(f"crash point {point}: hit {hits} times in {attempts} runs, "
+                                              f"{self.plan['point_hits']} planned (the workload no longer reaches it)")
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def io_errors(self) -> None:
+        for point in durability.CRASH_POINTS:
+            directory = str(self.scratch / f"io-{point}")
+            state = {"model": Model(), "seq": 1, "id": 1}
+            for _ in range(self.plan["io_errors"]):
+                # the step fails once with EIO: the workload stops at a JournalError (exit 1, checked below)
+                # or never reaches the step (exit 0); either way nothing acknowledged may be lost
+                self._chain_step(directory, state, self.rng.choice(MODES), f"io error at {point}",
+                                 kill_after=None, env={durability.FAIL_ENV: point}, expect_exit=(0, 1))
+                self.report.count("io-error")
+            shutil.rmtree(directory, ignore_errors=True)
+
+    # ----- damage at rest ------------------------------------------------------------------------------
+    def damage_at_rest(self) -> None:
+        for index in range(self.plan["truncations"]):
+            pristine = str(self.scratch / f"rest-{index}")
+            state = {"model": Model(), "seq": 1, "id": 1}
+            self._chain_step(pristine, state, "always", "building a journal for damage at rest", kill_after=None)
+            with Journal(pristine, read_only=True) as journal:
+                original = recovered_view(journal.load())
+            frames = _frame_bounds(pristine)
+            flips = self.plan["bit_flips"] // self.plan["truncations"]
+            for n in range(flips):
+                path, start, end = self.rng.choice(frames)
+                offset = self.rng.randrange(start, end)
+                self._damaged(pristine, original, path, f"bit flip {n} in {os.path.basename(path)} at {offset}",
+                              flip=(offset, 1 << self.rng.randrange(8)))
+                self.report.count("bit-flip")
+                if n % 50 == 0:
+                    self.progress("bit-flip", n + 1, flips)
+            cuts = sorted({(path, cut) for path, start, _end in frames for cut in (start - 1, start, start + 1)})
+            for n, (path, cut) in enumerate(cuts):
+                self._damaged(pristine, original, path, f"truncation of {os.path.basename(path)} at {cut}", cut=cut)
+                self.report.count("truncation")
+                if n % 50 == 0:
+                    self.progress("truncation", n + 1, len(cuts))
+            shutil.rmtree(pristine, ignore_errors=True)
+
+    def _damaged(self, pristine: str, original: tuple, path: str, context: str, *, flip=None, cut=None) -> None:
+        work = str(self.scratch / "damaged")
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(pristine, work)
+        target = os.path.join(work, os.path.basename(path))
+        if flip is not None:
+            with open(target, "r+b") as handle:
+                handle.seek(flip[0])
+                byte = handle.read(1)[0]
+                handle.seek(flip[0])
+                handle.write(bytes([byte ^ flip[1]]))
+        else:
+            os.truncate(target, cut)
+        try:
+            with Journal(work, read_only=True) as journal:
+                result = journal.load()
+        except Exception as exc:   # a refusal is fine when it names the damage; a crash of the reader is not
+            if not getattr(exc, "path", None):
+                self.report.violations.append(f"{context}: load failed without naming the damage: {exc!r}")
+            return
+        records, prepared, _ = recovered_view(result)
+        # a damaged frame drops what it held (an add, an update, a delete...); it may never surface as data
+        self.report.violations += [f"{context}: damaged bytes surfaced as data: {problem}"
+                                   for problem in foreign_bodies(records, prepared)]
+        if (records, prepared) != original[:2] and result.report.clean:
+            lost = set(original[0]) - set(records)
+            self.report.violations.append(f"{context}: the recovered state changed ({len(lost)} records lost) "
+                                          f"and the report says clean")
+
+
+def _frame_bounds(directory: str) -> list:
+    """(path, start, end) of every valid frame of every data file: where damage is placed."""
+    from .._impl import scan_frames
+    from ..storage.format import stamp_of
+    from ..storage.segment_files import list_directory
+    bounds = []
+    for data in list_directory(directory).data:
+        raw = Path(data.path).read_bytes()
+        rows = scan_frames(raw, stamp_of(data.header.file_id), data.header.data_start)
+        for index, row in enumerate(rows[:-1]):
+            if row[1] == 0:
+                bounds.append((data.path, row[0], rows[index + 1][0]))
+    return bounds

@@ -1,0 +1,60 @@
+"""`journal-engine crash-test`: a campaign with a live progress bar, a table, JSON, and the line
+``violations: N`` (exit status 1 on any violation, with the command that replays the campaign)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from .campaign import Campaign
+
+
+def run(size: str, seed: int | None, json_path: str | None, scratch: str | None) -> int:
+    own_scratch = scratch is None
+    scratch = scratch or tempfile.mkdtemp(prefix="journal-engine-crash-test-")
+    try:
+        from rich.progress import Progress
+    except ImportError:      # rich is optional for the library; the command falls back to plain lines
+        Progress = None
+    try:
+        if Progress is not None:
+            with Progress(transient=True) as progress:
+                tasks: dict = {}
+
+                def show(mode: str, done: int, total: int) -> None:
+                    if mode not in tasks:
+                        tasks[mode] = progress.add_task(mode, total=total)
+                    progress.update(tasks[mode], completed=done, total=total)
+
+                report = Campaign(scratch, size=size, seed=seed, progress=show).run()
+        else:
+            report = Campaign(scratch, size=size, seed=seed).run()
+    finally:
+        if own_scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    data = report.as_dict()
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=2)
+    print(f"crash-test {size}, seed {report.seed}, {report.duration_s:.1f} s")
+    for mode, count in sorted(report.runs.items()):
+        print(f"  {mode:<12} {count:>7} runs")
+    for point, hits in report.crash_points_hit.items():
+        print(f"  crash point {point:<30} hit {hits} times")
+    print(f"  {report.calls} calls, {report.acknowledged} acknowledged, "
+          f"{report.lost_unacknowledged} unacknowledged calls lost (allowed)")
+    for violation in report.violations[:20]:
+        print(f"VIOLATION {violation}")
+    if len(report.violations) > 20:
+        print(f"... and {len(report.violations) - 20} more (all in the JSON report)")
+    print(f"violations: {len(report.violations)}")
+    if report.violations:
+        print(f"reproduce: {report.reproduce()}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(os.environ.get("SIZE", "quick"), None, None, None))
