@@ -532,24 +532,25 @@ class PersistQueueAppend(AppendStore):
     def supports(self, cell):
         if cell.sync == SYNC_NONE:
             return "persist-queue has no setting that skips the sync (SQLite synchronous=FULL)"
+        if cell.records_per_sync > 1:
+            # SQLiteQueue.put runs in `with connection:`, which commits, whatever auto_commit says
+            # (auto_commit only defers the deletes of get()); ~1k records/s would take minutes here
+            return "persist-queue commits and syncs every put(); it has no batch of several records per sync"
         return None
 
     def settings(self, cell):
         threads = "; one queue shared behind a lock" if cell.threads > 1 else ""
-        return (f"persistqueue.SQLiteQueue(auto_commit=False), put() x {cell.records_per_sync} then "
-                f"task_done() (one commit){threads}")
+        return f"persistqueue.SQLiteQueue, put() per record (each put is a SQLite commit, synced){threads}"
 
     def open(self, directory, cell):
         # multithreading=True: the commits run in the round's writer threads, not the opening one
-        queue = _persistqueue().SQLiteQueue(str(directory / "queue"), auto_commit=False, multithreading=True)
+        queue = _persistqueue().SQLiteQueue(str(directory / "queue"), multithreading=True)
         lock = threading.Lock()
-        put, task_done = queue.put, queue.task_done
+        put = queue.put
 
         def commit(first_id, count, body):
             with lock:
-                for _ in range(count):
-                    put(body)
-                task_done()
+                put(body)
 
         # persist-queue has no close(): its connections close when the queue is collected
         return _Handle(commit, queue.qsize, lambda: None)
@@ -568,8 +569,8 @@ class QueueStore:
     def settings(self, cell: QueueCell) -> str:
         raise NotImplementedError
 
-    def open(self, directory: Path, cell: QueueCell) -> Any:
-        """A handle with run() (the timed loop), check() and close()."""
+    def open(self, directory: Path, cell: QueueCell, messages: int) -> Any:
+        """A handle with run() (the timed loop of `messages` messages), check() and close()."""
         raise NotImplementedError
 
 
@@ -587,7 +588,7 @@ class BrokerQueue(QueueStore):
         return (f'Broker(store="{self.backend}"): {cell.in_flight} durable messages in flight, each rolled back '
                 "and redelivered (delay 0, max_delivery_attempts -1, max_redelivery_records 10)")
 
-    def open(self, directory, cell):
+    def open(self, directory, cell, messages):
         from .. import AddressSettings, Broker
         broker = Broker(directory, store=self.backend)
         broker.create_queue("bench")
@@ -598,7 +599,7 @@ class BrokerQueue(QueueStore):
             send, receive, ack = broker.send, consumer.receive, consumer.ack
 
             def run():
-                for _ in range(cell.messages):
+                for _ in range(messages):
                     send("bench", body)
                     ack(receive(0))
                 broker.sync()
@@ -614,7 +615,7 @@ class BrokerQueue(QueueStore):
             receive, rollback = consumer.receive, consumer.rollback
 
             def run():
-                for _ in range(cell.messages // cell.in_flight):
+                for _ in range(messages // cell.in_flight):
                     delivered = [receive(0) for _ in range(cell.in_flight)]
                     for message in delivered:
                         rollback(message)
@@ -635,7 +636,7 @@ class PersistQueueQueue(QueueStore):
             return "persistqueue.SQLiteAckQueue defaults (auto_commit: a commit per call): put, get, ack"
         return f"persistqueue.SQLiteAckQueue: {cell.in_flight} items in flight, get then nack each"
 
-    def open(self, directory, cell):
+    def open(self, directory, cell, messages):
         from .workloads import body_of
         queue = _persistqueue().SQLiteAckQueue(str(directory / "queue"), multithreading=False)
         body = body_of(cell.record_bytes)
@@ -643,7 +644,7 @@ class PersistQueueQueue(QueueStore):
             put, get, ack = queue.put, queue.get, queue.ack
 
             def run():
-                for _ in range(cell.messages):
+                for _ in range(messages):
                     put(body)
                     ack(get(block=False))
 
@@ -655,7 +656,7 @@ class PersistQueueQueue(QueueStore):
             get, nack = queue.get, queue.nack
 
             def run():
-                for _ in range(cell.messages // cell.in_flight):
+                for _ in range(messages // cell.in_flight):
                     delivered = [get(block=False) for _ in range(cell.in_flight)]
                     for item in delivered:
                         nack(item)

@@ -92,7 +92,7 @@ def estimate_seconds(matrix: Matrix, limits: dict, stores: int) -> float:
         per_round = cell.records / ceiling * 3 + cell.records * 6e-6 + SETUP_ESTIMATE_S
         total += matrix.rounds * stores * per_round
     for cell in matrix.queue:
-        total += matrix.rounds * 3 * (cell.messages * 40e-6 + SETUP_ESTIMATE_S)
+        total += matrix.rounds * (cell.messages * 60e-6 + cell.messages_for(False) * 1.5e-3 + 3 * SETUP_ESTIMATE_S)
     for cell in matrix.recovery:
         total += (matrix.rounds + 1) * stores * (cell.records * 3e-6 + SETUP_ESTIMATE_S) + cell.records * 30e-6 * stores
     return total
@@ -257,8 +257,9 @@ class Runner:
                 if store.name in failed:
                     continue
                 directory = self._fresh(store.name)
+                messages = cell.messages_for(store.ours)
                 try:
-                    handle = store.open(directory, cell)
+                    handle = store.open(directory, cell, messages)
                     try:
                         started = time.perf_counter()
                         handle.run()
@@ -272,13 +273,14 @@ class Runner:
                     continue
                 finally:
                     shutil.rmtree(directory, ignore_errors=True)
-                rates[store.name].append(cell.messages / seconds)
+                rates[store.name].append(messages / seconds)
         ceiling, bound = machine.limit_for_queue(limits, operation=cell.operation, record_bytes=cell.record_bytes)
         for store in stores:
             if store.name not in failed:
                 self.results.append({
                     "scenario": cell.operation, "cell": {**asdict(cell), "key": cell.key}, "store": store.name,
-                    "ours": store.ours, "settings": store.settings(cell), "records_per_round": cell.messages,
+                    "ours": store.ours, "settings": store.settings(cell),
+                    "records_per_round": cell.messages_for(store.ours),
                     **_stats(rates[store.name]),
                     "limit_records_per_s": round(ceiling, 1) if ceiling else None, "limit": bound,
                     "sync_latency_us": None,

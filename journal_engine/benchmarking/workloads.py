@@ -76,6 +76,10 @@ class QueueCell:
     messages: int
     record_bytes: int = RECORD_BYTES
     in_flight: int = 100                 # rollback-redeliver: messages delivered before each rollback pass
+    peer_messages: int = 0               # per round for the peers (a sync per call: slow); 0: `messages`
+
+    def messages_for(self, ours: bool) -> int:
+        return self.messages if ours or not self.peer_messages else self.peer_messages
 
     @property
     def key(self) -> str:
@@ -211,7 +215,8 @@ def full_matrix() -> Matrix:
     return Matrix("full",
                   append_cells((64, 256, 4096), (1, 10, 100, 1000), (1, 4, 16),
                                commits=400, max_bytes=32 << 20, max_records=100_000),
-                  (QueueCell("send-receive-ack", 20_000), QueueCell("rollback-redeliver", 20_000)),
+                  (QueueCell("send-receive-ack", 20_000, peer_messages=2_000),
+                   QueueCell("rollback-redeliver", 20_000, peer_messages=2_000)),
                   (RecoveryCell(200_000),),
                   rounds=5)
 
@@ -219,7 +224,8 @@ def full_matrix() -> Matrix:
 def quick_matrix() -> Matrix:
     return Matrix("quick",
                   append_cells((256,), (1, 100), (1, 4), commits=150, max_bytes=8 << 20, max_records=30_000),
-                  (QueueCell("send-receive-ack", 3_000), QueueCell("rollback-redeliver", 3_000)),
+                  (QueueCell("send-receive-ack", 3_000, peer_messages=300),
+                   QueueCell("rollback-redeliver", 3_000, peer_messages=300)),
                   (RecoveryCell(30_000),),
                   rounds=3, limit_samples=500, bandwidth_bytes=64 << 20)
 
@@ -228,7 +234,8 @@ def tiny_matrix() -> Matrix:
     """For the test suite: every scenario and store once, as small as still says something."""
     return Matrix("tiny",
                   append_cells((256,), (1, 10), (1, 2), commits=20, max_bytes=1 << 20, max_records=2_000),
-                  (QueueCell("send-receive-ack", 60), QueueCell("rollback-redeliver", 60, in_flight=10)),
+                  (QueueCell("send-receive-ack", 60, peer_messages=30),
+                   QueueCell("rollback-redeliver", 60, in_flight=10, peer_messages=30)),
                   (RecoveryCell(2_000),),
                   rounds=2, limit_samples=100, bandwidth_bytes=8 << 20)
 
