@@ -190,3 +190,18 @@ def test_the_directory_and_the_estimate_are_said_before_the_matrix_runs(tmp_path
     table = next(i for i, line in enumerate(lines) if line.startswith("Append"))
     assert where < estimate < table
     assert str((tmp_path / "data").resolve()) in lines[where]
+
+
+def test_the_doc_section_between_the_markers_is_rewritten_and_the_prose_kept(tiny_run, tmp_path):
+    _, document, _ = tiny_run
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# prose before\n{report.DOC_START}\nold table\n{report.DOC_END}\nprose after\n")
+    report.update_doc(document, doc)
+    text = doc.read_text()
+    assert text.startswith("# prose before\n") and text.endswith(f"{report.DOC_END}\nprose after\n")
+    assert "old table" not in text and "| cell | limit/s |" in text
+    unmarked = tmp_path / "no-markers.md"
+    unmarked.write_text("prose only\n")
+    with pytest.raises(ValueError):
+        report.update_doc(document, unmarked)
+    assert unmarked.read_text() == "prose only\n"

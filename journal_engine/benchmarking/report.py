@@ -13,6 +13,8 @@ from importlib import resources
 from pathlib import Path
 
 SCHEMA_FILE = "report.schema.json"
+DOC_START = "<!-- bench-command:results:start -->"
+DOC_END = "<!-- bench-command:results:end -->"
 SCENARIO_TITLES = {
     "append": "Append: record size x records per sync x sync mode x threads",
     "send-receive-ack": "Broker loop: send -> receive -> ack, 1 thread (messages/s)",
@@ -154,3 +156,14 @@ def markdown(document: dict) -> str:
     if skipped:
         lines += [""] + [f"- {line}" for line in skipped]
     return "\n".join(lines) + "\n"
+
+
+def update_doc(document: dict, path: Path) -> None:
+    """Rewrites the part of a Markdown file between DOC_START and DOC_END with markdown(document);
+    the prose around the markers is written by hand."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    start, end = text.find(DOC_START), text.find(DOC_END)
+    if start < 0 or end < start:
+        raise ValueError(f"{path}: no {DOC_START} ... {DOC_END} section to rewrite")
+    path.write_text(text[:start + len(DOC_START)] + "\n" + markdown(document) + text[end:], encoding="utf-8")

@@ -45,6 +45,7 @@ class Options:
     json_path: Path | None = None
     plot_dir: Path | None = None
     keep: bool = False            # keep the data directory's contents afterwards
+    doc_path: Path | None = None  # a Markdown file whose bench-command section is rewritten
     progress: bool = True
 
 
@@ -362,6 +363,9 @@ def run(options: Options, console=None) -> dict:
     if options.json_path is not None:
         report.write_json(document, options.json_path)
         console.print(f"JSON written to {options.json_path}")
+    if options.doc_path is not None:
+        report.update_doc(document, options.doc_path)
+        console.print(f"tables written into {options.doc_path}")
     if options.plot_dir is not None:
         from . import plots
         for path in plots.write_plots(document, options.plot_dir):
@@ -375,7 +379,8 @@ def main(args) -> int:
     options = Options(directory=Path(args.dir) if args.dir else default_directory(), matrix=matrix,
                       json_path=Path(args.json) if args.json else None,
                       plot_dir=Path(args.plot) if args.plot else None,
-                      keep=args.keep, progress=not args.no_progress)
+                      keep=args.keep, progress=not args.no_progress,
+                      doc_path=Path(args.doc) if args.doc else None)
     run(options)
     return 0
 
@@ -389,5 +394,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", metavar="FILE", help=f"write every result as JSON ({SCHEMA_NAME}, "
                                                          f"schema version {SCHEMA_VERSION})")
     parser.add_argument("--plot", metavar="DIR", help="write PNG plots (matplotlib) into DIR")
+    parser.add_argument("--doc", metavar="FILE", help="rewrite the tables between the bench-command markers of "
+                                                      "a Markdown file (docs/benchmarks.md)")
     parser.add_argument("--keep", action="store_true", help="keep the rounds' data afterwards")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
