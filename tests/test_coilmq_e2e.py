@@ -127,9 +127,10 @@ def user_headers(frame) -> dict:
     return {key: value for key, value in frame.headers.items() if key.startswith("x-")}
 
 
-def test_every_receipted_send_survives_a_sigkill_mid_stream(tmp_path):
+@pytest.mark.parametrize("backend", ["journal", "lmdb"])
+def test_every_receipted_send_survives_a_sigkill_mid_stream(tmp_path, backend):
     data = tmp_path / "store"
-    server = Server(data, tmp_path / "server.log")
+    server = Server(data, tmp_path / "server.log", "--backend", backend)
     sent: dict[str, tuple[bytes, dict]] = {}          # receipted: key -> (body, headers)
     attempted: dict[str, tuple[bytes, dict]] = {}
     lock = threading.Lock()
@@ -192,7 +193,7 @@ def test_every_receipted_send_survives_a_sigkill_mid_stream(tmp_path):
         receipted = dict(sent)
     assert len(receipted) >= 80
 
-    server = Server(data, tmp_path / "server.log")
+    server = Server(data, tmp_path / "server.log", "--backend", backend)
     try:
         consumer = Client(server.port)
         consumer.connection.subscribe("/queue/orders", id="after", ack="client")
