@@ -1,9 +1,12 @@
 """Consumers: receive, acknowledge, roll back and close, on one queue.
 
 A consumer pulls: ``receive(timeout)`` hands out the message at the head of its queue (None when
-nothing is deliverable now and the timeout ran out). The work is done by the broker under its lock,
-through the ConsumerOperations it gave this consumer; the consumer owns the list of references it holds
-in delivery, and the broker changes it only through the methods below.
+nothing is deliverable now and the timeout ran out). Each step takes the broker's lock, keeps the
+consumer's own books (the deliveries it holds, whether it is closed) and calls the broker's side for
+the queue and store work, through the ConsumerOperations the broker gave this consumer. Why the
+consumer takes the lock itself: its books change in the same step as the queue's, and a step is then
+one call into the broker's side instead of several calls back into the consumer (this is the hot
+path: every message passes here twice).
 """
 from __future__ import annotations
 
@@ -18,14 +21,22 @@ class Consumer:
     """Receives messages from one queue. Create it with ``broker.create_consumer(queue)`` or
     ``session.create_consumer(queue)``. Thread-safe (the broker serialises the work)."""
 
-    __slots__ = ("_operations", "_queue", "_session", "_delivering", "_closed", "__weakref__")
+    __slots__ = ("_queue", "_session", "_lock", "_next_delivery", "_acknowledge", "_rollback", "_operations",
+                 "_delivering", "_closed", "__weakref__")
 
     def __init__(self, operations: ConsumerOperations, queue: QueueState,
                  session: AcknowledgingSession | None) -> None:
-        self._operations = operations
         self._queue = queue
         self._session = session
-        self._delivering: dict[Reference, None] = {}    # in delivery order: delivered, not yet acknowledged
+        self._operations = operations
+        # bound once: each message calls them (loaded into a local before the call: a callable held in an
+        # attribute is not a method, and calling it as one costs a generic lookup)
+        self._lock = operations.lock
+        self._next_delivery = operations.next_delivery
+        self._acknowledge = operations.acknowledge
+        self._rollback = operations.rollback
+        # undecided deliveries, in delivery order: the Message handed out -> its queue reference
+        self._delivering: dict[Message, Reference] = {}
         self._closed = False
 
     @property
@@ -56,13 +67,36 @@ class Consumer:
         Raises JournalClosedError when the consumer or the broker is closed, MessageStateError when
         the queue was deleted, ValueError for a bad timeout.
         """
-        return self._operations.receive(self, self._queue, timeout)
+        deadline = self._operations.deadline(timeout) if timeout is not None and timeout != 0 else None
+        next_delivery = self._next_delivery
+        lock = self._lock
+        lock.acquire()
+        try:
+            queue = self._queue
+            ref = next_delivery(self, queue, timeout, deadline, self._closed)
+            if ref is None:
+                return None
+            message = Message(ref.data, ref.delivery_count, queue.name, ref, self)
+            ref.delivery = message
+            self._delivering[message] = ref
+            return message
+        finally:
+            lock.release()
 
     def ack(self, message: Message) -> None:
         """Acknowledge a message this consumer received: it leaves the queue (in a transacted session:
         at commit). Acknowledging twice, or a message of another consumer, raises MessageStateError;
         a non-Message raises TypeError."""
-        self._operations.acknowledge(self, self._session, message)
+        acknowledge = self._acknowledge
+        lock = self._lock
+        lock.acquire()
+        try:
+            delivering = self._delivering
+            ref = delivering.get(message) if type(message) is Message else None
+            acknowledge(self, self._session, message, ref)      # raises, changing nothing, unless ours
+            del delivering[message]
+        finally:
+            lock.release()
 
     def rollback(self, message: Message, delay_ms: int | None = None) -> None:
         """A failed delivery: the redelivery path (delivery count persisted; dead-lettered when it
@@ -71,7 +105,16 @@ class Consumer:
         delay_ms, when given, replaces the address's redelivery delay for this one redelivery
         (ValueError unless an int >= 0). Raises MessageStateError as ack() does.
         """
-        self._operations.rollback(self, message, delay_ms)
+        if delay_ms is not None:
+            self._operations.check_delay(delay_ms)
+        rollback = self._rollback
+        lock = self._lock
+        lock.acquire()
+        try:
+            ref = self._delivering.pop(message, None) if type(message) is Message else None
+            rollback(self, message, ref, delay_ms)      # raises, changing nothing, when ref is None
+        finally:
+            lock.release()
 
     def close(self) -> None:
         """Stop consuming. Unacknowledged messages go back to the queue without counting a failed
@@ -79,17 +122,9 @@ class Consumer:
         self._operations.close(self)
 
     # -- the broker's side: called with the broker's lock held, not by applications
-    def add_delivery(self, ref: Reference) -> None:
-        """Hold ``ref``: it was just delivered to this consumer."""
-        self._delivering[ref] = None
-
-    def take_delivery(self, ref: Reference) -> None:
-        """Let go of ``ref`` (acknowledged or rolled back); KeyError when it is not held (a bug)."""
-        del self._delivering[ref]
-
     def take_deliveries(self) -> list[Reference]:
         """Let go of every reference held, returned in delivery order."""
-        refs = list(self._delivering)
+        refs = list(self._delivering.values())
         self._delivering.clear()
         return refs
 

@@ -9,10 +9,14 @@ rollback and close, and the pump that makes due references deliverable and expir
 * close: unacknowledged messages go back without counting a failed delivery.
 
 Why a module of its own: this is the consumer-facing half of the broker and its hottest path.
-Two steps are written twice on purpose, for the common case: ``_dispatch`` inline in ``receive``
-(when not strict) and ``PostOffice.remove`` inline in ``acknowledge``; ``INLINE_DISPATCH`` and
-``INLINE_ACK`` switch the copies off, and tests/test_broker_fast_paths.py runs the same workload both
-ways and compares everything observable. Thread-safe: every operation takes the broker's lock.
+Two steps are written twice on purpose, for the common case: ``_dispatch`` inline in
+``next_delivery`` (when not strict) and ``PostOffice.remove`` inline in ``acknowledge``;
+``INLINE_DISPATCH`` and ``INLINE_ACK`` switch the copies off, and tests/test_broker_fast_paths.py runs
+the same workload both ways and compares everything observable.
+
+Thread-safe: ``next_delivery``, ``acknowledge`` and ``rollback`` run with the broker's lock held by the
+Consumer, which keeps its own deliveries in the same step (consumer.py says why); the rest takes the
+lock itself.
 """
 from __future__ import annotations
 
@@ -61,7 +65,8 @@ class Delivery:
 
     def operations(self) -> ConsumerOperations:
         """The bundle a new Consumer gets (one per consumer: no reference cycle through the broker)."""
-        return ConsumerOperations(self.receive, self.acknowledge, self.rollback, self.close_consumer)
+        return ConsumerOperations(self._gate.lock, _deadline, self.next_delivery, self.acknowledge, _check_delay,
+                                  self.rollback, self.close_consumer)
 
     # ------------------------------------------------------------------------------- time
     def pump(self, now: int) -> None:
@@ -77,79 +82,69 @@ class Delivery:
             self.pump(self._clock.now_ms())
 
     # ------------------------------------------------------------------------------- dispatch
-    def receive(self, consumer: Consumer, queue: QueueState, timeout: float | None) -> Message | None:
-        """The next deliverable message of ``queue`` for ``consumer`` (see Consumer.receive)."""
-        if timeout is not None and timeout != 0:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-                raise ValueError(f"timeout={timeout!r}: seconds >= 0, or None to wait for a message")
-            deadline = time.monotonic() + timeout
-        else:
-            deadline = None
+    def next_delivery(self, consumer: Consumer, queue: QueueState, timeout: float | None, deadline: float | None,
+                      closed: bool) -> Reference | None:
+        """The reference ``consumer`` delivers next from ``queue`` (see Consumer.receive), its delivery
+        count raised and its state DELIVERING; None when nothing is deliverable before the timeout.
+        ``closed``: whether the consumer is closed (read under the lock; read again after each wait).
+        Lock held by the consumer, which records the delivery."""
         gate = self._gate
         timers = self._timers
-        lock = gate.lock
-        lock.acquire()
-        try:
-            while True:
-                if consumer.closed or gate.closed or queue.deleted:
-                    gate.check_open()
-                    if queue.deleted:
-                        raise MessageStateError(f"queue {queue.name!r} was deleted")
-                    raise JournalClosedError("the consumer is closed")
-                if timers.pending:
-                    self.pump(self._clock.now_ms())
-                ready = queue.ready
-                while ready:
-                    ref = ready.popleft()
-                    if ref.state != READY:
-                        continue            # expired by the reaper while it waited here
-                    data = ref.data
-                    if data.expiration:
-                        now = self._clock.now_ms()
-                        if now >= data.expiration:
-                            try:
-                                self._dead_letters.expire(ref, now)
-                            except BaseException:
-                                if ref.state == READY:
-                                    ready.appendleft(ref)       # the store failed: it stays where it was
-                                raise
-                            continue
-                    if self._strict or not INLINE_DISPATCH:
-                        return self._dispatch(ref, consumer)
-                    count = ref.delivery_count + 1      # _dispatch, inlined for the common case
-                    ref.delivery_count = count
-                    ref.state = DELIVERING
-                    queue.delivering += 1
-                    message = Message(data, count, queue.name, ref, consumer)
-                    ref.delivery = message
-                    consumer.add_delivery(ref)
-                    return message
-                # nothing deliverable now
-                if timeout == 0:
+        while True:
+            if closed or gate.closed or queue.deleted:
+                gate.check_open()
+                if queue.deleted:
+                    raise MessageStateError(f"queue {queue.name!r} was deleted")
+                raise JournalClosedError("the consumer is closed")
+            if timers.pending:
+                self.pump(self._clock.now_ms())
+            ready = queue.ready
+            while ready:
+                ref = ready.popleft()
+                if ref.state != READY:
+                    continue            # expired by the reaper while it waited here
+                data = ref.data
+                if data.expiration:
+                    now = self._clock.now_ms()
+                    if now >= data.expiration:
+                        try:
+                            self._dead_letters.expire(ref, now)
+                        except BaseException:
+                            if ref.state == READY:
+                                ready.appendleft(ref)       # the store failed: it stays where it was
+                            raise
+                        continue
+                if self._strict or not INLINE_DISPATCH:
+                    return self._dispatch(ref)
+                ref.delivery_count += 1     # _dispatch, inlined for the common case
+                ref.state = DELIVERING
+                queue.delivering += 1
+                return ref
+            # nothing deliverable now
+            if timeout == 0:
+                return None
+            if deadline is not None:
+                wait_s = deadline - time.monotonic()
+                if wait_s <= 0:
                     return None
-                if deadline is not None:
-                    wait_s = deadline - time.monotonic()
-                    if wait_s <= 0:
-                        return None
-                else:
-                    wait_s = None
-                if not self._manual_clock:
-                    due_ms = timers.next_due_ms()
-                    if due_ms is not None:
-                        due_s = (due_ms - self._clock.now_ms()) / 1000.0
-                        wait_s = due_s if wait_s is None else min(wait_s, due_s)
-                        wait_s = max(wait_s, 0.0005)
-                queue.waiters += 1
-                try:
-                    queue.condition.wait(wait_s)
-                finally:
-                    queue.waiters -= 1
-        finally:
-            lock.release()
+            else:
+                wait_s = None
+            if not self._manual_clock:
+                due_ms = timers.next_due_ms()
+                if due_ms is not None:
+                    due_s = (due_ms - self._clock.now_ms()) / 1000.0
+                    wait_s = due_s if wait_s is None else min(wait_s, due_s)
+                    wait_s = max(wait_s, 0.0005)
+            queue.waiters += 1
+            try:
+                queue.condition.wait(wait_s)
+            finally:
+                queue.waiters -= 1
+            closed = consumer.closed
 
-    def _dispatch(self, ref: Reference, consumer: Consumer) -> Message:
-        """Hand a reference to a consumer: the delivery count goes up first; in strict mode it reaches
-        the store before the message is handed out (lock held)."""
+    def _dispatch(self, ref: Reference) -> Reference:
+        """Hand a reference out: the delivery count goes up first; in strict mode it reaches the store
+        before the message is handed out (lock held)."""
         queue = ref.queue
         count = ref.delivery_count + 1
         ref.delivery_count = count
@@ -165,15 +160,13 @@ class Delivery:
                 queue.delivering -= 1
                 queue.add_sorted(ref)
                 raise
-        message = Message(data, count, queue.name, ref, consumer)
-        ref.delivery = message
-        consumer.add_delivery(ref)
-        return message
+        return ref
 
     # ------------------------------------------------------------------------------- settling
     @staticmethod
-    def _owned(consumer: Consumer, message: Message, action: str) -> Reference:
-        """The reference of a message this consumer holds undecided; MessageStateError otherwise."""
+    def _owned(consumer: Consumer, message: Message, action: str) -> None:
+        """Raise why ``consumer`` cannot settle ``message`` (it does not hold it undecided): TypeError or
+        MessageStateError."""
         if not isinstance(message, Message):
             raise TypeError(f"expected a Message, not {type(message).__name__}")
         ref, owner = delivery_of(message)
@@ -192,57 +185,47 @@ class Delivery:
                                         "closed; it cannot be " + action)
             raise MessageStateError(f"message {message.message_id} (delivery {message.delivery_count}) was already "
                                     "acknowledged or rolled back")
-        return ref
+        raise AssertionError(f"message {message.message_id} is held undecided by its consumer, which did not find it")
 
-    def acknowledge(self, consumer: Consumer, session: AcknowledgingSession | None, message: Message) -> None:
-        """Acknowledge a message ``consumer`` (of ``session``) holds (see Consumer.ack)."""
-        lock = self._gate.lock
-        lock.acquire()
-        try:
-            ref, owner = delivery_of(message) if type(message) is Message else (None, None)
-            if ref is None or owner is not consumer or ref.delivery is not message or ref.state != DELIVERING:
-                ref = self._owned(consumer, message, "acknowledged")     # raises, saying why
-            if session is not None and session.transacted:
-                data = ref.data
-                queue = ref.queue
-                if data.durable_refs and queue.durable:
-                    session.transaction(self._store).store_acknowledge(queue.queue_id, data.message_id)
-                consumer.take_delivery(ref)
-                session.record_ack(ref)
-                ref.state = ACKED_IN_TX
-                return
+    def acknowledge(self, consumer: Consumer, session: AcknowledgingSession | None, message: Message,
+                    ref: Reference | None) -> None:
+        """Acknowledge ``message`` (see Consumer.ack); ``ref``: its reference, as ``consumer`` (of
+        ``session``) holds it, None when it does not. Raises before changing anything unless the consumer
+        holds it undecided or the store fails. Lock held by the consumer, which lets go of the delivery
+        once this returns."""
+        if ref is None or ref.delivery is not message or ref.state != DELIVERING:
+            self._owned(consumer, message, "acknowledged")      # raises, saying why
+        if session is not None and session.transacted:
+            data = ref.data
             queue = ref.queue
-            if not INLINE_ACK:
-                self._post_office.remove(ref, NORMAL, True)
-            else:
-                data = ref.data                 # PostOffice.remove(ref, NORMAL, True), inlined for the common case
-                if data.durable_refs and queue.durable:
-                    self._store.acknowledge(queue.queue_id, data.message_id)     # + DELETE after the last one
-                    data.durable_refs -= 1
-                ref.state = DONE
-                ref.delivery = None
-                queue.count -= 1
-                queue.messages_acknowledged += 1
-            consumer.take_delivery(ref)
-            queue.delivering -= 1
-        finally:
-            lock.release()
-
-    def rollback(self, consumer: Consumer, message: Message, delay_ms: int | None) -> None:
-        """A failed delivery of a message ``consumer`` holds (see Consumer.rollback)."""
-        if delay_ms is not None and (isinstance(delay_ms, bool) or not isinstance(delay_ms, int)
-                                     or not 0 <= delay_ms <= I64_MAX):
-            raise ValueError(f"delay_ms={delay_ms!r}: milliseconds, an int >= 0 (or None for the address's delay)")
-        lock = self._gate.lock
-        lock.acquire()
-        try:
-            ref = self._owned(consumer, message, "rolled back")
-            consumer.take_delivery(ref)
-            ref.queue.delivering -= 1
+            if data.durable_refs and queue.durable:
+                session.transaction(self._store).store_acknowledge(queue.queue_id, data.message_id)
+            session.record_ack(ref)
+            ref.state = ACKED_IN_TX
+            return
+        queue = ref.queue
+        if not INLINE_ACK:
+            self._post_office.remove(ref, NORMAL, True)
+        else:
+            data = ref.data                 # PostOffice.remove(ref, NORMAL, True), inlined for the common case
+            if data.durable_refs and queue.durable:
+                self._store.acknowledge(queue.queue_id, data.message_id)     # + DELETE after the last one
+                data.durable_refs -= 1
+            ref.state = DONE
             ref.delivery = None
-            self._redelivery.cancel(ref, self._clock.now_ms(), delay_ms)
-        finally:
-            lock.release()
+            queue.count -= 1
+            queue.messages_acknowledged += 1
+        queue.delivering -= 1
+
+    def rollback(self, consumer: Consumer, message: Message, ref: Reference | None, delay_ms: int | None) -> None:
+        """A failed delivery of ``message`` (see Consumer.rollback); ``ref``: its reference, which
+        ``consumer`` has just let go of, None when it did not hold it (then this raises why, changing
+        nothing). ``delay_ms`` was checked. Lock held by the consumer."""
+        if ref is None or ref.delivery is not message or ref.state != DELIVERING:
+            self._owned(consumer, message, "rolled back")       # raises, saying why
+        ref.queue.delivering -= 1
+        ref.delivery = None
+        self._redelivery.cancel(ref, self._clock.now_ms(), delay_ms)
 
     def close_consumer(self, consumer: Consumer) -> None:
         """Close ``consumer`` (see Consumer.close)."""
@@ -268,3 +251,17 @@ class Delivery:
                 timers.watch_expiry(ref)
         if queue.waiters:
             queue.condition.notify_all()    # the returned messages, and a receive() of this consumer that waits
+
+
+def _deadline(timeout: float) -> float:
+    """The time.monotonic() by which a receive waiting ``timeout`` seconds gives up (not 0, not None);
+    ValueError for a bad timeout."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise ValueError(f"timeout={timeout!r}: seconds >= 0, or None to wait for a message")
+    return time.monotonic() + timeout
+
+
+def _check_delay(delay_ms) -> None:
+    """ValueError unless ``delay_ms`` (given to a rollback) is an int in [0, I64_MAX]."""
+    if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or not 0 <= delay_ms <= I64_MAX:
+        raise ValueError(f"delay_ms={delay_ms!r}: milliseconds, an int >= 0 (or None for the address's delay)")

@@ -19,12 +19,17 @@ __all__ = ["ConsumerOperations", "SessionOperations", "AcknowledgingSession"]
 
 @dataclass(frozen=True, slots=True)
 class ConsumerOperations:
-    """The broker's side of a Consumer: each runs under the broker's lock and raises what the
-    Consumer's method of the same name documents."""
+    """The broker's side of a Consumer. The consumer takes ``lock`` (the broker's) around each step,
+    keeps its own deliveries and calls these for the queue and store work; each raises what the
+    Consumer's method documents, before changing anything. ``close`` takes the lock itself."""
 
-    receive: Callable[[Any, QueueState, float | None], Message | None]     # (consumer, its queue, timeout)
-    acknowledge: Callable[[Any, Any, Message], None]                       # (consumer, its session, message)
-    rollback: Callable[[Any, Message, int | None], None]                   # (consumer, message, delay_ms)
+    lock: Any                                                              # the broker's lock
+    deadline: Callable[[float], float]                                     # (timeout) -> monotonic deadline
+    next_delivery: Callable[[Any, QueueState, float | None, float | None, bool], Reference | None]
+    #                        (consumer, its queue, timeout, deadline, closed) -> the reference to deliver
+    acknowledge: Callable[[Any, Any, Message, Reference | None], None]     # (consumer, session, message, ref)
+    check_delay: Callable[[Any], None]                                     # (delay_ms) ValueError unless valid
+    rollback: Callable[[Any, Message, Reference | None, int | None], None]  # (consumer, message, ref, delay_ms)
     close: Callable[[Any], None]
 
 
