@@ -305,7 +305,8 @@ class Broker:
             now = 0
             if not expiration:
                 settings = post_office.address_settings
-                expiry_delay = (settings.cached(address) or settings.get(address)).expiry_delay
+                cached = settings.cached    # an attribute, not a method: loaded first, then called
+                expiry_delay = (cached(address) or settings.get(address)).expiry_delay
                 if expiry_delay >= 0:       # Artemis applyExpiryDelay: only messages without an expiration
                     now = self._clock.now_ms()
                     expiration = now + expiry_delay
