@@ -1,6 +1,7 @@
 """Every durability step of the journal's files: the only Python module that calls fsync,
 fdatasync, rename or unlink on them. (The compiled core fdatasyncs the files it appends to
-itself, without the GIL; see pyx/journal_engine/_core.pyx.)
+itself, without the GIL — pyx/journal_engine/_core.pyx — and so does its twin, _twin/core.py;
+tests/test_import_rules.py keeps the core off every module above the leaves.)
 
 Order of a durable file creation (tmp -> fsync -> rename -> fsync(dir)):
   1. write the whole file under a ``.tmp`` name (zeros, then the header),
