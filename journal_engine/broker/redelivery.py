@@ -54,7 +54,9 @@ class Redelivery:
         queue = ref.queue
         data = ref.data
         count = ref.delivery_count
-        settings = post_office.address_settings.get(queue.address)
+        repository = post_office.address_settings
+        cached = repository.cached          # an attribute, not a method: loaded first, then called
+        settings = cached(queue.address) or repository.get(queue.address)
         stored = bool(data.durable_refs) and queue.durable
         store = post_office.store
         try:
