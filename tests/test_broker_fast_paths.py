@@ -1,7 +1,7 @@
 """The broker's three inlined fast paths, each run against the general path it copies, on the same input.
 
 ``broker.INLINE_SEND`` (PostOffice.store_new + enqueue inline in send, for one direct queue),
-``delivery.INLINE_DISPATCH`` (Delivery._dispatch inline in receive) and ``delivery.INLINE_ACK``
+``delivery.INLINE_DISPATCH`` (Delivery._dispatch inline in next_delivery) and ``delivery.INLINE_ACK``
 (PostOffice.remove inline in an acknowledgement) are switched off one at a time and all together; the
 same workload must give the same message ids, deliveries, queue counts, broker statistics and stored
 state (what a new MessageStore reads back) as with every copy switched on.
