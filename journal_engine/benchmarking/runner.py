@@ -30,7 +30,7 @@ from .workloads import MATRICES, SYNC_DURABLE, AppendCell, Matrix, QueueCell, Re
 SCHEMA_NAME = "journal-engine-bench"
 SCHEMA_VERSION = 1
 BENCH_DIR_ENV = "JOURNAL_BENCH_DIR"
-SETUP_ESTIMATE_S = 0.08          # a round's untimed open, pre-creation and check, as planned
+SETUP_ESTIMATE_S = 0.05          # a round's untimed open, pre-creation and check, as planned
 
 
 def default_directory() -> Path:
@@ -84,13 +84,13 @@ def _stats(round_rates: list[float]) -> dict:
 
 
 def estimate_seconds(matrix: Matrix, limits: dict, stores: int) -> float:
-    """A plan, not a promise: rounds x stores x (the machine's time for the work x 3 + set-up)."""
+    """A plan, not a promise: rounds x stores x (the machine's time for the work x 1.5 + CPU + set-up)."""
     total = 0.0
     for cell in matrix.append:
         ceiling, _ = machine.limit_for_append(limits, record_bytes=cell.record_bytes,
                                               records_per_sync=cell.records_per_sync,
                                               durable=cell.sync == SYNC_DURABLE)
-        per_round = cell.records / ceiling * 3 + cell.records * 6e-6 + SETUP_ESTIMATE_S
+        per_round = cell.records / ceiling * 1.5 + cell.records * 4e-6 + SETUP_ESTIMATE_S
         total += matrix.rounds * stores * per_round
     for cell in matrix.queue:
         total += matrix.rounds * (cell.messages * 60e-6 + cell.messages_for(False) * 1.5e-3 + 3 * SETUP_ESTIMATE_S)

@@ -223,11 +223,11 @@ def full_matrix() -> Matrix:
 
 def quick_matrix() -> Matrix:
     return Matrix("quick",
-                  append_cells((256,), (1, 100), (1, 4), commits=150, max_bytes=8 << 20, max_records=30_000),
+                  append_cells((256,), (1, 10, 100), (1, 4), commits=300, max_bytes=16 << 20, max_records=50_000),
                   (QueueCell("send-receive-ack", 3_000, peer_messages=300),
                    QueueCell("rollback-redeliver", 3_000, peer_messages=300)),
-                  (RecoveryCell(30_000),),
-                  rounds=3, limit_samples=500, bandwidth_bytes=64 << 20)
+                  (RecoveryCell(50_000),),
+                  rounds=5, limit_samples=1000, bandwidth_bytes=64 << 20)
 
 
 def tiny_matrix() -> Matrix:
