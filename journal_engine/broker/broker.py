@@ -293,7 +293,7 @@ class Broker:
                 raise JournalClosedError("the broker is closed")
             if session is not None and session.closed:
                 raise MessageStateError("the session is closed")
-            message_id = post_office.new_message_id()
+            message_id = next(post_office.message_ids)
             route = post_office.addresses.get(address)
             if route is None and self.jms_queue_names:
                 route = post_office.addresses.get(self._jms_name(address))
