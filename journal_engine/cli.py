@@ -92,6 +92,12 @@ def _cmd_compact(args) -> int:
     return 0
 
 
+def _cmd_bench(args) -> int:
+    """Durability benchmarks against the peers and the machine's own limits (docs/benchmarks.md)."""
+    from .benchmarking import runner
+    return runner.main(args)
+
+
 def _cmd_serve_stomp(args) -> int:
     """A STOMP broker (coilmq) whose queues live in a journal_engine store (docs/integrations.md)."""
     try:
@@ -107,7 +113,7 @@ def _cmd_serve_stomp(args) -> int:
 
 def _cmd_crash_test(args) -> int:
     from .crashtest.command import run
-    return run(args.size, args.seed, args.json_path, args.scratch)
+    return run(args.size, args.seed, args.json_path, args.scratch, args.store)
 
 
 def main(argv=None) -> int:
@@ -132,6 +138,11 @@ def main(argv=None) -> int:
     p = sub.add_parser("compact", help="recover a journal and compact it")
     p.add_argument("directory")
     p.set_defaults(func=_cmd_compact)
+    p = sub.add_parser("bench", help="benchmark the journal, the LMDB store and their peers against this machine's "
+                                     "own limits (--quick: about a minute)")
+    from .benchmarking.runner import add_arguments as add_bench_arguments
+    add_bench_arguments(p)
+    p.set_defaults(func=_cmd_bench)
     p = sub.add_parser("serve-stomp", help="run a STOMP broker (coilmq) on a journal_engine store")
     p.add_argument("--data", required=True, help="the store's directory (created if missing)")
     p.add_argument("--port", type=int, default=61613, help="0: any free port (the first line printed tells)")
@@ -152,6 +163,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=None, help="makes the campaign repeatable")
     p.add_argument("--json", dest="json_path", metavar="FILE", help="write the report as JSON")
     p.add_argument("--scratch", metavar="DIR", help="where the crashed journals go (default: a temporary directory)")
+    p.add_argument("--store", default="journal",
+                   help="journal, lmdb, or a factory of your own record store: package.module:factory")
     p.set_defaults(func=_cmd_crash_test, size="quick")
     args, extra = parser.parse_known_args(argv)
     if args.command == "demo":

@@ -4,6 +4,7 @@ runs every fault mode and finds no violation on the journal, and it does find th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -37,3 +38,29 @@ def test_the_command_prints_violations_and_a_json_report(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "violations: 0"
     data = json.loads(report_path.read_text())
     assert data["seed"] == 5 and data["violations"] == [] and data["reproduce"].endswith("--smoke --seed 5")
+
+
+def test_the_campaign_crashes_the_lmdb_store_and_reports_the_modes_it_skips(tmp_path):
+    report = Campaign(tmp_path / "scratch", size="smoke", seed=4, store="lmdb").run()
+    assert report.violations == []
+    assert report.runs == {"kill": 6} and report.acknowledged > 0
+    assert set(report.skipped) == {"crash-point", "io-error", "bit-flip", "truncation"}
+
+
+USER_STORE = '''
+from journal_engine import Journal
+
+
+def open_store(directory, sync):
+    return Journal(directory, sync=sync, file_size=256 * 1024)
+'''
+
+
+def test_the_command_crashes_a_user_store_given_by_import_path(tmp_path):
+    (tmp_path / "mystore.py").write_text(USER_STORE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "journal_engine", "crash-test", "--smoke", "--seed", "2",
+                           "--store", "mystore:open_store", "--scratch", str(tmp_path / "scratch")],
+                          capture_output=True, text=True, timeout=600, check=False, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "on mystore:open_store" in done.stdout and done.stdout.strip().endswith("violations: 0")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..storage.journal import Journal
 from .model import Model, foreign_bodies, model_view, recovered_view
+from .stores import open_store
 
 
 @dataclass
@@ -36,7 +37,7 @@ class Check:
 
 
 def recover_and_check(directory: str, model: Model, lines: list[str], context: str, *,
-                      file_size: int) -> Check:
+                      file_size: int, store: str = "journal") -> Check:
     """Recover `directory` and check it against the oracle `lines` of one workload run."""
     check = Check(model=model)
     warnings = [line for line in lines if line.startswith("W ")]
@@ -46,15 +47,15 @@ def recover_and_check(directory: str, model: Model, lines: list[str], context: s
     acked_count = sum(1 for op in ops if int(op[0]) <= acked)
     check.calls, check.acknowledged = len(ops), acked_count
 
-    with Journal(directory, file_size=file_size, compact_min_files=0) as journal:
+    with _open(store, directory, file_size) as journal:
         result = journal.load()
         recovered = recovered_view(result)
         report = result.report
-    if report.corrupt:
+    if getattr(report, "corrupt", None):
         check.violations.append(f"{context}: a crash left damage: {report.corrupt[:3]}")
-    if report.anomalies:
+    if getattr(report, "anomalies", None):
         check.violations.append(f"{context}: recovery found inconsistent records: {report.anomalies[:3]}")
-    with Journal(directory, file_size=file_size, compact_min_files=0) as journal:
+    with _open(store, directory, file_size) as journal:
         again = recovered_view(journal.load())
     if again[:2] != recovered[:2]:
         check.violations.append(f"{context}: a second load returned another state (recovery is not repeatable)")
@@ -91,6 +92,12 @@ def recover_and_check(directory: str, model: Model, lines: list[str], context: s
                             + [int(op[3]) for op in ops if op[1] == "atx"], default=0)
     check.lost_unacknowledged = len(ops) - matched
     return check
+
+
+def _open(store: str, directory: str, file_size: int):
+    if store == "journal":
+        return Journal(directory, file_size=file_size, compact_min_files=0)
+    return open_store(store, directory, "always", for_recovery=True)
 
 
 def _missing_acknowledged(model: Model, acked_ops: list, recovered_records: dict) -> list:

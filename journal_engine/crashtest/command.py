@@ -11,7 +11,7 @@ import tempfile
 from .campaign import Campaign
 
 
-def run(size: str, seed: int | None, json_path: str | None, scratch: str | None) -> int:
+def run(size: str, seed: int | None, json_path: str | None, scratch: str | None, store: str = "journal") -> int:
     own_scratch = scratch is None
     scratch = scratch or tempfile.mkdtemp(prefix="journal-engine-crash-test-")
     try:
@@ -28,9 +28,9 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None)
                         tasks[mode] = progress.add_task(mode, total=total)
                     progress.update(tasks[mode], completed=done, total=total)
 
-                report = Campaign(scratch, size=size, seed=seed, progress=show).run()
+                report = Campaign(scratch, size=size, seed=seed, progress=show, store=store).run()
         else:
-            report = Campaign(scratch, size=size, seed=seed).run()
+            report = Campaign(scratch, size=size, seed=seed, store=store).run()
     finally:
         if own_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -38,9 +38,11 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None)
     if json_path:
         with open(json_path, "w", encoding="utf-8") as out:
             json.dump(data, out, indent=2)
-    print(f"crash-test {size}, seed {report.seed}, {report.duration_s:.1f} s")
+    print(f"crash-test {size} on {store}, seed {report.seed}, {report.duration_s:.1f} s")
     for mode, count in sorted(report.runs.items()):
         print(f"  {mode:<12} {count:>7} runs")
+    for mode, why in report.skipped.items():
+        print(f"  {mode:<12} skipped: {why}")
     for point, hits in report.crash_points_hit.items():
         print(f"  crash point {point:<30} hit {hits} times")
     print(f"  {report.calls} calls, {report.acknowledged} acknowledged, "

@@ -11,7 +11,7 @@ printed before a SIGKILL reaches the parent. ``R`` marks the end of recovery, ``
 Every body names its record id and the sequence number of the call that wrote it and ends with a
 CRC (journal_engine.crashtest.bodies), so a recovered body that was never written is told apart.
 
-    python -m journal_engine.crashtest.journal_workload DIRECTORY SYNC_MODE SEED FIRST_SEQ FIRST_ID [MAX_CALLS]
+    python -m journal_engine.crashtest.journal_workload DIRECTORY SYNC_MODE SEED FIRST_SEQ FIRST_ID [MAX_CALLS [STORE]]
 """
 from __future__ import annotations
 
@@ -214,11 +214,11 @@ class JournalWorkload:
 
 
 def run_workload(directory: str, mode: str, seed: int, first_seq: int, first_id: int,
-                 max_calls: int = 20000) -> None:
-    from journal_engine import Journal
+                 max_calls: int = 20000, store: str = "journal") -> None:
+    from .stores import open_store
 
     rng = random.Random(seed)
-    with Journal(directory, file_size=FILE_SIZE, sync=mode, compact_min_files=2) as journal:   # compaction runs
+    with open_store(store, directory, mode) as journal:   # the journal: small files, compaction runs
         result = journal.load()
         work = JournalWorkload(journal, rng, mode, first_seq, first_id)
         report = result.report
@@ -250,8 +250,9 @@ def main(argv: list[str]) -> int:
 
     directory, mode, seed, first_seq, first_id = argv[1], argv[2], int(argv[3]), int(argv[4]), int(argv[5])
     max_calls = int(argv[6]) if len(argv) > 6 else 20000
+    store = argv[7] if len(argv) > 7 else "journal"
     try:
-        run_workload(directory, mode, seed, first_seq, first_id, max_calls)
+        run_workload(directory, mode, seed, first_seq, first_id, max_calls, store)
     except Exception as exc:
         sys.stdout.write(f"X {type(exc).__name__} {isinstance(exc, JournalError)} {isinstance(exc, OSError)} "
                          f"{getattr(exc, 'errno', None)}\n")

@@ -61,7 +61,7 @@ def recovered_view(result) -> tuple[dict, dict, set]:
     records = {rid: (rec.record_type, rec.body, list(rec.updates)) for rid, rec in result.records.items()}
     prepared = {tx.tx_id: [tx.xid, [(op.kind, op.record_id, op.record_type, op.body) for op in tx.records]]
                 for tx in result.prepared}
-    return records, prepared, set(result.report.rolled_back)
+    return records, prepared, set(getattr(result.report, "rolled_back", ()))
 
 
 def model_view(model: Model) -> tuple[dict, dict, set]:
