@@ -72,11 +72,10 @@ class Consumer:
         lock = self._lock
         lock.acquire()
         try:
-            queue = self._queue
-            ref = next_delivery(self, queue, timeout, deadline, self._closed)
+            ref = next_delivery(self, self._queue, timeout, deadline, self._closed)
             if ref is None:
                 return None
-            message = Message(ref.data, ref.delivery_count, queue.name, ref, self)
+            message = Message(ref.data, ref.delivery_count, ref.queue.name, ref, self)
             ref.delivery = message
             self._delivering[message] = ref
             return message

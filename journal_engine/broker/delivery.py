@@ -88,15 +88,13 @@ class Delivery:
         count raised and its state DELIVERING; None when nothing is deliverable before the timeout.
         ``closed``: whether the consumer is closed (read under the lock; read again after each wait).
         Lock held by the consumer, which records the delivery."""
-        gate = self._gate
-        timers = self._timers
         while True:
-            if closed or gate.closed or queue.deleted:
-                gate.check_open()
+            if closed or self._gate.closed or queue.deleted:
+                self._gate.check_open()
                 if queue.deleted:
                     raise MessageStateError(f"queue {queue.name!r} was deleted")
                 raise JournalClosedError("the consumer is closed")
-            if timers.pending:
+            if self._timers.pending:
                 self.pump(self._clock.now_ms())
             ready = queue.ready
             while ready:
@@ -130,7 +128,7 @@ class Delivery:
             else:
                 wait_s = None
             if not self._manual_clock:
-                due_ms = timers.next_due_ms()
+                due_ms = self._timers.next_due_ms()
                 if due_ms is not None:
                     due_s = (due_ms - self._clock.now_ms()) / 1000.0
                     wait_s = due_s if wait_s is None else min(wait_s, due_s)
