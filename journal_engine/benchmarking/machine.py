@@ -5,7 +5,8 @@ The limits are what no store can beat on this disk, measured with no format at a
 * ``raw sync loop``: a 4 KiB ``pwrite`` into a preallocated, synced file + ``fdatasync``, repeated:
   the latency of one durable write and so the most serial commits per second;
 * ``sequential write bandwidth``, synced: 1 MiB writes of a new file, then one ``fdatasync``;
-* ``page-cache write bandwidth``: the same writes without the sync (what a no-sync store can reach);
+* ``page-cache write bandwidth``: up to 64 MiB of the same writes without the sync, best of two (what a
+  no-sync store can reach);
 * ``page-cache read bandwidth``: the synced file read back warm (what a recovery from a warm cache
   can reach).
 
@@ -25,6 +26,7 @@ from pathlib import Path
 TMPFS_TYPES = ("tmpfs", "ramfs", "devtmpfs")
 SYNC_PROBE_BYTES = 4096
 BANDWIDTH_CHUNK_BYTES = 1 << 20
+CACHED_PROBE_BYTES = 64 << 20
 
 
 def percentiles_us(latencies_s: list[float]) -> dict:
@@ -73,17 +75,23 @@ def measure_bandwidth(directory: Path, total_bytes: int) -> dict:
     cached_path = Path(directory) / "bandwidth-cached-probe"
     synced_path = Path(directory) / "bandwidth-synced-probe"
     try:
-        fd = os.open(cached_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            started = time.perf_counter()
-            for _ in range(chunks):
-                os.write(fd, chunk)
-            elapsed = time.perf_counter() - started
-            os.fdatasync(fd)   # untimed: its dirty pages must not drain into the next measurement
-        finally:
-            os.close(fd)
-        result["write_cached_mb_per_s"] = round(written / elapsed / 1e6, 1)
-        cached_path.unlink()
+        # into the page cache: at most CACHED_PROBE_BYTES, below the kernel's dirty-page throttling, best
+        # of two passes (the first also pays for growing the page cache)
+        cached_chunks = min(chunks, CACHED_PROBE_BYTES // BANDWIDTH_CHUNK_BYTES)
+        best = 0.0
+        for _ in range(2):
+            fd = os.open(cached_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                started = time.perf_counter()
+                for _ in range(cached_chunks):
+                    os.write(fd, chunk)
+                elapsed = time.perf_counter() - started
+                os.fdatasync(fd)   # untimed: its dirty pages must not drain into the next measurement
+            finally:
+                os.close(fd)
+            best = max(best, cached_chunks * BANDWIDTH_CHUNK_BYTES / elapsed / 1e6)
+            cached_path.unlink()
+        result["write_cached_mb_per_s"] = round(best, 1)
 
         fd = os.open(synced_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

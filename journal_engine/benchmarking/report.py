@@ -63,38 +63,48 @@ def cells(document: dict) -> dict[str, dict[str, list[dict]]]:
     return grouped
 
 
-def machine_lines(document: dict) -> list[str]:
+def machine_facts(document: dict) -> list[tuple[str, str]]:
+    """(label, value) pairs: the machine, the directory, its limits and the run."""
     facts, limits = document["machine"], document["limits"]
     disk, sync = facts["disk"], limits["raw_sync_loop"]
     bandwidth = limits["bandwidth"]
     return [
-        f"date {facts['date']}; {facts['cpu']}, nproc {facts['nproc']}, {facts['memory_gib']} GiB; "
-        f"kernel {facts['kernel']}; Python {facts['python']}; journal_engine {facts['journal_engine_version']} "
-        f"({facts['journal_engine_implementation']} core)",
-        f"directory {disk['path']}: {disk['fstype']} on {disk['device']} (rotational={disk['rotational']}"
-        + (", TMPFS: no disk is measured" if disk["tmpfs"] else "") + ")",
-        f"raw sync loop (4 KiB pwrite + fdatasync, {sync['samples']} samples): {sync['syncs_per_s']} syncs/s; "
-        f"p50 {sync['p50_us']} us, p90 {sync['p90_us']} us, p99 {sync['p99_us']} us, p99.9 {sync['p999_us']} us",
-        f"sequential write: {bandwidth['write_synced_mb_per_s']} MB/s to the disk (fdatasync at the end), "
-        f"{bandwidth['write_cached_mb_per_s']} MB/s into the page cache; warm read "
-        f"{bandwidth['read_cached_mb_per_s']} MB/s ({bandwidth['bytes'] >> 20} MiB)",
-        f"load average at start {' / '.join(f'{x:.2f}' for x in facts['loadavg_at_start'])}, at end "
-        f"{' / '.join(f'{x:.2f}' for x in document['loadavg_at_end'])}; "
-        f"{document['rounds']} interleaved rounds per cell; run took {document['duration_s']:.0f} s "
-        f"(estimated {document['estimated_s']:.0f} s)",
+        ("machine", f"{facts['cpu']}, nproc {facts['nproc']}, {facts['memory_gib']} GiB; kernel {facts['kernel']}; "
+                    f"Python {facts['python']}; journal_engine {facts['journal_engine_version']} "
+                    f"({facts['journal_engine_implementation']} core); {facts['date']}"),
+        ("directory", f"{disk['path']}: {disk['fstype']} on {disk['device']} (rotational={disk['rotational']}"
+                      + (", TMPFS: no disk is measured" if disk["tmpfs"] else "") + ")"),
+        ("raw sync loop", f"4 KiB pwrite + fdatasync, {sync['samples']} samples: {sync['syncs_per_s']} syncs/s; "
+                          f"p50 {sync['p50_us']} us, p90 {sync['p90_us']} us, p99 {sync['p99_us']} us, "
+                          f"p99.9 {sync['p999_us']} us"),
+        ("bandwidth", f"sequential write {bandwidth['write_synced_mb_per_s']} MB/s to the disk (fdatasync at the end, "
+                      f"{bandwidth['bytes'] >> 20} MiB), {bandwidth['write_cached_mb_per_s']} MB/s into the page cache; "
+                      f"warm read {bandwidth['read_cached_mb_per_s']} MB/s"),
+        ("run", f"{document['rounds']} interleaved rounds per cell; took {document['duration_s']:.0f} s (estimated "
+                f"{document['estimated_s']:.0f} s); load average at start "
+                f"{' / '.join(f'{x:.2f}' for x in facts['loadavg_at_start'])}, at end "
+                f"{' / '.join(f'{x:.2f}' for x in document['loadavg_at_end'])}"),
     ]
 
 
 def skipped_lines(document: dict) -> list[str]:
-    return [f"skipped: {skip['store']} ({skip['scenario']}{', ' + skip['cell'] if skip['cell'] else ''}): "
-            f"{skip['reason']}" for skip in document["skipped"]]
+    """One line per store, scenario and reason, naming the cells (all of them: null)."""
+    grouped: dict[tuple[str, str, str], list[str]] = {}
+    for skip in document["skipped"]:
+        grouped.setdefault((skip["store"], skip["scenario"], skip["reason"]), []).append(skip["cell"])
+    lines = []
+    for (store, scenario, reason), cells_skipped in grouped.items():
+        where = "every cell" if None in cells_skipped else \
+            (cells_skipped[0] if len(cells_skipped) == 1 else f"{len(cells_skipped)} cells: {', '.join(cells_skipped)}")
+        lines.append(f"skipped: {store} ({scenario}, {where}): {reason}")
+    return lines
 
 
 def print_tables(document: dict, console) -> None:
     from rich.table import Table
     console.print(f"[bold]journal-engine bench[/bold] ({document['matrix']} matrix)")
-    for line in machine_lines(document):
-        console.print("  " + line)
+    for label, value in machine_facts(document):
+        console.print(f"  {label}: {value}")
     for scenario, by_cell in cells(document).items():
         table = Table(title=SCENARIO_TITLES.get(scenario, scenario), title_justify="left")
         for column, justify in (("cell", "left"), ("store", "left"), ("records/s", "right"), ("spread", "right"),
@@ -131,8 +141,7 @@ def markdown(document: dict) -> str:
     """The tables for docs/benchmarks.md: per scenario, a row per cell, a column per store, and the
     journal's ratios (to the best peer, to the limit)."""
     lines = ["| fact | value |", "|---|---|"]
-    for line in machine_lines(document):
-        label, _, value = line.partition(" ")
+    for label, value in machine_facts(document):
         lines.append(f"| {label} | {value} |")
     for scenario, by_cell in cells(document).items():
         all_results = [result for results in by_cell.values() for result in results]
