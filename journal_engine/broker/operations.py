@@ -3,7 +3,8 @@
 Why: consumer.py and session.py must not import broker.py (which imports them; a TYPE_CHECKING import
 is a cycle too). The broker gives each consumer and session the few operations it may call, and the
 handles never see the rest of the broker. Each bundle is built per handle, so no reference cycle keeps
-a dropped broker alive. The operations take the handle itself as their first argument.
+a dropped broker alive. The operations take the handle itself as their first argument (a consumer's
+``lock``, ``deadline`` and ``check_delay`` are the broker's lock and two argument checks).
 """
 from __future__ import annotations
 
