@@ -10,14 +10,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
+from ..limits import I64_MAX, SYNC_MODE_NAMES
+from ..store.message_store import BACKENDS
 
 __all__ = ["ROUTING_TYPES", "STORE_BACKENDS", "SYNC_MODES", "I64_MAX", "NAME_LENGTH_MAX", "check_name",
            "check_time", "checked_properties"]
 
 ROUTING_TYPES = ("anycast", "multicast")
-STORE_BACKENDS = ("journal", "lmdb")
-SYNC_MODES = ("always", "group", "none")
-I64_MAX = (1 << 63) - 1
+STORE_BACKENDS = BACKENDS           # the message store's backends, said once there
+SYNC_MODES = SYNC_MODE_NAMES        # the store's sync modes, said once in limits
 NAME_LENGTH_MAX = 0xFFFF            # queue and address names (the store keeps them as u32-length strings)
 _PROPERTY_TYPES = (str, int, float, bool, bytes, type(None))
 
