@@ -45,7 +45,7 @@ def percentiles_us(latencies_s: list[float]) -> dict:
 
 def measure_fdatasync_latency(directory: Path, samples: int = 1000) -> dict:
     """The disk's price of one durable write: a 4 KiB pwrite into a preallocated file + fdatasync."""
-    path = Path(directory) / "fdatasync-probe"
+    path = Path(directory) / f"fdatasync-probe-{os.getpid()}"   # the bench/ suite may share the directory
     page = bytes(SYNC_PROBE_BYTES)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -72,8 +72,8 @@ def measure_bandwidth(directory: Path, total_bytes: int) -> dict:
     chunks = max(1, total_bytes // BANDWIDTH_CHUNK_BYTES)
     written = chunks * BANDWIDTH_CHUNK_BYTES
     result = {"bytes": written}
-    cached_path = Path(directory) / "bandwidth-cached-probe"
-    synced_path = Path(directory) / "bandwidth-synced-probe"
+    cached_path = Path(directory) / f"bandwidth-cached-probe-{os.getpid()}"
+    synced_path = Path(directory) / f"bandwidth-synced-probe-{os.getpid()}"
     try:
         # into the page cache: at most CACHED_PROBE_BYTES, below the kernel's dirty-page throttling, best
         # of two passes (the first also pays for growing the page cache)

@@ -105,7 +105,7 @@ class Runner:
         self.console = console
         self.matrix = MATRICES[options.matrix]()
         self.root = Path(options.directory)
-        self.work = self.root / "rounds"
+        self.work = self.root / f"rounds-{os.getpid()}"   # two runs may share the directory
         self.results: list[dict] = []
         self.skipped: list[dict] = []
 
