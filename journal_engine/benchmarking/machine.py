@@ -10,6 +10,7 @@ The limits are what no store can beat on this disk, measured with no format at a
 * ``page-cache read bandwidth``: the synced file read back warm (what a recovery from a warm cache
   can reach).
 
+They are measured before the matrix and again after it; ``best_of`` keeps the better of the two.
 ``limit_for_*`` turn them into a records-per-second ceiling for a cell, so that every result is also
 reported as a fraction of what the machine allows.
 """
@@ -211,3 +212,16 @@ def limit_for_queue(limits: dict, *, operation: str, record_bytes: int) -> tuple
 
 def limit_for_recovery(limits: dict, *, record_bytes: int) -> tuple[float, str]:
     return limits["bandwidth"]["read_cached_mb_per_s"] * 1e6 / record_bytes, "page-cache read bandwidth"
+
+
+def best_of(measured: list[dict]) -> dict:
+    """The ceiling a run uses: of the limits measured before and after its matrix, the faster raw sync
+    loop and each bandwidth's best. A moment of noise (another process writing) during one
+    measurement would otherwise lower every ceiling and flatter every store measured against it."""
+    best = {"raw_sync_loop": max((m["raw_sync_loop"] for m in measured), key=lambda loop: loop["syncs_per_s"]),
+            "bandwidth": dict(measured[0]["bandwidth"])}
+    for m in measured[1:]:
+        for key, value in m["bandwidth"].items():
+            if key.endswith("_mb_per_s"):
+                best["bandwidth"][key] = max(best["bandwidth"][key], value)
+    return best

@@ -162,6 +162,11 @@ class Runner:
             progress.stop()
             if not self.options.keep:
                 shutil.rmtree(self.work, ignore_errors=True)
+        console.print("measuring the machine's limits again ...")
+        limits_measured = [limits, machine.measure_limits(self.root, sync_samples=matrix.limit_samples,
+                                                          bandwidth_bytes=matrix.bandwidth_bytes)]
+        limits = machine.best_of(limits_measured)
+        self._apply_limits(limits)
         self._add_ratios()
         return {
             "schema": SCHEMA_NAME,
@@ -172,6 +177,7 @@ class Runner:
             "directory": str(self.root.resolve()),
             "machine": facts,
             "limits": limits,
+            "limits_measured": limits_measured,
             "estimated_s": round(estimate, 1),
             "duration_s": round(time.monotonic() - started, 1),
             "loadavg_at_end": list(os.getloadavg()),
@@ -325,6 +331,22 @@ class Runner:
                     **_stats(rates[store.name]),
                     "limit_records_per_s": round(ceiling, 1), "limit": bound, "sync_latency_us": None,
                 })
+
+    def _apply_limits(self, limits: dict) -> None:
+        """Every result's ceiling from the limits the run keeps (measured before and after the matrix)."""
+        for result in self.results:
+            cell = result["cell"]
+            if result["scenario"] == "append":
+                ceiling, bound = machine.limit_for_append(limits, record_bytes=cell["record_bytes"],
+                                                          records_per_sync=cell["records_per_sync"],
+                                                          durable=cell["sync"] == SYNC_DURABLE)
+            elif result["scenario"] == "recovery":
+                ceiling, bound = machine.limit_for_recovery(limits, record_bytes=cell["record_bytes"])
+            else:
+                ceiling, bound = machine.limit_for_queue(limits, operation=cell["operation"],
+                                                         record_bytes=cell["record_bytes"])
+            result["limit_records_per_s"] = round(ceiling, 1) if ceiling else None
+            result["limit"] = bound
 
     def _add_ratios(self) -> None:
         """Per cell: each store's median against the best peer's (not ours), and against the limit."""
