@@ -359,10 +359,11 @@ class Runner:
             for result in results:
                 median = result["median_records_per_s"]
                 result["best_peer"] = best["store"] if best else None
-                result["ratio_to_best_peer"] = round(median / best["median_records_per_s"], 3) \
+                # three significant digits, not three decimals: a slow store's small fraction must not read as 0
+                result["ratio_to_best_peer"] = float(f"{median / best['median_records_per_s']:.3g}") \
                     if best and best["median_records_per_s"] else None
                 limit = result["limit_records_per_s"]
-                result["fraction_of_limit"] = round(median / limit, 3) if limit else None
+                result["fraction_of_limit"] = float(f"{median / limit:.3g}") if limit else None
 
 
 def _duration(seconds: float) -> str:
