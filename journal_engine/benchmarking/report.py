@@ -80,11 +80,11 @@ def machine_facts(document: dict) -> list[tuple[str, str]]:
         ("bandwidth", f"sequential write {bandwidth['write_synced_mb_per_s']} MB/s to the disk (fdatasync at the end, "
                       f"{bandwidth['bytes'] >> 20} MiB), {bandwidth['write_cached_mb_per_s']} MB/s into the page cache; "
                       f"warm read {bandwidth['read_cached_mb_per_s']} MB/s"),
-        ("limits measured", "; ".join(
+    ] + ([("limits measured", "; ".join(
             f"{when}: {m['raw_sync_loop']['syncs_per_s']} syncs/s, {m['bandwidth']['write_synced_mb_per_s']} MB/s synced, "
             f"{m['bandwidth']['write_cached_mb_per_s']} MB/s cached"
-            for when, m in zip(("before the matrix", "after it"), document.get("limits_measured", [])))
-            + " (the ceilings use the better of each)"),
+            for when, m in zip(("before the matrix", "after it"), document["limits_measured"]))
+            + " (the ceilings use the better of each)")] if document.get("limits_measured") else []) + [
         ("run", f"{document['rounds']} interleaved rounds per cell; took {document['duration_s']:.0f} s (estimated "
                 f"{document['estimated_s']:.0f} s); load average at start "
                 f"{' / '.join(f'{x:.2f}' for x in facts['loadavg_at_start'])}, at end "
