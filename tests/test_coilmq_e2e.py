@@ -191,7 +191,8 @@ def test_every_receipted_send_survives_a_sigkill_mid_stream(tmp_path, backend):
     assert not any(thread.is_alive() for thread in producers)
     with lock:
         receipted = dict(sent)
-    assert len(receipted) >= 80
+    # what the wait above guarantees (a delivery can overtake its own receipt, so not "30 + 50")
+    assert len(receipted) >= min(receipted_at_kill + 50, 2 * producers_limit - 5)
 
     server = Server(data, tmp_path / "server.log", "--backend", backend)
     try:
