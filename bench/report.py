@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from journal_engine.benchmarking.report import rate
+
 GROUP_TITLES = {
     "a": "a. One sync per record (1 thread)",
     "b": "b. 16 threads, each record synced",
@@ -130,16 +132,7 @@ def targets(groups) -> list[Target]:
     return rows
 
 
-def _fmt_rate(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 1e6:
-        return f"{value / 1e6:.2f}M"
-    if value >= 1e4:
-        return f"{value / 1e3:.0f}k"
-    if value >= 1e3:
-        return f"{value / 1e3:.1f}k"
-    return f"{value:.0f}"
+_fmt_rate = rate     # the bench command's short rates (journal_engine.benchmarking.report.rate)
 
 
 def targets_markdown(rows: list[Target]) -> str:

@@ -415,16 +415,19 @@ class JournalAppend(AppendStore):
             (files_for(commits, SECTOR_SIZE_BYTES) if cell.sync == SYNC_DURABLE else 0)
         journal = open_journal(directory, sync="group" if cell.sync == SYNC_DURABLE else "none",
                                precreate_files=needed)
-        add = journal.add
-        durable = cell.sync == SYNC_DURABLE
-
-        def commit(first_id: int, count: int, body: bytes) -> None:
-            last = first_id + count - 1
-            for record_id in range(first_id, last):
-                add(record_id, USER_TYPE, body)
-            add(last, USER_TYPE, body, sync=durable)
-
+        commit = _adds_then_sync(journal.add, cell.sync == SYNC_DURABLE)
         return _Handle(commit, lambda: journal.stats()["live_records"], journal.close, journal.flush)
+
+
+def _adds_then_sync(add, durable: bool):
+    """One commit of our record stores: add() per record, sync=True on the last one when durable."""
+    def commit(first_id: int, count: int, body: bytes) -> None:
+        last = first_id + count - 1
+        for record_id in range(first_id, last):
+            add(record_id, USER_TYPE, body)
+        add(last, USER_TYPE, body, sync=durable)
+
+    return commit
 
 
 class LmdbRecordStoreAppend(AppendStore):
@@ -440,15 +443,7 @@ class LmdbRecordStoreAppend(AppendStore):
         store = LmdbRecordStore(directory, sync="group" if cell.sync == SYNC_DURABLE else "none",
                                 map_size=max(1 << 30, cell.records * cell.record_bytes * 4))
         store.load()
-        add = store.add
-        durable = cell.sync == SYNC_DURABLE
-
-        def commit(first_id: int, count: int, body: bytes) -> None:
-            last = first_id + count - 1
-            for record_id in range(first_id, last):
-                add(record_id, USER_TYPE, body)
-            add(last, USER_TYPE, body, sync=durable)
-
+        commit = _adds_then_sync(store.add, cell.sync == SYNC_DURABLE)
         return _Handle(commit, lambda: store.stats()["live_records"], store.close, store.flush)
 
 
