@@ -85,7 +85,6 @@ QUEUE_ROUTING_TYPES = ("anycast", "multicast")
 MESSAGE_FORMAT_VERSION = 1
 QUEUE_FORMAT_VERSION = 1
 MESSAGE_HEAD = struct.Struct("<BBBxq")         # version, flags, routing type, pad, expiration ms
-_MESSAGE_HEAD = MESSAGE_HEAD
 _QUEUE_HEAD = struct.Struct("<BBBx")           # version, routing type, has filter, pad
 _U32 = struct.Struct("<I")
 _U16 = struct.Struct("<H")
@@ -298,7 +297,7 @@ def encode_message(address: str, body, *, properties: dict | None = None, durabl
         raise ValueError(f"routing_type={routing_type!r}: use None, 'anycast' or 'multicast'")
     if not isinstance(expiration, int) or isinstance(expiration, bool) or not 0 <= expiration <= I64_MAX:
         raise ValueError(f"expiration={expiration!r}: an epoch time in ms >= 0 (0 = never)")
-    out = bytearray(_MESSAGE_HEAD.pack(MESSAGE_FORMAT_VERSION, FLAG_DURABLE if durable else 0,
+    out = bytearray(MESSAGE_HEAD.pack(MESSAGE_FORMAT_VERSION, FLAG_DURABLE if durable else 0,
                                        ROUTING_TYPES[routing_type], expiration))
     _put_text(out, address, "address")
     raw_body = bytes(body)
@@ -314,7 +313,7 @@ def encode_message(address: str, body, *, properties: dict | None = None, durabl
 def decode_message(message_id: int, data: bytes, *, path=None) -> StoredMessage:
     """The inverse of encode_message; a malformed body raises CorruptRecordError naming the record."""
     reader = _Reader(bytes(data), message_id, RecordType.ADD_MESSAGE, path, "message")
-    version, flags, routing, expiration = reader.unpack(_MESSAGE_HEAD, "message header")
+    version, flags, routing, expiration = reader.unpack(MESSAGE_HEAD, "message header")
     if version != MESSAGE_FORMAT_VERSION:
         reader.pos = 0
         raise reader.fail(f"message format version {version}; this version reads {MESSAGE_FORMAT_VERSION}")

@@ -89,26 +89,24 @@ def io_error(exc: OSError, path: str, what: str) -> JournalIOError:
                           hint="check the device and the permissions; everything synced before stays loadable")
 
 
-def fsync_directory(directory: str) -> None:
+def _with_open(path: str, flags: int, what: str, action) -> None:
+    """Open `path`, run action(fd), close; an OSError becomes the JournalIOError naming `what`."""
     try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(path, flags)
         try:
-            os.fsync(fd)
+            action(fd)
         finally:
             os.close(fd)
     except OSError as exc:
-        raise io_error(exc, directory, "syncing the directory") from exc
+        raise io_error(exc, path, what) from exc
+
+
+def fsync_directory(directory: str) -> None:
+    _with_open(directory, os.O_RDONLY | os.O_DIRECTORY, "syncing the directory", os.fsync)
 
 
 def fdatasync_path(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise io_error(exc, path, "syncing") from exc
+    _with_open(path, os.O_RDONLY, "syncing", os.fdatasync)
 
 
 def rename(source: str, target: str) -> None:
@@ -165,15 +163,11 @@ def create_zero_filled(path: str, size: int, header: bytes, chunk: int = 1 << 20
 
 def write_header_durably(path: str, header: bytes) -> None:
     """Rewrite a recycled file's header in place and sync it."""
-    try:
-        fd = os.open(path, os.O_RDWR)
-        try:
-            os.pwrite(fd, header, 0)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise io_error(exc, path, "re-initialising") from exc
+    def rewrite(fd: int) -> None:
+        os.pwrite(fd, header, 0)
+        os.fdatasync(fd)
+
+    _with_open(path, os.O_RDWR, "re-initialising", rewrite)
 
 
 def write_file_durably(path: str, data: bytes) -> None:
@@ -192,12 +186,8 @@ def write_file_durably(path: str, data: bytes) -> None:
 def zero_fill(path: str, start: int, size: int, chunk: int = 1 << 20) -> None:
     """Write real zeros over [start, size) of `path` and fdatasync it: erases a torn tail (and
     fills a file cut short back to its size), so later appends never sit in front of stale damage."""
-    try:
-        fd = os.open(path, os.O_RDWR)
-        try:
-            _write_zeros(fd, start, size, chunk)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise io_error(exc, path, "erasing a torn tail of") from exc
+    def erase(fd: int) -> None:
+        _write_zeros(fd, start, size, chunk)
+        os.fdatasync(fd)
+
+    _with_open(path, os.O_RDWR, "erasing a torn tail of", erase)
