@@ -8,6 +8,9 @@ import re
 import pytest
 
 from journal_engine import AddressSettings, Broker, ManualClock, MessageStore
+from journal_engine.broker.dead_letter import (DEAD_LETTER_REASONS, DIALECTS, DeadLetterReason, decode_history,
+                                               make_copy)
+from journal_engine.broker.message import MessageData
 from journal_engine.cli import main as cli_main
 
 NOW = 1_700_000_000_000
@@ -196,8 +199,50 @@ def test_dead_letter_copy_survives_a_restart_and_the_original_does_not(tmp_path,
     assert (info.filter, info.routing_type, info.message_count) == ("_AMQ_ORIG_ADDRESS = 'orders'", "multicast", 1)
     copy = broker.create_consumer("DLQ.orders").receive(0)
     assert copy.properties == {"n": 1, "_AMQ_ORIG_QUEUE": "orders", "_AMQ_ORIG_ADDRESS": "orders",
-                               "_AMQ_ORIG_MESSAGE_ID": original_id}
+                               "_AMQ_ORIG_MESSAGE_ID": original_id,
+                               "_JE_DEAD_LETTER_REASON": "max-delivery-attempts", "_JE_DEAD_LETTER_TIME": NOW,
+                               "_JE_ORIG_DELIVERY_COUNT": 2,
+                               "_JE_DELIVERY_HISTORY": f'[{{"time":{NOW},"reason":"rollback"}},{{"time":{NOW},"reason":"rollback"}}]'}
     broker.close()
+
+
+def test_dead_letter_copy_carries_its_reason_count_and_delivery_history(broker, clock):
+    """Beyond Artemis: the copy names why it was dead-lettered, when, after how many deliveries, and
+    the time and kind of each failed delivery (a consumer's rollback, a session's)."""
+    broker.address_settings.add("orders", AddressSettings(max_delivery_attempts=3, dead_letter_address="DLA"))
+    broker.create_queue("orders")
+    broker.create_queue("dead", address="DLA")
+    broker.send("orders", b"m")
+    consumer = broker.create_consumer("orders")
+    consumer.rollback(consumer.receive(0))
+    clock.advance(10)
+    consumer.close()
+    session = broker.create_session(transacted=True)
+    session_consumer = session.create_consumer("orders")
+    assert session_consumer.receive(0) is not None
+    session.rollback()
+    clock.advance(5)
+    assert session_consumer.receive(0) is not None
+    session.rollback()
+    (copy,) = broker.browse("dead")
+    properties = copy.properties
+    assert properties["_JE_DEAD_LETTER_REASON"] == DeadLetterReason.MAX_DELIVERY_ATTEMPTS == "max-delivery-attempts"
+    assert properties["_JE_DEAD_LETTER_TIME"] == NOW + 15
+    assert properties["_JE_ORIG_DELIVERY_COUNT"] == 3
+    assert decode_history(properties["_JE_DELIVERY_HISTORY"]) == [
+        {"time": NOW, "reason": "rollback"}, {"time": NOW + 10, "reason": "session-rollback"},
+        {"time": NOW + 15, "reason": "session-rollback"}]
+
+
+def test_dead_letter_reason_is_one_of_the_named_reasons():
+    original = MessageData(1, "orders", b"m", None, True, 0, None)
+    copy = make_copy(original, 2, "DLA", None, DIALECTS["artemis"], reason=DeadLetterReason.NO_ROUTE, now_ms=NOW)
+    assert copy.properties["_JE_DEAD_LETTER_REASON"] == "no-route"
+    assert "_AMQ_ORIG_QUEUE" not in copy.properties            # it was on no queue
+    assert decode_history(copy.properties["_JE_DELIVERY_HISTORY"]) == []
+    assert {"max-delivery-attempts", "expired", "poison-ack", "no-route"} <= DEAD_LETTER_REASONS
+    with pytest.raises(ValueError, match="dead-letter reason 'tired'"):
+        make_copy(original, 2, "DLA", "orders", DIALECTS["artemis"], reason="tired", now_ms=NOW)
 
 
 # ----- expiry ---------------------------------------------------------------------------------------------
@@ -213,7 +258,9 @@ def test_expiry_moves_to_the_expiry_address_with_actual_expiry(broker, clock):
     (copy,) = broker.browse("expired")
     assert copy.expiration == 0
     assert copy.properties == {"p": "v", "_AMQ_ORIG_QUEUE": "q", "_AMQ_ORIG_ADDRESS": "q",
-                               "_AMQ_ORIG_MESSAGE_ID": original_id, "_AMQ_ACTUAL_EXPIRY": NOW + 150}
+                               "_AMQ_ORIG_MESSAGE_ID": original_id, "_AMQ_ACTUAL_EXPIRY": NOW + 150,
+                               "_JE_DEAD_LETTER_REASON": "expired", "_JE_DEAD_LETTER_TIME": NOW + 150,
+                               "_JE_ORIG_DELIVERY_COUNT": 0, "_JE_DELIVERY_HISTORY": "[]"}
 
 
 def test_expiry_without_expiry_address_drops(broker, clock):
@@ -293,6 +340,11 @@ def test_expiry_settings_come_from_the_messages_address(broker, clock):
 
 # ----- HornetQ ------------------------------------------------------------------------------------------
 
+def dialect_properties(message):
+    """A copy's properties but the dialect-independent _JE_ ones."""
+    return {key: value for key, value in message.properties.items() if not key.startswith("_JE_")}
+
+
 def test_hornetq_dialect_property_names(clock):
     broker = Broker(clock=clock, dialect="hornetq")
     broker.address_settings.add("jms.queue.exampleQueue", AddressSettings(
@@ -302,8 +354,10 @@ def test_hornetq_dialect_property_names(clock):
     original_id = broker.send("jms.queue.exampleQueue", b"m", routing_type="anycast")
     fail(broker.create_consumer("jms.queue.exampleQueue"), 3)
     (copy,) = broker.browse("jms.queue.deadLetterQueue")
-    assert copy.properties == {"_HQ_ORIG_ADDRESS": "jms.queue.exampleQueue",
-                               "_HQ_ORIG_QUEUE": "jms.queue.exampleQueue", "_HQ_ORIG_MESSAGE_ID": original_id}
+    assert dialect_properties(copy) == {"_HQ_ORIG_ADDRESS": "jms.queue.exampleQueue",
+                                        "_HQ_ORIG_QUEUE": "jms.queue.exampleQueue",
+                                        "_HQ_ORIG_MESSAGE_ID": original_id}
+    assert copy.properties["_JE_DEAD_LETTER_REASON"] == "max-delivery-attempts"     # in both dialects
     broker.close()
 
 
@@ -317,8 +371,9 @@ def test_hornetq_jms_queue_names_and_expiry(clock):
     assert broker.queue("orders").message_count == 1
     clock.advance(5)
     (copy,) = broker.browse("expiryQueue")
-    assert copy.properties == {"_HQ_ORIG_ADDRESS": "jms.queue.orders", "_HQ_ORIG_QUEUE": "jms.queue.orders",
-                               "_HQ_ORIG_MESSAGE_ID": original_id, "_HQ_ACTUAL_EXPIRY": NOW + 5}
+    assert dialect_properties(copy) == {"_HQ_ORIG_ADDRESS": "jms.queue.orders",
+                                        "_HQ_ORIG_QUEUE": "jms.queue.orders",
+                                        "_HQ_ORIG_MESSAGE_ID": original_id, "_HQ_ACTUAL_EXPIRY": NOW + 5}
     assert broker.create_consumer("expiryQueue").receive(0).address == "jms.queue.expiryQueue"
     broker.close()
 

@@ -21,10 +21,22 @@ The copy's expiration is reset to 0. Its routing type is the one recorded in the
 ``_AMQ_ORIG_ROUTING_TYPE`` when the original was itself such a copy (Artemis's move()), else none.
 HornetQ, Artemis's ancestor, names the same properties ``_HQ_ORIG_ADDRESS``, ``_HQ_ORIG_QUEUE``,
 ``_HQ_ORIG_MESSAGE_ID`` and ``_HQ_ACTUAL_EXPIRY`` and has no routing types.
+
+Beyond Artemis (in both dialects), every copy says why and how it got there, so an operator can read a
+dead-letter queue without the broker's log (docs/cli.md lists the names):
+
+* ``_JE_DEAD_LETTER_REASON``: one of ``DeadLetterReason`` (``max-delivery-attempts``, ``expired``,
+  ``poison-ack``, ``no-route``, ...), given by the path that made the copy;
+* ``_JE_DEAD_LETTER_TIME``: when the copy was made (epoch ms);
+* ``_JE_ORIG_DELIVERY_COUNT``: the original reference's delivery count at that moment;
+* ``_JE_DELIVERY_HISTORY``: a JSON list of ``{"time": ms, "reason": ...}``, one per failed delivery
+  this broker saw of the reference (attempts before a restart count in the delivery count only).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Iterable
 
 from ..errors import ConfigError
 from .address_settings import AddressSettings
@@ -32,12 +44,49 @@ from .message import MessageData
 from .post_office import PostOffice
 from .queue import EXPIRED, KILLED, NORMAL, AddressState, Reference
 
-__all__ = ["Dialect", "DIALECTS", "ROUTING_TYPE_CODES", "make_copy", "resource_queue_name", "origin_filter",
+__all__ = ["Dialect", "DIALECTS", "ROUTING_TYPE_CODES", "DeadLetterReason", "DEAD_LETTER_REASONS",
+           "DEAD_LETTER_REASON", "DEAD_LETTER_TIME", "ORIG_DELIVERY_COUNT", "DELIVERY_HISTORY",
+           "encode_history", "decode_history", "make_copy", "resource_queue_name", "origin_filter",
            "dialect_named", "DeadLetters", "KILLED", "EXPIRED", "NORMAL"]
 
 #: Artemis's RoutingType.getType() bytes
 ROUTING_TYPE_CODES = {"multicast": 0, "anycast": 1}
 _ROUTING_TYPE_NAMES = {code: name for name, code in ROUTING_TYPE_CODES.items()}
+
+
+class DeadLetterReason:
+    """Why a copy went to a dead-letter (or expiry) address: the value of ``_JE_DEAD_LETTER_REASON``."""
+
+    MAX_DELIVERY_ATTEMPTS = "max-delivery-attempts"    # the delivery count reached max_delivery_attempts
+    EXPIRED = "expired"                                # the message's expiration passed
+    POISON_ACK = "poison-ack"                          # a Classic consumer gave up on it (its redelivery policy)
+    NO_ROUTE = "no-route"                              # sent to an address without a queue (send_to_dla_on_no_route)
+
+
+#: every reason a copy may carry
+DEAD_LETTER_REASONS = frozenset(value for name, value in vars(DeadLetterReason).items() if name.isupper())
+
+# the copy's own account of itself (both dialects)
+DEAD_LETTER_REASON = "_JE_DEAD_LETTER_REASON"
+DEAD_LETTER_TIME = "_JE_DEAD_LETTER_TIME"
+ORIG_DELIVERY_COUNT = "_JE_ORIG_DELIVERY_COUNT"
+DELIVERY_HISTORY = "_JE_DELIVERY_HISTORY"
+
+
+def encode_history(failures: Iterable[tuple[int, str]]) -> str:
+    """The ``_JE_DELIVERY_HISTORY`` text of (time ms, reason) pairs, oldest first."""
+    return json.dumps([{"time": time_ms, "reason": reason} for time_ms, reason in failures], separators=(",", ":"))
+
+
+def decode_history(text: object) -> list[dict]:
+    """The failed attempts a ``_JE_DELIVERY_HISTORY`` value lists; [] for a missing or foreign value."""
+    if not isinstance(text, str):
+        return []
+    try:
+        entries = json.loads(text)
+    except ValueError:
+        return []
+    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
 
 
 @dataclass(frozen=True)
@@ -69,9 +118,16 @@ def dialect_named(name: str) -> Dialect:
         raise ConfigError("dialect", name, f"use one of {', '.join(sorted(DIALECTS))}") from None
 
 
-def make_copy(original: MessageData, new_id: int, to_address: str, queue_name: str, dialect: Dialect, *,
-              actual_expiry_ms: int | None = None) -> MessageData:
-    """The copy Artemis routes to a dead-letter or expiry address (see the module docstring)."""
+def make_copy(original: MessageData, new_id: int, to_address: str, queue_name: str | None, dialect: Dialect, *,
+              reason: str, now_ms: int, actual_expiry_ms: int | None = None, delivery_count: int = 0,
+              failures: Iterable[tuple[int, str]] = ()) -> MessageData:
+    """The copy Artemis routes to a dead-letter or expiry address (see the module docstring).
+
+    ``reason`` is one of DEAD_LETTER_REASONS; ``queue_name`` None: the original was on no queue
+    (no ORIG_QUEUE then); ``failures``: the reference's failed deliveries, (time ms, reason) each.
+    """
+    if reason not in DEAD_LETTER_REASONS:
+        raise ValueError(f"dead-letter reason {reason!r}: use one of {', '.join(sorted(DEAD_LETTER_REASONS))}")
     properties = dict(original.properties) if original.properties else {}
     routing_type = None
     if dialect.orig_routing_type is not None:
@@ -79,13 +135,18 @@ def make_copy(original: MessageData, new_id: int, to_address: str, queue_name: s
         recorded = properties.get(dialect.orig_routing_type)
         if isinstance(recorded, int) and not isinstance(recorded, bool):
             routing_type = _ROUTING_TYPE_NAMES.get(recorded)
-    properties[dialect.orig_queue] = queue_name
+    if queue_name is not None:
+        properties[dialect.orig_queue] = queue_name
     properties[dialect.orig_address] = original.address
     properties[dialect.orig_message_id] = original.message_id
     if dialect.orig_routing_type is not None and original.routing_type is not None:
         properties[dialect.orig_routing_type] = ROUTING_TYPE_CODES[original.routing_type]
     if actual_expiry_ms is not None:
         properties[dialect.actual_expiry] = actual_expiry_ms
+    properties[DEAD_LETTER_REASON] = reason
+    properties[DEAD_LETTER_TIME] = now_ms
+    properties[ORIG_DELIVERY_COUNT] = delivery_count
+    properties[DELIVERY_HISTORY] = encode_history(failures)
     return MessageData(new_id, to_address, original.body, properties, original.durable, 0, routing_type)
 
 
@@ -113,9 +174,11 @@ class DeadLetters:
         self._post_office = post_office
         self._dialect = dialect
 
-    def dead_letter(self, ref: Reference, settings: AddressSettings, now: int) -> None:
-        """A reference that reached max_delivery_attempts (``settings`` are its queue's): to the
-        dead-letter address, else dropped."""
+    def dead_letter(self, ref: Reference, settings: AddressSettings, now: int,
+                    reason: str = DeadLetterReason.MAX_DELIVERY_ATTEMPTS) -> None:
+        """A reference that cannot be delivered (``settings`` are its queue's; ``reason`` one of
+        DEAD_LETTER_REASONS, by default it reached max_delivery_attempts): to the dead-letter address,
+        else dropped."""
         queue = ref.queue
         address = settings.dead_letter_address
         if address is not None:
@@ -124,7 +187,7 @@ class DeadLetters:
                                   settings.dead_letter_queue_suffix)
             target = self._post_office.addresses.get(address)
             if target is not None and target.has_queues():
-                self._move(ref, target, KILLED, now)
+                self._move(ref, target, KILLED, reason, now)
                 return
         queue.messages_dropped += 1
         self._post_office.remove(ref, KILLED, True)
@@ -140,7 +203,7 @@ class DeadLetters:
                 self._auto_create(address, settings.expiry_queue_prefix, data.address, settings.expiry_queue_suffix)
             target = post_office.addresses.get(address)
             if target is not None and target.has_queues():
-                self._move(ref, target, EXPIRED, now)
+                self._move(ref, target, EXPIRED, DeadLetterReason.EXPIRED, now)
                 return
         ref.queue.messages_dropped += 1
         post_office.remove(ref, EXPIRED, True)
@@ -162,13 +225,15 @@ class DeadLetters:
             self._post_office.create_queue(name, on_address, "multicast", origin_filter(self._dialect, for_address),
                                            True, auto_created=True)
 
-    def _move(self, ref: Reference, target: AddressState, reason: str, now: int) -> None:
-        """Copy the message to another address and remove the original, in one store transaction."""
+    def _move(self, ref: Reference, target: AddressState, ack_reason: str, reason: str, now: int) -> None:
+        """Copy the message to another address and remove the original, in one store transaction
+        (``ack_reason``: KILLED or EXPIRED, how the queue counts it; ``reason``: the copy's)."""
         post_office = self._post_office
         queue = ref.queue
         original = ref.data
         copy = make_copy(original, post_office.new_message_id(), target.name, queue.name, self._dialect,
-                         actual_expiry_ms=now if reason is EXPIRED else None)
+                         reason=reason, now_ms=now, actual_expiry_ms=now if ack_reason is EXPIRED else None,
+                         delivery_count=ref.delivery_count, failures=ref.failures or ())
         expiry_delay = post_office.address_settings.get(target.name).expiry_delay
         if expiry_delay >= 0:       # routing applies the expiry delay of the new address (PostOfficeImpl.route)
             copy.expiration = now + expiry_delay
@@ -189,5 +254,5 @@ class DeadLetters:
                     if tx.state == "open":
                         tx.rollback(sync=False)
                     raise
-        post_office.remove(ref, reason, False)
+        post_office.remove(ref, ack_reason, False)
         post_office.enqueue(copy, targets, 0)

@@ -34,7 +34,7 @@ EXPIRED = "expired"
 class Reference:
     """A message on one queue: its own delivery count, scheduled time and state."""
 
-    __slots__ = ("data", "queue", "delivery_count", "state", "delivery")
+    __slots__ = ("data", "queue", "delivery_count", "state", "delivery", "failures")
 
     def __init__(self, data: MessageData, queue: "QueueState", delivery_count: int = 0) -> None:
         self.data = data
@@ -42,6 +42,14 @@ class Reference:
         self.delivery_count = delivery_count
         self.state = READY
         self.delivery = None          # the Message of the current delivery (identity proves ownership)
+        self.failures: list[tuple[int, str]] | None = None   # (time ms, reason) of each failed delivery seen
+
+    def record_failure(self, now_ms: int, reason: str) -> None:
+        """Note a failed delivery, for the history a dead-letter copy carries."""
+        if self.failures is None:
+            self.failures = [(now_ms, reason)]
+        else:
+            self.failures.append((now_ms, reason))
 
     def __repr__(self) -> str:
         state = ("READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX")[self.state]

@@ -17,7 +17,11 @@ from .dead_letter import DeadLetters
 from .post_office import PostOffice
 from .queue import DELIVERING, READY, Reference
 
-__all__ = ["Redelivery", "redelivery_delay_ms"]
+__all__ = ["Redelivery", "redelivery_delay_ms", "CONSUMER_ROLLBACK", "SESSION_ROLLBACK"]
+
+# why a delivery failed, as a dead-letter copy's delivery history names it
+CONSUMER_ROLLBACK = "rollback"                  # Consumer.rollback
+SESSION_ROLLBACK = "session-rollback"           # a transacted session rolled back (or closed uncommitted)
 
 
 def redelivery_delay_ms(settings: AddressSettings, delivery_count: int, override: int | None,
@@ -44,9 +48,10 @@ class Redelivery:
         self._dead_letters = dead_letters
         self._rng = rng
 
-    def cancel(self, ref: Reference, now: int, delay_override: int | None) -> None:
+    def cancel(self, ref: Reference, now: int, delay_override: int | None, failure: str = CONSUMER_ROLLBACK) -> None:
         """A failed delivery of a reference that has just left its consumer (state DELIVERING, no longer
-        counted as delivering by its queue): dead-lettered, scheduled or back in its queue.
+        counted as delivering by its queue): dead-lettered, scheduled or back in its queue. ``failure``
+        names why, for the delivery history of a dead-letter copy.
 
         When the store fails the error propagates and the reference stays deliverable (READY, in order).
         """
@@ -59,6 +64,7 @@ class Redelivery:
         settings = cached(queue.address) or repository.get(queue.address)
         stored = bool(data.durable_refs) and queue.durable
         store = post_office.store
+        ref.record_failure(now, failure)
         try:
             if stored:
                 store.update_delivery_count(queue.queue_id, data.message_id, count)

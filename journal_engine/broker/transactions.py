@@ -21,7 +21,7 @@ from .delivery import Delivery
 from .gate import Gate
 from .post_office import PostOffice
 from .queue import DELIVERING, NORMAL
-from .redelivery import Redelivery
+from .redelivery import SESSION_ROLLBACK, Redelivery
 from .session import Session
 
 __all__ = ["Transactions"]
@@ -94,7 +94,7 @@ class Transactions:
                     ref.queue.delivering -= 1
                     failed.append(ref)
         for ref in failed:
-            self._redelivery.cancel(ref, now, None)
+            self._redelivery.cancel(ref, now, None, SESSION_ROLLBACK)
 
     def close(self, session: Session) -> None:
         """See Session.close. Closing twice is harmless."""
