@@ -20,7 +20,8 @@ from .broker.queue import QueueInfo
 from .broker.session import Session
 from .errors import MessageStateError, QueueExistsError, UnknownQueueError
 from .store.message_store import StoreTransaction
-from . import wildcard
+from . import config, wildcard
+from .config import BrokerConfig
 
 __version__ = "0.1.0"
 
@@ -32,6 +33,7 @@ __all__ = [
     "DuplicateRecordError", "UnknownTransactionError",
     "MessageStore", "RecoveredState", "RecoveredReference", "StoredMessage", "StoredQueue", "RecordType",
     "AddressSettings", "AddressSettingsRepository", "HierarchicalRepository", "Selector", "SelectorError", "wildcard",
+    "config", "BrokerConfig",
     "Broker", "ManualClock", "WallClock", "Consumer", "Message", "QueueInfo", "Session", "StoreTransaction",
     "MessageStateError", "QueueExistsError", "UnknownQueueError",
 ]

@@ -83,13 +83,18 @@ class JournalLockedError(JournalError):
 class ConfigError(JournalError, ValueError):
     """A configuration field has a value it cannot take.
 
-    ``field`` names the argument or configuration element, ``value`` is what it was given.
+    ``field`` names the argument or configuration element, ``value`` is what it was given; ``line``
+    (1-based, None when not from a file) is where a configuration file says it.
     """
 
-    def __init__(self, field: str, value: object, problem: str, *, hint: str | None = None) -> None:
+    def __init__(self, field: str, value: object, problem: str, *, hint: str | None = None,
+                 line: int | None = None) -> None:
         self.field = field
         self.value = value
-        super().__init__(f"{field}={value!r}: {problem}", hint=hint)
+        self.problem = problem
+        self.line = line
+        where = f" at line {line}" if line is not None else ""
+        super().__init__(f"{field}={value!r}{where}: {problem}", hint=hint)
 
 
 class SelectorError(ConfigError):

@@ -511,13 +511,17 @@ BILLION_LAUGHS = """<?xml version="1.0"?>
 @pytest.mark.parametrize("xml", [
     BILLION_LAUGHS,
     '<!DOCTYPE configuration SYSTEM "http://example.com/evil.dtd"><configuration/>',
-    '<!doctype configuration><configuration/>',
 ])
 def test_doctype_and_entity_declarations_are_refused(xml):
     with pytest.raises(ConfigError, match="DOCTYPE|ENTITY"):
         AddressSettingsRepository.from_broker_xml(xml)
     with pytest.raises(ConfigError):
         AddressSettings.from_xml(xml)
+
+
+def test_a_lower_case_doctype_is_not_xml_and_is_refused_too():
+    with pytest.raises(ConfigError, match="not well-formed"):
+        AddressSettingsRepository.from_broker_xml('<!doctype configuration><configuration/>')
 
 
 def test_malformed_xml_is_a_config_error_with_position():

@@ -28,7 +28,8 @@ from xml.etree import ElementTree
 
 from ..errors import ConfigError
 from .config_xml import (INT_MAX, INT_MIN, LONG_MAX, LONG_MIN, BrokerXmlDocument, address_setting_element,
-                         address_setting_values, element_name_of, local_name, read_broker_xml_document, renamed)
+                         address_setting_values, element_line, element_name_of, line_of, local_name,
+                         read_broker_xml_document, renamed)
 from .wildcard import WildcardConfiguration, contains_wildcard, is_wild, to_regex, unescape, verify_match
 
 __all__ = ["AddressSettings", "HierarchicalRepository", "AddressSettingsRepository", "ADDRESS_SETTINGS_DEFAULTS"]
@@ -603,25 +604,29 @@ class AddressSettingsRepository(HierarchicalRepository[AddressSettings]):
                     continue
                 if local_name(element) != "address-setting":
                     raise ConfigError("address-settings", f"<{local_name(element)}>",
-                                      "holds only <address-setting> elements")
+                                      "holds only <address-setting> elements", line=line_of(element))
                 match = element.get("match")
                 if match is None:
-                    raise ConfigError("address-setting", "<address-setting>", "needs a match attribute")
+                    raise ConfigError("address-setting", "<address-setting>", "needs a match attribute",
+                                      line=line_of(element))
                 element_label = f"address-setting[match={match!r}]"
-                settings, ignored = _settings_from_element(element, element_label)
+                settings, ignored = _settings_from_element(element, element_label, document.source,
+                                                           document.unimplemented)
                 try:
                     repository.add(match, settings)
                 except ConfigError as exc:
-                    raise renamed(exc, f"{element_label}@match") from exc
+                    raise renamed(exc, f"{element_label}@match", line_of(element)) from exc
                 repository.ignored_elements.extend((match, name) for name in ignored)
         return repository
 
 
-def _settings_from_element(element: ElementTree.Element, label: str) -> tuple[AddressSettings, list[str]]:
-    """AddressSettings from an ``<address-setting>`` element; a bad value is reported by element name."""
-    values, ignored = address_setting_values(element, label)
+def _settings_from_element(element: ElementTree.Element, label: str, source: str = "address-setting",
+                           unimplemented: list[tuple[str, int | None]] | None = None
+                           ) -> tuple[AddressSettings, list[str]]:
+    """AddressSettings from an ``<address-setting>`` element; a bad value is reported by element name and line."""
+    values, ignored = address_setting_values(element, label, source, unimplemented)
     try:
         return AddressSettings(**values), ignored
     except ConfigError as exc:
-        raise renamed(exc, f"{label}/{element_name_of(exc.field)}") from exc
-
+        name = element_name_of(exc.field.split("[", 1)[0])
+        raise renamed(exc, f"{label}/{name}", element_line(element, name)) from exc

@@ -44,7 +44,7 @@ from ..store.message_store import MessageStore
 from ..limits import check_max_redelivery_records as check_cap
 from .address_settings import AddressSettingsRepository
 from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
-from .broker_xml import merged_switch, read_broker_config
+from .configuration import load as load_config, merged_switch
 from .clock import Clock, WallClock
 from .consumer import Consumer
 from .dead_letter import DeadLetters, dialect_named
@@ -71,8 +71,9 @@ class Broker:
 
     ``clock``: a Clock (default: the wall clock); a ManualClock makes time deterministic.
     ``max_redelivery_records`` (-1 = no cap) and ``persist_delivery_count_before_delivery`` are
-    Artemis's two broker-wide switches; ``config`` (a path to, or the text of, an Artemis broker.xml)
-    may set them and the address settings. ``dialect="hornetq"`` names the dead-letter properties
+    Artemis's two broker-wide switches; ``config`` (a path to, or the text of, an Artemis broker.xml or a
+    HornetQ configuration; or a ``journal_engine.config.load`` result) may set them and the address
+    settings (a HornetQ file also sets the dialect). ``dialect="hornetq"`` names the dead-letter properties
     as HornetQ did (``_HQ_ORIG_ADDRESS`` ...) and, with ``jms_queue_names=True``, creates queues as
     ``jms.queue.<name>`` and accepts the short name wherever a queue or address is named.
     ``rng`` (a random.Random) draws the redelivery collision avoidance; seed it for repeatable runs.
@@ -90,7 +91,7 @@ class Broker:
                  store: str = "journal", dialect: str = "artemis", config: Any = None,
                  rng: random.Random | None = None, sync: str = "group", jms_queue_names: bool = False,
                  store_options: dict | None = None) -> None:
-        self._dialect = dialect_named(dialect)
+        dialect_named(dialect)              # an unknown dialect is refused before the configuration is read
         if clock is None:
             clock = WallClock()
         elif not callable(getattr(clock, "now_ms", None)):
@@ -113,13 +114,15 @@ class Broker:
                               "must be True or False")
         settings = AddressSettingsRepository()
         if config is not None:
-            parsed = read_broker_config(config)
+            parsed = load_config(config)
             settings = parsed.address_settings
+            dialect = merged_switch("dialect", dialect, "artemis", parsed.dialect, parsed.source)
             max_redelivery_records = merged_switch(
                 "max_redelivery_records", max_redelivery_records, 10, parsed.max_redelivery_records, parsed.source)
             persist_delivery_count_before_delivery = merged_switch(
                 "persist_delivery_count_before_delivery", persist_delivery_count_before_delivery, False,
                 parsed.persist_delivery_count_before_delivery, parsed.source)
+        self._dialect = dialect_named(dialect)
         self.max_redelivery_records = max_redelivery_records
         self.persist_delivery_count_before_delivery = persist_delivery_count_before_delivery
         self.jms_queue_names = jms_queue_names

@@ -1,5 +1,7 @@
-"""Configuration XML read safely into plain values: sources and encodings, DOCTYPE refusal, value
-parsing, and an Artemis broker.xml walked into a ``BrokerXmlDocument``.
+"""Configuration XML read safely into plain values: sources and encodings, parsing through defusedxml
+(a DOCTYPE, an entity or an external reference is refused), elements that know their line, value
+parsing, warnings for what the broker does not implement, and an Artemis broker.xml walked into a
+``BrokerXmlDocument``.
 
 Why a module of its own: the settings classes (``address_settings``) build themselves from these plain
 values, and the broker.xml reader (``broker_xml``) builds the settings; keeping the XML below both lets
@@ -7,17 +9,26 @@ each import only what sits beneath it, with no import cycle. Nothing here knows 
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 from xml.etree import ElementTree
 
+import defusedxml
+from defusedxml.ElementTree import DefusedXMLParser
+
 from ..errors import ConfigError
 
 __all__ = ["ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS", "BrokerXmlDocument", "INT_MAX", "INT_MIN", "LONG_MAX",
-           "LONG_MIN", "address_setting_element", "address_setting_values", "element_name_of", "local_name",
-           "read_broker_xml_document", "renamed"]
+           "LONG_MIN", "address_setting_element", "address_setting_values", "artemis_document", "element_name_of",
+           "line_of", "local_name", "located", "namespace_of", "parse_xml", "read_broker_xml_document",
+           "read_source", "renamed", "report_unimplemented", "element_line", "ARTEMIS_IMPLEMENTED_CORE_ELEMENTS",
+           "ARTEMIS_ROOTS"]
+
+#: every element a configuration file holds that the broker does not implement is logged here, at WARNING
+log = logging.getLogger("journal_engine.config")
 
 # Java's long and int: Artemis reads its values into these.
 LONG_MAX = 2**63 - 1
@@ -26,7 +37,6 @@ INT_MAX = 2**31 - 1
 INT_MIN = -2**31
 
 _WRAPPER = "journal-engine-fragment"
-_DTD_RE = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _DECLARATION_RE = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
 _ENCODING_RE = re.compile(rb"^\s*<\?xml[^>]*encoding\s*=\s*[\"']([A-Za-z0-9._-]+)[\"']")
 _LONG_RE = re.compile(r"[+-]?[0-9]+")
@@ -57,6 +67,34 @@ ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS = frozenset({
 })
 
 
+class _LinedElement(ElementTree.Element):
+    """An element that knows the line its start tag is on (``line``), for errors and warnings."""
+
+    line: int | None = None
+
+
+class _LineRecordingBuilder:
+    """A tree builder for defusedxml's parser that stamps each element with expat's current line."""
+
+    def __init__(self) -> None:
+        self._builder = ElementTree.TreeBuilder(element_factory=_LinedElement)
+        self.expat: Any = None          # set once the parser exists (it is built around this target)
+
+    def start(self, tag: str, attrib: dict[str, str]) -> ElementTree.Element:
+        element = self._builder.start(tag, attrib)
+        element.line = self.expat.CurrentLineNumber if self.expat is not None else None
+        return element
+
+    def end(self, tag: str) -> ElementTree.Element:
+        return self._builder.end(tag)
+
+    def data(self, data: str) -> None:
+        self._builder.data(data)
+
+    def close(self) -> ElementTree.Element:
+        return self._builder.close()
+
+
 def local_name(element: ElementTree.Element) -> str:
     tag = element.tag
     if not isinstance(tag, str):
@@ -64,8 +102,19 @@ def local_name(element: ElementTree.Element) -> str:
     return tag.rsplit("}", 1)[-1].lower()
 
 
-def _read_source(path_or_text: str | bytes | os.PathLike[str], what: str) -> tuple[str, str]:
-    """(text, label) from a path, bytes or XML text."""
+def namespace_of(element: ElementTree.Element) -> str:
+    """The element's namespace URI ("" when it has none)."""
+    tag = element.tag
+    return tag[1:].split("}", 1)[0] if isinstance(tag, str) and tag.startswith("{") else ""
+
+
+def line_of(element: ElementTree.Element) -> int | None:
+    """The line of the element's start tag (None for an element not parsed by ``parse_xml``)."""
+    return getattr(element, "line", None)
+
+
+def read_source(path_or_text: str | bytes | os.PathLike[str], what: str) -> tuple[str, str]:
+    """(text, label) from a path, bytes or XML text (a str starting with ``<``)."""
     if isinstance(path_or_text, os.PathLike) or (isinstance(path_or_text, str) and not path_or_text.lstrip().startswith("<")):
         path = os.fspath(path_or_text)
         try:
@@ -95,34 +144,68 @@ def _decode(data: bytes, label: str) -> str:
         raise ConfigError(label, f"encoding {encoding}", f"cannot be decoded: {exc}") from exc
 
 
-def _parse_xml(text: str | bytes, label: str, *, wrap: bool = False) -> ElementTree.Element:
+def _parse_with_defusedxml(body: str, label: str) -> ElementTree.Element:
+    builder = _LineRecordingBuilder()
+    parser = DefusedXMLParser(target=builder, forbid_dtd=True, forbid_entities=True, forbid_external=True)
+    builder.expat = parser.parser
+    try:
+        parser.feed(body)
+        return parser.close()
+    except defusedxml.DTDForbidden as exc:
+        raise ConfigError(label, f"<!DOCTYPE {exc.name}>", "a DOCTYPE declaration is refused",
+                          line=builder.expat.CurrentLineNumber,
+                          hint="a DTD can declare entities (entity-expansion and external-entity attacks); "
+                               "remove it") from exc
+    except defusedxml.EntitiesForbidden as exc:
+        raise ConfigError(label, f"<!ENTITY {exc.name}>", "an ENTITY declaration is refused",
+                          line=builder.expat.CurrentLineNumber, hint="remove the entity declarations") from exc
+    except defusedxml.DefusedXmlException as exc:         # ExternalReferenceForbidden, NotSupportedError
+        raise ConfigError(label, str(exc), "an external reference is refused",
+                          line=builder.expat.CurrentLineNumber) from exc
+    except ElementTree.ParseError as exc:
+        line, column = getattr(exc, "position", (None, None))
+        raise ConfigError(label, f"column {column}", f"is not well-formed XML: {exc}",
+                          line=line) from exc
+
+
+def parse_xml(text: str | bytes, label: str, *, wrap: bool = False) -> ElementTree.Element:
+    """The root element of a configuration text, parsed by defusedxml: a DOCTYPE (so any entity or
+    external reference) is refused with ConfigError, as is malformed XML (with line and column). Every
+    element carries the line of its start tag (``line_of``). ``wrap``: the text may also be a run of
+    elements, read under a wrapper element (a single element is returned as parsed)."""
     if isinstance(text, bytes):
         text = _decode(text, label)
     if not isinstance(text, str):
         raise TypeError(f"expected XML text, not {type(text).__name__}")
-    m = _DTD_RE.search(text)
-    if m:
-        raise ConfigError(label, f"<!{m.group(1).upper()}", "DOCTYPE and entity declarations are refused",
-                          hint="entity declarations allow entity-expansion attacks; remove the DOCTYPE")
-    body = _DECLARATION_RE.sub("", text, count=1)
-    if wrap:
-        body = f"<{_WRAPPER}>{body}</{_WRAPPER}>"
+    body = _DECLARATION_RE.sub("", text, count=1)       # the text is already decoded; lines are kept
+    if not wrap:
+        return _parse_with_defusedxml(body, label)
     try:
-        return ElementTree.fromstring(body, parser=ElementTree.XMLParser())
-    except ElementTree.ParseError as exc:
-        line, column = getattr(exc, "position", (None, None))
-        raise ConfigError(label, f"line {line}, column {column}", f"is not well-formed XML: {exc}") from exc
+        return _parse_with_defusedxml(body, label)
+    except ConfigError as exc:
+        if not isinstance(exc.__cause__, ElementTree.ParseError):
+            raise                                       # refused, not merely several elements
+    return _parse_with_defusedxml(f"<{_WRAPPER}>{body}</{_WRAPPER}>", label)
 
 
-def renamed(exc: ConfigError, field: str) -> ConfigError:
+def located(exc: ConfigError, line: int | None, field: str | None = None) -> ConfigError:
+    """The same problem, at ``line`` (kept when the error already names one) and, when given, under
+    another name (the XML element instead of the Python field)."""
+    return ConfigError(field if field is not None else exc.field, exc.value, exc.problem, hint=exc.hint,
+                       line=exc.line if exc.line is not None else line)
+
+
+def renamed(exc: ConfigError, field: str, line: int | None = None) -> ConfigError:
     """The same problem reported under another name (the XML element instead of the Python field)."""
-    message = exc.args[0] if exc.args else ""
-    prefix = f"{exc.field}={exc.value!r}: "
-    problem = message.removeprefix(prefix)
-    suffix = f" (hint: {exc.hint})" if exc.hint else ""
-    if suffix and problem.endswith(suffix):
-        problem = problem[:-len(suffix)]
-    return ConfigError(field, exc.value, problem, hint=exc.hint)
+    return located(exc, line, field)
+
+
+def report_unimplemented(element: ElementTree.Element, path: str, source: str,
+                         found: list[tuple[str, int | None]]) -> None:
+    """Log at WARNING that ``element`` (at ``path`` in ``source``) is not implemented, and list it."""
+    line = line_of(element)
+    found.append((path, line))
+    log.warning("%s, line %s: <%s> is not implemented by journal_engine; ignored", source, line, path)
 
 
 def _text(element: ElementTree.Element, label: str) -> str:
@@ -185,11 +268,16 @@ def element_name_of(field_name: str) -> str:
     return next((e for e, (f, _) in _ELEMENT_FIELDS.items() if f == field_name), field_name)
 
 
-def address_setting_values(element: ElementTree.Element, label: str) -> tuple[dict[str, Any], list[str]]:
+def address_setting_values(element: ElementTree.Element, label: str, source: str = "address-setting",
+                           unimplemented: list[tuple[str, int | None]] | None = None
+                           ) -> tuple[dict[str, Any], list[str]]:
     """The AddressSettings field values of one ``<address-setting>`` element, and the Artemis elements in
-    it that are not modelled (ignored). An unknown element or a bad value raises ConfigError."""
+    it that the broker does not implement (each logged at WARNING with its line, and added to
+    ``unimplemented`` as (path, line) when given). An unknown element or a bad value raises ConfigError
+    naming the element, the value and the line."""
     values: dict[str, Any] = {}
     ignored: list[str] = []
+    found = unimplemented if unimplemented is not None else []
     for child in element:
         if not isinstance(child.tag, str):
             continue            # comments and processing instructions
@@ -197,26 +285,40 @@ def address_setting_values(element: ElementTree.Element, label: str) -> tuple[di
         child_label = f"{label}/{name}"
         if name in _ELEMENT_FIELDS:
             field_name, parse = _ELEMENT_FIELDS[name]
-            raw = _text(child, child_label)
-            values[field_name] = raw if parse is None else parse(raw, child_label)
+            try:
+                raw = _text(child, child_label)
+                values[field_name] = raw if parse is None else parse(raw, child_label)
+            except ConfigError as exc:
+                raise located(exc, line_of(child)) from exc
         elif name in ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS:
             ignored.append(name)
+            report_unimplemented(child, child_label, source, found)
         else:
             raise ConfigError(child_label, f"<{child.tag.rsplit('}', 1)[-1]}>",
-                              "is not an address-setting element",
+                              "is not an address-setting element", line=line_of(child),
                               hint="check the spelling against Artemis's broker.xml schema")
     return values, ignored
+
+
+def element_line(element: ElementTree.Element, name: str) -> int | None:
+    """The line of the last child element called ``name`` (the one whose value counts), else the element's."""
+    lines = [line_of(child) for child in element if local_name(child) == name]
+    return lines[-1] if lines else line_of(element)
 
 
 def address_setting_element(text: str | bytes) -> tuple[ElementTree.Element, str]:
     """The element (and its label) that ``AddressSettings.from_xml`` reads: one ``<address-setting>``, or
     a run of its child elements. Several settings (``<address-settings>``) raise ConfigError."""
-    root = _parse_xml(text, "address-setting", wrap=True)
+    root = parse_xml(text, "address-setting", wrap=True)
+    if root.tag != _WRAPPER:                 # a single element: one <address-setting>, or a run of one
+        wrapper = ElementTree.Element(_WRAPPER)
+        wrapper.append(root)
+        root = wrapper
     element = root
     children = [child for child in root if isinstance(child.tag, str)]
-    if root.tag == _WRAPPER and len(children) == 1 and local_name(children[0]) == "address-setting":
+    if len(children) == 1 and local_name(children[0]) == "address-setting":
         element = children[0]
-    elif root.tag == _WRAPPER and any(local_name(c) == "address-settings" for c in children):
+    elif any(local_name(c) == "address-settings" for c in children):
         raise ConfigError("address-settings", "<address-settings>", "holds several settings",
                           hint="read it with AddressSettingsRepository.from_broker_xml")
     match = element.get("match")
@@ -227,7 +329,9 @@ def address_setting_element(text: str | bytes) -> tuple[ElementTree.Element, str
 @dataclass
 class BrokerXmlDocument:
     """What an Artemis broker.xml says, as plain values; the ``<address-settings>`` elements are kept as
-    elements, so that they are checked in the same order as the repository is built from them."""
+    elements, so that they are checked in the same order as the repository is built from them.
+    ``unimplemented`` lists (element path, line) of every element the broker does not implement (each
+    also logged at WARNING)."""
 
     source: str
     delimiter: str = "."
@@ -238,35 +342,61 @@ class BrokerXmlDocument:
     max_redelivery_records: int | None = None                      # None = not in the file
     persist_delivery_count_before_delivery: bool | None = None     # None = not in the file
     address_settings_lists: list[ElementTree.Element] = field(default_factory=list)
+    unimplemented: list[tuple[str, int | None]] = field(default_factory=list)
+    namespace: str = ""                                            # the root element's ("urn:hornetq", ...)
+
+
+#: the <core> children of a broker.xml that the broker reads; every other one is a WARNING
+ARTEMIS_IMPLEMENTED_CORE_ELEMENTS = frozenset({
+    "address-settings", "wildcard-addresses", "literal-match-markers", "max-redelivery-records",
+    "persist-delivery-count-before-delivery"})
+ARTEMIS_ROOTS = ("configuration", "core")
 
 
 def read_broker_xml_document(path_or_text: str | bytes | os.PathLike[str]) -> BrokerXmlDocument:
-    """Read an Artemis broker.xml (a path, the XML text starting with ``<``, or bytes).
+    """Read an Artemis (or HornetQ) broker.xml: a path, the XML text starting with ``<``, or bytes.
+
+    See ``artemis_document`` for what is read and refused. Thread-safe (no shared state).
+    """
+    text, label = read_source(path_or_text, "broker.xml")
+    return artemis_document(parse_xml(text, label), label)
+
+
+def artemis_document(root: ElementTree.Element, label: str) -> BrokerXmlDocument:
+    """The ``BrokerXmlDocument`` of a parsed broker.xml.
 
     The root must be ``<configuration>`` (with a ``<core>`` child, or the settings directly under it) or
-    ``<core>``; namespaces are ignored. A DOCTYPE or entity declaration, malformed XML, an unknown
-    element inside ``<wildcard-addresses>`` or a bad value raise ConfigError naming the element and the
-    value. Thread-safe (no shared state).
+    ``<core>``; namespaces are ignored. An unknown element inside ``<wildcard-addresses>`` or a bad value
+    raise ConfigError naming the element, the value and the line; any other element the broker does not
+    implement is logged at WARNING with its line and listed in ``unimplemented``.
     """
-    text, label = _read_source(path_or_text, "broker.xml")
-    root = _parse_xml(text, label)
     root_name = local_name(root)
-    if root_name not in ("configuration", "core"):
-        raise ConfigError(label, f"<{root_name}>", "is not an Artemis broker.xml root",
+    if root_name not in ARTEMIS_ROOTS:
+        raise ConfigError(label, f"<{root_name}>", "is not an Artemis broker.xml root", line=line_of(root),
                           hint="expected <configuration> or <core>")
+    document = BrokerXmlDocument(label, namespace=namespace_of(root))
     core = root
     if root_name == "configuration":
         core = next((child for child in root if local_name(child) == "core"), root)
-
-    document = BrokerXmlDocument(label)
+        if core is not root:
+            for child in root:
+                if child is not core:
+                    report_unimplemented(child, local_name(child), label, document.unimplemented)
     for child in core:
         name = local_name(child)
-        if name == "wildcard-addresses":
-            for item in child:
-                if not isinstance(item.tag, str):
-                    continue
-                item_name = local_name(item)
-                item_label = f"wildcard-addresses/{item_name}"
+        try:
+            _read_core_element(child, name, document)
+        except ConfigError as exc:
+            raise located(exc, line_of(child)) from exc
+    return document
+
+
+def _read_core_element(child: ElementTree.Element, name: str, document: BrokerXmlDocument) -> None:
+    if name == "wildcard-addresses":
+        for item in child:
+            item_name = local_name(item)
+            item_label = f"wildcard-addresses/{item_name}"
+            try:
                 if item_name == "routing-enabled":
                     document.wildcard_routing_enabled = _parse_bool(_text(item, item_label), item_label)
                 elif item_name in ("delimiter", "any-words", "single-word"):
@@ -282,12 +412,15 @@ def read_broker_xml_document(path_or_text: str | bytes | os.PathLike[str]) -> Br
                 else:
                     raise ConfigError(item_label, f"<{item_name}>", "is not a wildcard-addresses element",
                                       hint="expected routing-enabled, delimiter, any-words or single-word")
-        elif name == "literal-match-markers":
-            document.literal_markers = _text(child, "literal-match-markers") or None
-        elif name == "max-redelivery-records":
-            document.max_redelivery_records = _parse_long(_text(child, name), name, -1, INT_MAX)
-        elif name == "persist-delivery-count-before-delivery":
-            document.persist_delivery_count_before_delivery = _parse_bool(_text(child, name), name)
-        elif name == "address-settings":
-            document.address_settings_lists.append(child)
-    return document
+            except ConfigError as exc:
+                raise located(exc, line_of(item)) from exc
+    elif name == "literal-match-markers":
+        document.literal_markers = _text(child, "literal-match-markers") or None
+    elif name == "max-redelivery-records":
+        document.max_redelivery_records = _parse_long(_text(child, name), name, -1, INT_MAX)
+    elif name == "persist-delivery-count-before-delivery":
+        document.persist_delivery_count_before_delivery = _parse_bool(_text(child, name), name)
+    elif name == "address-settings":
+        document.address_settings_lists.append(child)
+    else:
+        report_unimplemented(child, name, document.source, document.unimplemented)

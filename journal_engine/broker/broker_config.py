@@ -1,0 +1,37 @@
+"""``BrokerConfig``: what a configuration file tells the Broker, whichever system's file it was.
+
+Why a module of its own: each system's reader (``broker_xml`` for Artemis and HornetQ, others beside
+it) builds one, and ``configuration`` dispatches to the readers; the result sits below both, so no
+reader imports the dispatcher.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .address_settings import AddressSettingsRepository
+
+__all__ = ["BrokerConfig", "SYSTEMS"]
+
+#: the systems whose configuration files journal_engine recognises
+SYSTEMS = ("artemis", "hornetq", "classic")
+
+
+@dataclass
+class BrokerConfig:
+    """A configuration file read into what the Broker uses.
+
+    ``max_redelivery_records`` and ``persist_delivery_count_before_delivery`` are None when the file
+    does not set them (the Broker's arguments then apply); ``dialect`` is "hornetq" for a HornetQ file
+    (None: the Broker's argument applies). ``unimplemented`` lists (element path, line) of every
+    element the broker does not implement; each was also logged at WARNING on the
+    ``journal_engine.config`` logger when the file was read.
+    """
+
+    address_settings: AddressSettingsRepository
+    max_redelivery_records: int | None = None                      # None = not in the file (default 10)
+    persist_delivery_count_before_delivery: bool | None = None     # None = not in the file (default false)
+    wildcard_routing_enabled: bool | None = None
+    source: str = "broker.xml"
+    system: str = "artemis"                                        # one of SYSTEMS
+    dialect: str | None = None
+    unimplemented: list[tuple[str, int | None]] = field(default_factory=list)
