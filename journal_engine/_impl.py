@@ -38,14 +38,14 @@ if IMPLEMENTATION == "cython":
     from ._codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame
     from ._core import JournalCore, Segment
     from ._livemap import LiveMap
-    from ._replay import RecordInfo, ReplayState, scan_frames
+    from ._replay import FrameColumns, RecordInfo, ReplayState, scan_columns, scan_frames
     from ._record_writer import RecordWriter
 else:
     from ._twin.codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame
     from ._twin.core import JournalCore, Segment
     from ._twin.livemap import LiveMap
     from ._twin.record_writer import RecordWriter
-    from ._twin.replay import RecordInfo, ReplayState, scan_frames
+    from ._twin.replay import FrameColumns, RecordInfo, ReplayState, scan_columns, scan_frames
 
-__all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", "ReplayState", "scan_frames",
+__all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", "ReplayState", "scan_frames", "scan_columns", "FrameColumns",
            "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "check_frame", "RecordWriter"]

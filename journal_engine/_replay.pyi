@@ -75,6 +75,52 @@ class ReplayState:
                   offset: int = 0) -> None:
         """Apply a committed transaction's ``(kind, record_id, user_type, body, frame_bytes)`` in order."""
 
+@disjoint_base
+class FrameColumns:
+    """Every frame of one file from ``start``, decoded into column buffers the object owns.
+
+    One row per valid frame and one per damaged region followed by valid frames (``check`` not
+    VALID, its other fields 0); where valid data ends is ``end_offset`` / ``end_check``, not a
+    row. Columns are memoryviews of typed arrays: ``offset``, ``size`` and ``body_offsets`` 'q',
+    ``check``, ``kind`` and ``record_type`` 'B', ``record_id`` and ``tx_id`` 'Q'. Body ``i`` is
+    ``bodies[body_offsets[i]:body_offsets[i + 1]]`` (``count + 1`` offsets: Arrow's large_binary
+    layout).
+    """
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def end_offset(self) -> int:
+        """Where valid data ends: the append position."""
+    @property
+    def end_check(self) -> int:
+        """The ``FrameCheck`` of what lies at ``end_offset``."""
+    @property
+    def bodies(self) -> bytes: ...
+    @property
+    def offset(self) -> memoryview: ...
+    @property
+    def size(self) -> memoryview: ...
+    @property
+    def check(self) -> memoryview: ...
+    @property
+    def kind(self) -> memoryview: ...
+    @property
+    def record_type(self) -> memoryview: ...
+    @property
+    def record_id(self) -> memoryview: ...
+    @property
+    def tx_id(self) -> memoryview: ...
+    @property
+    def body_offsets(self) -> memoryview: ...
+    def body(self, row: int) -> bytes:
+        """The body of one row (empty for a damaged region)."""
+    def __len__(self) -> int: ...
+
+def scan_columns(buffer: ReadableBuffer, stamp: int, start: int) -> FrameColumns:
+    """Decode every frame of one file from ``start`` into a :class:`FrameColumns`: the one parser
+    of the format, which recovery, compaction, the tools and the Spark source read through."""
+
 def scan_frames(buffer: ReadableBuffer, stamp: int, start: int) -> list[
         tuple[int, int, int | None, int | None, int | None, int | None, bytes | None]]:
     """Every frame of one file from ``start`` as ``(offset, check, kind, user_type, record_id, tx_id,

@@ -4,6 +4,7 @@ The rules are the table in docs/internals/recovery.md.
 """
 from __future__ import annotations
 
+import array
 import struct
 
 from ..limits import FRAME_ALIGNMENT_BYTES, FRAME_HEADER_SIZE_BYTES
@@ -163,20 +164,87 @@ class ReplayState:
                 self.live.remove(record_id)
 
 
-def scan_frames(buffer, stamp: int, start: int):
-    """Every frame of one file as (offset, check, kind, user_type, record_id, tx_id, body)."""
-    out = []
+class FrameColumns:
+    """Every frame of one file from ``start``, decoded into column arrays (twin of the compiled one).
+
+    One row per valid frame and one per damaged region followed by valid frames (``check`` not
+    VALID, its other fields 0); where valid data ends is ``end_offset`` / ``end_check``, not a row.
+    """
+
+    def __init__(self):
+        self._offset, self._size = array.array("q"), array.array("q")
+        self._check, self._kind, self._record_type = array.array("B"), array.array("B"), array.array("B")
+        self._record_id, self._tx_id = array.array("Q"), array.array("Q")
+        self._body_offsets = array.array("q", [0])
+        self.bodies = b""
+        self.count = self.end_offset = self.end_check = 0
+
+    offset = property(lambda self: memoryview(self._offset))
+    size = property(lambda self: memoryview(self._size))
+    check = property(lambda self: memoryview(self._check))
+    kind = property(lambda self: memoryview(self._kind))
+    record_type = property(lambda self: memoryview(self._record_type))
+    record_id = property(lambda self: memoryview(self._record_id))
+    tx_id = property(lambda self: memoryview(self._tx_id))
+    body_offsets = property(lambda self: memoryview(self._body_offsets))
+
+    def body(self, row: int) -> bytes:
+        """The body of one row (empty for a damaged region)."""
+        if not 0 <= row < self.count:
+            raise IndexError(f"row {row} of {self.count}")
+        return self.bodies[self._body_offsets[row]:self._body_offsets[row + 1]]
+
+    def __len__(self):
+        return self.count
+
+    def __repr__(self):
+        return f"FrameColumns(count={self.count}, end_offset={self.end_offset}, end_check={self.end_check})"
+
+    def _append(self, offset, size, check, kind, record_type, record_id, tx_id, body_len):
+        self._offset.append(offset)
+        self._size.append(size)
+        self._check.append(check)
+        self._kind.append(kind)
+        self._record_type.append(record_type)
+        self._record_id.append(record_id)
+        self._tx_id.append(tx_id)
+        self._body_offsets.append(self._body_offsets[-1] + body_len)
+
+
+def scan_columns(buffer, stamp: int, start: int) -> FrameColumns:
+    """Decode every frame of one file from ``start`` into a :class:`FrameColumns`."""
+    cols = FrameColumns()
+    bodies = []
     pos = start
     while True:
         check, size = check_frame(buffer, pos, stamp)
         if check == FrameCheck.VALID:
             body_len, kind, user_type, _stamp, record_id, tx_id = decode_header(buffer, pos)
             body_start = pos + FRAME_HEADER_SIZE_BYTES
-            out.append((pos, 0, kind, user_type, record_id, tx_id, bytes(buffer[body_start:body_start + body_len])))
+            cols._append(pos, size, 0, kind, user_type, record_id, tx_id, body_len)
+            bodies.append(bytes(buffer[body_start:body_start + body_len]))
             pos += size
             continue
         nxt = _next_valid(buffer, pos + FRAME_ALIGNMENT_BYTES, stamp)
-        out.append((pos, int(check), None, None, None, None, None))
         if nxt < 0:
-            return out
+            break
+        cols._append(pos, nxt - pos, int(check), 0, 0, 0, 0, 0)
         pos = nxt
+    cols.bodies = b"".join(bodies)
+    cols.count, cols.end_offset, cols.end_check = len(cols._offset), pos, int(check)
+    return cols
+
+
+def scan_frames(buffer, stamp: int, start: int):
+    """Every frame of one file as (offset, check, kind, user_type, record_id, tx_id, body), from
+    :func:`scan_columns`; the last row says where data ends."""
+    cols = scan_columns(buffer, stamp, start)
+    out = []
+    for i in range(cols.count):
+        if cols._check[i]:
+            out.append((cols._offset[i], cols._check[i], None, None, None, None, None))
+        else:
+            out.append((cols._offset[i], 0, cols._kind[i], cols._record_type[i], cols._record_id[i],
+                        cols._tx_id[i], cols.body(i)))
+    out.append((cols.end_offset, cols.end_check, None, None, None, None, None))
+    return out

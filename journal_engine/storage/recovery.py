@@ -7,7 +7,6 @@ print them. One decoder serves both.
 """
 from __future__ import annotations
 
-import mmap
 import os
 from dataclasses import dataclass, field
 
@@ -16,6 +15,7 @@ from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
 from . import durability
 from .format import CONTROL_FILE, HEADER_FLAG_RECYCLED, stamp_of
 from ..record_format import FrameCheck
+from .scan import _map_for_reading, cut_short
 from .segment_files import Listing, list_directory
 
 
@@ -47,11 +47,6 @@ class Analysis:
     interrupted_compaction: bool
 
 
-def _map_for_reading(fd: int) -> mmap.mmap:
-    """A read-only mapping, populated up front: one call instead of a page fault per 4 KiB."""
-    return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
-
-
 def replay_data_file(state: ReplayState, data) -> tuple[int, int]:
     """Replay one data file into `state`; (end offset, FrameCheck at the end) as the decoder found them."""
     try:
@@ -59,12 +54,6 @@ def replay_data_file(state: ReplayState, data) -> tuple[int, int]:
             return state.replay_file(view, stamp_of(data.header.file_id), data.header.data_start, data.path)
     except OSError as exc:
         raise durability.io_error(exc, data.path, "reading") from exc
-
-
-def cut_short(data) -> bool:
-    """A file shorter than it was allocated: damage at rest (a crash never shortens a file, which is
-    created full size and fsynced before it is named), so whatever lay past the cut is lost."""
-    return 0 < data.size < data.header.file_size
 
 
 def _classify_end(data, end: int, check: FrameCheck) -> FrameCheck:

@@ -6,7 +6,10 @@ single reader. The Python twin is journal_engine.storage.replay; the rules are
 the table in docs/internals/recovery.md.
 """
 cimport cython
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython cimport array
+from libc.string cimport memcpy
+import array
 from cpython.dict cimport PyDict_SetDefault
 from journal_engine._livemap cimport LiveMap
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
@@ -237,34 +240,157 @@ cdef class ReplayState:
                 self.live.remove(record_id)
 
 
-def scan_frames(buffer, uint32_t stamp, Py_ssize_t start):
-    """Every frame of one file as (offset, check, kind, user_type, record_id, tx_id, body).
+cdef class FrameColumns:
+    """Every frame of one file from ``start``, decoded into column buffers the object owns.
 
-    For tools that print or verify: valid frames carry their fields; a damaged
-    region is one row with check != VALID and kind None. Ends where data ends.
+    One row per valid frame and one per damaged region followed by valid frames (``check`` not
+    VALID, its other fields 0); where valid data ends is ``end_offset`` / ``end_check``, not a row.
+    No Python object per row: the columns are typed arrays (exposed as memoryviews) and the bodies
+    one bytes object, so a file of a million records costs a few allocations. Nothing refers to the
+    scanned buffer afterwards, so the file may be recycled or truncated.
     """
+    cdef readonly Py_ssize_t count
+    cdef readonly Py_ssize_t end_offset
+    cdef readonly int end_check
+    cdef readonly bytes bodies
+    cdef array.array _offset, _size, _check, _kind, _record_type, _record_id, _tx_id, _body_offsets
+
+    @property
+    def offset(self): return memoryview(self._offset)
+    @property
+    def size(self): return memoryview(self._size)
+    @property
+    def check(self): return memoryview(self._check)
+    @property
+    def kind(self): return memoryview(self._kind)
+    @property
+    def record_type(self): return memoryview(self._record_type)
+    @property
+    def record_id(self): return memoryview(self._record_id)
+    @property
+    def tx_id(self): return memoryview(self._tx_id)
+    @property
+    def body_offsets(self): return memoryview(self._body_offsets)
+
+    def body(self, Py_ssize_t row):
+        """The body of one row (empty for a damaged region)."""
+        if row < 0 or row >= self.count:
+            raise IndexError(f"row {row} of {self.count}")
+        return self.bodies[self._body_offsets.data.as_longlongs[row]:self._body_offsets.data.as_longlongs[row + 1]]
+
+    def __len__(self):
+        return self.count
+
+    def __repr__(self):
+        return f"FrameColumns(count={self.count}, end_offset={self.end_offset}, end_check={self.end_check})"
+
+
+cdef int _reserve(FrameColumns cols, Py_ssize_t rows) except -1:
+    """Room for ``rows`` rows in every column (the body offsets keep one more)."""
+    array.resize(cols._offset, rows)
+    array.resize(cols._size, rows)
+    array.resize(cols._check, rows)
+    array.resize(cols._kind, rows)
+    array.resize(cols._record_type, rows)
+    array.resize(cols._record_id, rows)
+    array.resize(cols._tx_id, rows)
+    array.resize(cols._body_offsets, rows + 1)
+    return 0
+
+
+cdef array.array _LONGS = array.array("q")
+cdef array.array _ULONGS = array.array("Q")
+cdef array.array _BYTES = array.array("B")
+
+
+def scan_columns(buffer, uint32_t stamp, Py_ssize_t start):
+    """Decode every frame of one file from ``start`` into a :class:`FrameColumns`."""
     cdef Py_buffer view
     cdef const unsigned char *base
     cdef const unsigned char *p
-    cdef Py_ssize_t limit, pos = start, size = 0, nxt
+    cdef Py_ssize_t limit, pos = start, size = 0, nxt, n = 0, capacity = 1024, body_total = 0, i
+    cdef long long *body_at
+    cdef char *dst
     cdef FrameCheck check
-    cdef list out = []
+    cdef FrameColumns cols = FrameColumns.__new__(FrameColumns)
+    cols._offset = array.clone(_LONGS, 0, False)
+    cols._size = array.clone(_LONGS, 0, False)
+    cols._check = array.clone(_BYTES, 0, False)
+    cols._kind = array.clone(_BYTES, 0, False)
+    cols._record_type = array.clone(_BYTES, 0, False)
+    cols._record_id = array.clone(_ULONGS, 0, False)
+    cols._tx_id = array.clone(_ULONGS, 0, False)
+    cols._body_offsets = array.clone(_LONGS, 0, False)
+    _reserve(cols, capacity)
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
     try:
         base = <const unsigned char *>view.buf
         limit = view.len
         while True:
-            check = validate_frame(base, pos, limit, stamp, &size)
+            if n == capacity:
+                capacity *= 2
+                _reserve(cols, capacity)
+            with nogil:
+                check = validate_frame(base, pos, limit, stamp, &size)
+                if check != FRAME_VALID:
+                    nxt = _next_valid(base, pos + FRAME_ALIGNMENT, limit, stamp)
             if check == FRAME_VALID:
                 p = base + pos
-                out.append((pos, 0, p[8], p[9], load_u64(p + 16), load_u64(p + 24),
-                            PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER_SIZE, load_u32(p + 4))))
+                cols._offset.data.as_longlongs[n] = pos
+                cols._size.data.as_longlongs[n] = size
+                cols._check.data.as_uchars[n] = 0
+                cols._kind.data.as_uchars[n] = p[8]
+                cols._record_type.data.as_uchars[n] = p[9]
+                cols._record_id.data.as_ulonglongs[n] = load_u64(p + 16)
+                cols._tx_id.data.as_ulonglongs[n] = load_u64(p + 24)
+                cols._body_offsets.data.as_longlongs[n] = body_total
+                body_total += load_u32(p + 4)
+                n += 1
                 pos += size
                 continue
-            nxt = _next_valid(base, pos + FRAME_ALIGNMENT, limit, stamp)
-            out.append((pos, <int>check, None, None, None, None, None))
             if nxt < 0:
-                return out
+                break
+            cols._offset.data.as_longlongs[n] = pos
+            cols._size.data.as_longlongs[n] = nxt - pos
+            cols._check.data.as_uchars[n] = <uint8_t>check
+            cols._kind.data.as_uchars[n] = 0
+            cols._record_type.data.as_uchars[n] = 0
+            cols._record_id.data.as_ulonglongs[n] = 0
+            cols._tx_id.data.as_ulonglongs[n] = 0
+            cols._body_offsets.data.as_longlongs[n] = body_total
+            n += 1
             pos = nxt
+        cols._body_offsets.data.as_longlongs[n] = body_total
+        cols.end_offset = pos
+        cols.end_check = <int>check
+        cols.count = n
+        _reserve(cols, n)
+        cols.bodies = PyBytes_FromStringAndSize(NULL, body_total)
+        dst = PyBytes_AS_STRING(cols.bodies)
+        body_at = cols._body_offsets.data.as_longlongs
+        with nogil:
+            for i in range(n):
+                if body_at[i + 1] > body_at[i]:
+                    memcpy(dst + body_at[i], base + cols._offset.data.as_longlongs[i] + FRAME_HEADER_SIZE,
+                           body_at[i + 1] - body_at[i])
+        return cols
     finally:
         PyBuffer_Release(&view)
+
+
+def scan_frames(buffer, uint32_t stamp, Py_ssize_t start):
+    """Every frame of one file as (offset, check, kind, user_type, record_id, tx_id, body), from
+    :func:`scan_columns`; a damaged region is a row with check != VALID and kind None, and the last
+    row says where data ends (its check, ZERO at a clean end). For tools that print row by row."""
+    cdef FrameColumns cols = scan_columns(buffer, stamp, start)
+    cdef list out = []
+    cdef Py_ssize_t i
+    for i in range(cols.count):
+        if cols._check.data.as_uchars[i]:
+            out.append((cols._offset.data.as_longlongs[i], cols._check.data.as_uchars[i], None, None, None, None, None))
+        else:
+            out.append((cols._offset.data.as_longlongs[i], 0, cols._kind.data.as_uchars[i],
+                        cols._record_type.data.as_uchars[i], cols._record_id.data.as_ulonglongs[i],
+                        cols._tx_id.data.as_ulonglongs[i], cols.body(i)))
+    out.append((cols.end_offset, cols.end_check, None, None, None, None, None))
+    return out
