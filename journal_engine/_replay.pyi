@@ -5,7 +5,7 @@ The one reader of the frame format: recovery, compaction and the tools all go th
 rules (the decision table in docs/internals/recovery.md) live in one place. Offsets are bytes from
 the start of a file; ``stamp`` is the low 32 bits of the file id.
 """
-from collections.abc import Iterable
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, ValuesView
 from typing import Any
 
 from _typeshed import ReadableBuffer
@@ -39,16 +39,16 @@ class RecordInfo:
 
 @disjoint_base
 class ReplayState:
-    """Live records and open transactions, built file by file in replay order.
+    """Live records and open transactions, built file by file in replay order from the columns.
 
-    Damage is recorded, never raised: recovery decides what to do with it.
+    No Python object per record: ``records`` makes each RecordInfo when it is looked at, from the
+    columns the state owns (``files``). Damage is recorded, never raised: recovery decides what
+    to do with it. A location packs ``(file index << 32) | row``.
     """
 
-    records: dict[int, RecordInfo]
-    """Live records by id."""
     transactions: dict[int, list[Any]]
     """Open transactions: tx_id -> ``[ops, xid or None, path, offset]``, ops as
-    ``(kind, record_id, user_type, body, frame_bytes)``."""
+    ``(kind, record_id, user_type, location, frame_bytes)`` (the body: ``body(location)``)."""
     corrupt: list[tuple[str, int, str]]
     """``(path, offset, reason)`` of damage followed by valid frames, and of inconsistent transactions."""
     anomalies: list[tuple[str | None, int, str]]
@@ -59,21 +59,50 @@ class ReplayState:
     """Updates of a replaceable record type still live: what a compaction can drop."""
     adds: int
 
-    def __init__(self, replaceable: Iterable[int] = ()) -> None:
-        """``replaceable``: the user record types whose updates ``replaceable_updates`` counts."""
+    def __init__(self, replaceable: Iterable[int] = (), expected: int = 0) -> None:
+        """``replaceable``: the user record types whose updates ``replaceable_updates`` counts;
+        ``expected``: how many records the replay holds at most (the tables are sized once)."""
+    @property
+    def records(self) -> LiveRecords:
+        """Live records by id, made when looked at."""
     @property
     def live(self) -> LiveMap:
         """Record id -> bytes of its frames (its add and its updates)."""
+    @property
+    def files(self) -> list[FrameColumns]:
+        """The columns of every file replayed, by file index."""
     def replay_file(self, buffer: ReadableBuffer, stamp: int, start: int, path: str) -> tuple[int, int]:
-        """Apply every valid frame of one file from offset ``start``; returns ``(end_offset, end_check)``.
+        """Scan one file's bytes and replay them; returns ``(end_offset, end_check)``."""
+    def replay_columns(self, cols: FrameColumns, path: str) -> tuple[int, int]:
+        """Apply every row of one file in order; returns ``(end_offset, end_check)``.
 
         ``end_offset`` is where valid data ends (the append position); ``end_check`` (a ``FrameCheck``
         value) says what lies there. Damage followed by valid frames goes to ``corrupt`` and is
         skipped, never taken for the end.
         """
-    def apply_ops(self, ops: list[tuple[int, int, int, bytes, int]], path: str | None = None,
+    def body(self, location: int) -> bytes:
+        """The body of the frame at a location."""
+    def apply_ops(self, ops: list[tuple[int, int, int, int, int]], path: str | None = None,
                   offset: int = 0) -> None:
-        """Apply a committed transaction's ``(kind, record_id, user_type, body, frame_bytes)`` in order."""
+        """Apply a committed transaction's ``(kind, record_id, user_type, location, frame_bytes)`` in order."""
+
+@disjoint_base
+class LiveRecords:
+    """The live records of a replay by id: a read-only mapping (registered as a ``Mapping``) whose
+    RecordInfo values are made when looked at; iterates in the order the records were added."""
+
+    def __init__(self, state: ReplayState) -> None: ...
+    def __len__(self) -> int: ...
+    def __contains__(self, key: object, /) -> bool: ...
+    def __getitem__(self, key: int, /) -> RecordInfo: ...
+    def get(self, key: int, default: RecordInfo | None = None) -> RecordInfo | None: ...
+    def __iter__(self) -> Iterator[int]: ...
+    def keys(self) -> KeysView[int]: ...
+    def values(self) -> ValuesView[RecordInfo]: ...
+    def items(self) -> ItemsView[int, RecordInfo]: ...
+    def _values(self) -> Iterator[RecordInfo]: ...
+    def _items(self) -> Iterator[tuple[int, RecordInfo]]: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
 @disjoint_base
 class FrameColumns:

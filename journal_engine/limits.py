@@ -46,6 +46,7 @@ COMPACT_PERCENTAGE_MAX = 100
 COMPACT_UPDATE_FACTOR = 10
 # sealed files whose data is not yet durable, kept open for the next sync
 UNSYNCED_OPEN_FILES_MAX = 64
+SCAN_THREADS_MAX = 4                            # files decoded at once by recovery (and no more than cores)
 
 assert FILE_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0
 assert FRAME_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0

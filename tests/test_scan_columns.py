@@ -12,7 +12,7 @@ import random
 import pytest
 
 from journal_engine import Journal
-from journal_engine._impl import scan_columns
+from journal_engine._impl import IMPLEMENTATION, scan_columns
 from journal_engine._twin import replay as twin_replay
 from journal_engine.record_format import FrameCheck, RecordKind
 from journal_engine.storage.format import stamp_of
@@ -150,3 +150,53 @@ def test_compiled_columns_equal_the_twins_on_damaged_files(tmp_path, seed):
         twin = twin_replay.scan_columns(bytes(raw), stamp, start)
         assert _columns_as_lists(compiled) == _columns_as_lists(twin)
         assert _replay.scan_frames(bytes(raw), stamp, start) == twin_replay.scan_frames(bytes(raw), stamp, start)
+
+
+def _replay_directory(module, directory):
+    """A ReplayState of `module` (compiled _replay or the twin) over every file of a directory."""
+    state = module.ReplayState((9,))
+    for data in list_directory(str(directory)).data:
+        raw = open(data.path, "rb").read()
+        state.replay_columns(module.scan_columns(raw, stamp_of(data.header.file_id), data.header.data_start),
+                             data.path)
+    return state
+
+
+def test_load_records_are_a_mapping_made_when_looked_at(tmp_path):
+    from collections.abc import Mapping
+    live = _write_mixed(tmp_path, count=400)
+    with Journal(tmp_path, read_only=True) as journal:
+        records = journal.load().records
+    assert isinstance(records, Mapping) and len(records) == len(live)
+    assert list(records) == list(records.keys()) and set(records) == set(live)
+    assert {record_id: rec.body for record_id, rec in records.items()} == live
+    assert [rec.record_id for rec in records.values()] == list(records)
+    assert 3 in records and records[3].updates == [(9, b"u" * 3)] and records.get(5) is None and 5 not in records
+    assert records.get(-1) is None and "3" not in records
+    with pytest.raises(KeyError):
+        records[5]
+    assert records == dict(records.items()) and records[3] == records[3]
+    if IMPLEMENTATION == "cython":   # the twin keeps a dict of RecordInfo; the core makes them on demand
+        assert records[3] is not records[3]
+
+
+@pytest.mark.twin
+def test_compiled_replay_equals_the_twins_record_for_record(tmp_path):
+    from journal_engine import _replay
+    _write_mixed(tmp_path, seed=3, count=500)
+    with Journal(tmp_path, file_size=SMALL, sync="none") as journal:   # re-adds after deletes, open tx
+        journal.load()
+        journal.delete(0)
+        journal.add(0, 7, b"again")
+        journal.update(0, 9, b"later")
+        journal.add_tx(77, 5_000, 1, b"never committed")
+    compiled, twin = _replay_directory(_replay, tmp_path), _replay_directory(twin_replay, tmp_path)
+    assert list(compiled.records.items()) == list(twin.records.items())
+    assert list(compiled.records)[-1] == 0
+    assert compiled.records[0].updates == [(9, b"later")]
+    for name in ("corrupt", "anomalies", "frames_read", "replaceable_updates", "adds"):
+        assert getattr(compiled, name) == getattr(twin, name), name
+    assert sorted(compiled.live.items()) == sorted(twin.live.items()) and len(compiled.live) == len(compiled.records)
+    assert {tx: [op[:3] + (compiled.body(op[3]),) for op in ops] for tx, (ops, *_rest) in compiled.transactions.items()} \
+        == {tx: [op[:3] + (twin.body(op[3]),) for op in ops] for tx, (ops, *_rest) in twin.transactions.items()} \
+        == {77: [(RecordKind.ADD_TX, 5_000, 1, b"never committed")]}

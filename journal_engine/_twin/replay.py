@@ -61,10 +61,18 @@ def _next_valid(buffer, pos: int, stamp: int) -> int:
     return -1
 
 
-class ReplayState:
-    """Live records and open transactions, built file by file in replay order."""
+ROW_BITS = 32   # a location packs (file index << ROW_BITS) | row: where a record's body lies
 
-    def __init__(self, replaceable=()):
+
+class ReplayState:
+    """Live records and open transactions, built file by file in replay order from the columns.
+
+    Keeps every file's columns (``files``): a transaction's records and the twin's records are
+    read from them by location.
+    """
+
+    def __init__(self, replaceable=(), expected: int = 0):
+        """``expected`` (records at most) sizes the compiled core's tables; the twin's grow."""
         self.records: dict[int, RecordInfo] = {}
         self.transactions: dict[int, list] = {}
         self.corrupt: list[tuple[str, int, str]] = []
@@ -73,30 +81,37 @@ class ReplayState:
         self.replaceable_updates = 0
         self.adds = 0
         self.live = LiveMap()      # record id -> bytes of its frames (add + updates)
+        self.files: list[FrameColumns] = []
         self._replaceable = frozenset(replaceable)
 
     def replay_file(self, buffer, stamp: int, start: int, path):
-        pos = start
-        while True:
-            check, size = check_frame(buffer, pos, stamp)
-            if check == FrameCheck.VALID:
-                self._apply(buffer, pos, size, path)
-                pos += size
-                continue
-            nxt = _next_valid(buffer, pos + FRAME_ALIGNMENT_BYTES, stamp)
-            if nxt < 0:
-                return pos, int(check)
-            self.corrupt.append((path, pos, _GAP_REASONS[check]))
-            pos = nxt
+        """Scan one file's bytes and replay it: :meth:`replay_columns` of :func:`scan_columns`."""
+        return self.replay_columns(scan_columns(buffer, stamp, start), path)
 
-    def _apply(self, buffer, offset: int, size: int, path) -> None:
-        body_len, kind, user_type, _stamp, record_id, tx_id = decode_header(buffer, offset)
-        start = offset + FRAME_HEADER_SIZE_BYTES
+    def replay_columns(self, cols: FrameColumns, path) -> tuple[int, int]:
+        """Apply one file's rows; returns ``(end_offset, end_check)``."""
+        file_index = len(self.files)
+        self.files.append(cols)
+        for row in range(cols.count):
+            check = cols._check[row]
+            if check:
+                self.corrupt.append((path, cols._offset[row], _GAP_REASONS[FrameCheck(check)]))
+            else:
+                self._apply(cols, row, (file_index << ROW_BITS) | row, path)
+        return cols.end_offset, cols.end_check
+
+    def body(self, location: int) -> bytes:
+        """The body of the frame at a location (file index, row)."""
+        return self.files[location >> ROW_BITS].body(location & ((1 << ROW_BITS) - 1))
+
+    def _apply(self, cols: FrameColumns, row: int, location: int, path) -> None:
+        kind, user_type, record_id, tx_id = cols._kind[row], cols._record_type[row], cols._record_id[row], cols._tx_id[row]
+        offset, size = cols._offset[row], cols._size[row]
         self.frames_read += 1
         if kind == RecordKind.ADD:
             if record_id in self.records:
                 self.anomalies.append((path, offset, f"add of record {record_id}, which is already live"))
-            self.records[record_id] = RecordInfo(record_id, user_type, bytes(buffer[start:start + body_len]))
+            self.records[record_id] = RecordInfo(record_id, user_type, cols.body(row))
             self.live.put(record_id, size)
             self.adds += 1
         elif kind == RecordKind.UPDATE:
@@ -104,7 +119,7 @@ class ReplayState:
             if rec is None:
                 self.anomalies.append((path, offset, f"update of record {record_id}, which is not live"))
                 return
-            rec.updates.append((user_type, bytes(buffer[start:start + body_len])))
+            rec.updates.append((user_type, cols.body(row)))
             self.live.add_bytes(record_id, size)
             if user_type in self._replaceable:
                 self.replaceable_updates += 1
@@ -113,28 +128,30 @@ class ReplayState:
             self.live.remove(record_id)
         elif kind in _TX_KINDS:
             tx = self.transactions.setdefault(tx_id, [[], None, path, offset])
-            tx[0].append((kind, record_id, user_type, bytes(buffer[start:start + body_len]), size))
+            tx[0].append((kind, record_id, user_type, location, size))
         elif kind == RecordKind.PREPARE:
             tx = self.transactions.setdefault(tx_id, [[], None, path, offset])
-            if body_len < 4:   # the record count is missing: never written so
-                self.corrupt.append((path, offset, f"transaction {tx_id} prepared with a {body_len}-byte body, "
+            body = cols.body(row)
+            if len(body) < 4:   # the record count is missing: never written so
+                self.corrupt.append((path, offset, f"transaction {tx_id} prepared with a {len(body)}-byte body, "
                                                    f"shorter than its record count; it is not returned"))
                 del self.transactions[tx_id]
                 return
-            expected = struct.unpack_from("<I", buffer, start)[0]
+            expected = struct.unpack_from("<I", body)[0]
             if expected != len(tx[0]):
                 self.corrupt.append((path, offset, f"transaction {tx_id} prepared with {expected} records, "
                                                    f"{len(tx[0])} found; it is not returned"))
                 del self.transactions[tx_id]
                 return
-            tx[1] = bytes(buffer[start + 4:start + body_len])
+            tx[1] = body[4:]
             tx[2] = path
             tx[3] = offset
         elif kind == RecordKind.COMMIT:
             tx = self.transactions.pop(tx_id, None)
             if tx is None:
                 return
-            expected = struct.unpack_from("<I", buffer, start)[0] if body_len >= 4 else 0
+            body = cols.body(row)
+            expected = struct.unpack_from("<I", body)[0] if len(body) >= 4 else 0
             if expected != len(tx[0]):
                 self.corrupt.append((path, offset, f"transaction {tx_id} committed with {expected} records, "
                                                    f"{len(tx[0])} found; the transaction is discarded"))
@@ -144,9 +161,10 @@ class ReplayState:
             self.transactions.pop(tx_id, None)
 
     def apply_ops(self, ops, path=None, offset: int = 0) -> None:
-        for kind, record_id, user_type, body, size in ops:
+        """Apply a committed transaction's ``(kind, record_id, user_type, location, frame_bytes)`` in order."""
+        for kind, record_id, user_type, location, size in ops:
             if kind == RecordKind.ADD_TX:
-                self.records[record_id] = RecordInfo(record_id, user_type, body)
+                self.records[record_id] = RecordInfo(record_id, user_type, self.body(location))
                 self.live.put(record_id, size)
                 self.adds += 1
             elif kind == RecordKind.UPDATE_TX:
@@ -155,7 +173,7 @@ class ReplayState:
                     self.anomalies.append((path, offset, f"transactional update of record {record_id}, "
                                                          f"which is not live"))
                     continue
-                rec.updates.append((user_type, body))
+                rec.updates.append((user_type, self.body(location)))
                 self.live.add_bytes(record_id, size)
                 if user_type in self._replaceable:
                     self.replaceable_updates += 1

@@ -105,8 +105,8 @@ def _live_frames(state: ReplayState, replaceable: dict):
         for user_type, body in updates:
             yield RecordKind.UPDATE, user_type, record_id, 0, body
     for tx_id, (ops, xid, _path, _offset) in state.transactions.items():
-        for kind, record_id, user_type, body, _size in ops:
-            yield kind, user_type, record_id, tx_id, body
+        for kind, record_id, user_type, location, _size in ops:
+            yield kind, user_type, record_id, tx_id, state.body(location)
         if xid is not None:
             yield RecordKind.PREPARE, 0, 0, tx_id, len(ops).to_bytes(4, "little") + xid
 

@@ -268,14 +268,14 @@ class Journal(JournalCore):
         prepared = []
         incomplete = []
         for tx_id, (ops, xid, _path, _offset) in state.transactions.items():
-            pending[tx_id] = [[(kind, record_id, size, user_type) for kind, record_id, user_type, _b, size in ops],
+            pending[tx_id] = [[(kind, record_id, size, user_type) for kind, record_id, user_type, _location, size in ops],
                               xid]
             if xid is None:
                 incomplete.append(tx_id)
             else:
                 prepared.append(PreparedTransaction(tx_id, xid, [
-                    TransactionRecord(_TX_KIND_NAMES[kind], record_id, user_type, body)
-                    for kind, record_id, user_type, body, _size in ops]))
+                    TransactionRecord(_TX_KIND_NAMES[kind], record_id, user_type, state.body(location))
+                    for kind, record_id, user_type, location, _size in ops]))
         self._core_install(active, state.live, pending, len(state.live), state.replaceable_updates,
                            self._next_segment)
         self._state = "loaded"
@@ -309,8 +309,8 @@ class Journal(JournalCore):
                 report.incomplete_transactions.append(tx_id)
             else:
                 prepared.append(PreparedTransaction(tx_id, xid, [
-                    TransactionRecord(_TX_KIND_NAMES[kind], record_id, user_type, body)
-                    for kind, record_id, user_type, body, _size in ops]))
+                    TransactionRecord(_TX_KIND_NAMES[kind], record_id, user_type, state.body(location))
+                    for kind, record_id, user_type, location, _size in ops]))
         self._data_files = analysis.listing.data
         self._read_only_stats = {"live_records": len(state.records), "live_bytes": state.live.total_bytes,
                                  "add_count": state.adds, "replaceable_updates": state.replaceable_updates,

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 
 from .._impl import ReplayState
 from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
-from . import durability
 from .format import CONTROL_FILE, HEADER_FLAG_RECYCLED, stamp_of
 from ..record_format import FrameCheck
-from .scan import _map_for_reading, cut_short
+from .scan import cut_short, scan_data_file, scan_data_files
 from .segment_files import Listing, list_directory
 
 
@@ -48,12 +47,9 @@ class Analysis:
 
 
 def replay_data_file(state: ReplayState, data) -> tuple[int, int]:
-    """Replay one data file into `state`; (end offset, FrameCheck at the end) as the decoder found them."""
-    try:
-        with open(data.path, "rb") as handle, _map_for_reading(handle.fileno()) as view:
-            return state.replay_file(view, stamp_of(data.header.file_id), data.header.data_start, data.path)
-    except OSError as exc:
-        raise durability.io_error(exc, data.path, "reading") from exc
+    """Replay one data file into `state` through the columnar decoder; (end offset, FrameCheck at
+    the end) as the decoder found them."""
+    return state.replay_columns(scan_data_file(data), data.path)
 
 
 def _classify_end(data, end: int, check: FrameCheck) -> FrameCheck:
@@ -76,10 +72,11 @@ def analyze(directory: str, replaceable_types=(), *, remove_temporary: bool = Fa
     """Replay every data file in sequence order and classify how each one ends (`as_if_compacted`:
     a committed compaction is read as if finished; see list_directory)."""
     listing = list_directory(directory, remove_temporary=remove_temporary, as_if_compacted=as_if_compacted)
-    state = ReplayState(replaceable_types)
+    columns = scan_data_files(listing.data)
+    state = ReplayState(replaceable_types, sum(len(file_columns) for file_columns in columns))
     ends = []
-    for data in listing.data:
-        end, check = replay_data_file(state, data)
+    for data, file_columns in zip(listing.data, columns):
+        end, check = state.replay_columns(file_columns, data.path)
         ends.append((end, _classify_end(data, end, FrameCheck(check))))
     report = LoadReport(corrupt=list(state.corrupt), anomalies=list(state.anomalies),
                         files_read=len(listing.data), records_read=state.frames_read)

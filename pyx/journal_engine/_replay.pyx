@@ -8,12 +8,14 @@ the table in docs/internals/recovery.md.
 cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython cimport array
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
+from libc.stdlib cimport realloc, free
 import array
+from collections.abc import ItemsView, KeysView, Mapping, ValuesView
 from cpython.dict cimport PyDict_SetDefault
 from journal_engine._livemap cimport LiveMap
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 
 from journal_engine._codec cimport (
     FRAME_HEADER_SIZE, FRAME_ALIGNMENT, FrameCheck, FRAME_VALID, FRAME_ZERO, FRAME_FOREIGN, FRAME_INVALID,
@@ -21,6 +23,10 @@ from journal_engine._codec cimport (
     KIND_ADD, KIND_UPDATE, KIND_DELETE, KIND_ADD_TX, KIND_UPDATE_TX, KIND_DELETE_TX,
     KIND_PREPARE, KIND_COMMIT, KIND_ROLLBACK, KIND_PAD,
 )
+
+cdef array.array _LONGS = array.array("q")
+cdef array.array _ULONGS = array.array("Q")
+cdef array.array _BYTES = array.array("B")
 
 _GAP_REASONS = {
     FRAME_ZERO: "unwritten gap followed by valid records",
@@ -87,9 +93,24 @@ cdef Py_ssize_t _next_valid(const unsigned char *base, Py_ssize_t pos, Py_ssize_
     return -1
 
 
+DEF ROW_BITS = 32
+DEF ROW_MASK = 0xFFFFFFFF
+cdef uint64_t NO_LOCATION = 0xFFFFFFFFFFFFFFFF
+
+
+cdef inline uint64_t _location(Py_ssize_t file_index, Py_ssize_t row) noexcept nogil:
+    """Where a frame lies: (file index << ROW_BITS) | row."""
+    return (<uint64_t>file_index << ROW_BITS) | <uint64_t>row
+
+
 cdef class ReplayState:
-    """Live records and open transactions, built file by file in replay order."""
-    cdef public dict records
+    """Live records and open transactions, built file by file in replay order from the columns.
+
+    No Python object per record: a record is an entry in C arrays (its id, the location of its
+    add, the first and last of its updates, chained through per-file arrays), found by id through
+    a LiveMap used as id -> entry. ``records`` is a read-only mapping over them that makes a
+    RecordInfo (and its body bytes) when one is looked at, from the columns the state owns.
+    """
     cdef public dict transactions    # tx_id -> [ops, xid or None, path, offset]
     cdef public list corrupt          # (path, offset, reason)
     cdef public list anomalies        # (path, offset, reason): legal-looking but inconsistent frames
@@ -97,116 +118,180 @@ cdef class ReplayState:
     cdef public Py_ssize_t replaceable_updates
     cdef public Py_ssize_t adds
     cdef readonly LiveMap live        # record id -> bytes of its frames (add + updates)
-    cdef object _replaceable
+    cdef readonly list files          # FrameColumns of every file replayed, by file index
+    cdef list _next_update            # per file: array 'Q' row -> location of the record's next update
+    cdef LiveMap _entry_of            # record id -> entry index
+    cdef array.array _entry_id, _entry_add, _entry_first, _entry_last
+    cdef Py_ssize_t _entries, _entry_capacity
+    cdef unsigned char _replaceable[256]
 
-    def __init__(self, replaceable=()):
-        self.live = LiveMap()
-        self.records = {}
+    def __init__(self, replaceable=(), Py_ssize_t expected=0):
+        """``replaceable``: the user record types whose updates ``replaceable_updates`` counts;
+        ``expected``: how many records the replay will hold at most (the tables are sized once)."""
+        cdef Py_ssize_t capacity = max(1024, expected)
+        self.live = LiveMap(expected)
+        self._entry_of = LiveMap(expected)
         self.transactions = {}
         self.corrupt = []
         self.anomalies = []
+        self.files = []
+        self._next_update = []
         self.frames_read = 0
         self.replaceable_updates = 0
         self.adds = 0
-        self._replaceable = frozenset(replaceable)
+        self._entry_id = array.clone(_ULONGS, capacity, False)
+        self._entry_add = array.clone(_ULONGS, capacity, False)
+        self._entry_first = array.clone(_ULONGS, capacity, False)
+        self._entry_last = array.clone(_ULONGS, capacity, False)
+        self._entries = 0
+        self._entry_capacity = capacity
+        memset(self._replaceable, 0, 256)
+        for user_type in replaceable:
+            self._replaceable[<uint8_t>user_type] = 1
+
+    @property
+    def records(self):
+        """Live records by id: a read-only mapping making each RecordInfo when it is looked at."""
+        return LiveRecords(self)
 
     def replay_file(self, buffer, uint32_t stamp, Py_ssize_t start, path):
-        """Apply every valid frame of one file; returns (end_offset, end_check).
+        """Scan one file's bytes and replay it: :meth:`replay_columns` of :func:`scan_columns`."""
+        return self.replay_columns(scan_columns(buffer, stamp, start), path)
 
-        end_offset is where valid data ends (the append position); end_check says
-        what lies there (ZERO, FOREIGN or INVALID). Damage followed by valid frames
-        is recorded in `corrupt` and skipped over, never treated as the end.
-        """
-        cdef Py_buffer view
-        cdef const unsigned char *base
-        cdef Py_ssize_t limit, pos = start, size = 0, nxt
-        cdef FrameCheck check
-        PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
-        try:
-            base = <const unsigned char *>view.buf
-            limit = view.len
-            while True:
-                check = validate_frame(base, pos, limit, stamp, &size)
-                if check == FRAME_VALID:
-                    self._apply(base + pos, size, path, pos)
-                    pos += size
-                    continue
-                with nogil:
-                    nxt = _next_valid(base, pos + FRAME_ALIGNMENT, limit, stamp)
-                if nxt < 0:
-                    return pos, <int>check
-                self.corrupt.append((path, pos, _GAP_REASONS[<int>check]))
-                pos = nxt
-        finally:
-            PyBuffer_Release(&view)
+    def replay_columns(self, FrameColumns cols, path):
+        """Apply one file's rows in order; returns ``(end_offset, end_check)``. Damaged regions
+        followed by valid frames go to ``corrupt``."""
+        cdef Py_ssize_t file_index = len(self.files), row
+        cdef uint8_t check
+        self.files.append(cols)
+        self._next_update.append(None)
+        for row in range(cols.count):
+            check = cols._check.data.as_uchars[row]
+            if check:
+                self.corrupt.append((path, cols._offset.data.as_longlongs[row], _GAP_REASONS[check]))
+            else:
+                self._apply(cols, file_index, row, path)
+        return cols.end_offset, cols.end_check
 
-    cdef int _apply(self, const unsigned char *p, Py_ssize_t size, object path, Py_ssize_t offset) except -1:
-        cdef uint8_t kind = p[8]
-        cdef int user_type = p[9]
-        cdef uint32_t body_len = load_u32(p + 4)
-        cdef uint64_t record_id = load_u64(p + 16)
-        cdef uint64_t tx_id = load_u64(p + 24)
-        cdef RecordInfo rec
-        cdef object obj
-        cdef bytes body
+    def body(self, uint64_t location):
+        """The body of the frame at a location (file index, row)."""
+        return (<FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]).body(<Py_ssize_t>(location & ROW_MASK))
+
+    cdef Py_ssize_t _new_entry(self, uint64_t record_id, uint64_t location) except -1:
+        cdef Py_ssize_t entry = self._entries
+        if entry == self._entry_capacity:
+            self._entry_capacity *= 2
+            for column in (self._entry_id, self._entry_add, self._entry_first, self._entry_last):
+                array.resize(column, self._entry_capacity)
+        self._entry_id.data.as_ulonglongs[entry] = record_id
+        self._entry_add.data.as_ulonglongs[entry] = location
+        self._entry_first.data.as_ulonglongs[entry] = NO_LOCATION
+        self._entry_last.data.as_ulonglongs[entry] = NO_LOCATION
+        self._entries += 1
+        self._entry_of.put(record_id, entry)
+        return entry
+
+    cdef int _add(self, uint64_t record_id, uint64_t location, Py_ssize_t size, object path,
+                  Py_ssize_t offset, bint transactional) except -1:
+        cdef int64_t entry = self._entry_of.get_bytes(record_id)
+        if entry >= 0:
+            if not transactional:
+                self.anomalies.append((path, offset, f"add of record {record_id}, which is already live"))
+            self._entry_add.data.as_ulonglongs[entry] = location      # replaced where it stands
+            self._entry_first.data.as_ulonglongs[entry] = NO_LOCATION
+            self._entry_last.data.as_ulonglongs[entry] = NO_LOCATION
+        else:
+            self._new_entry(record_id, location)
+        self.live.put(record_id, size)
+        self.adds += 1
+        return 0
+
+    cdef int _update(self, uint64_t record_id, uint64_t location, uint8_t user_type, Py_ssize_t size,
+                     object path, Py_ssize_t offset, bint transactional) except -1:
+        cdef int64_t entry = self._entry_of.get_bytes(record_id)
+        cdef uint64_t last
+        cdef array.array chain
+        if entry < 0:
+            self.anomalies.append((path, offset, f"transactional update of record {record_id}, which is not live"
+                                   if transactional else f"update of record {record_id}, which is not live"))
+            return 0
+        last = self._entry_last.data.as_ulonglongs[entry]
+        if last == NO_LOCATION:
+            self._entry_first.data.as_ulonglongs[entry] = location
+        else:
+            chain = self._chain(<Py_ssize_t>(last >> ROW_BITS))
+            chain.data.as_ulonglongs[last & ROW_MASK] = location
+        self._entry_last.data.as_ulonglongs[entry] = location
+        self.live.add_bytes(record_id, size)
+        if self._replaceable[user_type]:
+            self.replaceable_updates += 1
+        return 0
+
+    cdef array.array _chain(self, Py_ssize_t file_index):
+        """The file's row -> next-update array, made the first time one of its rows is chained."""
+        cdef array.array chain = self._next_update[file_index]
+        cdef Py_ssize_t rows
+        if chain is None:
+            rows = (<FrameColumns>self.files[file_index]).count
+            chain = array.clone(_ULONGS, rows, False)
+            memset(chain.data.as_voidptr, 0xFF, rows * sizeof(uint64_t))
+            self._next_update[file_index] = chain
+        return chain
+
+    cdef int _delete(self, uint64_t record_id) except -1:
+        cdef int64_t entry = self._entry_of.remove(record_id)
+        if entry >= 0:
+            self._entry_add.data.as_ulonglongs[entry] = NO_LOCATION
+        self.live.remove(record_id)
+        return 0
+
+    cdef int _apply(self, FrameColumns cols, Py_ssize_t file_index, Py_ssize_t row, object path) except -1:
+        cdef uint8_t kind = cols._kind.data.as_uchars[row]
+        cdef uint8_t user_type = cols._record_type.data.as_uchars[row]
+        cdef uint64_t record_id = cols._record_id.data.as_ulonglongs[row]
+        cdef uint64_t tx_id = cols._tx_id.data.as_ulonglongs[row]
+        cdef Py_ssize_t offset = cols._offset.data.as_longlongs[row]
+        cdef Py_ssize_t size = cols._size.data.as_longlongs[row]
+        cdef long long body_len = cols._body_offsets.data.as_longlongs[row + 1] - cols._body_offsets.data.as_longlongs[row]
+        cdef const unsigned char *body = <const unsigned char *>PyBytes_AS_STRING(cols.bodies) + cols._body_offsets.data.as_longlongs[row]
+        cdef uint64_t location = _location(file_index, row)
         self.frames_read += 1
         if kind == KIND_ADD:
-            body = PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER_SIZE, body_len)
-            key = record_id
-            rec = _new_record(record_id, user_type, body)
-            if <object>PyDict_SetDefault(self.records, key, rec) is not rec:
-                self.anomalies.append((path, offset, f"add of record {record_id}, which is already live"))
-                self.records[key] = rec
-            self.live.put(record_id, size)
-            self.adds += 1
+            self._add(record_id, location, size, path, offset, False)
         elif kind == KIND_UPDATE:
-            obj = self.records.get(record_id)
-            if obj is None:
-                self.anomalies.append((path, offset, f"update of record {record_id}, which is not live"))
-                return 0
-            rec = <RecordInfo>obj
-            body = PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER_SIZE, body_len)
-            if rec._updates is None:
-                rec._updates = [(user_type, body)]
-            else:
-                rec._updates.append((user_type, body))
-            self.live.add_bytes(record_id, size)
-            if user_type in self._replaceable:
-                self.replaceable_updates += 1
+            self._update(record_id, location, user_type, size, path, offset, False)
         elif kind == KIND_DELETE:
-            self.records.pop(record_id, None)
-            self.live.remove(record_id)
+            self._delete(record_id)
         elif kind == KIND_ADD_TX or kind == KIND_UPDATE_TX or kind == KIND_DELETE_TX:
-            body = PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER_SIZE, body_len)
             tx = self.transactions.get(tx_id)
             if tx is None:
                 tx = [[], None, path, offset]
                 self.transactions[tx_id] = tx
-            tx[0].append((kind, record_id, user_type, body, size))
+            tx[0].append((kind, record_id, user_type, location, size))
         elif kind == KIND_PREPARE:
             tx = self.transactions.get(tx_id)
             if tx is None:
                 tx = [[], None, path, offset]
                 self.transactions[tx_id] = tx
-            if body_len < 4:   # the record count is missing: never written so (and body_len - 4 would wrap)
+            if body_len < 4:   # the record count is missing: never written so
                 self.corrupt.append((path, offset, f"transaction {tx_id} prepared with a {body_len}-byte body, "
                                                    f"shorter than its record count; it is not returned"))
                 del self.transactions[tx_id]
                 return 0
-            expected = load_u32(p + FRAME_HEADER_SIZE)
+            expected = load_u32(body)
             if expected != len(tx[0]):
                 self.corrupt.append((path, offset, f"transaction {tx_id} prepared with {expected} records, "
                                                    f"{len(tx[0])} found; it is not returned"))
                 del self.transactions[tx_id]
                 return 0
-            tx[1] = PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER_SIZE + 4, body_len - 4)
+            tx[1] = PyBytes_FromStringAndSize(<const char *>body + 4, body_len - 4)
             tx[2] = path
             tx[3] = offset
         elif kind == KIND_COMMIT:
             tx = self.transactions.pop(tx_id, None)
             if tx is None:
                 return 0   # its records were compacted away already: legal
-            expected = load_u32(p + FRAME_HEADER_SIZE) if body_len >= 4 else 0
+            expected = load_u32(body) if body_len >= 4 else 0
             if expected != len(tx[0]):
                 self.corrupt.append((path, offset, f"transaction {tx_id} committed with {expected} records, "
                                                    f"{len(tx[0])} found; the transaction is discarded"))
@@ -217,27 +302,123 @@ cdef class ReplayState:
         return 0
 
     def apply_ops(self, list ops, path=None, Py_ssize_t offset=0):
-        """Apply a committed transaction's records, in order."""
-        cdef RecordInfo rec
-        for kind, record_id, user_type, body, size in ops:
+        """Apply a committed transaction's ``(kind, record_id, user_type, location, frame_bytes)`` in order."""
+        for kind, record_id, user_type, location, size in ops:
             if kind == KIND_ADD_TX:
-                self.records[record_id] = _new_record(record_id, user_type, body)
-                self.live.put(record_id, size)
-                self.adds += 1
+                self._add(record_id, location, size, path, offset, True)
             elif kind == KIND_UPDATE_TX:
-                obj = self.records.get(record_id)
-                if obj is None:
-                    self.anomalies.append((path, offset, f"transactional update of record {record_id}, "
-                                                         f"which is not live"))
-                    continue
-                rec = <RecordInfo>obj
-                rec.updates.append((user_type, body))
-                self.live.add_bytes(record_id, size)
-                if user_type in self._replaceable:
-                    self.replaceable_updates += 1
+                self._update(record_id, location, user_type, size, path, offset, True)
             else:
-                self.records.pop(record_id, None)
-                self.live.remove(record_id)
+                self._delete(record_id)
+
+    cdef RecordInfo _record(self, Py_ssize_t entry):
+        """The RecordInfo of one live entry, its bodies copied out of the columns."""
+        cdef uint64_t location = self._entry_add.data.as_ulonglongs[entry]
+        cdef uint64_t last
+        cdef FrameColumns cols = <FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]
+        cdef Py_ssize_t row = <Py_ssize_t>(location & ROW_MASK)
+        cdef RecordInfo rec = _new_record(self._entry_id.data.as_ulonglongs[entry],
+                                          cols._record_type.data.as_uchars[row], _row_body(cols, row))
+        cdef list updates
+        location = self._entry_first.data.as_ulonglongs[entry]
+        if location != NO_LOCATION:
+            last = self._entry_last.data.as_ulonglongs[entry]
+            updates = []
+            while True:
+                cols = <FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]
+                row = <Py_ssize_t>(location & ROW_MASK)
+                updates.append((cols._record_type.data.as_uchars[row], _row_body(cols, row)))
+                if location == last:
+                    break
+                location = (<array.array>self._next_update[<Py_ssize_t>(location >> ROW_BITS)]).data.as_ulonglongs[row]
+            rec._updates = updates
+        return rec
+
+
+cdef class LiveRecords:
+    """The live records of a replay by id: a read-only Mapping (registered as one) whose values
+    are made when looked at. Iterates in the order the records were added, like the dict it
+    replaces."""
+    cdef ReplayState _state
+
+    def __init__(self, ReplayState state not None):
+        self._state = state
+
+    def __len__(self):
+        return len(self._state._entry_of)
+
+    def __contains__(self, key):
+        if not isinstance(key, int) or key < 0 or key > 0xFFFFFFFFFFFFFFFF:
+            return False
+        return self._state._entry_of.get_bytes(key) >= 0
+
+    def __getitem__(self, key):
+        cdef int64_t entry
+        if not isinstance(key, int) or key < 0 or key > 0xFFFFFFFFFFFFFFFF:
+            raise KeyError(key)
+        entry = self._state._entry_of.get_bytes(key)
+        if entry < 0:
+            raise KeyError(key)
+        return self._state._record(entry)
+
+    def get(self, key, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __iter__(self):
+        cdef ReplayState state = self._state
+        cdef Py_ssize_t entry
+        for entry in range(state._entries):
+            if state._entry_add.data.as_ulonglongs[entry] != NO_LOCATION:
+                yield state._entry_id.data.as_ulonglongs[entry]
+
+    def keys(self):
+        return KeysView(self)
+
+    def values(self):
+        return _LiveValues(self)
+
+    def items(self):
+        return _LiveItems(self)
+
+    def _values(self):
+        cdef ReplayState state = self._state
+        cdef Py_ssize_t entry
+        for entry in range(state._entries):
+            if state._entry_add.data.as_ulonglongs[entry] != NO_LOCATION:
+                yield state._record(entry)
+
+    def _items(self):
+        cdef ReplayState state = self._state
+        cdef Py_ssize_t entry
+        cdef RecordInfo rec
+        for entry in range(state._entries):
+            if state._entry_add.data.as_ulonglongs[entry] != NO_LOCATION:
+                rec = state._record(entry)
+                yield rec.record_id, rec
+
+    def __eq__(self, other):
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return len(self) == len(other) and all(key in other and other[key] == value for key, value in self.items())
+
+    def __repr__(self):
+        return f"<LiveRecords: {len(self)} live records>"
+
+
+Mapping.register(LiveRecords)
+
+
+class _LiveValues(ValuesView):
+    def __iter__(self):
+        return self._mapping._values()
+
+
+class _LiveItems(ItemsView):
+    def __iter__(self):
+        return self._mapping._items()
 
 
 cdef class FrameColumns:
@@ -276,7 +457,7 @@ cdef class FrameColumns:
         """The body of one row (empty for a damaged region)."""
         if row < 0 or row >= self.count:
             raise IndexError(f"row {row} of {self.count}")
-        return self.bodies[self._body_offsets.data.as_longlongs[row]:self._body_offsets.data.as_longlongs[row + 1]]
+        return _row_body(self, row)
 
     def __len__(self):
         return self.count
@@ -285,96 +466,159 @@ cdef class FrameColumns:
         return f"FrameColumns(count={self.count}, end_offset={self.end_offset}, end_check={self.end_check})"
 
 
-cdef int _reserve(FrameColumns cols, Py_ssize_t rows) except -1:
-    """Room for ``rows`` rows in every column (the body offsets keep one more)."""
-    array.resize(cols._offset, rows)
-    array.resize(cols._size, rows)
-    array.resize(cols._check, rows)
-    array.resize(cols._kind, rows)
-    array.resize(cols._record_type, rows)
-    array.resize(cols._record_id, rows)
-    array.resize(cols._tx_id, rows)
-    array.resize(cols._body_offsets, rows + 1)
+cdef struct RowBuffers:
+    # the columns while a scan runs without the GIL: grown with realloc, copied out at the end
+    Py_ssize_t count, capacity
+    long long *offset
+    long long *size
+    long long *body_offsets      # capacity + 1
+    uint64_t *record_id
+    uint64_t *tx_id
+    uint8_t *check
+    uint8_t *kind
+    uint8_t *record_type
+
+
+cdef inline bytes _row_body(FrameColumns cols, Py_ssize_t row):
+    cdef long long start = cols._body_offsets.data.as_longlongs[row]
+    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(cols.bodies) + start,
+                                     cols._body_offsets.data.as_longlongs[row + 1] - start)
+
+
+cdef int _grow_rows(RowBuffers *rows) noexcept nogil:
+    """Double the room of every column; 0 on success, -1 when memory ran out (nothing is lost)."""
+    cdef Py_ssize_t capacity = rows.capacity * 2 if rows.capacity else 4096
+    cdef void *p
+    p = realloc(rows.offset, capacity * sizeof(long long))
+    if p == NULL: return -1
+    rows.offset = <long long *>p
+    p = realloc(rows.size, capacity * sizeof(long long))
+    if p == NULL: return -1
+    rows.size = <long long *>p
+    p = realloc(rows.body_offsets, (capacity + 1) * sizeof(long long))
+    if p == NULL: return -1
+    rows.body_offsets = <long long *>p
+    p = realloc(rows.record_id, capacity * sizeof(uint64_t))
+    if p == NULL: return -1
+    rows.record_id = <uint64_t *>p
+    p = realloc(rows.tx_id, capacity * sizeof(uint64_t))
+    if p == NULL: return -1
+    rows.tx_id = <uint64_t *>p
+    p = realloc(rows.check, capacity)
+    if p == NULL: return -1
+    rows.check = <uint8_t *>p
+    p = realloc(rows.kind, capacity)
+    if p == NULL: return -1
+    rows.kind = <uint8_t *>p
+    p = realloc(rows.record_type, capacity)
+    if p == NULL: return -1
+    rows.record_type = <uint8_t *>p
+    rows.capacity = capacity
     return 0
 
 
-cdef array.array _LONGS = array.array("q")
-cdef array.array _ULONGS = array.array("Q")
-cdef array.array _BYTES = array.array("B")
+cdef void _free_rows(RowBuffers *rows) noexcept nogil:
+    free(rows.offset); free(rows.size); free(rows.body_offsets); free(rows.record_id); free(rows.tx_id)
+    free(rows.check); free(rows.kind); free(rows.record_type)
+
+
+cdef int _scan_rows(const unsigned char *base, Py_ssize_t limit, uint32_t stamp, Py_ssize_t start,
+                    RowBuffers *rows, Py_ssize_t *end_offset, FrameCheck *end_check) noexcept nogil:
+    """Every frame from ``start`` into ``rows`` (bodies not yet copied); -1 when memory ran out."""
+    cdef Py_ssize_t pos = start, size = 0, nxt, n = 0
+    cdef long long body_total = 0
+    cdef const unsigned char *p
+    cdef FrameCheck check
+    while True:
+        if n == rows.capacity and _grow_rows(rows) < 0:
+            rows.count = n
+            return -1
+        check = validate_frame(base, pos, limit, stamp, &size)
+        if check == FRAME_VALID:
+            p = base + pos
+            rows.offset[n] = pos
+            rows.size[n] = size
+            rows.check[n] = 0
+            rows.kind[n] = p[8]
+            rows.record_type[n] = p[9]
+            rows.record_id[n] = load_u64(p + 16)
+            rows.tx_id[n] = load_u64(p + 24)
+            rows.body_offsets[n] = body_total
+            body_total += load_u32(p + 4)
+            n += 1
+            pos += size
+            continue
+        nxt = _next_valid(base, pos + FRAME_ALIGNMENT, limit, stamp)
+        if nxt < 0:
+            break
+        rows.offset[n] = pos
+        rows.size[n] = nxt - pos
+        rows.check[n] = <uint8_t>check
+        rows.kind[n] = 0
+        rows.record_type[n] = 0
+        rows.record_id[n] = 0
+        rows.tx_id[n] = 0
+        rows.body_offsets[n] = body_total
+        n += 1
+        pos = nxt
+    rows.body_offsets[n] = body_total
+    rows.count = n
+    end_offset[0] = pos
+    end_check[0] = check
+    return 0
+
+
+cdef array.array _column(array.array template, const void *data, Py_ssize_t count, size_t item):
+    cdef array.array column = array.clone(template, count, False)
+    if count:
+        memcpy(column.data.as_voidptr, data, count * item)
+    return column
 
 
 def scan_columns(buffer, uint32_t stamp, Py_ssize_t start):
-    """Decode every frame of one file from ``start`` into a :class:`FrameColumns`."""
+    """Decode every frame of one file from ``start`` into a :class:`FrameColumns`.
+
+    The scan and the copy of the bodies run without the GIL (other threads, another file's scan
+    among them, go on meanwhile)."""
     cdef Py_buffer view
     cdef const unsigned char *base
-    cdef const unsigned char *p
-    cdef Py_ssize_t limit, pos = start, size = 0, nxt, n = 0, capacity = 1024, body_total = 0, i
-    cdef long long *body_at
+    cdef Py_ssize_t limit, n, i, end_offset = start
+    cdef FrameCheck end_check = FRAME_ZERO
+    cdef RowBuffers rows
+    cdef int status
     cdef char *dst
-    cdef FrameCheck check
     cdef FrameColumns cols = FrameColumns.__new__(FrameColumns)
-    cols._offset = array.clone(_LONGS, 0, False)
-    cols._size = array.clone(_LONGS, 0, False)
-    cols._check = array.clone(_BYTES, 0, False)
-    cols._kind = array.clone(_BYTES, 0, False)
-    cols._record_type = array.clone(_BYTES, 0, False)
-    cols._record_id = array.clone(_ULONGS, 0, False)
-    cols._tx_id = array.clone(_ULONGS, 0, False)
-    cols._body_offsets = array.clone(_LONGS, 0, False)
-    _reserve(cols, capacity)
+    memset(&rows, 0, sizeof(RowBuffers))
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
     try:
         base = <const unsigned char *>view.buf
         limit = view.len
-        while True:
-            if n == capacity:
-                capacity *= 2
-                _reserve(cols, capacity)
-            with nogil:
-                check = validate_frame(base, pos, limit, stamp, &size)
-                if check != FRAME_VALID:
-                    nxt = _next_valid(base, pos + FRAME_ALIGNMENT, limit, stamp)
-            if check == FRAME_VALID:
-                p = base + pos
-                cols._offset.data.as_longlongs[n] = pos
-                cols._size.data.as_longlongs[n] = size
-                cols._check.data.as_uchars[n] = 0
-                cols._kind.data.as_uchars[n] = p[8]
-                cols._record_type.data.as_uchars[n] = p[9]
-                cols._record_id.data.as_ulonglongs[n] = load_u64(p + 16)
-                cols._tx_id.data.as_ulonglongs[n] = load_u64(p + 24)
-                cols._body_offsets.data.as_longlongs[n] = body_total
-                body_total += load_u32(p + 4)
-                n += 1
-                pos += size
-                continue
-            if nxt < 0:
-                break
-            cols._offset.data.as_longlongs[n] = pos
-            cols._size.data.as_longlongs[n] = nxt - pos
-            cols._check.data.as_uchars[n] = <uint8_t>check
-            cols._kind.data.as_uchars[n] = 0
-            cols._record_type.data.as_uchars[n] = 0
-            cols._record_id.data.as_ulonglongs[n] = 0
-            cols._tx_id.data.as_ulonglongs[n] = 0
-            cols._body_offsets.data.as_longlongs[n] = body_total
-            n += 1
-            pos = nxt
-        cols._body_offsets.data.as_longlongs[n] = body_total
-        cols.end_offset = pos
-        cols.end_check = <int>check
+        with nogil:
+            status = _scan_rows(base, limit, stamp, start, &rows, &end_offset, &end_check)
+        if status < 0:
+            raise MemoryError(f"no memory for the columns of {rows.count} frames")
+        n = rows.count
+        cols._offset = _column(_LONGS, rows.offset, n, sizeof(long long))
+        cols._size = _column(_LONGS, rows.size, n, sizeof(long long))
+        cols._body_offsets = _column(_LONGS, rows.body_offsets, n + 1, sizeof(long long))
+        cols._record_id = _column(_ULONGS, rows.record_id, n, sizeof(uint64_t))
+        cols._tx_id = _column(_ULONGS, rows.tx_id, n, sizeof(uint64_t))
+        cols._check = _column(_BYTES, rows.check, n, 1)
+        cols._kind = _column(_BYTES, rows.kind, n, 1)
+        cols._record_type = _column(_BYTES, rows.record_type, n, 1)
         cols.count = n
-        _reserve(cols, n)
-        cols.bodies = PyBytes_FromStringAndSize(NULL, body_total)
+        cols.end_offset = end_offset
+        cols.end_check = <int>end_check
+        cols.bodies = PyBytes_FromStringAndSize(NULL, rows.body_offsets[n])
         dst = PyBytes_AS_STRING(cols.bodies)
-        body_at = cols._body_offsets.data.as_longlongs
         with nogil:
             for i in range(n):
-                if body_at[i + 1] > body_at[i]:
-                    memcpy(dst + body_at[i], base + cols._offset.data.as_longlongs[i] + FRAME_HEADER_SIZE,
-                           body_at[i + 1] - body_at[i])
+                if rows.body_offsets[i + 1] > rows.body_offsets[i]:
+                    memcpy(dst + rows.body_offsets[i], base + rows.offset[i] + FRAME_HEADER_SIZE,
+                           rows.body_offsets[i + 1] - rows.body_offsets[i])
         return cols
     finally:
+        _free_rows(&rows)
         PyBuffer_Release(&view)
 
 
