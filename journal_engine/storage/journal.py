@@ -12,6 +12,7 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .._impl import IMPLEMENTATION, JournalCore, Segment
@@ -59,13 +60,15 @@ class PreparedTransaction:
 class LoadResult:
     """What ``Journal.load()`` recovered.
 
-    ``records``: {record id: RecordInfo} of the live records (``.record_id``, ``.record_type``,
-    ``.body``, ``.updates`` as (record type, body) in append order); ``prepared``: the
+    ``records``: a read-only mapping {record id: RecordInfo} of the live records (``.record_id``,
+    ``.record_type``, ``.body``, ``.updates`` as (record type, body) in append order), in the order
+    they were added; the compiled core makes each RecordInfo when it is looked at, from buffers the
+    result owns (a fresh object each time; the twin keeps a dict); ``prepared``: the
     ``PreparedTransaction`` list; ``report``: a ``LoadReport`` (``.torn_tail_truncated``,
     ``.corrupt`` as (path, offset, reason), ``.files_read``, ``.rolled_back``, ``.duration_s``).
     """
 
-    records: dict
+    records: Mapping
     prepared: list
     report: LoadReport
 

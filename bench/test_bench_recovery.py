@@ -1,0 +1,148 @@
+"""Recovery at memory speed (the core-speed issue, rows 1 and 2 of its table).
+
+* ``load()`` of 1M 256 B records **and one pass reading every record's body**, against an LMDB
+  cursor scan creating every value, in interleaved pairs (the order alternates; the ratio is the
+  median of the per-pair ratios, with its quartiles); the memory the loaded result holds (RSS
+  growth while it is alive) against the bytes of the bodies it returns.
+* ``Broker(dir)`` recovery of 1M durable messages in 10 queues, up to the first ``receive()``.
+
+Sizes: ``JOURNAL_BENCH_RECOVERY_RECORDS`` (default 1,000,000), ``JOURNAL_BENCH_RECOVERY_PAIRS``
+(default 7). Run: ``python -m pytest bench/test_bench_recovery.py --benchmark-only -s``.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import statistics
+import time
+
+import lmdb
+import pytest
+from workload import BODY, KEY
+
+from journal_engine import Broker, Journal
+
+RECORDS = int(os.environ.get("JOURNAL_BENCH_RECOVERY_RECORDS", 1_000_000))
+PAIRS = int(os.environ.get("JOURNAL_BENCH_RECOVERY_PAIRS", 7))
+QUEUES = 10
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    q1, median, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
+    return q1, median, q3
+
+
+@pytest.fixture(scope="module")
+def stores(bench_root):
+    root = bench_root / "recovery-1M"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir()
+    with Journal(root / "journal", sync="none") as journal:
+        journal.load()
+        for record_id in range(RECORDS):
+            journal.add(record_id, 1, BODY)
+        journal.sync()
+    env = lmdb.open(str(root / "lmdb"), map_size=max(1 << 30, RECORDS * 1024), sync=True)
+    with env.begin(write=True) as txn:
+        for record_id in range(RECORDS):
+            txn.put(KEY.pack(record_id), BODY)
+    env.close()
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _journal_load_and_read(directory) -> tuple[int, float]:
+    """load() and one pass reading every body; (bytes read, seconds)."""
+    started = time.perf_counter()
+    with Journal(directory) as journal:
+        result = journal.load()
+        total = sum(len(record.body) for record in result.records.values())
+    return total, time.perf_counter() - started
+
+
+def _lmdb_scan(directory) -> tuple[int, float]:
+    """Open the environment and scan every key/value with a cursor, a bytes object per value."""
+    started = time.perf_counter()
+    env = lmdb.open(str(directory), readonly=True, lock=False)
+    with env.begin() as txn:
+        total = sum(len(value) for _key, value in txn.cursor())
+    env.close()
+    return total, time.perf_counter() - started
+
+
+@pytest.mark.benchmark(group="recovery")
+def test_load_and_read_every_body_against_an_lmdb_scan(benchmark, stores):
+    ratios, ours, theirs = [], [], []
+
+    def pairs():
+        for pair in range(PAIRS):
+            order = (_journal_load_and_read, _lmdb_scan) if pair % 2 == 0 else (_lmdb_scan, _journal_load_and_read)
+            timed = {}
+            for run in order:
+                total, seconds = run(stores / ("journal" if run is _journal_load_and_read else "lmdb"))
+                assert total == RECORDS * len(BODY)
+                timed[run] = seconds
+            ours.append(timed[_journal_load_and_read])
+            theirs.append(timed[_lmdb_scan])
+            ratios.append(timed[_lmdb_scan] / timed[_journal_load_and_read])
+
+    benchmark.pedantic(pairs, rounds=1, iterations=1)
+    gc.collect()
+    before = _rss_bytes()
+    with Journal(stores / "journal") as journal:
+        result = journal.load()
+        held = _rss_bytes() - before
+        returned = sum(len(record.body) for record in result.records.values())
+    q1, median, q3 = _quartiles(ratios)
+    benchmark.extra_info.update({
+        "records": RECORDS, "pairs": PAIRS,
+        "journal_s_median": round(statistics.median(ours), 4), "lmdb_s_median": round(statistics.median(theirs), 4),
+        "speedup_median": round(median, 2), "speedup_q1": round(q1, 2), "speedup_q3": round(q3, 2),
+        "journal_records_per_s": round(RECORDS / statistics.median(ours)),
+        "loaded_rss_bytes": held, "returned_body_bytes": returned, "rss_per_returned_byte": round(held / returned, 2)})
+    print(f"\nload()+read every body vs LMDB cursor scan, {RECORDS} x {len(BODY)} B, {PAIRS} pairs: "
+          f"journal {statistics.median(ours):.3f} s, LMDB {statistics.median(theirs):.3f} s (medians); "
+          f"speed-up {median:.2f}x (quartiles {q1:.2f}-{q3:.2f}); loaded result holds {held / 1e6:.0f} MB "
+          f"for {returned / 1e6:.0f} MB of bodies ({held / returned:.2f}x)")
+
+
+@pytest.fixture(scope="module")
+def broker_directory(bench_root):
+    directory = bench_root / "broker-recovery"
+    shutil.rmtree(directory, ignore_errors=True)
+    broker = Broker(directory)
+    for queue in range(QUEUES):
+        broker.create_queue(f"q{queue}")
+    for sent in range(RECORDS):
+        broker.send(f"q{sent % QUEUES}", BODY)
+    broker.close()
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.benchmark(group="recovery")
+def test_broker_recovery_to_the_first_receive(benchmark, broker_directory):
+    seconds = []
+
+    def recover():
+        started = time.perf_counter()
+        broker = Broker(broker_directory)
+        try:
+            message = broker.create_consumer("q3").receive()
+            seconds.append(time.perf_counter() - started)
+            assert message is not None and broker.queue("q3").message_count == RECORDS // QUEUES
+        finally:
+            broker.close()
+
+    benchmark.pedantic(recover, rounds=3, iterations=1)
+    median = statistics.median(seconds)
+    benchmark.extra_info.update({"messages": RECORDS, "queues": QUEUES, "seconds_median": round(median, 3),
+                                 "messages_per_s": round(RECORDS / median)})
+    print(f"\nBroker(dir) recovery of {RECORDS} messages in {QUEUES} queues to the first receive(): "
+          f"{median:.3f} s median of 3, {RECORDS / median:,.0f} msg/s")
