@@ -13,6 +13,17 @@ Commands (each line it prints is one write to the pipe the parent reads):
     rolled back until dead-lettered, message 4 acknowledged. Syncs, prints ``ready <json>`` with the
     clock time, then waits to be killed.
 
+``close-uncounted DIRECTORY STORE``
+    Strict mode on the STORE backend ("journal" or "lmdb"): ten durable messages on "orders", synced;
+    five times a consumer receives all ten (count 1 each) and closes, handing them back uncounted
+    (nothing synced after the sends); prints ``closed`` and waits to be killed.
+
+``scheduled DIRECTORY START_MS``
+    The broker configured by broker.xml text (REDELIVERY_XML: ``<redelivery-delays>`` on "orders"),
+    on a ManualClock at START_MS: message 1 rolled back twice (the list's delays 300 then 700),
+    message 2 rolled back once with ``delay_ms=5000``; synced; prints ``ready <json>`` with the due
+    times, then waits to be killed.
+
 ``churn DIRECTORY SEED START_MS``
     In a fresh DIRECTORY: the same set-up and twelve messages, then receives, rolls back and
     acknowledges at random; when nothing is deliverable it sends a new message (fewer than six
@@ -91,6 +102,56 @@ def script(directory: str, start_ms: int) -> None:
     wait_to_be_killed()
 
 
+def close_uncounted(directory: str, store: str) -> None:
+    broker = Broker(directory, clock=ManualClock(1_000_000), persist_delivery_count_before_delivery=True,
+                    store=store, store_options={"file_size": FILE_SIZE} if store == "journal" else None)
+    broker.create_queue("orders")
+    for index in range(10):
+        broker.send("orders", str(index).encode())
+    broker.sync()
+    for _ in range(5):
+        consumer = broker.create_consumer("orders")
+        assert [m.delivery_count for m in iter(lambda: consumer.receive(0), None)] == [1] * 10
+        consumer.close()
+    say("closed")
+    wait_to_be_killed()
+
+
+REDELIVERY_XML = """<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <address-settings>
+    <address-setting match="orders">
+      <redelivery-delays>300, 700</redelivery-delays>
+      <redelivery-delay>1000</redelivery-delay>
+    </address-setting>
+  </address-settings>
+</core></configuration>"""
+
+
+def scheduled(directory: str, start_ms: int) -> None:
+    broker = Broker(directory, clock=ManualClock(start_ms), config=REDELIVERY_XML,
+                    store_options={"file_size": FILE_SIZE})
+    clock = broker.clock
+    broker.create_queue("orders")
+    first = broker.send("orders", b"list")
+    second = broker.send("orders", b"explicit")
+    consumer = broker.create_consumer("orders")
+    message = consumer.receive(0)
+    assert message.message_id == first
+    consumer.rollback(message)                     # count 1: the list's first delay, 300
+    clock.advance(300)
+    message = consumer.receive(0)
+    assert (message.message_id, message.delivery_count) == (first, 2)
+    consumer.rollback(message)                     # count 2: the list's second delay, 700
+    first_due = clock.now_ms() + 700
+    message = consumer.receive(0)
+    assert message.message_id == second
+    consumer.rollback(message, delay_ms=5000)
+    second_due = clock.now_ms() + 5000
+    broker.sync()
+    say("ready " + json.dumps({"t": clock.now_ms(), "due": {str(first): first_due, str(second): second_due}}))
+    wait_to_be_killed()
+
+
 def churn(directory: str, seed: int, start_ms: int) -> None:
     rng = random.Random(seed)
     broker = open_broker(directory, start_ms)
@@ -151,6 +212,10 @@ def main(argv: list[str]) -> None:
         deliver_once(argv[2], argv[3])
     elif command == "script":
         script(argv[2], int(argv[3]))
+    elif command == "close-uncounted":
+        close_uncounted(argv[2], argv[3])
+    elif command == "scheduled":
+        scheduled(argv[2], int(argv[3]))
     elif command == "churn":
         churn(argv[2], int(argv[3]), int(argv[4]))
     else:

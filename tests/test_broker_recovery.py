@@ -143,6 +143,45 @@ def test_redelivered_flag_after_sigkill(tmp_path, mode, count):
     broker.close()
 
 
+@pytest.mark.parametrize("store", ["journal", "lmdb"])
+def test_counts_lowered_by_closes_survive_sigkill(tmp_path, store):
+    """Strict mode: ten messages handed back uncounted five times, then the process killed (nothing
+    synced after the sends): each comes back with count 0 and is delivered with count 1. The lowered
+    counts reach the operating system as the dispatches' did (the delivery-count shadow's latest entry)."""
+    child = Child("close-uncounted", tmp_path / "b", store)
+    child.wait_for("closed")
+    child.kill()
+    broker = Broker(tmp_path / "b", clock=ManualClock(NOW), store=store,
+                    persist_delivery_count_before_delivery=True)
+    consumer = broker.create_consumer("orders")
+    assert [(m.body, m.delivery_count) for m in iter(lambda: consumer.receive(0), None)] == \
+        [(str(i).encode(), 1) for i in range(10)]
+    broker.close()
+
+
+def test_redeliveries_scheduled_by_the_delay_list_and_by_rollback_delay_survive_sigkill(tmp_path):
+    """broker.xml's <redelivery-delays> (extension) and consumer.rollback(delay_ms=...): each scheduled
+    redelivery comes back after a SIGKILL with its time (SET_SCHEDULED_DELIVERY_TIME, 36)."""
+    start = NOW
+    child = Child("scheduled", tmp_path / "b", start)
+    ready = json.loads(child.wait_for("ready"))
+    child.kill()
+    due = {int(message_id): time_ms for message_id, time_ms in ready["due"].items()}
+    assert sorted(due.values()) == [ready["t"] + 700, ready["t"] + 5000]
+    broker = Broker(tmp_path / "b", clock=ManualClock(ready["t"]), store_options=SMALL)
+    clock = broker.clock
+    assert broker.queue("orders").scheduled_count == 2
+    consumer = broker.create_consumer("orders")
+    for message_id, time_ms in sorted(due.items(), key=lambda item: item[1]):
+        clock.advance(time_ms - clock.now_ms() - 1)
+        assert consumer.receive(0) is None                      # not a millisecond early
+        clock.advance(1)
+        message = consumer.receive(0)
+        assert message.message_id == message_id and message.redelivered
+        consumer.ack(message)
+    broker.close()
+
+
 def test_sigkill_after_a_redelivery_script(tmp_path):
     start = NOW
     child = Child("script", tmp_path / "b", start)

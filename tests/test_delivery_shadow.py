@@ -34,11 +34,12 @@ def _shadow(tmp_path, entries=8):
                           this_boot=BOOT, life=0x5EED), write_out
 
 
-def test_counts_are_the_highest_per_reference(tmp_path):
+def test_counts_are_the_latest_per_reference(tmp_path):
+    # entries are written in order: dispatches raise a count, a close lowers it (3 -> 2)
     shadow, _ = _shadow(tmp_path)
     for queue_id, message_id, count in [(1, 1, 1), (1, 2, 1), (1, 1, 3), (1, 1, 2), (2, 1, 5)]:
         shadow.record(queue_id, message_id, count)
-    assert read_counts(shadow.path, BOOT) == {(1, 1): 3, (1, 2): 1, (2, 1): 5}
+    assert read_counts(shadow.path, BOOT) == {(1, 1): 2, (1, 2): 1, (2, 1): 5}
     shadow.close(void=False)
 
 
@@ -181,6 +182,29 @@ def test_a_store_voids_its_shadow_at_close_and_when_reopened_without_the_strict_
         state = store.load()
         assert (state.counts_from_shadow, state.references[1][0].delivery_count) == (1, 2)
         assert read_counts(shadow) == {}
+
+
+@pytest.mark.skipif(delivery_shadow.boot_id() is None, reason="the system has no boot id (not Linux)")
+def test_a_count_lowered_by_a_close_outlives_a_killed_process_through_the_shadow(tmp_path):
+    """The dispatch's count 1 is durable in the journal; the close lowers it to 0 (its journal record
+    still in the buffer when the process dies): the shadow's latest entry, 0, is the count."""
+    directory = tmp_path / "store"
+    shadow = os.path.join(directory, delivery_shadow.FILE_NAME)
+    with MessageStore(directory, persist_delivery_count_before_delivery=True) as store:
+        store.load()
+        store.store_queue(1, "q", "q")
+        store.store_message(1, "q", b"m")
+        store.store_reference(1, 1)
+        store.before_delivery(1, 1, 1)
+        store.sync()
+        assert store.update_delivery_count_after_cancel(1, 1, 0) is True
+        store._journal._core_fail(OSError(5, "simulated: the process dies here"))   # no clean close
+    assert read_counts(shadow) == {(1, 1): 0}
+    with MessageStore(directory, persist_delivery_count_before_delivery=True) as store:
+        state = store.load()
+        assert (state.counts_from_shadow, state.references[1][0].delivery_count) == (1, 0)
+    with MessageStore(directory) as store:
+        assert store.load().references[1][0].delivery_count == 0      # appended to the journal at load
 
 
 @pytest.mark.parametrize("why", ["no boot id", "no shared mapping"])

@@ -6,7 +6,8 @@ rollback and close, and the pump that makes due references deliverable and expir
   handed out. An expired message met at dispatch is expired instead of delivered.
 * ack: ACKNOWLEDGE_REF 33 (in a transacted session: inside its transaction, applied at commit).
 * rollback: the redelivery path (``redelivery``).
-* close: unacknowledged messages go back without counting a failed delivery.
+* close: unacknowledged messages go back without counting a failed delivery: their counts lowered and
+  persisted, the dead-letter rule applied, no redelivery delay.
 
 Why a module of its own: this is the consumer-facing half of the broker and its hottest path.
 Two steps are written twice on purpose, for the common case: ``_dispatch`` inline in
@@ -237,18 +238,23 @@ class Delivery:
             return
         queue, refs = detached
         queue.consumers -= 1
-        timers = self._timers
+        now = self._clock.now_ms()
+        cancel = self._redelivery.cancel
+        failed: BaseException | None = None
         for ref in refs:
-            # not a failed delivery: Artemis decrements the count (ServerConsumerImpl.cancelRefs)
+            # not a failed delivery: Artemis decrements the count (ServerConsumerImpl.cancelRefs), then
+            # checkRedelivery persists the lowered count and applies the dead-letter rule, without a delay
             ref.delivery = None
             ref.delivery_count -= 1
-            ref.state = READY
             queue.delivering -= 1
-            queue.add_sorted(ref)
-            if ref.data.expiration:
-                timers.watch_expiry(ref)
+            try:
+                cancel(ref, now, None, counted=False)
+            except BaseException as exc:      # the store failed: this one is back in its queue; the rest too
+                failed = failed or exc
         if queue.waiters:
             queue.condition.notify_all()    # the returned messages, and a receive() of this consumer that waits
+        if failed is not None:
+            raise failed
 
 
 def _deadline(timeout: float) -> float:

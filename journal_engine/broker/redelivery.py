@@ -48,10 +48,17 @@ class Redelivery:
         self._dead_letters = dead_letters
         self._rng = rng
 
-    def cancel(self, ref: Reference, now: int, delay_override: int | None, failure: str = CONSUMER_ROLLBACK) -> None:
+    def cancel(self, ref: Reference, now: int, delay_override: int | None, failure: str = CONSUMER_ROLLBACK, *,
+               counted: bool = True) -> None:
         """A failed delivery of a reference that has just left its consumer (state DELIVERING, no longer
         counted as delivering by its queue): dead-lettered, scheduled or back in its queue. ``failure``
         names why, for the delivery history of a dead-letter copy.
+
+        ``counted=False``: the reference was handed back without a failed delivery (its consumer or
+        session closed) and its count already lowered (Artemis's cancelRefs); as Artemis's
+        checkRedelivery with the redelivery delay ignored, the lowered count is persisted when it
+        differs from the persisted one (in strict mode it reaches the operating system, as the
+        dispatch's did), the dead-letter rule applies to it, and no delay does.
 
         When the store fails the error propagates and the reference stays deliverable (READY, in order).
         """
@@ -64,15 +71,19 @@ class Redelivery:
         settings = cached(queue.address) or repository.get(queue.address)
         stored = bool(data.durable_refs) and queue.durable
         store = post_office.store
-        ref.record_failure(now, failure)
+        if counted:
+            ref.record_failure(now, failure)
         try:
             if stored:
-                store.update_delivery_count(queue.queue_id, data.message_id, count)
+                if counted:
+                    store.update_delivery_count(queue.queue_id, data.message_id, count)
+                else:
+                    store.update_delivery_count_after_cancel(queue.queue_id, data.message_id, count)
             max_attempts = settings.max_delivery_attempts
             if max_attempts > 0 and count >= max_attempts:
                 self._dead_letters.dead_letter(ref, settings, now)
                 return
-            delay = redelivery_delay_ms(settings, count, delay_override, self._rng)
+            delay = redelivery_delay_ms(settings, count, delay_override, self._rng) if counted else 0
             if delay > 0:
                 due = now + delay
                 if stored:

@@ -23,7 +23,9 @@ The rules:
   front. A dispatch that comes while another thread does this writes the journal out itself.
 * the same when a reference is added with the ids of one that has an entry in this epoch (a
   message id used again): the earlier reference's counts must not pass to the new one.
-* at load, whatever is newer than the journal's counts is appended to the journal as count records
+* a count lowered by a close (not a failed delivery) is an entry too; the latest entry of a
+  reference is its count.
+* at load, a count that differs from the journal's is appended to the journal as count records
   and synced (MessageStore.load); then the shadow starts a new life, or is voided when the store is
   not in strict mode.
 
@@ -72,8 +74,9 @@ def boot_id() -> bytes | None:
 
 
 def read_counts(path: str, this_boot: bytes | None = None) -> dict[tuple[int, int], int]:
-    """(queue id, message id) -> the highest count the shadow at `path` holds for the reference;
-    empty when there is no file, no valid header, or another boot's file."""
+    """(queue id, message id) -> the latest count the shadow at `path` holds for the reference (entries
+    are written in order: a dispatch raises the count, a close lowers it); empty when there is no file,
+    no valid header, or another boot's file."""
     this_boot = boot_id() if this_boot is None else this_boot
     try:
         with open(path, "rb") as source:
@@ -98,9 +101,7 @@ def read_counts(path: str, this_boot: bytes | None = None) -> dict[tuple[int, in
         if (entry_life != life or entry_epoch != epoch
                 or _ENTRY_CRC.unpack_from(data, offset + _ENTRY.size)[0] != crc32c(data[offset:offset + _ENTRY.size])):
             break
-        key = (queue_id, message_id)
-        if value > counts.get(key, 0):
-            counts[key] = value
+        counts[(queue_id, message_id)] = value
     return counts
 
 

@@ -263,7 +263,7 @@ class MessageStore:
         shadow_path = os.path.join(self.directory, SHADOW_FILE_NAME)
         this_boot = shadow_boot_id()
         shadow_counts = read_shadow_counts(shadow_path, this_boot) if this_boot is not None else {}
-        from_shadow = []       # (queue id, message id, count) the shadow holds above the journal's count
+        from_shadow = []       # (queue id, message id, count) the shadow holds and the journal does not
         for message_id, rec in loaded.records.items():
             state.max_message_id = max(state.max_message_id, message_id)
             if rec.record_type != RecordType.ADD_MESSAGE:
@@ -286,10 +286,14 @@ class MessageStore:
             for queue_id, (count, scheduled_ms) in live.items():
                 if scheduled_ms and scheduled_ms <= now:
                     scheduled_ms = 0          # it fell due while the store was closed: deliver now
-                shadowed = shadow_counts.get((queue_id, message_id), 0)
-                if shadowed > count:          # a dispatch a killed process left in the shadow
+                recovered_count = count
+                shadowed = shadow_counts.get((queue_id, message_id))
+                if shadowed is not None and shadowed != count:
+                    # the latest count a killed process left in the shadow (a dispatch, or a count lowered
+                    # by a close), whose journal record had not reached the operating system
                     from_shadow.append((queue_id, message_id, shadowed))
-                reference = RecoveredReference(message_id, max(count, shadowed), scheduled_ms)
+                    recovered_count = shadowed
+                reference = RecoveredReference(message_id, recovered_count, scheduled_ms)
                 if queue_id in state.queues:
                     state.references[queue_id].append(reference)
                 else:
@@ -481,6 +485,17 @@ class MessageStore:
         if self._state != "loaded":
             self._check_loaded()
         return self._writer.update_delivery_count(queue_id, message_id, delivery_count, sync)
+
+    def update_delivery_count_after_cancel(self, queue_id: int, message_id: int, delivery_count: int) -> bool:
+        """Persist a count lowered because a delivery was handed back without failing (a consumer or
+        session closed: Artemis's cancelRefs, then checkRedelivery), as update_delivery_count: nothing
+        when it equals the persisted one or is above the cap. With persist_delivery_count_before_delivery
+        the dispatch's count had reached the operating system, so the lowered one does too (as
+        before_delivery, a later entry of the delivery-count shadow included), or recovery would raise
+        the count back. True if a record was written."""
+        if self.persist_delivery_count_before_delivery:
+            return self.before_delivery(queue_id, message_id, delivery_count)
+        return self.update_delivery_count(queue_id, message_id, delivery_count)
 
     def update_scheduled_delivery_time(self, queue_id: int, message_id: int, scheduled_ms: int,
                                        delivery_count: int, *, sync: bool | None = None) -> bool:
