@@ -2,6 +2,8 @@
 and defaults, and reading Artemis broker.xml address settings."""
 from __future__ import annotations
 
+import dataclasses
+
 import threading
 
 import pytest
@@ -332,7 +334,7 @@ def test_defaults_resolve_as_artemis():
 
 def test_every_field_defaults_to_unset():
     settings = AddressSettings()
-    assert all(value is None for value in vars(settings).values())
+    assert all(getattr(settings, field.name) is None for field in dataclasses.fields(settings))
     assert settings.set_fields() == {}
 
 

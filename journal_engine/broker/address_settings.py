@@ -54,6 +54,10 @@ ADDRESS_SETTINGS_DEFAULTS: dict[str, Any] = {
     "expiry_queue_suffix": "",
     "expiry_delay": -1,
     "redelivery_delays": (),
+    "min_expiry_delay": -1,
+    "max_expiry_delay": -1,
+    "no_expiry": False,
+    "send_to_dla_on_no_route": False,
 }
 
 _default_rng = random.Random()
@@ -119,6 +123,10 @@ class AddressSettings:
     expiry_queue_suffix: str | None = None
     expiry_delay: int | None = None
     redelivery_delays: tuple[int, ...] | None = None
+    min_expiry_delay: int | None = None
+    max_expiry_delay: int | None = None
+    no_expiry: bool | None = None
+    send_to_dla_on_no_route: bool | None = None
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)
@@ -127,7 +135,8 @@ class AddressSettings:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise ConfigError(name, value, "must be a string")
-        for name in ("auto_create_dead_letter_resources", "auto_create_expiry_resources"):
+        for name in ("auto_create_dead_letter_resources", "auto_create_expiry_resources", "no_expiry",
+                     "send_to_dla_on_no_route"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise ConfigError(name, value, "must be True or False")
@@ -151,6 +160,13 @@ class AddressSettings:
         if self.expiry_delay is not None:
             put("expiry_delay", _check_int("expiry_delay", self.expiry_delay, -1, LONG_MAX,
                                            "milliseconds; -1 = keep the message's own expiration"))
+        for name in ("min_expiry_delay", "max_expiry_delay"):
+            if getattr(self, name) is not None:
+                put(name, _check_int(name, getattr(self, name), -1, LONG_MAX, "milliseconds; -1 = no bound"))
+        # whether expiration_for can change an expiration (read on every send: an attribute, not a property)
+        put("changes_expiration", bool(self.no_expiry) or any(
+            value is not None and value >= 0 for value in (self.expiry_delay, self.min_expiry_delay,
+                                                           self.max_expiry_delay)))
         if self.redelivery_delays is not None:
             delays = self.redelivery_delays
             if isinstance(delays, (str, bytes)) or not isinstance(delays, Sequence):
@@ -187,6 +203,31 @@ class AddressSettings:
     def set_fields(self) -> dict[str, Any]:
         """The fields that are set, by name."""
         return {name: getattr(self, name) for name in _FIELD_NAMES if getattr(self, name) is not None}
+
+    # -- expiry
+    def expiration_for(self, expiration: int, now_ms: int) -> int:
+        """The expiration (epoch ms, 0 = never) a message gets when it is routed to an address with these
+        settings: Artemis's ``PostOfficeImpl.applyExpiryDelay``, in its order of precedence.
+
+        ``no_expiry``: 0, the message never expires. Else ``expiry_delay`` >= 0: a message without an
+        expiration gets ``now + expiry_delay`` (one with an expiration keeps it). Else the bounds: a
+        message without an expiration, or expiring after ``now + max_expiry_delay``, gets that (when
+        ``max_expiry_delay`` is set); else one expiring before ``now + min_expiry_delay`` (without one:
+        0 counts as before) gets that (when ``min_expiry_delay`` is set). -1 = unset for each; unset
+        fields take their defaults.
+        """
+        if self.no_expiry:
+            return 0
+        delay = self.expiry_delay
+        if delay is not None and delay >= 0:
+            return now_ms + delay if expiration == 0 else expiration
+        longest = self.max_expiry_delay
+        if longest is not None and longest >= 0 and (expiration == 0 or expiration > now_ms + longest):
+            return now_ms + longest
+        shortest = self.min_expiry_delay
+        if shortest is not None and shortest >= 0 and expiration < now_ms + shortest:
+            return now_ms + shortest
+        return expiration
 
     # -- the redelivery delay
     def redelivery_delay_for(self, delivery_count: int, rng: random.Random | None = None) -> int:

@@ -42,7 +42,7 @@ from typing import Any
 from ..errors import ConfigError, JournalClosedError, MessageStateError, UnknownQueueError
 from ..store.message_store import MessageStore
 from ..limits import check_max_redelivery_records as check_cap
-from .address_settings import AddressSettingsRepository
+from .address_settings import AddressSettings, AddressSettingsRepository
 from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
 from .configuration import load as load_config, merged_switch
 from .clock import Clock, WallClock
@@ -259,7 +259,8 @@ class Broker:
 
         expiration and scheduled_delivery_time are epoch ms (0 = none). routing_type None reaches
         both the anycast and the multicast queues of the address; "anycast" or "multicast" only
-        those. A message no queue accepts is dropped (counted in stats()["unrouted"]).
+        those. A message no queue accepts goes to the dead-letter address when the address's settings
+        say ``send_to_dla_on_no_route``, else is dropped (counted in stats()["unrouted"]).
         In "group" sync mode a durable send returns before the disk has it (durable within the
         group-commit window); ``sync()`` waits for everything sent before it.
         Raises TypeError for a body that is not bytes-like, ValueError (ConfigError) for bad arguments,
@@ -302,34 +303,29 @@ class Broker:
                 route = post_office.addresses.get(self._jms_name(address))
                 if route is not None:
                     address = route.name
-            if route is None:
-                post_office.count_unrouted()
-                return message_id
             now = 0
-            if not expiration:
-                settings = post_office.address_settings
-                cached = settings.cached    # an attribute, not a method: loaded first, then called
-                expiry_delay = (cached(address) or settings.get(address)).expiry_delay
-                if expiry_delay >= 0:       # Artemis applyExpiryDelay: only messages without an expiration
-                    now = self._clock.now_ms()
-                    expiration = now + expiry_delay
+            repository = post_office.address_settings
+            cached = repository.cached      # an attribute, not a method: loaded first, then called
+            settings = cached(address) or repository.get(address)
+            if settings.changes_expiration:     # Artemis applyExpiryDelay (no-expiry, expiry-delay, bounds)
+                now = self._clock.now_ms()
+                expiration = settings.expiration_for(expiration, now)
             data = MessageData(message_id, address, body, properties, durable, expiration, routing_type)
+            if route is None:
+                self._no_route(data, settings, scheduled_delivery_time, session)
+                return message_id
             targets = route.direct
             if targets is None or routing_type == "multicast":
                 targets = route.route(data, routing_type)
                 if not targets:
-                    post_office.count_unrouted()
+                    self._no_route(data, settings, scheduled_delivery_time, session)
                     return message_id
             if scheduled_delivery_time:
                 now = now or self._clock.now_ms()
                 if scheduled_delivery_time <= now:
                     scheduled_delivery_time = 0
             if transacted:
-                if durable and self._store is not None:
-                    post_office.store_new(data, targets, scheduled_delivery_time, session.transaction(self._store))
-                for queue in targets:
-                    queue.pending_sends += 1
-                session.add_send(data, targets, scheduled_delivery_time)
+                self._add_routed(data, targets, scheduled_delivery_time, session)
                 return message_id
             store = self._store
             if targets is route.direct and not scheduled_delivery_time and INLINE_SEND:
@@ -348,12 +344,43 @@ class Broker:
                 if queue.waiters:
                     queue.condition.notify()
                 return message_id
-            if durable and store is not None:
-                post_office.store_new(data, targets, scheduled_delivery_time, None)
-            post_office.enqueue(data, targets, scheduled_delivery_time)
+            self._add_routed(data, targets, scheduled_delivery_time, None)
             return message_id
         finally:
             lock.release()
+
+    def _add_routed(self, data: MessageData, targets: list[QueueState], scheduled_delivery_time: int,
+                    session: Session | None) -> None:
+        """A routed message into its queues (stored when durable), or into the session's transaction
+        when it is transacted. Lock held."""
+        post_office = self._post_office
+        store = self._store
+        if session is not None and session.transacted:
+            if data.durable and store is not None:
+                post_office.store_new(data, targets, scheduled_delivery_time, session.transaction(store))
+            for queue in targets:
+                queue.pending_sends += 1
+            session.add_send(data, targets, scheduled_delivery_time)
+            return
+        if data.durable and store is not None:
+            post_office.store_new(data, targets, scheduled_delivery_time, None)
+        post_office.enqueue(data, targets, scheduled_delivery_time)
+
+    def _no_route(self, data: MessageData, settings: AddressSettings, scheduled_delivery_time: int,
+                  session: Session | None) -> None:
+        """A message no queue takes (no binding, or every filter refuses it): Artemis's maybeSendToDLA.
+        With ``send_to_dla_on_no_route`` and a dead-letter address it goes there (same message id, the
+        ORIG properties, reason no-route, its expiration reset then the DLA's expiry rules); otherwise it
+        is dropped and counted in stats()["unrouted"]. Lock held."""
+        post_office = self._post_office
+        target = self._dead_letters.no_route(data, settings, self._clock.now_ms())
+        if target is None:
+            post_office.count_unrouted()
+            return
+        copy, targets = target
+        if scheduled_delivery_time and scheduled_delivery_time <= self._clock.now_ms():
+            scheduled_delivery_time = 0
+        self._add_routed(copy, targets, scheduled_delivery_time, session)
 
     # ------------------------------------------------------------------------------- consumers
     def create_consumer(self, queue_name: str, *, redelivery_policy: Any = None) -> Consumer:

@@ -45,14 +45,14 @@ _DOUBLE_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 # Elements Artemis reads inside <address-setting> (FileConfigurationParser.parseAddressSettings) that
 # the settings classes do not model: accepted and reported in ``ignored_elements``, not refused.
 ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS = frozenset({
-    "min-expiry-delay", "max-expiry-delay", "no-expiry", "max-size-bytes", "max-size-messages",
+    "max-size-bytes", "max-size-messages",
     "max-size-bytes-reject-threshold", "page-size-bytes", "page-max-cache-size", "page-limit-bytes",
     "page-limit-messages", "page-full-policy", "max-read-page-messages", "max-read-page-bytes",
     "prefetch-page-messages", "prefetch-page-bytes", "message-counter-history-day-limit",
     "address-full-policy", "last-value-queue", "default-last-value-queue", "default-last-value-key",
     "default-non-destructive", "default-exclusive-queue", "default-group-rebalance",
     "default-group-rebalance-pause-dispatch", "default-group-buckets", "default-group-first-key",
-    "redistribution-delay", "send-to-dla-on-no-route", "slow-consumer-threshold",
+    "redistribution-delay", "slow-consumer-threshold",
     "slow-consumer-threshold-measurement-unit", "slow-consumer-check-period", "slow-consumer-policy",
     "auto-create-jms-queues", "auto-delete-jms-queues", "auto-create-jms-topics", "auto-delete-jms-topics",
     "auto-create-queues", "auto-delete-queues", "auto-delete-created-queues", "auto-delete-queues-delay",
@@ -260,6 +260,10 @@ _ELEMENT_FIELDS: dict[str, tuple[str, Any]] = {
     "expiry-queue-suffix": ("expiry_queue_suffix", None),
     "expiry-delay": ("expiry_delay", _parse_long),
     "redelivery-delays": ("redelivery_delays", _parse_delays),     # journal_engine extension
+    "min-expiry-delay": ("min_expiry_delay", _parse_long),
+    "max-expiry-delay": ("max_expiry_delay", _parse_long),
+    "no-expiry": ("no_expiry", _parse_bool),
+    "send-to-dla-on-no-route": ("send_to_dla_on_no_route", _parse_bool),
 }
 
 

@@ -35,6 +35,7 @@ dead-letter queue without the broker's log (docs/cli.md lists the names):
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -42,12 +43,15 @@ from ..errors import ConfigError
 from .address_settings import AddressSettings
 from .message import MessageData
 from .post_office import PostOffice
-from .queue import EXPIRED, KILLED, NORMAL, AddressState, Reference
+from .queue import EXPIRED, KILLED, NORMAL, AddressState, QueueState, Reference
 
 __all__ = ["Dialect", "DIALECTS", "ROUTING_TYPE_CODES", "DeadLetterReason", "DEAD_LETTER_REASONS",
            "DEAD_LETTER_REASON", "DEAD_LETTER_TIME", "ORIG_DELIVERY_COUNT", "DELIVERY_HISTORY",
            "encode_history", "decode_history", "make_copy", "resource_queue_name", "origin_filter",
-           "dialect_named", "DeadLetters", "KILLED", "EXPIRED", "NORMAL"]
+           "dialect_named", "DeadLetters", "log_drop", "KILLED", "EXPIRED", "NORMAL"]
+
+#: dropped messages are logged here (WARNING), as Artemis logs them
+log = logging.getLogger("journal_engine.broker")
 
 #: Artemis's RoutingType.getType() bytes
 ROUTING_TYPE_CODES = {"multicast": 0, "anycast": 1}
@@ -150,6 +154,16 @@ def make_copy(original: MessageData, new_id: int, to_address: str, queue_name: s
     return MessageData(new_id, to_address, original.body, properties, original.durable, 0, routing_type)
 
 
+def log_drop(code: str, data: MessageData, queue_name: str | None, reason: str, why: str) -> None:
+    """Log at WARNING a message dropped for good, naming the queue, the address and the reason, with
+    the code of Artemis's message for the same case (the fields also as ``extra``: ``queue``,
+    ``address``, ``reason``, ``code``, ``message_id``); counters are kept by the callers."""
+    log.warning("%s: message %d on queue %s (address %r) dropped, reason %s: %s", code, data.message_id,
+                repr(queue_name) if queue_name is not None else "(none)", data.address, reason, why,
+                extra={"code": code, "queue": queue_name, "address": data.address, "reason": reason,
+                       "message_id": data.message_id})
+
+
 def resource_queue_name(prefix: str, address: str, suffix: str) -> str:
     """The auto-created dead-letter (or expiry) queue of an address: prefix + address + suffix."""
     return f"{prefix}{address}{suffix}"
@@ -178,7 +192,7 @@ class DeadLetters:
                     reason: str = DeadLetterReason.MAX_DELIVERY_ATTEMPTS) -> None:
         """A reference that cannot be delivered (``settings`` are its queue's; ``reason`` one of
         DEAD_LETTER_REASONS, by default it reached max_delivery_attempts): to the dead-letter address,
-        else dropped."""
+        else dropped (logged at WARNING as Artemis's AMQ222150 or AMQ222148)."""
         queue = ref.queue
         address = settings.dead_letter_address
         if address is not None:
@@ -189,8 +203,42 @@ class DeadLetters:
             if target is not None and target.has_queues():
                 self._move(ref, target, KILLED, reason, now)
                 return
+            log_drop("AMQ222148", ref.data, queue.name, reason,
+                     f"its dead-letter address {address!r} has no queues")
+        else:
+            log_drop("AMQ222150", ref.data, queue.name, reason, "no dead-letter address is configured")
         queue.messages_dropped += 1
         self._post_office.remove(ref, KILLED, True)
+
+    def no_route(self, data: MessageData, settings: AddressSettings, now: int
+                 ) -> tuple[MessageData, list[QueueState]] | None:
+        """A message that no queue took (``settings`` are its address's): Artemis's maybeSendToDLA. With
+        ``send_to_dla_on_no_route`` and a dead-letter address that has a queue taking it: the message
+        for that address (the same id; ORIG address, message id and routing type, no ORIG queue; reason
+        no-route; its expiration from the DLA's rules) and those queues. Else None: it is dropped,
+        logged at WARNING (AMQ222056: no dead-letter address; no queue at the DLA) or, when the
+        address does not send unrouted messages to its DLA, at DEBUG as Artemis does."""
+        if not settings.send_to_dla_on_no_route:
+            log.debug("message %d to address %r reached no queue; dropped", data.message_id, data.address)
+            return None
+        address = settings.dead_letter_address
+        if address is None:
+            log_drop("AMQ222056", data, None, DeadLetterReason.NO_ROUTE,
+                     "it reached no queue and send-to-dla-on-no-route is true, but no dead-letter address is "
+                     "configured")
+            return None
+        copy = make_copy(data, data.message_id, address, None, self._dialect, reason=DeadLetterReason.NO_ROUTE,
+                         now_ms=now)
+        settings_there = self._post_office.address_settings.get(address)
+        if settings_there.changes_expiration:
+            copy.expiration = settings_there.expiration_for(0, now)
+        target = self._post_office.addresses.get(address)
+        targets = target.route(copy, None) if target is not None else []
+        if not targets:
+            log_drop("AMQ222056", data, None, DeadLetterReason.NO_ROUTE,
+                     f"it reached no queue, nor did it at its dead-letter address {address!r}")
+            return None
+        return copy, targets
 
     def expire(self, ref: Reference, now: int) -> None:
         """An expired reference (READY): to the expiry address of the MESSAGE's address, else dropped."""
@@ -205,6 +253,10 @@ class DeadLetters:
             if target is not None and target.has_queues():
                 self._move(ref, target, EXPIRED, DeadLetterReason.EXPIRED, now)
                 return
+            log_drop("AMQ222146", data, ref.queue.name, DeadLetterReason.EXPIRED,
+                     f"its expiry address {address!r} has no queues")
+        else:
+            log_drop("AMQ222147", data, ref.queue.name, DeadLetterReason.EXPIRED, "no expiry address is configured")
         ref.queue.messages_dropped += 1
         post_office.remove(ref, EXPIRED, True)
 
@@ -234,9 +286,9 @@ class DeadLetters:
         copy = make_copy(original, post_office.new_message_id(), target.name, queue.name, self._dialect,
                          reason=reason, now_ms=now, actual_expiry_ms=now if ack_reason is EXPIRED else None,
                          delivery_count=ref.delivery_count, failures=ref.failures or ())
-        expiry_delay = post_office.address_settings.get(target.name).expiry_delay
-        if expiry_delay >= 0:       # routing applies the expiry delay of the new address (PostOfficeImpl.route)
-            copy.expiration = now + expiry_delay
+        settings_there = post_office.address_settings.get(target.name)
+        if settings_there.changes_expiration:   # routing applies the new address's rules (applyExpiryDelay)
+            copy.expiration = settings_there.expiration_for(0, now)
         targets = target.route(copy, copy.routing_type)
         store = post_office.store
         ack_stored = bool(original.durable_refs) and queue.durable
