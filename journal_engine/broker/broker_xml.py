@@ -13,7 +13,7 @@ from xml.etree import ElementTree
 
 from .address_settings import AddressSettingsRepository
 from .broker_config import BrokerConfig
-from .config_xml import BrokerXmlDocument, artemis_document, read_broker_xml_document
+from .config_xml import BrokerXmlDocument, artemis_document, line_of, local_name, log, read_broker_xml_document
 
 __all__ = ["ArtemisBrokerXml", "HORNETQ_NAMESPACE", "read_artemis_broker_xml", "artemis_config"]
 
@@ -41,9 +41,30 @@ def artemis_config(root: ElementTree.Element, source: str) -> BrokerConfig:
     return _config_of(artemis_document(root, source))
 
 
+#: elements Artemis added after HornetQ: in a HornetQ file each is applied as Artemis reads it, with a WARNING
+ARTEMIS_ONLY_ELEMENTS = frozenset({
+    "redelivery-collision-avoidance-factor", "auto-create-dead-letter-resources", "dead-letter-queue-prefix",
+    "dead-letter-queue-suffix", "auto-create-expiry-resources", "expiry-queue-prefix", "expiry-queue-suffix",
+    "min-expiry-delay", "max-expiry-delay", "no-expiry", "max-redelivery-records", "literal-match-markers",
+    "wildcard-addresses"})
+
+
+def _warn_artemis_only(document: BrokerXmlDocument) -> None:
+    """A HornetQ file naming an element only Artemis has: a WARNING naming it and its line."""
+    elements = [(element, local_name(element)) for settings_list in document.address_settings_lists
+                for setting in settings_list for element in setting]
+    elements += [(element, local_name(element)) for element in document.artemis_only]
+    for element, name in elements:
+        if name in ARTEMIS_ONLY_ELEMENTS:
+            log.warning("%s, line %s: <%s> is an Artemis element HornetQ did not have; applied as Artemis reads it",
+                        document.source, line_of(element), name)
+
+
 def _config_of(document: BrokerXmlDocument) -> BrokerConfig:
     repository = AddressSettingsRepository.from_broker_xml_document(document)
     hornetq = document.namespace == HORNETQ_NAMESPACE
+    if hornetq:
+        _warn_artemis_only(document)
     return BrokerConfig(repository, document.max_redelivery_records,
                         document.persist_delivery_count_before_delivery, document.wildcard_routing_enabled,
                         document.source, system="hornetq" if hornetq else "artemis",

@@ -348,6 +348,7 @@ class BrokerXmlDocument:
     address_settings_lists: list[ElementTree.Element] = field(default_factory=list)
     unimplemented: list[tuple[str, int | None]] = field(default_factory=list)
     namespace: str = ""                                            # the root element's ("urn:hornetq", ...)
+    artemis_only: list[ElementTree.Element] = field(default_factory=list)   # core elements HornetQ lacked
 
 
 #: the <core> children of a broker.xml that the broker reads; every other one is a WARNING
@@ -388,6 +389,8 @@ def artemis_document(root: ElementTree.Element, label: str) -> BrokerXmlDocument
                     report_unimplemented(child, local_name(child), label, document.unimplemented)
     for child in core:
         name = local_name(child)
+        if name in ("max-redelivery-records", "literal-match-markers", "wildcard-addresses"):
+            document.artemis_only.append(child)
         try:
             _read_core_element(child, name, document)
         except ConfigError as exc:

@@ -19,8 +19,11 @@ new id to the dead-letter (or expiry) address and records where it came from:
 
 The copy's expiration is reset to 0. Its routing type is the one recorded in the ORIGINAL's
 ``_AMQ_ORIG_ROUTING_TYPE`` when the original was itself such a copy (Artemis's move()), else none.
-HornetQ, Artemis's ancestor, names the same properties ``_HQ_ORIG_ADDRESS``, ``_HQ_ORIG_QUEUE``,
-``_HQ_ORIG_MESSAGE_ID`` and ``_HQ_ACTUAL_EXPIRY`` and has no routing types.
+The ORIG properties describe the latest move. HornetQ, Artemis's ancestor, names the same properties
+``_HQ_ORIG_ADDRESS``, ``_HQ_ORIG_QUEUE``, ``_HQ_ORIG_MESSAGE_ID`` and ``_HQ_ACTUAL_EXPIRY``, has no
+routing types, and keeps the FIRST origin on a copy of a copy (ServerMessageImpl.setOriginalHeaders:
+when the original carries ``_HQ_ORIG_MESSAGE_ID`` its ORIG address and id pass to the copy unchanged,
+and its ORIG queue when it has one).
 
 Beyond Artemis (in both dialects), every copy says why and how it got there, so an operator can read a
 dead-letter queue without the broker's log (docs/cli.md lists the names):
@@ -104,13 +107,16 @@ class Dialect:
     orig_routing_type: str | None      # None: the family has no routing types
     actual_expiry: str
     jms_queue_prefix: str = "jms.queue."
+    #: a copy of a copy keeps the FIRST origin (HornetQ's ServerMessageImpl.setOriginalHeaders); Artemis's
+    #: referenceOriginalMessage records the latest operation
+    keeps_first_origin: bool = False
 
 
 DIALECTS = {
     "artemis": Dialect("artemis", "_AMQ_ORIG_ADDRESS", "_AMQ_ORIG_QUEUE", "_AMQ_ORIG_MESSAGE_ID",
                        "_AMQ_ORIG_ROUTING_TYPE", "_AMQ_ACTUAL_EXPIRY"),
     "hornetq": Dialect("hornetq", "_HQ_ORIG_ADDRESS", "_HQ_ORIG_QUEUE", "_HQ_ORIG_MESSAGE_ID", None,
-                       "_HQ_ACTUAL_EXPIRY"),
+                       "_HQ_ACTUAL_EXPIRY", keeps_first_origin=True),
 }
 
 
@@ -139,10 +145,15 @@ def make_copy(original: MessageData, new_id: int, to_address: str, queue_name: s
         recorded = properties.get(dialect.orig_routing_type)
         if isinstance(recorded, int) and not isinstance(recorded, bool):
             routing_type = _ROUTING_TYPE_NAMES.get(recorded)
-    if queue_name is not None:
-        properties[dialect.orig_queue] = queue_name
-    properties[dialect.orig_address] = original.address
-    properties[dialect.orig_message_id] = original.message_id
+    if dialect.keeps_first_origin and dialect.orig_message_id in properties:
+        # HornetQ: the original was itself a copy; its ORIG address and id (and queue, if it had one) stay
+        if queue_name is not None and dialect.orig_queue not in properties:
+            properties[dialect.orig_queue] = queue_name
+    else:
+        if queue_name is not None:
+            properties[dialect.orig_queue] = queue_name
+        properties[dialect.orig_address] = original.address
+        properties[dialect.orig_message_id] = original.message_id
     if dialect.orig_routing_type is not None and original.routing_type is not None:
         properties[dialect.orig_routing_type] = ROUTING_TYPE_CODES[original.routing_type]
     if actual_expiry_ms is not None:
