@@ -58,6 +58,7 @@ ADDRESS_SETTINGS_DEFAULTS: dict[str, Any] = {
     "max_expiry_delay": -1,
     "no_expiry": False,
     "send_to_dla_on_no_route": False,
+    "max_rollback_delay": -1,
 }
 
 _default_rng = random.Random()
@@ -127,6 +128,7 @@ class AddressSettings:
     max_expiry_delay: int | None = None
     no_expiry: bool | None = None
     send_to_dla_on_no_route: bool | None = None
+    max_rollback_delay: int | None = None
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)
@@ -160,7 +162,7 @@ class AddressSettings:
         if self.expiry_delay is not None:
             put("expiry_delay", _check_int("expiry_delay", self.expiry_delay, -1, LONG_MAX,
                                            "milliseconds; -1 = keep the message's own expiration"))
-        for name in ("min_expiry_delay", "max_expiry_delay"):
+        for name in ("min_expiry_delay", "max_expiry_delay", "max_rollback_delay"):
             if getattr(self, name) is not None:
                 put(name, _check_int(name, getattr(self, name), -1, LONG_MAX, "milliseconds; -1 = no bound"))
         # whether expiration_for can change an expiration (read on every send: an attribute, not a property)

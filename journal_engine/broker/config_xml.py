@@ -264,6 +264,7 @@ _ELEMENT_FIELDS: dict[str, tuple[str, Any]] = {
     "max-expiry-delay": ("max_expiry_delay", _parse_long),
     "no-expiry": ("no_expiry", _parse_bool),
     "send-to-dla-on-no-route": ("send_to_dla_on_no_route", _parse_bool),
+    "max-rollback-delay": ("max_rollback_delay", _parse_long),      # journal_engine extension
 }
 
 

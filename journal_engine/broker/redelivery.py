@@ -26,10 +26,13 @@ SESSION_ROLLBACK = "session-rollback"           # a transacted session rolled ba
 
 def redelivery_delay_ms(settings: AddressSettings, delivery_count: int, override: int | None,
                         rng: random.Random) -> int:
-    """Milliseconds before a failed delivery is delivered again: ``override`` when given, else the
-    address's delay for this delivery count (collision avoidance drawn from ``rng``), 0 for none."""
+    """Milliseconds before a failed delivery is delivered again: ``override`` (a consumer's
+    rollback(delay_ms=...)) when given, capped by the address's ``max_rollback_delay`` when that is set
+    (>= 0); else the address's delay for this delivery count (collision avoidance drawn from ``rng``),
+    0 for none."""
     if override is not None:
-        return override
+        cap = settings.max_rollback_delay
+        return override if cap < 0 or override <= cap else cap
     if settings.redelivery_delay > 0 or settings.redelivery_delays:
         return settings.redelivery_delay_for(delivery_count, rng)
     return 0
