@@ -161,16 +161,21 @@ def test_no_file_counts_nothing(tmp_path):
     assert read_counts(str(tmp_path / "absent"), BOOT) == {}
 
 
+def dispatch_one(store: MessageStore) -> None:
+    """A loaded store with queue 1, message 1 referenced there and dispatched once (count 1)."""
+    store.load()
+    store.store_queue(1, "q", "q")
+    store.store_message(1, "q", b"m")
+    store.store_reference(1, 1)
+    store.before_delivery(1, 1, 1)
+
+
 @pytest.mark.skipif(delivery_shadow.boot_id() is None, reason="the system has no boot id (not Linux)")
 def test_a_store_voids_its_shadow_at_close_and_when_reopened_without_the_strict_mode(tmp_path):
     directory = tmp_path / "store"
     shadow = os.path.join(directory, delivery_shadow.FILE_NAME)
     with MessageStore(directory, persist_delivery_count_before_delivery=True) as store:
-        store.load()
-        store.store_queue(1, "q", "q")
-        store.store_message(1, "q", b"m")
-        store.store_reference(1, 1)
-        store.before_delivery(1, 1, 1)
+        dispatch_one(store)
         assert read_counts(shadow) == {(1, 1): 1}
     assert read_counts(shadow) == {}                  # closed: the journal has the count, synced
     with MessageStore(directory, persist_delivery_count_before_delivery=True) as store:
@@ -191,11 +196,7 @@ def test_a_count_lowered_by_a_close_outlives_a_killed_process_through_the_shadow
     directory = tmp_path / "store"
     shadow = os.path.join(directory, delivery_shadow.FILE_NAME)
     with MessageStore(directory, persist_delivery_count_before_delivery=True) as store:
-        store.load()
-        store.store_queue(1, "q", "q")
-        store.store_message(1, "q", b"m")
-        store.store_reference(1, 1)
-        store.before_delivery(1, 1, 1)
+        dispatch_one(store)
         store.sync()
         assert store.update_delivery_count_after_cancel(1, 1, 0) is True
         store._journal._core_fail(OSError(5, "simulated: the process dies here"))   # no clean close

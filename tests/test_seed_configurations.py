@@ -9,6 +9,7 @@ import pytest
 
 from journal_engine import Broker, ManualClock
 from journal_engine.config import load
+from test_wildcard_and_settings import MANUAL_DELAY_EXAMPLE
 
 NOW = 1_700_000_000_000
 
@@ -138,18 +139,7 @@ def test_hornetq_persist_delivery_count_before_delivery(tmp_path):
 
 # ----- Artemis's chapter ---------------------------------------------------------------------------------
 
-ARTEMIS_DELAY = artemis("""
-<!-- delay redelivery of messages for 5s -->
-<address-setting match="exampleQueue">
-   <!-- default is 1.0 -->
-   <redelivery-delay-multiplier>1.5</redelivery-delay-multiplier>
-   <!-- default is 0 (no delay) -->
-   <redelivery-delay>5000</redelivery-delay>
-   <!-- default is 0.0) -->
-   <redelivery-collision-avoidance-factor>0.15</redelivery-collision-avoidance-factor>
-   <!-- default is redelivery-delay * 10 -->
-   <max-redelivery-delay>50000</max-redelivery-delay>
-</address-setting>""")
+ARTEMIS_DELAY = artemis(MANUAL_DELAY_EXAMPLE)        # the chapter's example, as test_wildcard_and_settings reads it
 
 
 def test_artemis_delayed_redelivery_example_with_collision_avoidance():
@@ -163,13 +153,17 @@ def test_artemis_delayed_redelivery_example_with_collision_avoidance():
         assert delay <= 50000
 
 
-def test_artemis_worked_example_5000_times_2_capped_at_15000():
-    xml = artemis("""<address-setting match="exampleQueue">
-        <redelivery-delay>5000</redelivery-delay><redelivery-delay-multiplier>2</redelivery-delay-multiplier>
-        <max-redelivery-delay>15000</max-redelivery-delay>
-        <redelivery-collision-avoidance-factor>0.0</redelivery-collision-avoidance-factor>
+def worked_example(delay: int, multiplier: float, longest: int, factor: float) -> str:
+    """The broker.xml of one of the chapter's worked examples (redelivery-delay=..., ... as it lists them)."""
+    return artemis(f"""<address-setting match="exampleQueue">
+        <redelivery-delay>{delay}</redelivery-delay><redelivery-delay-multiplier>{multiplier}</redelivery-delay-multiplier>
+        <max-redelivery-delay>{longest}</max-redelivery-delay>
+        <redelivery-collision-avoidance-factor>{factor}</redelivery-collision-avoidance-factor>
         </address-setting>""")
-    broker = Broker(clock=ManualClock(NOW), config=xml)
+
+
+def test_artemis_worked_example_5000_times_2_capped_at_15000():
+    broker = Broker(clock=ManualClock(NOW), config=worked_example(5000, 2, 15000, 0.0))
     broker.create_queue("exampleQueue")
     broker.send("exampleQueue", b"m")
     assert_redelivery_waits(broker, "exampleQueue", [5000, 10000, 15000])
@@ -177,11 +171,7 @@ def test_artemis_worked_example_5000_times_2_capped_at_15000():
 
 def test_artemis_collision_avoidance_worked_example():
     """delay 1000, multiplier 1, max 15000, factor 0.5 with the manual's draws: 875, 1375, 975."""
-    xml = artemis("""<address-setting match="exampleQueue">
-        <redelivery-delay>1000</redelivery-delay><redelivery-delay-multiplier>1</redelivery-delay-multiplier>
-        <max-redelivery-delay>15000</max-redelivery-delay>
-        <redelivery-collision-avoidance-factor>0.5</redelivery-collision-avoidance-factor>
-        </address-setting>""")
+    xml = worked_example(1000, 1, 15000, 0.5)
 
     class Draws(random.Random):
         def __init__(self, values):
@@ -195,14 +185,7 @@ def test_artemis_collision_avoidance_worked_example():
     broker = Broker(clock=ManualClock(NOW), config=xml, rng=Draws([0.9, 0.25, 0.1, 0.75, 0.9, 0.05]))
     broker.create_queue("exampleQueue")
     broker.send("exampleQueue", b"m")
-    consumer = broker.create_consumer("exampleQueue")
-    message = consumer.receive(0)
-    for wait in (875, 1375, 975):
-        consumer.rollback(message)
-        broker.clock.advance(wait - 1)
-        assert consumer.receive(0) is None
-        broker.clock.advance(1)
-        message = consumer.receive(0)
+    assert_redelivery_waits(broker, "exampleQueue", [875, 1375, 975])
 
 
 ARTEMIS_DLA = artemis("""
