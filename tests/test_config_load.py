@@ -206,3 +206,20 @@ def test_load_refuses_what_is_not_a_configuration():
         load(42)
     with pytest.raises(ConfigError, match="cannot be read"):
         load("/nonexistent/broker.xml")
+
+
+def test_wildcard_routing_is_not_implemented_so_asking_for_it_is_a_warning(caplog):
+    xml = """<configuration><core>
+  <wildcard-addresses>
+    <routing-enabled>true</routing-enabled>
+    <delimiter>/</delimiter>
+  </wildcard-addresses>
+</core></configuration>"""
+    with caplog.at_level(logging.WARNING, logger="journal_engine"):
+        config = load(xml)
+    assert config.unimplemented == [("wildcard-addresses/routing-enabled", 3)]
+    assert config.address_settings.delimiter == "/"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="journal_engine"):
+        load(xml.replace("true", "false"))
+    assert not caplog.records

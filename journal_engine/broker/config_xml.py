@@ -407,6 +407,8 @@ def _read_core_element(child: ElementTree.Element, name: str, document: BrokerXm
             try:
                 if item_name == "routing-enabled":
                     document.wildcard_routing_enabled = _parse_bool(_text(item, item_label), item_label)
+                    if document.wildcard_routing_enabled:       # the broker routes by exact address only
+                        report_unimplemented(item, item_label, document.source, document.unimplemented)
                 elif item_name in ("delimiter", "any-words", "single-word"):
                     value = _text(item, item_label)
                     if len(value) != 1:
