@@ -368,11 +368,7 @@ cdef class LiveRecords:
             return default
 
     def __iter__(self):
-        cdef ReplayState state = self._state
-        cdef Py_ssize_t entry
-        for entry in range(state._entries):
-            if state._entry_add.data.as_ulonglongs[entry] != NO_LOCATION:
-                yield state._entry_id.data.as_ulonglongs[entry]
+        return _EntryIterator(self._state, 0)
 
     def keys(self):
         return KeysView(self)
@@ -384,20 +380,10 @@ cdef class LiveRecords:
         return _LiveItems(self)
 
     def _values(self):
-        cdef ReplayState state = self._state
-        cdef Py_ssize_t entry
-        for entry in range(state._entries):
-            if state._entry_add.data.as_ulonglongs[entry] != NO_LOCATION:
-                yield state._record(entry)
+        return _EntryIterator(self._state, 1)
 
     def _items(self):
-        cdef ReplayState state = self._state
-        cdef Py_ssize_t entry
-        cdef RecordInfo rec
-        for entry in range(state._entries):
-            if state._entry_add.data.as_ulonglongs[entry] != NO_LOCATION:
-                rec = state._record(entry)
-                yield rec.record_id, rec
+        return _EntryIterator(self._state, 2)
 
     def __eq__(self, other):
         if not isinstance(other, Mapping):
@@ -409,6 +395,39 @@ cdef class LiveRecords:
 
 
 Mapping.register(LiveRecords)
+
+
+@cython.final
+cdef class _EntryIterator:
+    """Walks the live entries in the order they were added: ids (0), RecordInfos (1) or pairs (2)."""
+    cdef ReplayState _state
+    cdef Py_ssize_t _entry
+    cdef int _what
+
+    def __cinit__(self, ReplayState state, int what):
+        self._state = state
+        self._entry = 0
+        self._what = what
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef ReplayState state = self._state
+        cdef Py_ssize_t entry = self._entry
+        cdef RecordInfo rec
+        while entry < state._entries and state._entry_add.data.as_ulonglongs[entry] == NO_LOCATION:
+            entry += 1
+        if entry >= state._entries:
+            self._entry = entry
+            raise StopIteration
+        self._entry = entry + 1
+        if self._what == 0:
+            return state._entry_id.data.as_ulonglongs[entry]
+        rec = state._record(entry)
+        if self._what == 1:
+            return rec
+        return (rec.record_id, rec)
 
 
 class _LiveValues(ValuesView):
