@@ -13,6 +13,8 @@ from .store import MessageStore, RecordType, RecoveredReference, RecoveredState,
 from .broker.selector import Selector, SelectorError
 from .broker.settings import AddressSettings, AddressSettingsRepository, HierarchicalRepository
 from .broker.broker import Broker
+from .broker.classic_policy import ClassicRedeliveryPolicy
+from .broker.classic_config import ClassicBrokerConfig
 from .broker.clock import ManualClock, WallClock
 from .broker.consumer import Consumer
 from .broker.message import Message
@@ -34,6 +36,6 @@ __all__ = [
     "MessageStore", "RecoveredState", "RecoveredReference", "StoredMessage", "StoredQueue", "RecordType",
     "AddressSettings", "AddressSettingsRepository", "HierarchicalRepository", "Selector", "SelectorError", "wildcard",
     "config", "BrokerConfig",
-    "Broker", "ManualClock", "WallClock", "Consumer", "Message", "QueueInfo", "Session", "StoreTransaction",
+    "Broker", "ClassicRedeliveryPolicy", "ClassicBrokerConfig", "ManualClock", "WallClock", "Consumer", "Message", "QueueInfo", "Session", "StoreTransaction",
     "MessageStateError", "QueueExistsError", "UnknownQueueError",
 ]

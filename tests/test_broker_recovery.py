@@ -299,8 +299,8 @@ def test_broker_xml_sets_the_settings_and_both_switches(tmp_path):
         Broker(config=BROKER_XML, max_redelivery_records=5)
 
 
-def test_a_classic_activemq_xml_is_refused_clearly(tmp_path):
-    with pytest.raises(ConfigError, match="ActiveMQ Classic"):
-        Broker(config=CLASSIC_XML)
+def test_a_classic_activemq_xml_runs_classic_rules_and_a_doctype_is_refused(tmp_path):
+    broker = Broker(config=CLASSIC_XML)
+    assert broker.classic_config is not None and broker.classic_config.source == "config"
     with pytest.raises(ConfigError, match="DOCTYPE"):
         Broker(config='<!DOCTYPE x [<!ENTITY a "b">]><configuration/>')

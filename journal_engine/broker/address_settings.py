@@ -64,7 +64,7 @@ ADDRESS_SETTINGS_DEFAULTS: dict[str, Any] = {
 _default_rng = random.Random()
 
 
-def _java_long(x: float) -> int:
+def java_long(x: float) -> int:
     """Java's ``(long) double``: truncation toward zero, NaN to 0, saturation at the long range."""
     if math.isnan(x):
         return 0
@@ -255,12 +255,12 @@ class AddressSettings:
         delays = self.redelivery_delays
         attempt_index = delivery_count - 1 if delivery_count > 0 else 0
         if delays and attempt_index < len(delays):
-            return _with_variance(delays[attempt_index], factor, rng)
+            return with_collision_variance(delays[attempt_index], factor, rng)
         base = self.redelivery_delay if self.redelivery_delay is not None else 0
         multiplier = self.redelivery_delay_multiplier if self.redelivery_delay_multiplier is not None else 1.0
         cap = self.max_redelivery_delay if self.max_redelivery_delay is not None else min(base * 10, LONG_MAX)
-        delay = _java_long(float(base) * _power(multiplier, attempt_index))
-        delay = _with_variance(delay, factor, rng)
+        delay = java_long(float(base) * _power(multiplier, attempt_index))
+        delay = with_collision_variance(delay, factor, rng)
         return min(delay, cap)
 
     # -- XML
@@ -281,13 +281,16 @@ class AddressSettings:
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(AddressSettings))
 
 
-def _with_variance(delay: int, factor: float, rng: random.Random | None) -> int:
+def with_collision_variance(delay: int, factor: float, rng: random.Random | None) -> int:
+    """``delay`` varied by collision avoidance, as Artemis and Classic both draw it: the first draw picks
+    the sign (below 0.5 = +factor, Java's ``nextBoolean()`` true), the second the magnitude; the sum is
+    truncated toward zero. ``factor`` <= 0 draws nothing."""
     if factor <= 0.0:
         return delay
     generator = rng if rng is not None else _default_rng
     sign = factor if generator.random() < 0.5 else -factor
     variance = sign * generator.random()
-    return _java_long(float(delay) + float(delay) * variance)
+    return java_long(float(delay) + float(delay) * variance)
 
 
 # ---------------------------------------------------------------------------------- the repositories

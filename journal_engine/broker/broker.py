@@ -39,13 +39,16 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigError, JournalClosedError, MessageStateError, UnknownQueueError
+from ..errors import ConfigError, JournalClosedError, MessageStateError, QueueExistsError, UnknownQueueError
 from ..store.message_store import MessageStore
 from ..limits import check_max_redelivery_records as check_cap
 from .address_settings import AddressSettings, AddressSettingsRepository
 from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
 from .configuration import load as load_config, merged_switch
 from .clock import Clock, WallClock
+from .classic import ClassicDeadLetters
+from .classic_config import ClassicBrokerConfig
+from .classic_policy import ClassicRedeliveryPolicy
 from .consumer import Consumer
 from .dead_letter import DeadLetters, dialect_named
 from .delivery import Delivery
@@ -53,6 +56,7 @@ from .gate import Gate
 from .message import Message, MessageData
 from .operations import SessionOperations
 from .post_office import PostOffice
+from .qpid import QpidQueuePolicy, dead_letter_exchange_name, dead_letter_queue_name
 from .queue import READY, QueueInfo, QueueState, Reference
 from .redelivery import Redelivery
 from .selector import Selector
@@ -113,8 +117,10 @@ class Broker:
             raise ConfigError("persist_delivery_count_before_delivery", persist_delivery_count_before_delivery,
                               "must be True or False")
         settings = AddressSettingsRepository()
-        if config is not None:
+        classic_config = config if isinstance(config, ClassicBrokerConfig) else None
+        if config is not None and classic_config is None:
             parsed = load_config(config)
+            classic_config = parsed.classic
             settings = parsed.address_settings
             dialect = merged_switch("dialect", dialect, "artemis", parsed.dialect, parsed.source)
             max_redelivery_records = merged_switch(
@@ -137,7 +143,11 @@ class Broker:
                                        sync=sync, clock=clock, **(store_options or {}))
         self._timers = DeliveryTimers(wake_waiters=not self._manual_clock)
         self._post_office = PostOffice(self._store, self._timers, self._gate.lock, settings)
-        self._dead_letters = DeadLetters(self._post_office, self._dialect)
+        if classic_config is not None:
+            self._dead_letters = ClassicDeadLetters(self._post_office, self._dialect, classic_config, rng)
+        else:
+            self._dead_letters = DeadLetters(self._post_office, self._dialect)
+        self.classic_config = classic_config
         self._redelivery = Redelivery(self._post_office, self._dead_letters, rng)
         if self._store is not None:
             try:
@@ -147,7 +157,7 @@ class Broker:
                 raise
         self._delivery = Delivery(self._gate, clock, self._post_office, self._dead_letters, self._redelivery,
                                   strict=self._store is not None and persist_delivery_count_before_delivery,
-                                  manual_clock=self._manual_clock)
+                                  manual_clock=self._manual_clock, close_keeps_count=classic_config is not None)
         self._transactions = Transactions(self._gate, clock, self._post_office, self._redelivery, self._delivery)
         if self._manual_clock:
             clock.subscribe(self._on_clock_moved)
@@ -177,7 +187,11 @@ class Broker:
         AMQExpiration, AMQSize, AMQMessageID headers); a selector that does not parse raises
         SelectorError with the column and token. A durable queue is kept by the store (its messages
         survive a restart); a non-durable one is not. QueueExistsError when the name is taken;
-        ConfigError for a bad routing type or for ``arguments`` (not supported yet).
+        ConfigError for a bad routing type or a bad argument.
+
+        ``arguments``: Qpid Broker-J's queue-declare arguments (``x-qpid-maximum-delivery-count``,
+        ``x-qpid-dlq-enabled``; see ``journal_engine.broker.qpid``). With a DLQ the queue's dead-letter
+        exchange ``<name>_DLE`` and queue ``<name>_DLQ`` are created with it (kept if they exist).
         """
         check_name(name, "name")
         if address is not None:
@@ -188,9 +202,7 @@ class Broker:
             raise TypeError(f"filter must be a str (a JMS selector) or None, not {type(filter).__name__}")
         if not isinstance(durable, bool):
             raise ConfigError("durable", durable, "must be True or False")
-        if arguments:
-            raise ConfigError("arguments", dict(arguments), "queue-declare arguments (Qpid) are not supported yet",
-                              hint="configure redelivery and dead letters with broker.address_settings")
+        qpid_policy = _qpid_policy(arguments)
         if self.jms_queue_names:
             name = self._jms_name(name)
             address = self._jms_name(address) if address is not None else name
@@ -202,7 +214,33 @@ class Broker:
             Selector(filter)            # parse now: a bad filter raises before anything is created
         with self._gate.lock:
             self._gate.check_open()
-            return self._post_office.create_queue(name, address, routing_type, filter, durable).info()
+            post_office = self._post_office
+            if qpid_policy is not None and name in post_office.queues:
+                raise QueueExistsError("name", name, "a queue of that name exists",
+                                       hint="broker.set_queue_arguments(name, arguments) changes its arguments")
+            queue = post_office.create_queue(name, address, routing_type, filter, durable)
+            self._apply_qpid_policy(queue, qpid_policy)
+            return queue.info()
+
+    def set_queue_arguments(self, name: str, arguments: Mapping | None) -> QueueInfo:
+        """Give an existing queue Qpid's queue-declare ``arguments`` (None or {}: none), as ``create_queue``
+        does; the broker keeps them in memory only, so a restarted broker needs them again (its queues,
+        their DLQs and messages are recovered). UnknownQueueError, ConfigError as create_queue."""
+        qpid_policy = _qpid_policy(arguments)
+        with self._gate.lock:
+            self._gate.check_open()
+            queue = self._queue_named(name)
+            self._apply_qpid_policy(queue, qpid_policy)
+            return queue.info()
+
+    def _apply_qpid_policy(self, queue: QueueState, qpid_policy: QpidQueuePolicy | None) -> None:
+        """Set the queue's Qpid rule; with a DLQ, create ``<name>_DLQ`` on ``<name>_DLE`` unless it exists."""
+        if qpid_policy is not None and qpid_policy.dlq_enabled:
+            dlq = dead_letter_queue_name(queue.name)
+            if dlq not in self._post_office.queues:
+                self._post_office.create_queue(dlq, dead_letter_exchange_name(queue.name), "anycast", None,
+                                               queue.durable)
+        queue.set_qpid_policy(qpid_policy)
 
     def delete_queue(self, name: str) -> int:
         """Delete a queue and its messages; returns how many messages it held.
@@ -383,22 +421,27 @@ class Broker:
         self._add_routed(copy, targets, scheduled_delivery_time, session)
 
     # ------------------------------------------------------------------------------- consumers
-    def create_consumer(self, queue_name: str, *, redelivery_policy: Any = None) -> Consumer:
+    def create_consumer(self, queue_name: str, *, redelivery_policy: ClassicRedeliveryPolicy | None = None) -> Consumer:
         """A consumer on the queue, acknowledging on its own (no transaction). UnknownQueueError for an
-        unknown queue; ConfigError for a ``redelivery_policy`` (not supported yet)."""
-        if redelivery_policy is not None:
-            raise ConfigError("redelivery_policy", redelivery_policy,
-                              "client-side (ActiveMQ Classic) redelivery policies are not supported yet",
-                              hint="configure redelivery with broker.address_settings")
-        return self._create_consumer(queue_name, None)
+        unknown queue.
 
-    def _create_consumer(self, queue_name: str, session: Session | None) -> Consumer:
+        ``redelivery_policy``: an ActiveMQ Classic ClassicRedeliveryPolicy; the consumer's rollbacks
+        then follow it (its delays, its maximum) and end in a poison ack, which dead-letters the message
+        with ``dlqDeliveryFailureCause`` naming the delivery and the policy (docs/broker.md, "ActiveMQ
+        Classic"). TypeError for anything else.
+        """
+        if redelivery_policy is not None and not isinstance(redelivery_policy, ClassicRedeliveryPolicy):
+            raise TypeError(f"redelivery_policy must be a ClassicRedeliveryPolicy, not {type(redelivery_policy).__name__}")
+        return self._create_consumer(queue_name, None, redelivery_policy)
+
+    def _create_consumer(self, queue_name: str, session: Session | None,
+                         redelivery_policy: ClassicRedeliveryPolicy | None = None) -> Consumer:
         with self._gate.lock:
             self._gate.check_open()
             if session is not None and session.closed:
                 raise MessageStateError("the session is closed")
             queue = self._queue_named(queue_name)
-            consumer = Consumer(self._delivery.operations(), queue, session)
+            consumer = Consumer(self._delivery.operations(), queue, session, redelivery_policy)
             queue.consumers += 1
             if session is not None:
                 session.add_consumer(consumer)
@@ -502,3 +545,12 @@ class Broker:
         where = repr(self.directory) if self.directory is not None else "in memory"
         return (f"Broker({where}, queues={len(self._post_office.queues)}, dialect={self._dialect.name!r}, "
                 f"closed={self._gate.closed})")
+
+
+def _qpid_policy(arguments: Mapping | None) -> QpidQueuePolicy | None:
+    """The Qpid rule of queue-declare ``arguments`` (None for none); TypeError, ConfigError."""
+    if arguments is None:
+        return None
+    if not isinstance(arguments, Mapping):
+        raise TypeError(f"arguments must be a mapping, not {type(arguments).__name__}")
+    return QpidQueuePolicy.from_arguments(arguments) if arguments else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .address_settings import AddressSettingsRepository
+from .classic_config import ClassicBrokerConfig
 
 __all__ = ["BrokerConfig", "SYSTEMS"]
 
@@ -24,7 +25,9 @@ class BrokerConfig:
     does not set them (the Broker's arguments then apply); ``dialect`` is "hornetq" for a HornetQ file
     (None: the Broker's argument applies). ``unimplemented`` lists (element path, line) of every
     element the broker does not implement; each was also logged at WARNING on the
-    ``journal_engine.config`` logger when the file was read.
+    ``journal_engine.config`` logger when the file was read. ``classic``: an ActiveMQ Classic file's
+    destination policies and plugins (None for the other systems); the Broker then runs Classic's
+    dead-letter rules.
     """
 
     address_settings: AddressSettingsRepository
@@ -35,3 +38,4 @@ class BrokerConfig:
     system: str = "artemis"                                        # one of SYSTEMS
     dialect: str | None = None
     unimplemented: list[tuple[str, int | None]] = field(default_factory=list)
+    classic: ClassicBrokerConfig | None = None

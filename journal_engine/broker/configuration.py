@@ -16,6 +16,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from ..errors import ConfigError
+from .activemq_xml import classic_config
 from .broker_config import BrokerConfig
 from .broker_xml import HORNETQ_NAMESPACE, artemis_config
 from .config_xml import ARTEMIS_ROOTS, line_of, local_name, namespace_of, parse_xml, read_source
@@ -29,6 +30,7 @@ CLASSIC_ROOTS = ("beans", "broker")
 READERS: dict[str, Callable[[ElementTree.Element, str], BrokerConfig]] = {
     "artemis": artemis_config,
     "hornetq": artemis_config,
+    "classic": classic_config,
 }
 
 _SYSTEM_NAMES = {"artemis": "an Artemis broker.xml", "hornetq": "a HornetQ configuration",

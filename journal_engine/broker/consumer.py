@@ -10,6 +10,8 @@ path: every message passes here twice).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .message import Message
 from .operations import AcknowledgingSession, ConsumerOperations
 from .queue import QueueState, Reference
@@ -22,11 +24,12 @@ class Consumer:
     ``session.create_consumer(queue)``. Thread-safe (the broker serialises the work)."""
 
     __slots__ = ("_queue", "_session", "_lock", "_next_delivery", "_acknowledge", "_rollback", "_operations",
-                 "_delivering", "_closed", "__weakref__")
+                 "_delivering", "_closed", "_redelivery_policy", "__weakref__")
 
     def __init__(self, operations: ConsumerOperations, queue: QueueState,
-                 session: AcknowledgingSession | None) -> None:
+                 session: AcknowledgingSession | None, redelivery_policy: Any = None) -> None:
         self._queue = queue
+        self._redelivery_policy = redelivery_policy
         self._session = session
         self._operations = operations
         # bound once: each message calls them (loaded into a local before the call: a callable held in an
@@ -48,6 +51,11 @@ class Consumer:
     def closed(self) -> bool:
         """True once close() ran (or the consumer's session closed)."""
         return self._closed
+
+    @property
+    def redelivery_policy(self) -> Any:
+        """The consumer's ClassicRedeliveryPolicy (its rollbacks follow it), or None."""
+        return self._redelivery_policy
 
     @property
     def session(self) -> AcknowledgingSession | None:
@@ -111,7 +119,8 @@ class Consumer:
         lock.acquire()
         try:
             ref = self._delivering.pop(message, None) if type(message) is Message else None
-            rollback(self, message, ref, delay_ms)      # raises, changing nothing, when ref is None
+            # raises, changing nothing, when ref is None
+            rollback(self, message, ref, delay_ms, self._redelivery_policy)
         finally:
             lock.release()
 

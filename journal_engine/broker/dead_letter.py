@@ -50,7 +50,7 @@ from .queue import EXPIRED, KILLED, NORMAL, AddressState, QueueState, Reference
 
 __all__ = ["Dialect", "DIALECTS", "ROUTING_TYPE_CODES", "DeadLetterReason", "DEAD_LETTER_REASONS",
            "DEAD_LETTER_REASON", "DEAD_LETTER_TIME", "ORIG_DELIVERY_COUNT", "DELIVERY_HISTORY",
-           "encode_history", "decode_history", "make_copy", "resource_queue_name", "origin_filter",
+           "encode_history", "decode_history", "add_account", "make_copy", "resource_queue_name", "origin_filter",
            "dialect_named", "DeadLetters", "log_drop", "KILLED", "EXPIRED", "NORMAL"]
 
 #: dropped messages are logged here (WARNING), as Artemis logs them
@@ -128,6 +128,17 @@ def dialect_named(name: str) -> Dialect:
         raise ConfigError("dialect", name, f"use one of {', '.join(sorted(DIALECTS))}") from None
 
 
+def add_account(properties: dict, reason: str, now_ms: int, delivery_count: int,
+                failures: Iterable[tuple[int, str]]) -> None:
+    """Write the copy's own account of itself (reason, time, delivery count, history) into ``properties``."""
+    if reason not in DEAD_LETTER_REASONS:
+        raise ValueError(f"dead-letter reason {reason!r}: use one of {', '.join(sorted(DEAD_LETTER_REASONS))}")
+    properties[DEAD_LETTER_REASON] = reason
+    properties[DEAD_LETTER_TIME] = now_ms
+    properties[ORIG_DELIVERY_COUNT] = delivery_count
+    properties[DELIVERY_HISTORY] = encode_history(failures)
+
+
 def make_copy(original: MessageData, new_id: int, to_address: str, queue_name: str | None, dialect: Dialect, *,
               reason: str, now_ms: int, actual_expiry_ms: int | None = None, delivery_count: int = 0,
               failures: Iterable[tuple[int, str]] = ()) -> MessageData:
@@ -136,8 +147,6 @@ def make_copy(original: MessageData, new_id: int, to_address: str, queue_name: s
     ``reason`` is one of DEAD_LETTER_REASONS; ``queue_name`` None: the original was on no queue
     (no ORIG_QUEUE then); ``failures``: the reference's failed deliveries, (time ms, reason) each.
     """
-    if reason not in DEAD_LETTER_REASONS:
-        raise ValueError(f"dead-letter reason {reason!r}: use one of {', '.join(sorted(DEAD_LETTER_REASONS))}")
     properties = dict(original.properties) if original.properties else {}
     routing_type = None
     if dialect.orig_routing_type is not None:
@@ -158,10 +167,7 @@ def make_copy(original: MessageData, new_id: int, to_address: str, queue_name: s
         properties[dialect.orig_routing_type] = ROUTING_TYPE_CODES[original.routing_type]
     if actual_expiry_ms is not None:
         properties[dialect.actual_expiry] = actual_expiry_ms
-    properties[DEAD_LETTER_REASON] = reason
-    properties[DEAD_LETTER_TIME] = now_ms
-    properties[ORIG_DELIVERY_COUNT] = delivery_count
-    properties[DELIVERY_HISTORY] = encode_history(failures)
+    add_account(properties, reason, now_ms, delivery_count, failures)
     return MessageData(new_id, to_address, original.body, properties, original.durable, 0, routing_type)
 
 
@@ -169,10 +175,10 @@ def log_drop(code: str, data: MessageData, queue_name: str | None, reason: str, 
     """Log at WARNING a message dropped for good, naming the queue, the address and the reason, with
     the code of Artemis's message for the same case (the fields also as ``extra``: ``queue``,
     ``address``, ``reason``, ``code``, ``message_id``); counters are kept by the callers."""
-    log.warning("%s: message %d on queue %s (address %r) dropped, reason %s: %s", code, data.message_id,
+    log.warning("%s: message %d on queue %s (address %r) dropped, reason %s: %s", code, data.public_id,
                 repr(queue_name) if queue_name is not None else "(none)", data.address, reason, why,
                 extra={"code": code, "queue": queue_name, "address": data.address, "reason": reason,
-                       "message_id": data.message_id})
+                       "message_id": data.public_id})
 
 
 def resource_queue_name(prefix: str, address: str, suffix: str) -> str:
@@ -292,14 +298,21 @@ class DeadLetters:
         """Copy the message to another address and remove the original, in one store transaction
         (``ack_reason``: KILLED or EXPIRED, how the queue counts it; ``reason``: the copy's)."""
         post_office = self._post_office
-        queue = ref.queue
-        original = ref.data
-        copy = make_copy(original, post_office.new_message_id(), target.name, queue.name, self._dialect,
+        copy = make_copy(ref.data, post_office.new_message_id(), target.name, ref.queue.name, self._dialect,
                          reason=reason, now_ms=now, actual_expiry_ms=now if ack_reason is EXPIRED else None,
                          delivery_count=ref.delivery_count, failures=ref.failures or ())
         settings_there = post_office.address_settings.get(target.name)
         if settings_there.changes_expiration:   # routing applies the new address's rules (applyExpiryDelay)
             copy.expiration = settings_there.expiration_for(0, now)
+        self.move_copy(ref, copy, target, ack_reason)
+
+    def move_copy(self, ref: Reference, copy: MessageData, target: AddressState, ack_reason: str) -> None:
+        """Route ``copy`` (of the reference's message, with a new message id) to ``target`` and remove the
+        original reference, counted by ``ack_reason`` (KILLED or EXPIRED): the copy's records and the
+        original's acknowledgement in one store transaction. Store errors propagate with nothing changed."""
+        post_office = self._post_office
+        queue = ref.queue
+        original = ref.data
         targets = target.route(copy, copy.routing_type)
         store = post_office.store
         ack_stored = bool(original.durable_refs) and queue.durable

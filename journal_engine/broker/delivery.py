@@ -26,6 +26,7 @@ import time
 from ..errors import JournalClosedError, MessageStateError
 from ..store.message_store import MessageStore
 from .arguments import I64_MAX
+from .classic_policy import ClassicRedeliveryPolicy
 from .clock import Clock
 from .dead_letter import DeadLetters
 from .gate import Gate
@@ -47,13 +48,14 @@ INLINE_ACK = True
 class Delivery:
     """Hands references to consumers and settles them. ``strict``: persist each delivery count before
     the message is handed out. ``manual_clock``: time moves only when the clock is advanced, so a
-    receiver never sleeps until a scheduled time."""
+    receiver never sleeps until a scheduled time. ``close_keeps_count``: a closing consumer's messages
+    keep their delivery count (ActiveMQ Classic) instead of taking it back (Artemis)."""
 
     __slots__ = ("_gate", "_clock", "_store", "_post_office", "_timers", "_dead_letters", "_redelivery", "_strict",
-                 "_manual_clock")
+                 "_manual_clock", "_close_keeps_count")
 
     def __init__(self, gate: Gate, clock: Clock, post_office: PostOffice, dead_letters: DeadLetters,
-                 redelivery: Redelivery, *, strict: bool, manual_clock: bool) -> None:
+                 redelivery: Redelivery, *, strict: bool, manual_clock: bool, close_keeps_count: bool = False) -> None:
         self._gate = gate
         self._clock = clock
         self._store: MessageStore | None = post_office.store
@@ -63,6 +65,7 @@ class Delivery:
         self._redelivery = redelivery
         self._strict = strict
         self._manual_clock = manual_clock
+        self._close_keeps_count = close_keeps_count
 
     def operations(self) -> ConsumerOperations:
         """The bundle a new Consumer gets (one per consumer: no reference cycle through the broker)."""
@@ -216,15 +219,17 @@ class Delivery:
             queue.messages_acknowledged += 1
         queue.delivering -= 1
 
-    def rollback(self, consumer: Consumer, message: Message, ref: Reference | None, delay_ms: int | None) -> None:
+    def rollback(self, consumer: Consumer, message: Message, ref: Reference | None, delay_ms: int | None,
+                 policy: ClassicRedeliveryPolicy | None = None) -> None:
         """A failed delivery of ``message`` (see Consumer.rollback); ``ref``: its reference, which
         ``consumer`` has just let go of, None when it did not hold it (then this raises why, changing
-        nothing). ``delay_ms`` was checked. Lock held by the consumer."""
+        nothing). ``delay_ms`` was checked; ``policy``: the consumer's ClassicRedeliveryPolicy, if any.
+        Lock held by the consumer."""
         if ref is None or ref.delivery is not message or ref.state != DELIVERING:
             self._owned(consumer, message, "rolled back")       # raises, saying why
         ref.queue.delivering -= 1
         ref.delivery = None
-        self._redelivery.cancel(ref, self._clock.now_ms(), delay_ms)
+        self._redelivery.cancel(ref, self._clock.now_ms(), delay_ms, policy=policy)
 
     def close_consumer(self, consumer: Consumer) -> None:
         """Close ``consumer`` (see Consumer.close)."""
@@ -245,7 +250,8 @@ class Delivery:
             # not a failed delivery: Artemis decrements the count (ServerConsumerImpl.cancelRefs), then
             # checkRedelivery persists the lowered count and applies the dead-letter rule, without a delay
             ref.delivery = None
-            ref.delivery_count -= 1
+            if not self._close_keeps_count:     # Classic keeps it: the message comes back redelivered, and it
+                ref.delivery_count -= 1         # counts toward the redelivery plugin's limit
             queue.delivering -= 1
             try:
                 cancel(ref, now, None, counted=False)

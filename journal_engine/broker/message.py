@@ -11,10 +11,14 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["Message", "MessageData", "HEADER_NAMES", "delivery_of"]
+__all__ = ["Message", "MessageData", "HEADER_NAMES", "MESSAGE_ID_PROPERTY", "delivery_of"]
 
 #: Header fields a queue filter can name besides the message's properties (Artemis's filter names).
 HEADER_NAMES = frozenset({"AMQAddress", "AMQDurable", "AMQExpiration", "AMQSize", "AMQMessageID"})
+
+#: The stored property that keeps a message's own id on a copy that has another id in the store (an
+#: ActiveMQ Classic or Qpid dead-letter copy keeps the id of the message it copies); never shown to consumers.
+MESSAGE_ID_PROPERTY = "_JE_MESSAGE_ID"
 
 _EMPTY: Mapping[str, Any] = types.MappingProxyType({})
 
@@ -24,7 +28,7 @@ class MessageData:
     the message store holds (the store deletes the message when the last of those is acknowledged)."""
 
     __slots__ = ("message_id", "address", "body", "properties", "durable", "expiration", "routing_type",
-                 "durable_refs", "_view")
+                 "durable_refs", "public_id", "_view")
 
     def __init__(self, message_id: int, address: str, body: bytes, properties: dict | None, durable: bool,
                  expiration: int, routing_type: str | None) -> None:
@@ -36,7 +40,22 @@ class MessageData:
         self.expiration = expiration          # epoch ms, 0 = never
         self.routing_type = routing_type      # None, "anycast" or "multicast"
         self.durable_refs = 0                 # references the store holds (> 0: the store holds the message)
+        self.public_id = message_id           # the id consumers see (a Classic or Qpid copy keeps its original's)
         self._view: Mapping[str, Any] | None = None
+
+    def set_property(self, name: str, value: Any) -> None:
+        """Set one property (the broker's own, such as Classic's ``redeliveryDelay``)."""
+        if self.properties is None:
+            self.properties = {}
+        self.properties[name] = value
+        self._view = None
+
+    def stored_properties(self) -> dict | None:
+        """The properties as the store keeps them: with MESSAGE_ID_PROPERTY when the id consumers see is
+        not the store's."""
+        if self.public_id == self.message_id:
+            return self.properties
+        return {**(self.properties or {}), MESSAGE_ID_PROPERTY: self.public_id}
 
     def properties_view(self) -> Mapping[str, Any]:
         """The properties, read-only (consumers share the data; none may change it for the others)."""
@@ -79,7 +98,7 @@ class Message:
 
     @property
     def message_id(self) -> int:
-        return self._data.message_id
+        return self._data.public_id
 
     @property
     def address(self) -> str:
@@ -110,7 +129,7 @@ class Message:
         return self.delivery_count > 1
 
     def __repr__(self) -> str:
-        return (f"Message(id={self._data.message_id}, address={self._data.address!r}, queue={self.queue!r}, "
+        return (f"Message(id={self._data.public_id}, address={self._data.address!r}, queue={self.queue!r}, "
                 f"delivery_count={self.delivery_count}, body={self._data.body[:32]!r})")
 
 

@@ -30,7 +30,8 @@ class ConsumerOperations:
     #                        (consumer, its queue, timeout, deadline, closed) -> the reference to deliver
     acknowledge: Callable[[Any, Any, Message, Reference | None], None]     # (consumer, session, message, ref)
     check_delay: Callable[[Any], None]                                     # (delay_ms) ValueError unless valid
-    rollback: Callable[[Any, Message, Reference | None, int | None], None]  # (consumer, message, ref, delay_ms)
+    rollback: Callable[[Any, Message, Reference | None, int | None, Any], None]
+    #                  (consumer, message, ref, delay_ms, the consumer's ClassicRedeliveryPolicy or None)
     close: Callable[[Any], None]
 
 

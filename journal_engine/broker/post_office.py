@@ -17,7 +17,7 @@ from operator import length_hint
 from ..errors import QueueExistsError
 from ..store.message_store import MessageStore
 from .address_settings import AddressSettingsRepository
-from .message import MessageData
+from .message import MESSAGE_ID_PROPERTY, MessageData
 from .queue import DONE, KILLED, NORMAL, READY, AddressState, QueueState, Reference
 from .timers import DeliveryTimers
 
@@ -99,9 +99,12 @@ class PostOffice:
                 data = datas.get(recovered.message_id)
                 if data is None:
                     stored = state.messages[recovered.message_id]
-                    data = MessageData(stored.message_id, stored.address, stored.body,
-                                       dict(stored.properties) or None, stored.durable, stored.expiration,
-                                       stored.routing_type)
+                    properties = dict(stored.properties)
+                    public_id = properties.pop(MESSAGE_ID_PROPERTY, None)
+                    data = MessageData(stored.message_id, stored.address, stored.body, properties or None,
+                                       stored.durable, stored.expiration, stored.routing_type)
+                    if public_id is not None:
+                        data.public_id = public_id
                     datas[recovered.message_id] = data
                 data.durable_refs += 1
                 ref = Reference(data, queue, recovered.delivery_count)
@@ -172,19 +175,29 @@ class PostOffice:
         if tx is None:
             store = self.store
             store.store_message_references(message_id, data.address, data.body,
-                                           [queue.queue_id for queue in durable_targets], properties=data.properties,
+                                           [queue.queue_id for queue in durable_targets],
+                                           properties=data.stored_properties(),
                                            durable=True, expiration=data.expiration, routing_type=data.routing_type)
             if scheduled_time:
                 for queue in durable_targets:
                     store.update_scheduled_delivery_time(queue.queue_id, message_id, scheduled_time, 0)
         else:
-            tx.store_message(message_id, data.address, data.body, properties=data.properties, durable=True,
+            tx.store_message(message_id, data.address, data.body, properties=data.stored_properties(), durable=True,
                              expiration=data.expiration, routing_type=data.routing_type)
             for queue in durable_targets:
                 tx.store_reference(queue.queue_id, message_id)
                 if scheduled_time:
                     tx.update_scheduled_delivery_time(queue.queue_id, message_id, scheduled_time)
         data.durable_refs = len(durable_targets)
+
+    def schedule_again(self, ref: Reference, due_ms: int) -> None:
+        """A reference that left its consumer waits until ``due_ms`` (SET_SCHEDULED_DELIVERY_TIME 36 when
+        the message is stored, capped as the store caps it), then any consumer of its queue may take it."""
+        data = ref.data
+        queue = ref.queue
+        if data.durable_refs and queue.durable:
+            self.store.update_scheduled_delivery_time(queue.queue_id, data.message_id, due_ms, ref.delivery_count)
+        self.timers.schedule(ref, due_ms)
 
     def enqueue(self, data: MessageData, targets: list[QueueState], scheduled_time: int) -> None:
         """A new reference of the message on each target queue: scheduled when ``scheduled_time`` is

@@ -63,7 +63,7 @@ class QueueState:
     __slots__ = ("name", "queue_id", "address", "routing_type", "filter", "selector", "needs_headers", "durable",
                  "auto_created", "ready", "count", "scheduled", "delivering", "consumers", "waiters", "condition",
                  "messages_added", "messages_acknowledged", "messages_killed", "messages_expired",
-                 "messages_dropped", "pending_sends", "deleted", "id_list")
+                 "messages_dropped", "pending_sends", "deleted", "id_list", "qpid_policy")
 
     def __init__(self, name: str, queue_id: int, address: str, routing_type: str, filter: str | None,
                  durable: bool, lock: threading.Lock, *, auto_created: bool = False) -> None:
@@ -91,6 +91,11 @@ class QueueState:
         self.pending_sends = 0          # references waiting in open transactions for commit
         self.deleted = False
         self.id_list = [queue_id]       # what the store's send call takes for this queue alone
+        self.qpid_policy = None         # a qpid.QpidQueuePolicy: Qpid's maximum delivery count and DLQ rule
+
+    def set_qpid_policy(self, policy) -> None:
+        """Qpid's maximum delivery count and DLQ rule for this queue (a qpid.QpidQueuePolicy, or None)."""
+        self.qpid_policy = policy
 
     def accepts(self, data: MessageData) -> bool:
         """Does the queue's filter take this message?"""

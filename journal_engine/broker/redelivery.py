@@ -1,4 +1,5 @@
-"""Redelivery: what a failed delivery leads to, as Artemis's QueueImpl.checkRedelivery decides it.
+"""Redelivery: what a failed delivery leads to, as Artemis's QueueImpl.checkRedelivery decides it (and,
+where a queue or a consumer says so, as Qpid Broker-J or ActiveMQ Classic do).
 
 A reference comes back from its consumer (a rollback, a session rolled back or closed). Its delivery
 count is persisted (UPDATE_DELIVERY_COUNT 34); when max_delivery_attempts > 0 and the count reached it,
@@ -7,15 +8,31 @@ caller's override): with a delay the reference is scheduled at now + delay (SET_
 36, released to the HEAD of its queue by the timers when due); without one it goes back at once, in
 message order (addSorted). Why a module of its own: the delay computation and the schedule are one
 decision, taken the same way for every path that returns a reference.
+
+Three other rules replace the address settings' when they apply (count persisted first all the same):
+
+* a Qpid queue (``queue.qpid_policy``, from its queue-declare arguments, ``qpid``): at the maximum
+  delivery count the message goes to ``<queue>_DLE`` (keeping its id), or is discarded without a DLQ;
+  below it, back at once;
+* a consumer with a ClassicRedeliveryPolicy: the message's redelivery counter becomes its delivery
+  count; past the policy's maximum a poison ack (cause: ``classic_policy.poison_cause``), else back
+  after the policy's delay for that counter;
+* a broker run with a Classic activemq.xml: any other failure is a poison ack at once. A poison ack
+  goes down Classic's dead-letter path (``classic``); on an Artemis broker, to the address settings'
+  dead-letter address, the cause recorded on the message as ``dlqDeliveryFailureCause`` (Artemis's
+  OpenWire AMQConsumer does the same).
 """
 from __future__ import annotations
 
 import random
 
 from .address_settings import AddressSettings
-from .dead_letter import DeadLetters
+from .classic import DLQ_DELIVERY_FAILURE_CAUSE, ClassicDeadLetters, keeping_copy
+from .classic_policy import ClassicRedeliveryPolicy, poison_cause
+from .dead_letter import DeadLetterReason, DeadLetters, add_account, log_drop
 from .post_office import PostOffice
-from .queue import DELIVERING, READY, Reference
+from .qpid import dead_letter_exchange_name
+from .queue import DELIVERING, KILLED, READY, Reference
 
 __all__ = ["Redelivery", "redelivery_delay_ms", "CONSUMER_ROLLBACK", "SESSION_ROLLBACK"]
 
@@ -44,63 +61,135 @@ class Redelivery:
     Not thread-safe on its own: every method runs with the broker's lock held.
     """
 
-    __slots__ = ("_post_office", "_dead_letters", "_rng")
+    __slots__ = ("_post_office", "_dead_letters", "_rng", "_classic")
 
     def __init__(self, post_office: PostOffice, dead_letters: DeadLetters, rng: random.Random) -> None:
         self._post_office = post_office
         self._dead_letters = dead_letters
         self._rng = rng
+        # Classic's dead-letter path when the broker runs with an activemq.xml
+        self._classic = dead_letters if isinstance(dead_letters, ClassicDeadLetters) else None
 
     def cancel(self, ref: Reference, now: int, delay_override: int | None, failure: str = CONSUMER_ROLLBACK, *,
-               counted: bool = True) -> None:
+               counted: bool = True, policy: ClassicRedeliveryPolicy | None = None) -> None:
         """A failed delivery of a reference that has just left its consumer (state DELIVERING, no longer
         counted as delivering by its queue): dead-lettered, scheduled or back in its queue. ``failure``
-        names why, for the delivery history of a dead-letter copy.
+        names why, for the delivery history of a dead-letter copy; ``policy``: the consumer's
+        ClassicRedeliveryPolicy, if it has one.
 
         ``counted=False``: the reference was handed back without a failed delivery (its consumer or
-        session closed) and its count already lowered (Artemis's cancelRefs); as Artemis's
-        checkRedelivery with the redelivery delay ignored, the lowered count is persisted when it
+        session closed) and its count already lowered (Artemis's cancelRefs; ActiveMQ Classic keeps it);
+        as Artemis's checkRedelivery with the redelivery delay ignored, the count is persisted when it
         differs from the persisted one (in strict mode it reaches the operating system, as the
-        dispatch's did), the dead-letter rule applies to it, and no delay does.
+        dispatch's did), the dead-letter rule applies to it (Qpid's likewise; Classic has none for a
+        consumer that goes away), and no delay does.
 
         When the store fails the error propagates and the reference stays deliverable (READY, in order).
         """
-        post_office = self._post_office
         queue = ref.queue
-        data = ref.data
-        count = ref.delivery_count
-        repository = post_office.address_settings
-        cached = repository.cached          # an attribute, not a method: loaded first, then called
-        settings = cached(queue.address) or repository.get(queue.address)
-        stored = bool(data.durable_refs) and queue.durable
-        store = post_office.store
         if counted:
             ref.record_failure(now, failure)
         try:
-            if stored:
-                if counted:
-                    store.update_delivery_count(queue.queue_id, data.message_id, count)
-                else:
-                    store.update_delivery_count_after_cancel(queue.queue_id, data.message_id, count)
-            max_attempts = settings.max_delivery_attempts
-            if max_attempts > 0 and count >= max_attempts:
-                self._dead_letters.dead_letter(ref, settings, now)
-                return
-            delay = redelivery_delay_ms(settings, count, delay_override, self._rng) if counted else 0
-            if delay > 0:
-                due = now + delay
+            if policy is None and queue.qpid_policy is None and self._classic is None:
+                # Artemis's checkRedelivery, by the queue's address settings
+                post_office = self._post_office
+                data = ref.data
+                count = ref.delivery_count
+                repository = post_office.address_settings
+                cached = repository.cached          # an attribute, not a method: loaded first, then called
+                settings = cached(queue.address) or repository.get(queue.address)
+                stored = bool(data.durable_refs) and queue.durable
+                store = post_office.store
                 if stored:
-                    store.update_scheduled_delivery_time(queue.queue_id, data.message_id, due, count)
-                post_office.timers.schedule(ref, due)
+                    if counted:
+                        store.update_delivery_count(queue.queue_id, data.message_id, count)
+                    else:
+                        store.update_delivery_count_after_cancel(queue.queue_id, data.message_id, count)
+                max_attempts = settings.max_delivery_attempts
+                if max_attempts > 0 and count >= max_attempts:
+                    self._dead_letters.dead_letter(ref, settings, now)
+                    return
+                delay = redelivery_delay_ms(settings, count, delay_override, self._rng) if counted else 0
+                if delay > 0:
+                    due = now + delay
+                    if stored:
+                        store.update_scheduled_delivery_time(queue.queue_id, data.message_id, due, count)
+                    post_office.timers.schedule(ref, due)
+                    return
+            elif self._by_other_rules(ref, now, delay_override, policy, counted):
                 return
         except BaseException:
             if ref.state == DELIVERING:     # the store failed: the message stays, deliverable again
                 ref.state = READY
                 queue.add_sorted(ref)
             raise
-        ref.state = READY
+        ref.state = READY                   # back at once, in message order
         queue.add_sorted(ref)
-        if data.expiration:
-            post_office.timers.watch_expiry(ref)
+        if ref.data.expiration:
+            self._post_office.timers.watch_expiry(ref)
         if queue.waiters:
             queue.condition.notify()
+
+    def _by_other_rules(self, ref: Reference, now: int, delay_override: int | None,
+                        policy: ClassicRedeliveryPolicy | None, counted: bool) -> bool:
+        """Qpid's rule, a Classic consumer's policy or Classic's poison ack (module docstring): True when
+        the reference was dead-lettered, dropped or scheduled. Not ``counted`` (a consumer went away):
+        only Qpid's rule applies, to the lowered count."""
+        post_office = self._post_office
+        queue = ref.queue
+        data = ref.data
+        count = ref.delivery_count
+        if data.durable_refs and queue.durable:
+            if counted:
+                post_office.store.update_delivery_count(queue.queue_id, data.message_id, count)
+            else:
+                post_office.store.update_delivery_count_after_cancel(queue.queue_id, data.message_id, count)
+        qpid = queue.qpid_policy
+        delay = delay_override or 0
+        if qpid is not None:
+            if qpid.reached(count):
+                self._qpid_dead_letter(ref, qpid.dlq_enabled, now)
+                return True
+        elif not counted:
+            return False
+        elif policy is not None:
+            if policy.exceeded(count):
+                self._poison(ref, poison_cause(count, policy), now)
+                return True
+            if delay_override is None:
+                delay = policy.redelivery_delay_for(count, self._rng)
+        else:
+            self._poison(ref, None, now)
+            return True
+        if delay > 0:
+            post_office.schedule_again(ref, now + delay)
+            return True
+        return False
+
+    def _poison(self, ref: Reference, cause: str | None, now: int) -> None:
+        """A poison ack: Classic's dead-letter path, or (on an Artemis broker) the address settings'."""
+        if self._classic is not None:
+            self._classic.poison(ref, cause, now)
+            return
+        if cause is not None:       # Artemis's OpenWire poison ack records the cause on the message itself
+            ref.data.set_property(DLQ_DELIVERY_FAILURE_CAUSE, cause)
+        repository = self._post_office.address_settings
+        self._dead_letters.dead_letter(ref, repository.get(ref.queue.address), now, DeadLetterReason.POISON_ACK)
+
+    def _qpid_dead_letter(self, ref: Reference, dlq_enabled: bool, now: int) -> None:
+        """Qpid's sendToDLQOrDiscard: to the queue's dead-letter exchange, keeping the message, or dropped."""
+        post_office = self._post_office
+        queue = ref.queue
+        target = post_office.addresses.get(dead_letter_exchange_name(queue.name)) if dlq_enabled else None
+        if target is None or not target.has_queues():
+            log_drop("Qpid Broker-J", ref.data, queue.name, DeadLetterReason.MAX_DELIVERY_ATTEMPTS,
+                     f"delivered {ref.delivery_count} times, the maximum delivery count, and the queue has no DLQ")
+            queue.messages_dropped += 1
+            post_office.remove(ref, KILLED, True)
+            return
+        data = ref.data
+        properties = dict(data.properties) if data.properties else {}
+        add_account(properties, DeadLetterReason.MAX_DELIVERY_ATTEMPTS, now, ref.delivery_count, ref.failures or ())
+        copy = keeping_copy(data, post_office.new_message_id(), target.name, properties, expiration=data.expiration)
+        copy.durable = data.durable
+        self._dead_letters.move_copy(ref, copy, target, KILLED)
