@@ -438,3 +438,19 @@ def test_a_redelivery_from_the_delays_extension_survives_sigkill_with_its_time(t
         assert message.delivery_count == 2 and message.body == b"x"
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("backend", ["journal", "lmdb"])
+def test_a_consumer_that_goes_away_returns_the_message_redelivered_without_limit(tmp_path, backend):
+    broker = classic_broker(directory=tmp_path / "b", store=backend)
+    try:
+        broker.create_queue("q")
+        broker.send("q", b"x")
+        for count in range(1, 12):
+            consumer = broker.create_consumer("q", redelivery_policy=ClassicRedeliveryPolicy(maximum_redeliveries=2))
+            message = consumer.receive(0)
+            assert message.delivery_count == count and message.redelivered == (count > 1)
+            consumer.close()
+        assert "ActiveMQ.DLQ" not in broker.queue_names() and broker.queue("q").message_count == 1
+    finally:
+        broker.close()
