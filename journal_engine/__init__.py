@@ -20,6 +20,8 @@ from .broker.consumer import Consumer
 from .broker.message import Message
 from .broker.queue import QueueInfo
 from .broker.session import Session
+from .broker.dead_letter import DeadLetterReason
+from .broker.redrive import RedriveResult
 from .errors import MessageStateError, QueueExistsError, UnknownQueueError
 from .store.message_store import StoreTransaction
 from . import config, wildcard
@@ -37,5 +39,5 @@ __all__ = [
     "AddressSettings", "AddressSettingsRepository", "HierarchicalRepository", "Selector", "SelectorError", "wildcard",
     "config", "BrokerConfig",
     "Broker", "ClassicRedeliveryPolicy", "ClassicBrokerConfig", "ManualClock", "WallClock", "Consumer", "Message", "QueueInfo", "Session", "StoreTransaction",
-    "MessageStateError", "QueueExistsError", "UnknownQueueError",
+    "MessageStateError", "QueueExistsError", "UnknownQueueError", "DeadLetterReason", "RedriveResult",
 ]

@@ -77,7 +77,10 @@ class JournalFailedError(JournalIOError):
 
 
 class JournalLockedError(JournalError):
-    """Another Journal in this or another process holds the directory."""
+    """Another Journal in this or another process holds the directory; ``holder_pid`` is that
+    process's id when the holder wrote it (the message names it too)."""
+
+    holder_pid: int | None = None
 
 
 class ConfigError(JournalError, ValueError):

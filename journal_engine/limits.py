@@ -40,6 +40,8 @@ MIN_FILES_DEFAULT = 2
 COMPACT_MIN_FILES_DEFAULT = 10                  # Artemis's journal-compact-min-files
 COMPACT_PERCENTAGE_DEFAULT = 30                 # Artemis's journal-compact-percentage
 MAX_REDELIVERY_RECORDS_DEFAULT = 10             # Artemis's max-redelivery-records
+# a message is redriven from a dead-letter queue at most this many times (loop protection)
+REDRIVES_MAX_DEFAULT = 3
 BUFFER_SIZE_MIN_BYTES = SECTOR_SIZE_BYTES
 COMPACT_PERCENTAGE_MAX = 100
 # Artemis's JournalImpl.UPDATE_FACTOR: compact when replaceable updates outnumber adds this much

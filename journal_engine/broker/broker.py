@@ -41,6 +41,7 @@ from typing import Any
 
 from ..errors import ConfigError, JournalClosedError, MessageStateError, QueueExistsError, UnknownQueueError
 from ..store.message_store import MessageStore
+from ..limits import REDRIVES_MAX_DEFAULT
 from ..limits import check_max_redelivery_records as check_cap
 from .address_settings import AddressSettings, AddressSettingsRepository
 from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
@@ -60,6 +61,7 @@ from .qpid import QpidQueuePolicy, dead_letter_exchange_name, dead_letter_queue_
 from .queue import READY, QueueInfo, QueueState, Reference
 from .redelivery import Redelivery
 from .selector import Selector
+from .redrive import Redrive, RedriveResult, check_redrive_arguments
 from .session import Session
 from .timers import DeliveryTimers
 from .transactions import Transactions
@@ -149,6 +151,7 @@ class Broker:
             self._dead_letters = DeadLetters(self._post_office, self._dialect)
         self.classic_config = classic_config
         self._redelivery = Redelivery(self._post_office, self._dead_letters, rng)
+        self._redrive = Redrive(self._post_office, self._dialect)
         if self._store is not None:
             try:
                 self._post_office.load(self._store.load())
@@ -289,6 +292,25 @@ class Broker:
             self._delivery.pump_now()
             queue = self._queue_named(queue_name)
             return [Message(ref.data, 0, queue.name) for ref in queue.ready if ref.state == READY]
+
+    def redrive(self, from_queue: str, *, to_queue: str | None = None, filter: str | None = None,
+                limit: int | None = None, max_redrives: int = REDRIVES_MAX_DEFAULT) -> RedriveResult:
+        """Move dead letters from ``from_queue`` back to their original queue (``to_queue``: to that
+        queue instead), with an audit trail, in one store transaction (broker/redrive.py).
+
+        ``filter``: a JMS selector over the dead letters (e.g. ``"_AMQ_ORIG_ADDRESS = 'orders'"``);
+        ``limit``: at most this many; a message already redriven ``max_redrives`` times is refused
+        and stays. Scheduled messages and messages in delivery are not moved. UnknownQueueError for
+        an unknown queue, SelectorError for a bad filter, ConfigError for a bad limit.
+        """
+        check_redrive_arguments(limit, max_redrives)
+        selector = Selector(filter) if filter is not None and filter.strip() else None
+        with self._gate.lock:
+            self._gate.check_open()
+            self._delivery.pump_now()
+            source = self._queue_named(from_queue)
+            target = self._queue_named(to_queue) if to_queue is not None else None
+            return self._redrive.run(source, target, selector, limit, max_redrives, self._clock.now_ms())
 
     # ------------------------------------------------------------------------------- sending
     def send(self, address: str, body, *, properties: Mapping | None = None, durable: bool = True,

@@ -77,6 +77,7 @@ from ..errors import (
     JournalClosedError,
     JournalError,
     JournalFailedError,
+    JournalIOError,
     StoreFullError,
     UnknownRecordError,
     UnknownTransactionError,
@@ -184,7 +185,9 @@ class LmdbRecordStore:
     def __init__(self, directory, *, sync: str = SYNC_MODE_DEFAULT, replaceable_types: dict | None = None,
                  map_size: int = MAP_SIZE_DEFAULT_BYTES, map_size_max: int = MAP_SIZE_MAX_DEFAULT_BYTES,
                  buffer_timeout_us: int = BUFFER_TIMEOUT_DEFAULT_US, buffer_size: int = BUFFER_SIZE_DEFAULT_BYTES,
-                 max_readers: int = 126) -> None:
+                 max_readers: int = 126, read_only: bool = False) -> None:
+        """``read_only``: an inspection (the tools): nothing is created, locked or written; load() reads
+        a snapshot and every write raises JournalClosedError. JournalIOError when the directory is absent."""
         if sync not in SYNC_MODE_NAMES:
             raise ConfigError("sync", sync, f"must be one of {', '.join(SYNC_MODE_NAMES)}")
         if not isinstance(map_size, int) or map_size < MAP_SIZE_MIN_BYTES:
@@ -238,17 +241,27 @@ class LmdbRecordStore:
         self._wait_by_default = sync == "always"            # sync=None waits for the disk
         self._gate = threading.Condition(self._gate_lock)
 
-        os.makedirs(self.directory, exist_ok=True)
+        self.read_only = bool(read_only)
+        if self.read_only:
+            if not os.path.isdir(self.directory):
+                raise JournalIOError(f"no LMDB store directory at {self.directory}", errno=errno.ENOENT,
+                                     path=self.directory, hint="check the path; read_only=True creates nothing")
+        else:
+            os.makedirs(self.directory, exist_ok=True)
         if stored_backend(self.directory) == "journal":
             raise IncompatibleFormatError(
                 "the directory holds journal files, not an LMDB store", path=self.directory,
                 hint='open it with backend="journal" (or Journal), or give the LMDB store an empty directory')
-        self._directory_lock = DirectoryLock(self.directory, LOCK_FILE, "LmdbRecordStore")
+        # a read-only store takes no lock and opens LMDB without its lock file (lock.mdb is written
+        # by every locking reader): a snapshot for inspection, taken while no writer runs
+        self._directory_lock = (None if self.read_only
+                                else DirectoryLock(self.directory, LOCK_FILE, "LmdbRecordStore"))
         durable = sync != "none"
         try:
             self._env = lmdb.open(self.directory, map_size=map_size, subdir=True, max_dbs=len(_DATABASES),
                                   sync=durable, metasync=durable, writemap=False, meminit=False,
-                                  max_readers=max_readers, lock=True)
+                                  max_readers=max_readers, lock=not self.read_only, readonly=self.read_only,
+                                  create=not self.read_only)
         except lmdb.Error as exc:
             self._release_lock_file()
             raise IncompatibleFormatError(f"not an LMDB environment this store can open: {exc}",
@@ -279,7 +292,8 @@ class LmdbRecordStore:
         return f"LmdbRecordStore({self.directory!r}, sync={self.sync_mode!r}, state={self._state})"
 
     def _release_lock_file(self) -> None:
-        self._directory_lock.release()
+        if self._directory_lock is not None:
+            self._directory_lock.release()
 
     def close(self) -> None:
         """Commit and sync what was appended, stop the flusher, close the environment."""
@@ -359,9 +373,13 @@ class LmdbRecordStore:
                 prepared.append(PreparedTransaction(tx_id, xid, [
                     TransactionRecord(_TX_KIND_NAMES[kind], record_id, record_type, body)
                     for kind, record_id, record_type, body in ops]))
+        self._live = set(records)
+        if self.read_only:
+            self._state = "read-only"
+            report.duration_s = time.perf_counter() - started
+            return LoadResult(records=records, prepared=prepared, report=report)
         if tag is None:
             self._write_batch([], initialize=True)
-        self._live = set(records)
         self._state = "loaded"
         if self.sync_mode == "group":
             self._flusher = threading.Thread(target=self._run_flusher, name="lmdb-store-flusher", daemon=True)
@@ -608,6 +626,8 @@ class LmdbRecordStore:
 
     # ----- the batch and the write baton -------------------------------------------------------------------
     def _check_writable(self) -> None:
+        if self._state == "read-only":
+            raise JournalClosedError("the store was opened read-only (an inspection); it takes no writes")
         if self._state != "loaded":
             raise JournalClosedError("the store is closed or not loaded; call load() after opening")
         if self._failure is not None:

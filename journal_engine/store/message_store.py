@@ -13,6 +13,7 @@ The hot writes (45 + 32 at a send, 33 at an ack, 34, 36) go through the compiled
 """
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 
 from .. import _impl
 from ..errors import (ConfigError, CorruptRecordError, DuplicateRecordError, JournalClosedError, JournalError,
-                      UnknownRecordError)
+                      JournalIOError, UnknownRecordError)
 from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, COMPACT_MIN_FILES_DEFAULT,
                       COMPACT_PERCENTAGE_DEFAULT, FILE_SIZE_DEFAULT_BYTES, MAX_REDELIVERY_RECORDS_DEFAULT,
                       MIN_FILES_DEFAULT, SYNC_MODE_DEFAULT, check_max_redelivery_records)
@@ -100,6 +101,9 @@ class MessageStore:
     * ``strict_delivery_sync``: with the previous option, wait for a shared fdatasync instead, so a
       power cut loses nothing either; default False.
     * ``sync``: the journals' mode, ``"always"``, ``"group"`` (default) or ``"none"``.
+    * ``read_only``: an inspection (the tools): the record stores open read-only, load() returns
+      what a writing load would and changes nothing (no deletes, no shadow), every write raises
+      ``JournalClosedError``; JournalIOError when the directory is absent. Default False.
     * ``clock``: an object with ``now_ms()`` (e.g. ``ManualClock``) for scheduled times at load;
       default the wall clock.
     * ``file_size`` (bytes, default 10 MiB), ``min_files`` (2), ``buffer_timeout_us`` (µs, 500),
@@ -118,7 +122,7 @@ class MessageStore:
                  sync: str = SYNC_MODE_DEFAULT, clock=None, file_size: int = FILE_SIZE_DEFAULT_BYTES,
                  min_files: int = MIN_FILES_DEFAULT, buffer_timeout_us: int = BUFFER_TIMEOUT_DEFAULT_US,
                  buffer_size: int = BUFFER_SIZE_DEFAULT_BYTES, compact_min_files: int = COMPACT_MIN_FILES_DEFAULT,
-                 compact_percentage: int = COMPACT_PERCENTAGE_DEFAULT) -> None:
+                 compact_percentage: int = COMPACT_PERCENTAGE_DEFAULT, read_only: bool = False) -> None:
         if backend not in BACKENDS:
             raise ConfigError("backend", backend, f"use one of {', '.join(BACKENDS)}")
         check_max_redelivery_records(max_redelivery_records)
@@ -132,6 +136,7 @@ class MessageStore:
                               "only applies with persist_delivery_count_before_delivery=True")
         self.directory = os.fspath(directory)
         self.backend = backend
+        self.read_only = bool(read_only)
         self.max_redelivery_records = max_redelivery_records
         self.persist_delivery_count_before_delivery = persist_delivery_count_before_delivery
         self.strict_delivery_sync = strict_delivery_sync
@@ -139,13 +144,19 @@ class MessageStore:
         self._clock = clock
         options = dict(min_files=min_files, sync=sync, buffer_timeout_us=buffer_timeout_us,
                        buffer_size=buffer_size, compact_min_files=compact_min_files,
-                       compact_percentage=compact_percentage)
-        os.makedirs(self.directory, exist_ok=True)
+                       compact_percentage=compact_percentage, read_only=self.read_only)
+        if self.read_only:
+            if not os.path.isdir(self.directory):
+                raise JournalIOError(f"no message store at {self.directory}", errno=errno.ENOENT,
+                                     path=self.directory, hint="check the path; read_only=True creates nothing")
+        else:
+            os.makedirs(self.directory, exist_ok=True)
         if backend == "lmdb":
             # the same two record stores (store/interface.py) on LMDB; the record writer reaches it
             # through the protocol (the journal's core it writes into directly)
             from .lmdb_store import LmdbRecordStore
-            lmdb_options = dict(sync=sync, buffer_timeout_us=buffer_timeout_us, buffer_size=buffer_size)
+            lmdb_options = dict(sync=sync, buffer_timeout_us=buffer_timeout_us, buffer_size=buffer_size,
+                                read_only=self.read_only)
             self._journal = LmdbRecordStore(os.path.join(self.directory, MESSAGES_DIRECTORY),
                                             replaceable_types=REPLACEABLE_TYPES, **lmdb_options)
             try:
@@ -302,6 +313,10 @@ class MessageStore:
                     state.unknown_queue_references.setdefault(queue_id, []).append(reference)
                 restored.append((queue_id, message_id, count))
         self._queues = dict(state.queues)
+        if self.read_only:      # an inspection: what a writing load would do is reported, not done
+            self._state = "loaded"
+            state.counts_from_shadow = len(from_shadow)
+            return state
         for queue_id, message_id, count in restored:
             self._writer.add_reference(queue_id, message_id, count)
         self._state = "loaded"

@@ -1,0 +1,142 @@
+"""Redrive: dead-lettered messages back to their queue, with an audit trail and loop protection.
+
+SQS's DLQ redrive and Artemis's ``retryMessages`` give a dead letter another chance; neither says on
+the message that it happened, so a message that fails for good can circle between its queue and the
+dead-letter queue for ever. Here each redriven message is a new message (a new id, the copy's body
+and properties, delivery count 0) put straight on its target queue: the queue its dead-letter copy
+names in ``_AMQ_ORIG_QUEUE`` (``_HQ_ORIG_QUEUE``), or the one the caller names. It carries:
+
+* ``_JE_REDRIVE_COUNT``: how many times the message has been redriven, this one included;
+* ``_JE_REDRIVE_TIME``: when (epoch ms);
+* ``_JE_REDRIVE_SOURCE``: the dead-letter queue it came from.
+
+Its dead-letter properties (``_AMQ_ORIG_*``, ``_JE_DEAD_LETTER_*``, the delivery history) stay as
+they were, so the trail of the last failure is still on it. When it fails again, its next
+dead-letter copy keeps ``_JE_REDRIVE_COUNT``; a message whose count reached ``max_redrives`` is
+refused, and stays in the dead-letter queue. Every move of one call is one store transaction
+(the new messages, their references, the acknowledgements of the dead-letter copies, COMMIT):
+all of them happen, or none.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+from ..limits import REDRIVES_MAX_DEFAULT
+from .dead_letter import Dialect
+from .message import HEADER_NAMES, MessageData
+from .post_office import PostOffice
+from .queue import NORMAL, READY, QueueState, Reference
+from .selector import Selector
+
+__all__ = ["REDRIVE_COUNT", "REDRIVE_TIME", "REDRIVE_SOURCE", "RedriveResult", "Redrive", "redrive_count"]
+
+REDRIVE_COUNT = "_JE_REDRIVE_COUNT"
+REDRIVE_TIME = "_JE_REDRIVE_TIME"
+REDRIVE_SOURCE = "_JE_REDRIVE_SOURCE"
+
+
+@dataclass
+class RedriveResult:
+    """What one redrive did: ``moved`` (dead-letter copy id, new message id, target queue) and
+    ``refused`` (dead-letter copy id, why), both in queue order."""
+
+    source: str
+    moved: list[tuple[int, int, str]] = field(default_factory=list)
+    refused: list[tuple[int, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"source": self.source,
+                "moved": [{"message_id": old, "new_message_id": new, "queue": queue} for old, new, queue in self.moved],
+                "refused": [{"message_id": old, "reason": why} for old, why in self.refused]}
+
+
+def redrive_count(properties) -> int:
+    """How many times a message was redriven (0 when never, or when the property is not an integer)."""
+    value = properties.get(REDRIVE_COUNT) if properties else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def check_redrive_arguments(limit: int | None, max_redrives: int) -> None:
+    """ConfigError for a limit or a loop bound that is not an integer >= 0 (None: no limit)."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ConfigError("limit", limit, "must be an integer >= 0, or None for every message")
+    if isinstance(max_redrives, bool) or not isinstance(max_redrives, int) or max_redrives < 0:
+        raise ConfigError("max_redrives", max_redrives,
+                          f"must be an integer >= 0 (how often one message may be redriven; "
+                          f"default {REDRIVES_MAX_DEFAULT})")
+
+
+class Redrive:
+    """Moves dead letters back for the broker (see the module docstring). Runs with the broker's lock held."""
+
+    __slots__ = ("_post_office", "_dialect")
+
+    def __init__(self, post_office: PostOffice, dialect: Dialect) -> None:
+        self._post_office = post_office
+        self._dialect = dialect
+
+    def run(self, source: QueueState, target: QueueState | None, selector: Selector | None, limit: int | None,
+            max_redrives: int, now: int) -> RedriveResult:
+        """Redrive the deliverable messages of ``source`` that ``selector`` accepts (all when None), at
+        most ``limit`` of them, to ``target`` (None: each one's original queue). Store errors
+        propagate with nothing moved."""
+        result = RedriveResult(source.name)
+        queues = self._post_office.queues
+        moves: list[tuple[Reference, MessageData, QueueState]] = []
+        for ref in source.ready:
+            if limit is not None and len(moves) >= limit:
+                break
+            if ref.state != READY:
+                continue
+            data = ref.data
+            if selector is not None and not selector.matches(
+                    data.properties, data.headers() if selector.identifiers & HEADER_NAMES else None):
+                continue
+            properties = dict(data.properties) if data.properties else {}
+            count = redrive_count(properties)
+            if count >= max_redrives:
+                result.refused.append((data.message_id, f"redriven {count} times already (max_redrives "
+                                                        f"{max_redrives}); it stays in {source.name}"))
+                continue
+            destination = target
+            if destination is None:
+                original = properties.get(self._dialect.orig_queue)
+                destination = queues.get(original) if isinstance(original, str) else None
+                if destination is None:
+                    result.refused.append((data.message_id, "no original queue to go back to" if original is None
+                                           else f"its original queue {original!r} does not exist; name one with to_queue"))
+                    continue
+            properties[REDRIVE_COUNT] = count + 1
+            properties[REDRIVE_TIME] = now
+            properties[REDRIVE_SOURCE] = source.name
+            copy = MessageData(self._post_office.new_message_id(), destination.address, data.body, properties,
+                               data.durable, data.expiration, data.routing_type)
+            moves.append((ref, copy, destination))
+        self._store(source, moves)
+        for ref, copy, destination in moves:
+            self._post_office.remove(ref, NORMAL, False)
+            self._post_office.enqueue(copy, [destination], 0)
+            result.moved.append((ref.data.message_id, copy.message_id, destination.name))
+        return result
+
+    def _store(self, source: QueueState, moves: list) -> None:
+        """Every move in one store transaction, durable when this returns."""
+        post_office = self._post_office
+        store = post_office.store
+        if store is None or not moves:
+            return
+        tx = store.transaction()
+        try:
+            for ref, copy, destination in moves:
+                if copy.durable and destination.durable:
+                    post_office.store_new(copy, [destination], 0, tx)
+                if ref.data.durable_refs and source.durable:
+                    tx.store_acknowledge(source.queue_id, ref.data.message_id)
+            tx.commit(sync=True)
+        except BaseException:
+            if tx.state == "open":
+                tx.rollback(sync=False)
+            for _ref, copy, _destination in moves:
+                copy.durable_refs = 0
+            raise
