@@ -201,6 +201,7 @@ def test_dead_letter_copy_survives_a_restart_and_the_original_does_not(tmp_path,
     assert copy.properties == {"n": 1, "_AMQ_ORIG_QUEUE": "orders", "_AMQ_ORIG_ADDRESS": "orders",
                                "_AMQ_ORIG_MESSAGE_ID": original_id,
                                "_JE_DEAD_LETTER_REASON": "max-delivery-attempts", "_JE_DEAD_LETTER_TIME": NOW,
+                               "_JE_DEAD_LETTER_COUNT": 1,
                                "_JE_ORIG_DELIVERY_COUNT": 2,
                                "_JE_DELIVERY_HISTORY": f'[{{"time":{NOW},"reason":"rollback"}},{{"time":{NOW},"reason":"rollback"}}]'}
     broker.close()
@@ -260,6 +261,7 @@ def test_expiry_moves_to_the_expiry_address_with_actual_expiry(broker, clock):
     assert copy.properties == {"p": "v", "_AMQ_ORIG_QUEUE": "q", "_AMQ_ORIG_ADDRESS": "q",
                                "_AMQ_ORIG_MESSAGE_ID": original_id, "_AMQ_ACTUAL_EXPIRY": NOW + 150,
                                "_JE_DEAD_LETTER_REASON": "expired", "_JE_DEAD_LETTER_TIME": NOW + 150,
+                               "_JE_DEAD_LETTER_COUNT": 1,
                                "_JE_ORIG_DELIVERY_COUNT": 0, "_JE_DELIVERY_HISTORY": "[]"}
 
 

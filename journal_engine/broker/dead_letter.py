@@ -31,6 +31,8 @@ dead-letter queue without the broker's log (docs/cli.md lists the names):
 * ``_JE_DEAD_LETTER_REASON``: one of ``DeadLetterReason`` (``max-delivery-attempts``, ``expired``,
   ``poison-ack``, ``no-route``, ...), given by the path that made the copy;
 * ``_JE_DEAD_LETTER_TIME``: when the copy was made (epoch ms);
+* ``_JE_DEAD_LETTER_COUNT``: how many times the message has been dead-lettered, this time included
+  (a redriven message that fails again counts on; broker/redrive.py);
 * ``_JE_ORIG_DELIVERY_COUNT``: the original reference's delivery count at that moment;
 * ``_JE_DELIVERY_HISTORY``: a JSON list of ``{"time": ms, "reason": ...}``, one per failed delivery
   this broker saw of the reference (attempts before a restart count in the delivery count only).
@@ -49,7 +51,7 @@ from .post_office import PostOffice
 from .queue import EXPIRED, KILLED, NORMAL, AddressState, QueueState, Reference
 
 __all__ = ["Dialect", "DIALECTS", "ROUTING_TYPE_CODES", "DeadLetterReason", "DEAD_LETTER_REASONS",
-           "DEAD_LETTER_REASON", "DEAD_LETTER_TIME", "ORIG_DELIVERY_COUNT", "DELIVERY_HISTORY",
+           "DEAD_LETTER_REASON", "DEAD_LETTER_TIME", "DEAD_LETTER_COUNT", "ORIG_DELIVERY_COUNT", "DELIVERY_HISTORY",
            "encode_history", "decode_history", "add_account", "make_copy", "resource_queue_name", "origin_filter",
            "dialect_named", "DeadLetters", "log_drop", "KILLED", "EXPIRED", "NORMAL"]
 
@@ -76,6 +78,7 @@ DEAD_LETTER_REASONS = frozenset(value for name, value in vars(DeadLetterReason).
 # the copy's own account of itself (both dialects)
 DEAD_LETTER_REASON = "_JE_DEAD_LETTER_REASON"
 DEAD_LETTER_TIME = "_JE_DEAD_LETTER_TIME"
+DEAD_LETTER_COUNT = "_JE_DEAD_LETTER_COUNT"
 ORIG_DELIVERY_COUNT = "_JE_ORIG_DELIVERY_COUNT"
 DELIVERY_HISTORY = "_JE_DELIVERY_HISTORY"
 
@@ -135,6 +138,8 @@ def add_account(properties: dict, reason: str, now_ms: int, delivery_count: int,
         raise ValueError(f"dead-letter reason {reason!r}: use one of {', '.join(sorted(DEAD_LETTER_REASONS))}")
     properties[DEAD_LETTER_REASON] = reason
     properties[DEAD_LETTER_TIME] = now_ms
+    previous = properties.get(DEAD_LETTER_COUNT)
+    properties[DEAD_LETTER_COUNT] = previous + 1 if isinstance(previous, int) and not isinstance(previous, bool) else 1
     properties[ORIG_DELIVERY_COUNT] = delivery_count
     properties[DELIVERY_HISTORY] = encode_history(failures)
 

@@ -349,14 +349,9 @@ class Journal(JournalCore):
 
     # ----- compaction ---------------------------------------------------------------------------
     def needs_compaction(self) -> bool:
-        """The Artemis trigger: more than compact_min_files data files and little live data,
-        or replaceable updates outnumbering adds by COMPACT_UPDATE_FACTOR."""
-        data_files = len(self._data_files)
-        if self.compact_min_files == 0 or data_files <= self.compact_min_files:
-            return False
-        if self.live_bytes < data_files * self.file_size * self.compact_percentage / 100:
-            return True
-        return self.add_count > 0 and self.replaceable_update_count / self.add_count > COMPACT_UPDATE_FACTOR
+        """The Artemis trigger (``compaction_due``) on this journal's numbers now."""
+        return compaction_due(len(self._data_files), self.file_size, self.live_bytes, self.add_count,
+                              self.replaceable_update_count, self.compact_min_files, self.compact_percentage)
 
     def _maybe_compact(self) -> None:
         if self._compaction_thread is not None and self._compaction_thread.is_alive():
@@ -498,6 +493,18 @@ class Journal(JournalCore):
                 self.close()
         except Exception:
             pass
+
+
+def compaction_due(data_files: int, file_size: int, live_bytes: int, adds: int, replaceable_updates: int,
+                   compact_min_files: int = COMPACT_MIN_FILES_DEFAULT,
+                   compact_percentage: int = COMPACT_PERCENTAGE_DEFAULT) -> bool:
+    """The Artemis trigger: more than compact_min_files data files and little live data, or
+    replaceable updates outnumbering adds by COMPACT_UPDATE_FACTOR (also the tools' advice)."""
+    if compact_min_files == 0 or data_files <= compact_min_files:
+        return False
+    if live_bytes < data_files * file_size * compact_percentage / 100:
+        return True
+    return adds > 0 and replaceable_updates / adds > COMPACT_UPDATE_FACTOR
 
 
 def _header_of(segment: Segment) -> FileHeader:

@@ -1,0 +1,67 @@
+"""Output of the commands: rich tables and progress for people, JSON for programs, one-line errors.
+
+Exit statuses (docs/cli.md): 0 done / healthy; 1 damage found (verify, or a corrupt journal a
+command could not read); 2 bad usage, or no journal where one was expected; 3 an I/O error (a
+missing permission, a failing disk); 4 the journal is in use by another process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+EXIT_OK = 0
+EXIT_DAMAGE = 1
+EXIT_USAGE = 2
+EXIT_IO = 3
+EXIT_IN_USE = 4
+
+_WIDTH_WHEN_PIPED = 160
+
+
+def stdout() -> Console:
+    """The console of results: tables keep their columns when piped (no 80-column squeeze)."""
+    out = click.get_text_stream("stdout")
+    console = Console(file=out, highlight=False, soft_wrap=False)
+    if not console.is_terminal:
+        console = Console(file=out, highlight=False, width=_WIDTH_WHEN_PIPED, color_system=None)
+    return console
+
+
+def stderr() -> Console:
+    return Console(file=click.get_text_stream("stderr"), highlight=False)
+
+
+def emit_json(document) -> None:
+    """One JSON document on stdout (what ``--json`` promises a program)."""
+    click.echo(json.dumps(document, indent=2, default=str))
+
+
+def emit_json_line(document) -> None:
+    """One NDJSON line on stdout."""
+    click.echo(json.dumps(document, separators=(",", ":"), default=str))
+
+
+@contextmanager
+def progress(description: str, total: int | None) -> Iterator:
+    """A progress bar on stderr while long work runs (none when stderr is not a terminal, or with
+    JOURNAL_ENGINE_NO_PROGRESS set); yields advance(n=1)."""
+    console = stderr()
+    if not console.is_terminal or os.environ.get("JOURNAL_ENGINE_NO_PROGRESS"):
+        yield lambda n=1: None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n=1: bar.advance(task, n)
+
+
+def fail_line(message: str) -> None:
+    """The one line an operating error gives (on stderr)."""
+    print(f"journal-engine: error: {message}", file=sys.stderr)

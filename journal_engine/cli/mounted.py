@@ -1,0 +1,105 @@
+"""The products' own commands, mounted: `demo`, `bench`, `crash-test`, `serve-stomp`.
+
+`bench` and `crash-test` keep the option parsers of their modules (benchmarking.runner, crashtest):
+their arguments pass through untouched, so their owners change options in one place.
+"""
+from __future__ import annotations
+
+import argparse
+
+import click
+
+from .console import EXIT_USAGE, fail_line
+
+__all__ = ["COMMANDS"]
+
+_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+
+
+def _parse(parser: argparse.ArgumentParser, arguments) -> argparse.Namespace | int:
+    """argparse's result, or the exit status it chose (--help, a bad option)."""
+    try:
+        return parser.parse_args(list(arguments))
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else EXIT_USAGE
+
+
+@click.command("bench", context_settings=_PASS_THROUGH, add_help_option=False)
+@click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
+def bench_command(arguments) -> int:
+    """Benchmark the journal, the LMDB store and their peers against this machine's own limits
+    (--quick: about a minute; --help for the options)."""
+    from ..benchmarking import runner
+    parser = argparse.ArgumentParser(prog="journal-engine bench", description=bench_command.help)
+    runner.add_arguments(parser)
+    parsed = _parse(parser, arguments)
+    return parsed if isinstance(parsed, int) else runner.main(parsed)
+
+
+def _crash_test_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="journal-engine crash-test", description=crash_test_command.help)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--ci", dest="size", action="store_const", const="ci", help="the CI-size campaign")
+    size.add_argument("--long", dest="size", action="store_const", const="long", help="the nightly campaign")
+    size.add_argument("--smoke", dest="size", action="store_const", const="smoke",
+                      help="a few seconds of each fault mode (for test suites)")
+    parser.add_argument("--seed", type=int, default=None, help="makes the campaign repeatable")
+    parser.add_argument("--json", dest="json_path", metavar="FILE", help="write the report as JSON")
+    parser.add_argument("--scratch", metavar="DIR", help="where the crashed journals go (default: a temporary "
+                                                         "directory)")
+    parser.add_argument("--store", default="journal",
+                        help="journal, lmdb, or a factory of your own record store: package.module:factory")
+    parser.set_defaults(size="quick")
+    return parser
+
+
+@click.command("crash-test", context_settings=_PASS_THROUGH, add_help_option=False)
+@click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
+def crash_test_command(arguments) -> int:
+    """Crash a journal workload in every fault mode, recover, check every invariant; prints
+    violations: N (docs/crash-testing.md; --help for the options)."""
+    from ..crashtest.command import run
+    parsed = _parse(_crash_test_parser(), arguments)
+    if isinstance(parsed, int):
+        return parsed
+    return run(parsed.size, parsed.seed, parsed.json_path, parsed.scratch, parsed.store)
+
+
+@click.command("serve-stomp")
+@click.option("--data", required=True, type=click.Path(path_type=str), help="the store's directory (created if missing)")
+@click.option("--port", type=int, default=61613, show_default=True, help="0: any free port (the first line printed tells)")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--backend", type=click.Choice(["journal", "lmdb"]), default="journal", show_default=True)
+@click.option("--sync", type=click.Choice(["group", "always", "none"]), default="group", show_default=True)
+@click.option("--max-delivery-attempts", type=int, default=10, show_default=True, help="-1: unlimited")
+@click.option("--dead-letter-queue", default="/queue/DLQ", show_default=True,
+              help="empty: drop what fails too often")
+@click.option("--redelivery-delay-ms", type=int, default=0, show_default=True)
+def serve_stomp_command(data, port, host, backend, sync, max_delivery_attempts, dead_letter_queue,
+                        redelivery_delay_ms) -> int:
+    """Run a STOMP broker (coilmq) whose queues live in a journal_engine store (docs/integrations.md)."""
+    try:
+        from ..integrations.coilmq import serve
+    except ImportError as exc:
+        fail_line(f"serve-stomp: {exc}; install it with: pip install 'journal_engine[coilmq]'")
+        return EXIT_USAGE
+    return serve(data, port, host, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
+                 dead_letter_queue=dead_letter_queue or None, redelivery_delay_ms=redelivery_delay_ms)
+
+
+@click.command("demo")
+@click.option("--seconds", type=click.FloatRange(min=0.5), default=4.0, show_default=True,
+              help="how long the child broker runs under load before the SIGKILL")
+@click.option("--keep", type=click.Path(file_okay=False, path_type=str),
+              help="use and keep this directory instead of a temporary one")
+@click.option("--png", type=click.Path(dir_okay=False, path_type=str),
+              help="where the chart goes (default: journal-engine-demo.png in the demo's directory)")
+@click.option("--seed", type=int, help="seed of the workload and the kill time")
+def demo_command(seconds: float, keep, png, seed) -> int:
+    """The main job, end to end: a broker with redelivery and dead-letter settings under load, a SIGKILL,
+    recovery checked message by message, a DLQ listed and redriven with its audit trail, and a chart."""
+    from .. import demo
+    return demo.run(seconds=seconds, keep=keep, png=png, seed=seed)
+
+
+COMMANDS = [demo_command, bench_command, crash_test_command, serve_stomp_command]

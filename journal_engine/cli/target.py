@@ -1,0 +1,114 @@
+"""What a directory given to a command holds, and its readers — read-only by construction.
+
+A directory is one of: a journal (``journal-*.jej`` files), an LMDB record store (``data.mdb``),
+or a message store / broker directory (``messages/`` and ``bindings/``, each a journal or an LMDB
+store, as ``Broker(dir)`` and ``MessageStore(dir)`` write them). Every reader here opens what it
+reads read-only (``Journal(read_only=True)``, ``MessageStore(read_only=True)``, the recovery
+analysis, the scan decoder over a read-only mapping): an inspection never writes, truncates, rolls
+back, locks or creates anything.
+"""
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+from .._impl import scan_frames
+from ..errors import JournalError, JournalIOError
+from ..storage.format import stamp_of
+from ..storage.segment_files import DataFile, list_directory
+from ..store.interface import stored_backend
+from ..store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY, MessageStore
+
+__all__ = ["Target", "NoJournalError", "locate", "journal_frames"]
+
+
+class NoJournalError(JournalError):
+    """The directory holds no journal, LMDB store or message store (a usage error: exit status 2)."""
+
+    def __init__(self, path: str, why: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {why}",
+                         hint="give a journal directory (journal-*.jej files), an LMDB store (data.mdb) or a "
+                              "broker directory (messages/ and bindings/)")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One record store of a target: its name ("journal", "messages", "bindings"), path and backend."""
+
+    name: str
+    path: str
+    backend: str        # "journal" or "lmdb"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A directory and the record stores it holds. ``store``: a message store (messages/, bindings/)."""
+
+    path: str
+    parts: tuple[Part, ...]
+    store: bool
+
+    @property
+    def backend(self) -> str:
+        return self.parts[0].backend
+
+    def open_store(self) -> MessageStore:
+        """The message store, read-only (its load() changes nothing)."""
+        return MessageStore(self.path, backend=self.backend, read_only=True)
+
+
+def _check_directory(path: str) -> None:
+    """A missing path, a file, or a directory this process may not read: one clear error each."""
+    if not os.path.exists(path):
+        raise NoJournalError(path, "no such directory")
+    if not os.path.isdir(path):
+        raise NoJournalError(path, "not a directory")
+    try:
+        os.listdir(path)
+    except PermissionError as exc:
+        raise JournalIOError(f"{path}: permission denied reading the directory", errno=exc.errno, path=path,
+                             hint="run as a user who may read it (or fix its permissions)") from None
+    except OSError as exc:
+        raise JournalIOError(f"{path}: cannot list the directory: {exc.strerror}", errno=exc.errno, path=path,
+                             hint="check the disk and the path") from None
+
+
+def locate(path: str) -> Target:
+    """What ``path`` holds (see the module docstring); NoJournalError when nothing, JournalIOError
+    when it cannot be read."""
+    path = os.fspath(path)
+    _check_directory(path)
+    backend = stored_backend(path)
+    if backend is not None:
+        return Target(path, (Part("journal", path, backend),), store=False)
+    parts = []
+    for name in (MESSAGES_DIRECTORY, BINDINGS_DIRECTORY):
+        sub = os.path.join(path, name)
+        if os.path.isdir(sub):
+            _check_directory(sub)
+            sub_backend = stored_backend(sub)
+            if sub_backend is not None:
+                parts.append(Part(name, sub, sub_backend))
+    if not parts:
+        raise NoJournalError(path, "no journal found here")
+    if len({part.backend for part in parts}) > 1:
+        raise NoJournalError(path, "messages/ and bindings/ were written by different backends")
+    return Target(path, tuple(parts), store=True)
+
+
+def journal_frames(directory: str) -> Iterator[tuple[DataFile, list]]:
+    """Each data file of a journal directory in replay order with its frames, decoded by the one scan
+    decoder: (offset, FrameCheck, kind, user record type, record id, tx id, body) each. Read-only:
+    the listing reads an interrupted compaction as finished and removes nothing."""
+    for data in list_directory(directory, as_if_compacted=True).data:
+        try:
+            with open(data.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                frames = scan_frames(view, stamp_of(data.header.file_id), data.header.data_start)
+        except OSError as exc:
+            raise JournalIOError(f"{data.path}: cannot read: {exc.strerror}", errno=exc.errno or errno.EIO,
+                                 path=data.path, hint="check the file's permissions and the disk") from None
+        yield data, frames
