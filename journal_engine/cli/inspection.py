@@ -10,7 +10,7 @@ from collections import Counter
 import click
 from rich.table import Table
 
-from ..errors import CorruptRecordError, JournalError
+from ..errors import CorruptRecordError
 from ..limits import COMPACT_MIN_FILES_DEFAULT, COMPACT_PERCENTAGE_DEFAULT
 from ..record_format import REPLACEABLE_TYPES, FrameCheck, RecordKind, RecordType
 from ..storage.journal import compaction_due
