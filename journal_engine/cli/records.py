@@ -7,6 +7,7 @@ arranges what it returns, so there is no second reading of the format here.
 from __future__ import annotations
 
 import base64
+import enum
 from dataclasses import dataclass
 
 from ..errors import CorruptRecordError
@@ -68,25 +69,25 @@ def decode_fields(record_id: int, record_type: int, body: bytes, *, path=None) -
     return {}
 
 
-def parse_kind(text: str) -> int:
-    """A record kind by name (ADD, update, ...) or number; ValueError naming the choices."""
+def _parse_named(text: str, names: type[enum.IntEnum], what: str) -> int:
+    """A member of ``names`` by name (any case) or any number; ValueError naming the choices."""
     if text.isdigit():
         return int(text)
     try:
-        return int(RecordKind[text.upper()])
+        return int(names[text.upper()])
     except KeyError:
-        raise ValueError(f"unknown record kind {text!r}; use one of {', '.join(k.name for k in RecordKind)}") from None
+        raise ValueError(f"unknown {what} {text!r}; use a number or one of "
+                         f"{', '.join(member.name for member in names)}") from None
+
+
+def parse_kind(text: str) -> int:
+    """A record kind by name (ADD, update, ...) or number."""
+    return _parse_named(text, RecordKind, "record kind")
 
 
 def parse_type(text: str) -> int:
-    """A user record type by name (ADD_MESSAGE, add_ref, ...) or number; ValueError naming the choices."""
-    if text.isdigit():
-        return int(text)
-    try:
-        return int(RecordType[text.upper()])
-    except KeyError:
-        raise ValueError(f"unknown record type {text!r}; use a number or one of "
-                         f"{', '.join(t.name for t in RecordType)}") from None
+    """A user record type by name (ADD_MESSAGE, add_ref, ...) or number."""
+    return _parse_named(text, RecordType, "record type")
 
 
 @dataclass(frozen=True)
