@@ -42,6 +42,7 @@ BATCH = 50
 POISON_EVERY = 25           # every 25th message fails until it is dead-lettered
 FLAKY_EVERY = 7             # every 7th fails once, then succeeds
 TICK_S = 0.25
+CHILD_START_TIMEOUT_S = 60.0
 
 
 def _settings() -> AddressSettings:
@@ -143,6 +144,10 @@ def _run_child(directory: str, seconds: float, seed: int, rng: random.Random, sh
     reader = threading.Thread(target=reports.read, args=(child.stdout,), daemon=True)
     reader.start()
     kill_after = seconds * rng.uniform(0.8, 1.0)
+    deadline = time.monotonic() + CHILD_START_TIMEOUT_S
+    while not reports.sent and child.poll() is None and time.monotonic() < deadline:
+        show(0.0, kill_after, "starting the child broker")      # the clock runs from its first durable batch
+        time.sleep(0.05)
     started = time.monotonic()
     while time.monotonic() - started < kill_after and child.poll() is None:
         time.sleep(0.1)
@@ -151,6 +156,9 @@ def _run_child(directory: str, seconds: float, seed: int, rng: random.Random, sh
              f"{len(reports.dead)} dead-lettered")
     if child.poll() is not None:
         raise RuntimeError(f"the child broker exited by itself (status {child.returncode}) before the kill")
+    if not reports.sent:
+        child.kill()
+        raise RuntimeError(f"the child broker reported nothing within {CHILD_START_TIMEOUT_S:.0f} s")
     child.send_signal(signal.SIGKILL)
     child.wait()
     reader.join(timeout=10)
@@ -270,7 +278,9 @@ def run(*, seconds: float = 4.0, keep: str | None = None, png: str | None = None
     console.print(table)
     broker = _open_broker(directory)
     try:
-        redriven = broker.redrive(DEAD_LETTER_QUEUE)
+        redriven = broker.redrive(DEAD_LETTER_QUEUE) if DEAD_LETTER_QUEUE in broker.queue_names() else None
+        if redriven is None or not redriven.moved:
+            raise RuntimeError("no dead letter to redrive: run the demo longer (--seconds)")
         trail_ok = True
         by_id = {m.message_id: m for m in broker.browse(ADDRESS)}
         for _old, new, _queue in redriven.moved:
@@ -278,12 +288,11 @@ def run(*, seconds: float = 4.0, keep: str | None = None, png: str | None = None
             trail_ok &= (properties.get("_JE_REDRIVE_COUNT") == 1
                          and properties.get("_JE_REDRIVE_SOURCE") == DEAD_LETTER_QUEUE
                          and isinstance(properties.get("_JE_REDRIVE_TIME"), int))
-        if redriven.moved:
-            sample = by_id[redriven.moved[0][1]].properties
-            console.print(f"  redriven {len(redriven.moved)} from {DEAD_LETTER_QUEUE} back to {ADDRESS}; the first "
-                          f"carries _JE_REDRIVE_COUNT={sample['_JE_REDRIVE_COUNT']}, "
-                          f"_JE_REDRIVE_SOURCE={sample['_JE_REDRIVE_SOURCE']!r}, "
-                          f"_JE_REDRIVE_TIME={sample['_JE_REDRIVE_TIME']}")
+        sample = by_id[redriven.moved[0][1]].properties
+        console.print(f"  redriven {len(redriven.moved)} from {DEAD_LETTER_QUEUE} back to {ADDRESS}; the first "
+                      f"carries _JE_REDRIVE_COUNT={sample['_JE_REDRIVE_COUNT']}, "
+                      f"_JE_REDRIVE_SOURCE={sample['_JE_REDRIVE_SOURCE']!r}, "
+                      f"_JE_REDRIVE_TIME={sample['_JE_REDRIVE_TIME']}")
     finally:
         broker.close()
     chart = _chart(png or os.path.join(directory, "journal-engine-demo.png"), reports, recovery_ms, kill_after)

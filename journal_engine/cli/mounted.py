@@ -9,7 +9,7 @@ import argparse
 
 import click
 
-from .console import EXIT_USAGE, fail_line
+from .console import EXIT_DAMAGE, EXIT_USAGE, fail_line
 
 __all__ = ["COMMANDS"]
 
@@ -99,7 +99,11 @@ def demo_command(seconds: float, keep, png, seed) -> int:
     """The main job, end to end: a broker with redelivery and dead-letter settings under load, a SIGKILL,
     recovery checked message by message, a DLQ listed and redriven with its audit trail, and a chart."""
     from .. import demo
-    return demo.run(seconds=seconds, keep=keep, png=png, seed=seed)
+    try:
+        return demo.run(seconds=seconds, keep=keep, png=png, seed=seed)
+    except RuntimeError as failure:         # the child broker failed to run: the demo cannot judge
+        fail_line(f"demo: {failure}")
+        return EXIT_DAMAGE
 
 
 COMMANDS = [demo_command, bench_command, crash_test_command, serve_stomp_command]
