@@ -174,7 +174,9 @@ def _check_recovery(broker: Broker, reports: _Reports) -> dict:
     while time.monotonic() < deadline:
         message = consumer.receive(timeout=0.2)      # redeliveries wait out their delay
         if message is None:
-            break
+            if broker.queue(ADDRESS).message_count == 0:     # nothing scheduled either: drained
+                break
+            continue
         present[message.message_id] = message
         reported = reports.counts.get(message.message_id, 0)
         if message.delivery_count < reported + 1:

@@ -324,3 +324,17 @@ def test_a_corrupt_file_header_is_one_line_exit_1_for_every_inspecting_command(b
         assert data.path in err and "Traceback" not in err and err.count("\n") == 1, (argv, err)
     code, out, _ = run(capsys, "verify", broker_dir, "--json")
     assert code == 1 and any(p["path"] == data.path for p in json.loads(out)["problems"])
+
+
+def test_print_and_verify_show_a_torn_tail_where_it_begins_and_leave_it(broker_dir, capsys):
+    from test_read_only import tear_tail
+    tear_tail(broker_dir / "messages")
+    before = snapshot(broker_dir)
+    code, out, _ = run(capsys, "verify", broker_dir, "--json")
+    assert code == 1
+    (torn,) = [p for p in json.loads(out)["problems"] if p["problem"].startswith("torn tail")]
+    code, out, _ = run(capsys, "print", broker_dir, "--json")
+    assert code == 0
+    marks = [json.loads(line) for line in out.splitlines() if '"check"' in line]
+    assert marks == [{"journal": "messages", "path": torn["path"], "offset": torn["offset"], "check": "INVALID"}]
+    assert snapshot(broker_dir) == before

@@ -122,14 +122,12 @@ def print_command(directory: str, as_json: bool, kinds, types, id_min, id_max, a
                     click.echo(f"# {data.path}: file id {data.header.file_id}, sequence {data.header.sequence}"
                                + (" (compacted)" if data.header.flags & 1 else ""))
                 for offset, check, kind, user_type, record_id, tx_id, body in frames:
-                    if check != FrameCheck.VALID:
+                    if check != FrameCheck.VALID:      # damage (a clean end is no row)
                         label = FrameCheck(check).name
-                        if label != "ZERO" or frames[-1][0] != offset:      # the clean end is no news
-                            if as_json:
-                                emit_json_line({"journal": part.name, "path": data.path, "offset": offset,
-                                                "check": label})
-                            else:
-                                click.echo(f"{offset:>10}  {label}")
+                        if as_json:
+                            emit_json_line({"journal": part.name, "path": data.path, "offset": offset, "check": label})
+                        else:
+                            click.echo(f"{offset:>10}  {label}")
                         continue
                     if kind == RecordKind.PAD and not pads:
                         continue

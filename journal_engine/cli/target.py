@@ -4,21 +4,19 @@ A directory is one of: a journal (``journal-*.jej`` files), an LMDB record store
 or a message store / broker directory (``messages/`` and ``bindings/``, each a journal or an LMDB
 store, as ``Broker(dir)`` and ``MessageStore(dir)`` write them). Every reader here opens what it
 reads read-only (``Journal(read_only=True)``, ``MessageStore(read_only=True)``, the recovery
-analysis, the scan decoder over a read-only mapping): an inspection never writes, truncates, rolls
+analysis, the columnar decoder of storage/scan.py): an inspection never writes, truncates, rolls
 back, locks or creates anything.
 """
 from __future__ import annotations
 
-import errno
-import mmap
 import os
 from dataclasses import dataclass
 from typing import Iterator
 
-from .._impl import scan_frames
 from ..errors import JournalError, JournalIOError
-from ..storage.format import stamp_of
-from ..storage.segment_files import DataFile, list_directory
+from ..record_format import FrameCheck
+from ..storage.scan import scan_directory
+from ..storage.segment_files import DataFile
 from ..store.interface import stored_backend
 from ..store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY, MessageStore
 
@@ -101,14 +99,16 @@ def locate(path: str) -> Target:
 
 
 def journal_frames(directory: str) -> Iterator[tuple[DataFile, list]]:
-    """Each data file of a journal directory in replay order with its frames, decoded by the one scan
-    decoder: (offset, FrameCheck, kind, user record type, record id, tx id, body) each. Read-only:
+    """Each data file of a journal directory in replay order with its frames, decoded by the one
+    columnar decoder (storage/scan.py): (offset, FrameCheck, kind, user record type, record id,
+    tx id, body) each, and a last INVALID row where a torn write ends the valid data. Read-only:
     the listing reads an interrupted compaction as finished and removes nothing."""
-    for data in list_directory(directory, as_if_compacted=True).data:
-        try:
-            with open(data.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                frames = scan_frames(view, stamp_of(data.header.file_id), data.header.data_start)
-        except OSError as exc:
-            raise JournalIOError(f"{data.path}: cannot read: {exc.strerror}", errno=exc.errno or errno.EIO,
-                                 path=data.path, hint="check the file's permissions and the disk") from None
-        yield data, frames
+    for scan in scan_directory(directory):
+        columns = scan.columns
+        offsets, checks, kinds = columns.offset, columns.check, columns.kind
+        types, ids, tx_ids = columns.record_type, columns.record_id, columns.tx_id
+        rows = [(offsets[row], checks[row], kinds[row], types[row], ids[row], tx_ids[row], columns.body(row))
+                for row in range(columns.count)]
+        if columns.end_check == FrameCheck.INVALID:
+            rows.append((columns.end_offset, FrameCheck.INVALID, 0, 0, 0, 0, b""))
+        yield scan.data, rows
