@@ -84,6 +84,7 @@ QUEUE_ROUTING_TYPES = ("anycast", "multicast")
 
 MESSAGE_FORMAT_VERSION = 1
 QUEUE_FORMAT_VERSION = 1
+QUEUE_WITH_ARGUMENTS_FORMAT_VERSION = 2         # version 1 and a property map of queue-declare arguments
 MESSAGE_HEAD = struct.Struct("<BBBxq")         # version, flags, routing type, pad, expiration ms
 _QUEUE_HEAD = struct.Struct("<BBBx")           # version, routing type, has filter, pad
 _U32 = struct.Struct("<I")
@@ -128,6 +129,7 @@ class StoredQueue:
     address: str
     routing_type: str = "anycast"
     filter: str | None = None
+    arguments: dict | None = None   # queue-declare arguments (Qpid's), kept with the binding
 
 
 # ----- small bodies --------------------------------------------------------------------------------
@@ -288,6 +290,26 @@ def _get_property_value(reader: _Reader, key: str):
     raise reader.fail(f"unknown type tag {tag} of property {key!r}")
 
 
+def _put_properties(out: bytearray, properties: dict) -> None:
+    out += _U32.pack(len(properties))
+    for key, value in properties.items():
+        _put_property(out, key, value)
+
+
+def _get_properties(reader: _Reader) -> dict:
+    (count,) = reader.unpack(_U32, "property count")
+    properties = {}
+    for _ in range(count):
+        (key_len,) = reader.unpack(_U16, "property name length")
+        raw_key = reader.take(key_len, "property name")
+        try:
+            key = raw_key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise reader.fail("a property name is not UTF-8") from None
+        properties[key] = _get_property_value(reader, key)
+    return properties
+
+
 # ----- messages ----------------------------------------------------------------------------------------
 
 def encode_message(address: str, body, *, properties: dict | None = None, durable: bool = True,
@@ -303,10 +325,7 @@ def encode_message(address: str, body, *, properties: dict | None = None, durabl
     raw_body = bytes(body)
     out += _U32.pack(len(raw_body))
     out += raw_body
-    props = properties or {}
-    out += _U32.pack(len(props))
-    for key, value in props.items():
-        _put_property(out, key, value)
+    _put_properties(out, properties or {})
     return bytes(out)
 
 
@@ -329,16 +348,7 @@ def decode_message(message_id: int, data: bytes, *, path=None) -> StoredMessage:
     address = reader.text("address")
     (body_len,) = reader.unpack(_U32, "body length")
     body = reader.take(body_len, "body")
-    (count,) = reader.unpack(_U32, "property count")
-    properties = {}
-    for _ in range(count):
-        (key_len,) = reader.unpack(_U16, "property name length")
-        raw_key = reader.take(key_len, "property name")
-        try:
-            key = raw_key.decode("utf-8")
-        except UnicodeDecodeError:
-            raise reader.fail("a property name is not UTF-8") from None
-        properties[key] = _get_property_value(reader, key)
+    properties = _get_properties(reader)
     reader.end()
     return StoredMessage(message_id, address, body, properties, bool(flags & FLAG_DURABLE), expiration,
                          _ROUTING_NAMES[routing])
@@ -346,14 +356,20 @@ def decode_message(message_id: int, data: bytes, *, path=None) -> StoredMessage:
 
 # ----- queues --------------------------------------------------------------------------------------------
 
-def encode_queue(name: str, address: str, *, routing_type: str = "anycast", filter: str | None = None) -> bytes:
-    """Body of QUEUE_BINDING_RECORD (21): version, routing type, filter flag, name, address, filter."""
+def encode_queue(name: str, address: str, *, routing_type: str = "anycast", filter: str | None = None,
+                 arguments: dict | None = None) -> bytes:
+    """Body of QUEUE_BINDING_RECORD (21): version, routing type, filter flag, name, address, filter;
+    with queue-declare ``arguments``, version 2 and the arguments as a property map after them (a
+    queue without arguments is written as version 1, byte for byte as before)."""
     if routing_type not in QUEUE_ROUTING_TYPES:
         raise ValueError(f"routing_type={routing_type!r}: use 'anycast' or 'multicast'")
-    out = bytearray(_QUEUE_HEAD.pack(QUEUE_FORMAT_VERSION, ROUTING_TYPES[routing_type], filter is not None))
+    version = QUEUE_WITH_ARGUMENTS_FORMAT_VERSION if arguments else QUEUE_FORMAT_VERSION
+    out = bytearray(_QUEUE_HEAD.pack(version, ROUTING_TYPES[routing_type], filter is not None))
     _put_text(out, name, "queue name")
     _put_text(out, address, "address")
     _put_text(out, filter if filter is not None else "", "filter")
+    if arguments:
+        _put_properties(out, dict(arguments))
     return bytes(out)
 
 
@@ -362,9 +378,10 @@ def decode_queue(queue_id: int, data: bytes, *, path=None) -> StoredQueue:
     CorruptRecordError for another format version, a bad routing type or a truncated field."""
     reader = _Reader(bytes(data), queue_id, RecordType.QUEUE_BINDING_RECORD, path, "queue")
     version, routing, has_filter = reader.unpack(_QUEUE_HEAD, "queue header")
-    if version != QUEUE_FORMAT_VERSION:
+    if version not in (QUEUE_FORMAT_VERSION, QUEUE_WITH_ARGUMENTS_FORMAT_VERSION):
         reader.pos = 0
-        raise reader.fail(f"queue format version {version}; this version reads {QUEUE_FORMAT_VERSION}")
+        raise reader.fail(f"queue format version {version}; this version reads {QUEUE_FORMAT_VERSION} and "
+                          f"{QUEUE_WITH_ARGUMENTS_FORMAT_VERSION}")
     if routing not in (1, 2):
         reader.pos = 1
         raise reader.fail(f"unknown routing type code {routing}")
@@ -374,8 +391,10 @@ def decode_queue(queue_id: int, data: bytes, *, path=None) -> StoredQueue:
     name = reader.text("queue name")
     address = reader.text("address")
     text = reader.text("filter")
+    arguments = _get_properties(reader) if version == QUEUE_WITH_ARGUMENTS_FORMAT_VERSION else None
     reader.end()
-    return StoredQueue(queue_id, name, address, _ROUTING_NAMES[routing], text if has_filter else None)
+    return StoredQueue(queue_id, name, address, _ROUTING_NAMES[routing], text if has_filter else None,
+                       arguments or None)
 
 
 # ----- the common message, fast ----------------------------------------------------------------------

@@ -123,21 +123,59 @@ def test_the_dlq_move_is_durable(tmp_path, backend):
         again.close()
 
 
-def test_arguments_set_again_after_a_restart(tmp_path):
-    broker = Broker(tmp_path / "b", clock=ManualClock(0))
+@pytest.mark.parametrize("backend", ["journal", "lmdb"])
+def test_the_arguments_survive_a_restart_with_the_queue(tmp_path, backend):
+    broker = Broker(tmp_path / "b", store=backend, clock=ManualClock(0))
     broker.create_queue("q", arguments={"x-qpid-maximum-delivery-count": 2, "x-qpid-dlq-enabled": True})
+    broker.create_queue("plain")
     broker.send("q", b"x")
     consumer = broker.create_consumer("q")
     consumer.rollback(consumer.receive(0))
     broker.close()
-    again = Broker(tmp_path / "b", clock=ManualClock(0))
+    again = Broker(tmp_path / "b", store=backend, clock=ManualClock(0))
     try:
-        again.set_queue_arguments("q", {"x-qpid-maximum-delivery-count": 2, "x-qpid-dlq-enabled": True})
-        assert again.queue_names() == ["q", "q_DLQ"]
+        assert again.queue_names() == ["plain", "q", "q_DLQ"]
         consumer = again.create_consumer("q")
         message = consumer.receive(0)
-        assert message.delivery_count == 2          # the persisted count + 1: the maximum
+        assert message.delivery_count == 2          # the persisted count + 1: the maximum, kept with the queue
         consumer.rollback(message)
-        assert len(again.browse("q_DLQ")) == 1
+        assert consumer.receive(0) is None and len(again.browse("q_DLQ")) == 1
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("backend", ["journal", "lmdb"])
+def test_arguments_set_on_a_queue_are_kept_and_can_be_taken_away(tmp_path, backend):
+    broker = Broker(tmp_path / "b", store=backend, clock=ManualClock(0))
+    broker.create_queue("q")
+    broker.send("q", b"x")
+    broker.set_queue_arguments("q", {"x-qpid-maximum-delivery-count": 1, "x-qpid-dlq-enabled": True})
+    broker.close()
+    again = Broker(tmp_path / "b", store=backend, clock=ManualClock(0))
+    try:
+        consumer = again.create_consumer("q")
+        consumer.rollback(consumer.receive(0))      # the maximum of 1, set before the restart
+        assert len(again.browse("q_DLQ")) == 1
+        again.send("q", b"y")
+        again.set_queue_arguments("q", None)        # taken away: redelivered without limit
+    finally:
+        again.close()
+    third = Broker(tmp_path / "b", store=backend, clock=ManualClock(0))
+    try:
+        consumer = third.create_consumer("q")
+        for attempt in range(1, 4):
+            message = consumer.receive(0)
+            assert message.body == b"y" and message.delivery_count == attempt
+            consumer.rollback(message)
+        assert len(third.browse("q_DLQ")) == 1
+    finally:
+        third.close()
+
+
+def test_a_queue_binding_keeps_its_arguments_and_a_plain_one_its_old_bytes():
+    from journal_engine.record_format import decode_queue, encode_queue
+    plain = encode_queue("q", "q")
+    assert plain[0] == 1 and decode_queue(1, plain).arguments is None
+    with_arguments = encode_queue("q", "q", arguments=ARGS)
+    assert with_arguments[0] == 2 and with_arguments.startswith(b"\x02" + plain[1:])
+    assert decode_queue(1, with_arguments).arguments == ARGS

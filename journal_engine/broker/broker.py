@@ -154,7 +154,12 @@ class Broker:
         self._redrive = Redrive(self._post_office, self._dialect)
         if self._store is not None:
             try:
-                self._post_office.load(self._store.load())
+                recovered = self._store.load()
+                self._post_office.load(recovered)
+                for stored in recovered.queues.values():   # Qpid's rules, kept with their bindings
+                    if stored.arguments:
+                        self._post_office.queues_by_id[stored.queue_id].set_qpid_policy(
+                            _qpid_policy(stored.arguments))
             except BaseException:
                 self._store.close()
                 raise
@@ -221,18 +226,21 @@ class Broker:
             if qpid_policy is not None and name in post_office.queues:
                 raise QueueExistsError("name", name, "a queue of that name exists",
                                        hint="broker.set_queue_arguments(name, arguments) changes its arguments")
-            queue = post_office.create_queue(name, address, routing_type, filter, durable)
+            queue = post_office.create_queue(name, address, routing_type, filter, durable,
+                                             arguments=dict(arguments) if qpid_policy is not None else None)
             self._apply_qpid_policy(queue, qpid_policy)
             return queue.info()
 
     def set_queue_arguments(self, name: str, arguments: Mapping | None) -> QueueInfo:
         """Give an existing queue Qpid's queue-declare ``arguments`` (None or {}: none), as ``create_queue``
-        does; the broker keeps them in memory only, so a restarted broker needs them again (its queues,
-        their DLQs and messages are recovered). UnknownQueueError, ConfigError as create_queue."""
+        does; a durable queue keeps them with its binding, so a restarted broker applies them again.
+        UnknownQueueError, ConfigError as create_queue."""
         qpid_policy = _qpid_policy(arguments)
         with self._gate.lock:
             self._gate.check_open()
             queue = self._queue_named(name)
+            if queue.durable and self._store is not None:
+                self._store.update_queue_arguments(queue.queue_id, dict(arguments) if qpid_policy is not None else None)
             self._apply_qpid_policy(queue, qpid_policy)
             return queue.info()
 

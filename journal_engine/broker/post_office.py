@@ -126,15 +126,16 @@ class PostOffice:
         address.bind(queue)
 
     def create_queue(self, name: str, address: str, routing_type: str, filter: str | None, durable: bool,
-                     *, auto_created: bool = False) -> QueueState:
-        """A new queue bound to ``address`` (stored when durable and there is a store).
-        QueueExistsError when the name is taken."""
+                     *, auto_created: bool = False, arguments: dict | None = None) -> QueueState:
+        """A new queue bound to ``address`` (stored, with its queue-declare ``arguments``, when durable
+        and there is a store). QueueExistsError when the name is taken."""
         if name in self.queues:
             raise QueueExistsError("name", name, "a queue of that name exists",
                                    hint="pick another name, or broker.queue(name) to inspect it")
         queue_id = self._next_queue_id
         if durable and self.store is not None:
-            self.store.store_queue(queue_id, name, address, routing_type=routing_type, filter=filter)
+            self.store.store_queue(queue_id, name, address, routing_type=routing_type, filter=filter,
+                                   arguments=arguments)
         self._next_queue_id = queue_id + 1
         queue = QueueState(name, queue_id, address, routing_type, filter, durable, self._lock,
                            auto_created=auto_created)

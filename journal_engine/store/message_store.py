@@ -379,15 +379,35 @@ class MessageStore:
 
     # ----- queues ------------------------------------------------------------------------------------------
     def store_queue(self, queue_id: int, name: str, address: str, *, routing_type: str = "anycast",
-                    filter: str | None = None, sync: bool | None = None) -> None:
-        """Record a durable queue binding (type 21). Waits for the disk unless sync=False or sync="none"."""
+                    filter: str | None = None, arguments: dict | None = None, sync: bool | None = None) -> None:
+        """Record a durable queue binding (type 21), with its queue-declare ``arguments`` if any. Waits
+        for the disk unless sync=False or sync="none"."""
         self._check_loaded()
-        body = encode_queue(name, address, routing_type=routing_type, filter=filter)
+        body = encode_queue(name, address, routing_type=routing_type, filter=filter, arguments=arguments)
         with self._lock:
             if queue_id in self._queues:
                 raise DuplicateRecordError(f"queue {queue_id} is already stored")
             self._bindings.add(queue_id, RecordType.QUEUE_BINDING_RECORD, body, sync=False)
-            self._queues[queue_id] = StoredQueue(queue_id, name, address, routing_type, filter)
+            self._queues[queue_id] = StoredQueue(queue_id, name, address, routing_type, filter, arguments or None)
+        self._wait(self._bindings, sync if sync is not None else self.sync_mode != "none")
+
+    def update_queue_arguments(self, queue_id: int, arguments: dict | None, *, sync: bool | None = None) -> None:
+        """Replace a stored queue's queue-declare ``arguments`` (None or {}: none). The binding is
+        rewritten in one bindings transaction (its delete and its new add), so a crash leaves the old
+        binding or the new one, never none."""
+        self._check_loaded()
+        with self._lock:
+            stored = self._queues.get(queue_id)
+            if stored is None:
+                raise UnknownRecordError(f"queue {queue_id} is not stored")
+            body = encode_queue(stored.name, stored.address, routing_type=stored.routing_type,
+                                filter=stored.filter, arguments=arguments)
+            tx_id = queue_id       # one rewrite of a queue at a time (the lock); committed at once
+            self._bindings.delete_tx(tx_id, queue_id)
+            self._bindings.add_tx(tx_id, queue_id, RecordType.QUEUE_BINDING_RECORD, body)
+            self._bindings.commit(tx_id, sync=False)
+            self._queues[queue_id] = StoredQueue(queue_id, stored.name, stored.address, stored.routing_type,
+                                                 stored.filter, dict(arguments) if arguments else None)
         self._wait(self._bindings, sync if sync is not None else self.sync_mode != "none")
 
     def delete_queue(self, queue_id: int, *, sync: bool | None = None) -> int:
