@@ -86,7 +86,7 @@ MESSAGE_FORMAT_VERSION = 1
 QUEUE_FORMAT_VERSION = 1
 QUEUE_WITH_ARGUMENTS_FORMAT_VERSION = 2         # version 1 and a property map of queue-declare arguments
 MESSAGE_HEAD = struct.Struct("<BBBxq")         # version, flags, routing type, pad, expiration ms
-_QUEUE_HEAD = struct.Struct("<BBBx")           # version, routing type, has filter, pad
+QUEUE_HEAD = struct.Struct("<BBBx")            # version, routing type, has filter, pad
 _U32 = struct.Struct("<I")
 _U16 = struct.Struct("<H")
 _I64 = struct.Struct("<q")
@@ -102,8 +102,21 @@ SHADOW_HEADER = struct.Struct("<8sIII16s")    # magic, version, life, epoch, boo
 SHADOW_ENTRY = struct.Struct("<QQIII")        # queue id, message id, value, epoch, life; then the CRC
 assert SHADOW_HEADER.size + 4 <= SHADOW_HEADER_BYTES and SHADOW_ENTRY.size + 4 == SHADOW_ENTRY_BYTES
 
-# property value tags
-_TAG_NONE, _TAG_STR, _TAG_INT, _TAG_FLOAT, _TAG_FALSE, _TAG_TRUE, _TAG_BYTES = range(7)
+
+
+class PropertyTag(enum.IntEnum):
+    """The byte before each property value of a message body: the value's type."""
+
+    NONE = 0
+    STR = 1      # u32 length, UTF-8
+    INT = 2      # i64
+    FLOAT = 3    # f64
+    FALSE = 4
+    TRUE = 5
+    BYTES = 6    # u32 length, bytes
+
+
+_TAG_NONE, _TAG_STR, _TAG_INT, _TAG_FLOAT, _TAG_FALSE, _TAG_TRUE, _TAG_BYTES = (int(tag) for tag in PropertyTag)
 PROPERTY_KEY_BYTES_MAX = 0xFFFF
 
 
@@ -364,7 +377,7 @@ def encode_queue(name: str, address: str, *, routing_type: str = "anycast", filt
     if routing_type not in QUEUE_ROUTING_TYPES:
         raise ValueError(f"routing_type={routing_type!r}: use 'anycast' or 'multicast'")
     version = QUEUE_WITH_ARGUMENTS_FORMAT_VERSION if arguments else QUEUE_FORMAT_VERSION
-    out = bytearray(_QUEUE_HEAD.pack(version, ROUTING_TYPES[routing_type], filter is not None))
+    out = bytearray(QUEUE_HEAD.pack(version, ROUTING_TYPES[routing_type], filter is not None))
     _put_text(out, name, "queue name")
     _put_text(out, address, "address")
     _put_text(out, filter if filter is not None else "", "filter")
@@ -377,7 +390,7 @@ def decode_queue(queue_id: int, data: bytes, *, path=None) -> StoredQueue:
     """The StoredQueue of a QUEUE_BINDING_RECORD body (the inverse of ``encode_queue``);
     CorruptRecordError for another format version, a bad routing type or a truncated field."""
     reader = _Reader(bytes(data), queue_id, RecordType.QUEUE_BINDING_RECORD, path, "queue")
-    version, routing, has_filter = reader.unpack(_QUEUE_HEAD, "queue header")
+    version, routing, has_filter = reader.unpack(QUEUE_HEAD, "queue header")
     if version not in (QUEUE_FORMAT_VERSION, QUEUE_WITH_ARGUMENTS_FORMAT_VERSION):
         reader.pos = 0
         raise reader.fail(f"queue format version {version}; this version reads {QUEUE_FORMAT_VERSION} and "

@@ -1,0 +1,582 @@
+# cython: language_level=3
+"""Compiled batch decoder: the message store's record bodies, many at once, into columns.
+
+The Spark data source (journal_engine.spark) reads a journal file's frames as columns (the scan
+decoder's FrameColumns) and needs the message store's fields of each row — address, queue id,
+delivery count, scheduled time, expiration, durable, properties — as Arrow buffers too. Decoding
+them one body at a time through record_format's decoders makes a Python object per field; this
+module walks every body of a batch in C and fills the buffers Arrow wraps without copying
+(fixed-width values with a validity bitmap; strings as int64 offsets + bytes, the large_string
+layout; properties as the int32 offsets, keys and values of a map<string, string>).
+
+It accepts exactly the bodies record_format's decoders accept. A body they reject is not decoded
+here: its row is listed in ``rejected`` and its fields stay null, and the caller asks record_format
+for the error (the one text users see). The layouts are record_format's: the record types, versions,
+flags, fixed body sizes, property tags and head sizes are read from it at import (the head layouts
+are checked against the struct formats compiled in). The twin is journal_engine._twin.message_columns;
+tests/test_message_columns.py keeps them equal.
+
+Property values become text, one rule for every type: a str as it is, an int in decimal, a float
+as Python's repr, true / false, bytes in hex, None as a null value.
+"""
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdio cimport snprintf
+from libc.string cimport memcmp, memcpy, memset
+
+from journal_engine import record_format as _format
+
+cdef extern from "Python.h":
+    char *PyOS_double_to_string(double val, char format_code, int precision, int flags, int *ptype) except NULL
+    int Py_DTSF_ADD_DOT_0
+
+# the layouts compiled into the parsers below; record_format is their home
+assert _format.MESSAGE_HEAD.format == "<BBBxq", "the message head in record_format changed: rebuild this module"
+assert _format.QUEUE_HEAD.format == "<BBBx", "the queue head in record_format changed: rebuild this module"
+
+cdef int KIND_ADD = _format.RecordKind.ADD
+cdef int KIND_UPDATE = _format.RecordKind.UPDATE
+cdef int KIND_ADD_TX = _format.RecordKind.ADD_TX
+cdef int KIND_UPDATE_TX = _format.RecordKind.UPDATE_TX
+cdef int TYPE_QUEUE_BINDING = _format.RecordType.QUEUE_BINDING_RECORD
+cdef int TYPE_ADD_MESSAGE = _format.RecordType.ADD_MESSAGE
+cdef int TYPE_ADD_REF = _format.RecordType.ADD_REF
+cdef int TYPE_ACKNOWLEDGE_REF = _format.RecordType.ACKNOWLEDGE_REF
+cdef int TYPE_DELIVERY_COUNT = _format.RecordType.UPDATE_DELIVERY_COUNT
+cdef int TYPE_SCHEDULED_TIME = _format.RecordType.SET_SCHEDULED_DELIVERY_TIME
+cdef Py_ssize_t QUEUE_ID_BYTES = len(_format.encode_queue_id(0))
+cdef Py_ssize_t DELIVERY_COUNT_BYTES = _format.DELIVERY_COUNT_BODY_BYTES
+cdef Py_ssize_t SCHEDULED_TIME_BYTES = _format.SCHEDULED_TIME_BODY_BYTES
+cdef Py_ssize_t MESSAGE_HEAD_BYTES = _format.MESSAGE_HEAD.size
+cdef Py_ssize_t QUEUE_HEAD_BYTES = _format.QUEUE_HEAD.size
+cdef int MESSAGE_VERSION = _format.MESSAGE_FORMAT_VERSION
+cdef int QUEUE_VERSION = _format.QUEUE_FORMAT_VERSION
+cdef int FLAG_DURABLE = _format.FLAG_DURABLE
+cdef int ROUTING_CODE_MAX = max(_format.ROUTING_TYPES.values())
+cdef int QUEUE_ROUTING_MIN = min(_format.ROUTING_TYPES[name] for name in _format.QUEUE_ROUTING_TYPES)
+cdef int QUEUE_ROUTING_MAX = max(_format.ROUTING_TYPES[name] for name in _format.QUEUE_ROUTING_TYPES)
+cdef int TAG_NONE = _format.PropertyTag.NONE
+cdef int TAG_STR = _format.PropertyTag.STR
+cdef int TAG_INT = _format.PropertyTag.INT
+cdef int TAG_FLOAT = _format.PropertyTag.FLOAT
+cdef int TAG_FALSE = _format.PropertyTag.FALSE
+cdef int TAG_TRUE = _format.PropertyTag.TRUE
+cdef int TAG_BYTES = _format.PropertyTag.BYTES
+
+#: routing type codes as the columns give them (record_format.ROUTING_TYPES; 0 is "none": a null)
+ROUTING_NAMES = {code: name for name, code in _format.ROUTING_TYPES.items() if name is not None}
+
+cdef const char *HEX_DIGITS = b"0123456789abcdef"
+
+
+cdef inline uint16_t _u16(const uint8_t *p) noexcept nogil:
+    return p[0] | (<uint16_t>p[1] << 8)
+
+
+cdef inline uint32_t _u32(const uint8_t *p) noexcept nogil:
+    return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef inline uint64_t _u64(const uint8_t *p) noexcept nogil:
+    return _u32(p) | (<uint64_t>_u32(p + 4) << 32)
+
+
+cdef bint _utf8_valid(const uint8_t *s, Py_ssize_t n) noexcept nogil:
+    """Strict UTF-8 as Python's decoder takes it: no overlong forms, no surrogates, nothing past U+10FFFF."""
+    cdef Py_ssize_t i = 0
+    cdef uint8_t c, c1
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if c < 0xC2:
+            return False
+        if c < 0xE0:
+            if i + 1 >= n or (s[i + 1] & 0xC0) != 0x80:
+                return False
+            i += 2
+            continue
+        if c < 0xF0:
+            if i + 2 >= n:
+                return False
+            c1 = s[i + 1]
+            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80:
+                return False
+            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 >= 0xA0):
+                return False
+            i += 3
+            continue
+        if c < 0xF5:
+            if i + 3 >= n:
+                return False
+            c1 = s[i + 1]
+            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80 or (s[i + 3] & 0xC0) != 0x80:
+                return False
+            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 >= 0x90):
+                return False
+            i += 4
+            continue
+        return False
+    return True
+
+
+# a growable byte buffer (the data of a string column)
+cdef struct Bytes:
+    char *data
+    Py_ssize_t size
+    Py_ssize_t capacity
+
+
+cdef int _reserve(Bytes *buf, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t wanted = buf.size + extra
+    cdef Py_ssize_t capacity = buf.capacity if buf.capacity else 256
+    cdef char *grown
+    if wanted <= buf.capacity:
+        return 0
+    while capacity < wanted:
+        capacity *= 2
+    grown = <char *>PyMem_Realloc(buf.data, capacity)
+    if grown == NULL:
+        raise MemoryError()
+    buf.data = grown
+    buf.capacity = capacity
+    return 0
+
+
+cdef inline int _append(Bytes *buf, const void *src, Py_ssize_t n) except -1:
+    if buf.size + n > buf.capacity:
+        _reserve(buf, n)
+    memcpy(buf.data + buf.size, src, n)
+    buf.size += n
+    return 0
+
+
+cdef bytes _take(Bytes *buf):
+    cdef bytes out = PyBytes_FromStringAndSize(buf.data, buf.size) if buf.size else b""
+    PyMem_Free(buf.data)
+    buf.data = NULL
+    buf.size = buf.capacity = 0
+    return out
+
+
+cdef inline void _set_bit(uint8_t *bitmap, Py_ssize_t i) noexcept nogil:
+    bitmap[i >> 3] |= <uint8_t>(1 << (i & 7))
+
+
+cdef bytes _zeros(Py_ssize_t n):
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n)
+    memset(PyBytes_AS_STRING(out), 0, n)
+    return out
+
+
+# where a string lies in a body; ``ok`` False when the body ends first or it is not UTF-8
+cdef struct Text:
+    const uint8_t *data
+    uint32_t size
+    bint ok
+
+
+cdef inline Text _text(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end) noexcept nogil:
+    cdef Text t
+    t.ok = False
+    t.data = NULL
+    t.size = 0
+    if pos[0] + 4 > end:
+        return t
+    t.size = _u32(p + pos[0])
+    if <uint64_t>t.size > <uint64_t>(end - pos[0] - 4):
+        return t
+    t.data = p + pos[0] + 4
+    pos[0] += 4 + t.size
+    t.ok = _utf8_valid(t.data, t.size)
+    return t
+
+
+cdef struct Property:
+    const uint8_t *key
+    uint16_t key_size
+    uint8_t tag
+    const uint8_t *value      # TAG_STR / TAG_BYTES: the bytes; TAG_INT / TAG_FLOAT: the 8 bytes
+    uint32_t value_size
+
+
+@cython.final
+cdef class MessageColumns:
+    """The message store's fields of ``count`` rows, as Arrow buffers (see the module docstring).
+
+    Each ``*_valid`` is a validity bitmap (bit i set: row i has the field); values of rows without
+    the field are zeros. Strings: ``*_offsets`` (int64, count + 1 entries) into ``*_data``.
+    Properties: ``property_offsets`` (int32, count + 1) into the entries; ``key_offsets`` /
+    ``value_offsets`` (int32, entries + 1) into ``key_data`` / ``value_data``; ``value_valid``
+    per entry (a None value is null). ``rejected``: the rows whose body record_format rejects.
+    """
+    cdef readonly Py_ssize_t count
+    cdef readonly Py_ssize_t property_count
+    cdef readonly bytes queue_id, queue_id_valid
+    cdef readonly bytes delivery_count, delivery_count_valid
+    cdef readonly bytes scheduled_time, scheduled_time_valid
+    cdef readonly bytes expiration, expiration_valid
+    cdef readonly bytes durable, durable_valid
+    cdef readonly bytes message_size, message_size_valid
+    cdef readonly bytes routing_type, routing_type_valid
+    cdef readonly bytes address_offsets, address_data, address_valid
+    cdef readonly bytes queue_name_offsets, queue_name_data, queue_name_valid
+    cdef readonly bytes property_offsets, properties_valid
+    cdef readonly bytes key_offsets, key_data, value_offsets, value_data, value_valid
+    cdef readonly list rejected
+
+
+cdef class _Decoder:
+    """The state of one batch: output pointers, the growable string buffers, the property scratch."""
+    cdef MessageColumns out
+    cdef int64_t *queue_id
+    cdef int64_t *delivery_count
+    cdef int64_t *scheduled_time
+    cdef int64_t *expiration
+    cdef int64_t *message_size
+    cdef uint8_t *routing_type
+    cdef uint8_t *queue_id_valid
+    cdef uint8_t *delivery_count_valid
+    cdef uint8_t *scheduled_time_valid
+    cdef uint8_t *expiration_valid
+    cdef uint8_t *durable
+    cdef uint8_t *durable_valid
+    cdef uint8_t *message_size_valid
+    cdef uint8_t *routing_type_valid
+    cdef uint8_t *address_valid
+    cdef uint8_t *queue_name_valid
+    cdef uint8_t *properties_valid
+    cdef int64_t *address_offsets
+    cdef int64_t *queue_name_offsets
+    cdef int32_t *property_offsets
+    cdef Bytes address_data, queue_name_data, key_data, value_data, key_offsets, value_offsets, value_valid
+    cdef Py_ssize_t entries
+    cdef Property *scratch
+    cdef Py_ssize_t scratch_capacity
+
+    def __dealloc__(self):
+        PyMem_Free(self.address_data.data)
+        PyMem_Free(self.queue_name_data.data)
+        PyMem_Free(self.key_data.data)
+        PyMem_Free(self.value_data.data)
+        PyMem_Free(self.key_offsets.data)
+        PyMem_Free(self.value_offsets.data)
+        PyMem_Free(self.value_valid.data)
+        PyMem_Free(self.scratch)
+
+    cdef int start(self, Py_ssize_t n) except -1:
+        cdef MessageColumns out = MessageColumns.__new__(MessageColumns)
+        cdef Py_ssize_t bitmap = (n + 7) >> 3
+        self.out = out
+        out.count = n
+        out.rejected = []
+        out.queue_id = _zeros(n * 8); self.queue_id = <int64_t *>PyBytes_AS_STRING(out.queue_id)
+        out.delivery_count = _zeros(n * 8); self.delivery_count = <int64_t *>PyBytes_AS_STRING(out.delivery_count)
+        out.scheduled_time = _zeros(n * 8); self.scheduled_time = <int64_t *>PyBytes_AS_STRING(out.scheduled_time)
+        out.expiration = _zeros(n * 8); self.expiration = <int64_t *>PyBytes_AS_STRING(out.expiration)
+        out.message_size = _zeros(n * 8); self.message_size = <int64_t *>PyBytes_AS_STRING(out.message_size)
+        out.routing_type = _zeros(n); self.routing_type = <uint8_t *>PyBytes_AS_STRING(out.routing_type)
+        out.durable = _zeros(bitmap); self.durable = <uint8_t *>PyBytes_AS_STRING(out.durable)
+        out.queue_id_valid = _zeros(bitmap); self.queue_id_valid = <uint8_t *>PyBytes_AS_STRING(out.queue_id_valid)
+        out.delivery_count_valid = _zeros(bitmap)
+        self.delivery_count_valid = <uint8_t *>PyBytes_AS_STRING(out.delivery_count_valid)
+        out.scheduled_time_valid = _zeros(bitmap)
+        self.scheduled_time_valid = <uint8_t *>PyBytes_AS_STRING(out.scheduled_time_valid)
+        out.expiration_valid = _zeros(bitmap)
+        self.expiration_valid = <uint8_t *>PyBytes_AS_STRING(out.expiration_valid)
+        out.durable_valid = _zeros(bitmap); self.durable_valid = <uint8_t *>PyBytes_AS_STRING(out.durable_valid)
+        out.message_size_valid = _zeros(bitmap)
+        self.message_size_valid = <uint8_t *>PyBytes_AS_STRING(out.message_size_valid)
+        out.routing_type_valid = _zeros(bitmap)
+        self.routing_type_valid = <uint8_t *>PyBytes_AS_STRING(out.routing_type_valid)
+        out.address_valid = _zeros(bitmap); self.address_valid = <uint8_t *>PyBytes_AS_STRING(out.address_valid)
+        out.queue_name_valid = _zeros(bitmap)
+        self.queue_name_valid = <uint8_t *>PyBytes_AS_STRING(out.queue_name_valid)
+        out.properties_valid = _zeros(bitmap)
+        self.properties_valid = <uint8_t *>PyBytes_AS_STRING(out.properties_valid)
+        out.address_offsets = _zeros((n + 1) * 8)
+        self.address_offsets = <int64_t *>PyBytes_AS_STRING(out.address_offsets)
+        out.queue_name_offsets = _zeros((n + 1) * 8)
+        self.queue_name_offsets = <int64_t *>PyBytes_AS_STRING(out.queue_name_offsets)
+        out.property_offsets = _zeros((n + 1) * 4)
+        self.property_offsets = <int32_t *>PyBytes_AS_STRING(out.property_offsets)
+        self.entries = 0
+        cdef int32_t zero = 0
+        _append(&self.key_offsets, &zero, 4)
+        _append(&self.value_offsets, &zero, 4)
+        return 0
+
+    cdef MessageColumns finish(self):
+        cdef MessageColumns out = self.out
+        out.property_count = self.entries
+        out.key_data = _take(&self.key_data)
+        out.value_data = _take(&self.value_data)
+        out.key_offsets = _take(&self.key_offsets)
+        out.value_offsets = _take(&self.value_offsets)
+        out.value_valid = _take(&self.value_valid)
+        out.address_data = _take(&self.address_data)
+        out.queue_name_data = _take(&self.queue_name_data)
+        self.out = None
+        return out
+
+    cdef inline void close_row(self, Py_ssize_t i) noexcept:
+        self.address_offsets[i + 1] = self.address_data.size
+        self.queue_name_offsets[i + 1] = self.queue_name_data.size
+        self.property_offsets[i + 1] = <int32_t>self.entries
+
+    cdef bint row(self, Py_ssize_t i, int record_type, const uint8_t *body, Py_ssize_t size) except -1:
+        """Decode one body into row i; False when record_format would reject it (nothing written)."""
+        if record_type == TYPE_ADD_REF or record_type == TYPE_ACKNOWLEDGE_REF:
+            if size != QUEUE_ID_BYTES:
+                return False
+            self.queue_id[i] = <int64_t>_u64(body)
+            _set_bit(self.queue_id_valid, i)
+        elif record_type == TYPE_DELIVERY_COUNT:
+            if size != DELIVERY_COUNT_BYTES:
+                return False
+            self.queue_id[i] = <int64_t>_u64(body)
+            _set_bit(self.queue_id_valid, i)
+            self.delivery_count[i] = _u32(body + 8)
+            _set_bit(self.delivery_count_valid, i)
+        elif record_type == TYPE_SCHEDULED_TIME:
+            if size != SCHEDULED_TIME_BYTES:
+                return False
+            self.queue_id[i] = <int64_t>_u64(body)
+            _set_bit(self.queue_id_valid, i)
+            self.scheduled_time[i] = <int64_t>_u64(body + 8)
+            _set_bit(self.scheduled_time_valid, i)
+        elif record_type == TYPE_ADD_MESSAGE:
+            return self.message(i, body, size)
+        elif record_type == TYPE_QUEUE_BINDING:
+            return self.queue(i, body, size)
+        return True
+
+    cdef bint queue(self, Py_ssize_t i, const uint8_t *body, Py_ssize_t size) except -1:
+        cdef Py_ssize_t pos = QUEUE_HEAD_BYTES
+        cdef Text name, address, filter_text
+        if size < QUEUE_HEAD_BYTES or body[0] != QUEUE_VERSION:
+            return False
+        if not QUEUE_ROUTING_MIN <= body[1] <= QUEUE_ROUTING_MAX or body[2] > 1:
+            return False
+        name = _text(body, &pos, size)
+        if not name.ok:
+            return False
+        address = _text(body, &pos, size)
+        if not address.ok:
+            return False
+        filter_text = _text(body, &pos, size)
+        if not filter_text.ok or pos != size:
+            return False
+        _append(&self.queue_name_data, name.data, name.size)
+        _set_bit(self.queue_name_valid, i)
+        _append(&self.address_data, address.data, address.size)
+        _set_bit(self.address_valid, i)
+        self.routing_type[i] = body[1]
+        _set_bit(self.routing_type_valid, i)
+        return True
+
+    cdef bint message(self, Py_ssize_t i, const uint8_t *body, Py_ssize_t size) except -1:
+        cdef Py_ssize_t pos = MESSAGE_HEAD_BYTES, count_at, k
+        cdef Text address
+        cdef uint32_t body_size, count, n
+        cdef int64_t expiration
+        cdef Property *prop
+        if size < MESSAGE_HEAD_BYTES or body[0] != MESSAGE_VERSION or body[2] > ROUTING_CODE_MAX:
+            return False
+        if body[1] & ~FLAG_DURABLE:
+            return False
+        expiration = <int64_t>_u64(body + 4)
+        if expiration < 0:
+            return False
+        address = _text(body, &pos, size)
+        if not address.ok or pos + 4 > size:
+            return False
+        body_size = _u32(body + pos)
+        if <uint64_t>body_size > <uint64_t>(size - pos - 4):
+            return False
+        pos += 4 + body_size
+        if pos + 4 > size:
+            return False
+        count = _u32(body + pos)
+        pos += 4
+        # each property takes at least 3 bytes (name length, tag): a count past that is a damaged body
+        if <uint64_t>count * 3 > <uint64_t>(size - pos):
+            return False
+        if count > self.scratch_capacity:
+            prop = <Property *>PyMem_Realloc(self.scratch, count * sizeof(Property))
+            if prop == NULL:
+                raise MemoryError()
+            self.scratch = prop
+            self.scratch_capacity = count
+        for k in range(count):
+            if not self.property(&self.scratch[k], body, &pos, size):
+                return False
+        if pos != size:
+            return False
+        # the body is good: write the row
+        self.expiration[i] = expiration
+        _set_bit(self.expiration_valid, i)
+        if body[1] & FLAG_DURABLE:
+            _set_bit(self.durable, i)
+        _set_bit(self.durable_valid, i)
+        if body[2]:
+            self.routing_type[i] = body[2]
+            _set_bit(self.routing_type_valid, i)
+        self.message_size[i] = body_size
+        _set_bit(self.message_size_valid, i)
+        _append(&self.address_data, address.data, address.size)
+        _set_bit(self.address_valid, i)
+        _set_bit(self.properties_valid, i)
+        self.properties(count)
+        return True
+
+    cdef bint property(self, Property *prop, const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) except -1:
+        cdef Text text
+        if pos[0] + 2 > size:
+            return False
+        prop.key_size = _u16(body + pos[0])
+        pos[0] += 2
+        if prop.key_size > size - pos[0]:
+            return False
+        prop.key = body + pos[0]
+        pos[0] += prop.key_size
+        if not _utf8_valid(prop.key, prop.key_size) or pos[0] + 1 > size:
+            return False
+        prop.tag = body[pos[0]]
+        pos[0] += 1
+        prop.value = NULL
+        prop.value_size = 0
+        if prop.tag == TAG_NONE or prop.tag == TAG_TRUE or prop.tag == TAG_FALSE:
+            return True
+        if prop.tag == TAG_INT or prop.tag == TAG_FLOAT:
+            if pos[0] + 8 > size:
+                return False
+            prop.value = body + pos[0]
+            prop.value_size = 8
+            pos[0] += 8
+            return True
+        if prop.tag == TAG_STR:
+            text = _text(body, pos, size)
+            prop.value = text.data
+            prop.value_size = text.size
+            return text.ok
+        if prop.tag == TAG_BYTES:
+            if pos[0] + 4 > size:
+                return False
+            prop.value_size = _u32(body + pos[0])
+            if <uint64_t>prop.value_size > <uint64_t>(size - pos[0] - 4):
+                return False
+            prop.value = body + pos[0] + 4
+            pos[0] += 4 + prop.value_size
+            return True
+        return False
+
+    cdef int properties(self, Py_ssize_t count) except -1:
+        """Append a message's properties as a dict of them would hold them: a name given twice keeps
+        its first place and its last value (record_format.decode_message builds a dict)."""
+        cdef Py_ssize_t k, j, last
+        cdef Property *prop
+        cdef bint seen
+        for k in range(count):
+            prop = &self.scratch[k]
+            seen = False
+            for j in range(k):
+                if _same_key(&self.scratch[j], prop):
+                    seen = True
+                    break
+            if seen:
+                continue
+            last = k
+            for j in range(k + 1, count):
+                if _same_key(&self.scratch[j], prop):
+                    last = j
+            self.entry(prop, &self.scratch[last])
+        return 0
+
+    cdef int entry(self, Property *key, Property *value) except -1:
+        cdef char number[32]
+        cdef int n
+        cdef char *text
+        cdef uint8_t valid = 1
+        cdef Py_ssize_t k
+        cdef int32_t end
+        cdef uint64_t raw
+        cdef double real
+        _append(&self.key_data, key.key, key.key_size)
+        if value.tag == TAG_STR:
+            _append(&self.value_data, value.value, value.value_size)
+        elif value.tag == TAG_INT:
+            n = snprintf(number, sizeof(number), "%lld", <long long><int64_t>_u64(value.value))
+            _append(&self.value_data, number, n)
+        elif value.tag == TAG_FLOAT:
+            raw = _u64(value.value)
+            memcpy(&real, &raw, 8)
+            text = PyOS_double_to_string(real, b'r', 0, Py_DTSF_ADD_DOT_0, NULL)
+            try:
+                k = 0
+                while text[k]:
+                    k += 1
+                _append(&self.value_data, text, k)
+            finally:
+                PyMem_Free(text)
+        elif value.tag == TAG_TRUE:
+            _append(&self.value_data, b"true", 4)
+        elif value.tag == TAG_FALSE:
+            _append(&self.value_data, b"false", 5)
+        elif value.tag == TAG_BYTES:
+            _reserve(&self.value_data, 2 * <Py_ssize_t>value.value_size)
+            for k in range(value.value_size):
+                self.value_data.data[self.value_data.size] = HEX_DIGITS[value.value[k] >> 4]
+                self.value_data.data[self.value_data.size + 1] = HEX_DIGITS[value.value[k] & 15]
+                self.value_data.size += 2
+        else:
+            valid = 0
+        self.entries += 1
+        if self.key_data.size > 0x7FFFFFFF or self.value_data.size > 0x7FFFFFFF:
+            raise OverflowError("more than 2 GiB of property text in one batch: read smaller batches")
+        end = <int32_t>self.key_data.size
+        _append(&self.key_offsets, &end, 4)
+        end = <int32_t>self.value_data.size
+        _append(&self.value_offsets, &end, 4)
+        _append(&self.value_valid, &valid, 1)
+        return 0
+
+
+cdef inline bint _same_key(Property *a, Property *b) noexcept nogil:
+    return a.key_size == b.key_size and memcmp(a.key, b.key, a.key_size) == 0
+
+
+def decode_message_columns(const unsigned char[::1] kind not None, const unsigned char[::1] record_type not None,
+                           const long long[::1] body_offsets not None, const unsigned char[::1] bodies not None,
+                           Py_ssize_t start, Py_ssize_t stop):
+    """The message store's fields of rows ``start``..``stop`` of a scan's columns, as a MessageColumns.
+
+    ``kind`` and ``record_type`` per row, ``body_offsets`` (rows + 1 entries) into ``bodies``: the
+    FrameColumns layout. Only adds and updates (transactional or not) carry a store body; other
+    rows, and record types the message store does not write, get null fields.
+    """
+    cdef Py_ssize_t rows = kind.shape[0], i, row
+    cdef long long begin, end
+    cdef int k
+    cdef _Decoder decoder = _Decoder()
+    if record_type.shape[0] != rows or body_offsets.shape[0] != rows + 1:
+        raise ValueError(f"columns of {rows} kinds, {record_type.shape[0]} record types and "
+                         f"{body_offsets.shape[0]} body offsets do not describe the same rows")
+    if not 0 <= start <= stop <= rows:
+        raise ValueError(f"rows {start}..{stop} of {rows}")
+    decoder.start(stop - start)
+    for row in range(start, stop):
+        i = row - start
+        k = kind[row]
+        if k == KIND_ADD or k == KIND_UPDATE or k == KIND_ADD_TX or k == KIND_UPDATE_TX:
+            begin = body_offsets[row]
+            end = body_offsets[row + 1]
+            if not 0 <= begin <= end <= bodies.shape[0]:
+                raise ValueError(f"row {row}: body offsets {begin}..{end} outside the {bodies.shape[0]} bytes of bodies")
+            if not decoder.row(i, record_type[row], &bodies[0] + begin if end > begin else NULL, end - begin):
+                decoder.out.rejected.append(i)
+        decoder.close_row(i)
+    return decoder.finish()
