@@ -2,7 +2,7 @@
 twin: _twin/message_columns.py).
 
 The message store's fields of many rows at once (a scan's FrameColumns), as the buffers of Arrow
-arrays: validity bitmaps, int64 values, large_string offsets and data, and the int32 offsets, keys
+arrays: validity bitmaps, int64 values, int32 string offsets and data, and the int32 offsets, keys
 and values of a map<string, string> of properties. A body record_format rejects is listed in
 ``rejected``, its fields null.
 """

@@ -131,7 +131,7 @@ def test_the_fields_of_each_record_type():
     assert struct.unpack("<5q", out.expiration)[0] == 77 and struct.unpack("<5q", out.message_size)[0] == 5
     assert out.durable == b"\x00" and out.durable_valid == b"\x01"
     assert out.routing_type == bytes([2, 0, 0, 0, 2])
-    assert out.address_data == b"ordersorders" and struct.unpack("<6q", out.address_offsets) == (0, 6, 6, 6, 6, 12)
+    assert out.address_data == b"ordersorders" and struct.unpack("<6i", out.address_offsets) == (0, 6, 6, 6, 6, 12)
     assert out.queue_name_data == b"q"
     assert out.key_data == b"nfbtxs" and out.value_data == "-30.100abtrueé".encode()
     assert out.value_valid == bytes([1, 1, 1, 1, 0, 1])

@@ -1,7 +1,7 @@
 """Python twin of the compiled batch decoder of message-store bodies (pyx/journal_engine/_message_columns.pyx).
 
 Each body goes through record_format's own decoders, and the fields land in the same Arrow buffers
-the compiled module fills (validity bitmaps, int64 values, large_string offsets, the int32 offsets
+the compiled module fills (validity bitmaps, int64 values, string offsets, the int32 offsets
 of a map<string, string>). tests/test_message_columns.py checks that both give the same bytes.
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ class _Bitmap:
 
 class _Strings:
     def __init__(self, rows: int) -> None:
-        self.offsets = array("q", [0]) * (rows + 1)
+        self.offsets = array("i", [0]) * (rows + 1)
         self.data = bytearray()
         self.valid = _Bitmap(rows)
 

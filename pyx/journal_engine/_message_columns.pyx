@@ -6,8 +6,8 @@ decoder's FrameColumns) and needs the message store's fields of each row — add
 delivery count, scheduled time, expiration, durable, properties — as Arrow buffers too. Decoding
 them one body at a time through record_format's decoders makes a Python object per field; this
 module walks every body of a batch in C and fills the buffers Arrow wraps without copying
-(fixed-width values with a validity bitmap; strings as int64 offsets + bytes, the large_string
-layout; properties as the int32 offsets, keys and values of a map<string, string>).
+(fixed-width values with a validity bitmap; strings as int32 offsets + bytes, Arrow's string
+layout, which Spark takes; properties as the int32 offsets, keys and values of a map<string, string>).
 
 It accepts exactly the bodies record_format's decoders accept. A body they reject is not decoded
 here: its row is listed in ``rejected`` and its fields stay null, and the caller asks record_format
@@ -68,6 +68,7 @@ cdef int TAG_BYTES = _format.PropertyTag.BYTES
 #: routing type codes as the columns give them (record_format.ROUTING_TYPES; 0 is "none": a null)
 ROUTING_NAMES = {code: name for name, code in _format.ROUTING_TYPES.items() if name is not None}
 
+cdef Py_ssize_t TEXT_BYTES_MAX = 0x7FFFFFFF   # Arrow's string offsets are int32
 cdef const char *HEX_DIGITS = b"0123456789abcdef"
 
 
@@ -208,7 +209,7 @@ cdef class MessageColumns:
     """The message store's fields of ``count`` rows, as Arrow buffers (see the module docstring).
 
     Each ``*_valid`` is a validity bitmap (bit i set: row i has the field); values of rows without
-    the field are zeros. Strings: ``*_offsets`` (int64, count + 1 entries) into ``*_data``.
+    the field are zeros. Strings: ``*_offsets`` (int32, count + 1 entries) into ``*_data``.
     Properties: ``property_offsets`` (int32, count + 1) into the entries; ``key_offsets`` /
     ``value_offsets`` (int32, entries + 1) into ``key_data`` / ``value_data``; ``value_valid``
     per entry (a None value is null). ``rejected``: the rows whose body record_format rejects.
@@ -249,8 +250,8 @@ cdef class _Decoder:
     cdef uint8_t *address_valid
     cdef uint8_t *queue_name_valid
     cdef uint8_t *properties_valid
-    cdef int64_t *address_offsets
-    cdef int64_t *queue_name_offsets
+    cdef int32_t *address_offsets
+    cdef int32_t *queue_name_offsets
     cdef int32_t *property_offsets
     cdef Bytes address_data, queue_name_data, key_data, value_data, key_offsets, value_offsets, value_valid
     cdef Py_ssize_t entries
@@ -297,10 +298,10 @@ cdef class _Decoder:
         self.queue_name_valid = <uint8_t *>PyBytes_AS_STRING(out.queue_name_valid)
         out.properties_valid = _zeros(bitmap)
         self.properties_valid = <uint8_t *>PyBytes_AS_STRING(out.properties_valid)
-        out.address_offsets = _zeros((n + 1) * 8)
-        self.address_offsets = <int64_t *>PyBytes_AS_STRING(out.address_offsets)
-        out.queue_name_offsets = _zeros((n + 1) * 8)
-        self.queue_name_offsets = <int64_t *>PyBytes_AS_STRING(out.queue_name_offsets)
+        out.address_offsets = _zeros((n + 1) * 4)
+        self.address_offsets = <int32_t *>PyBytes_AS_STRING(out.address_offsets)
+        out.queue_name_offsets = _zeros((n + 1) * 4)
+        self.queue_name_offsets = <int32_t *>PyBytes_AS_STRING(out.queue_name_offsets)
         out.property_offsets = _zeros((n + 1) * 4)
         self.property_offsets = <int32_t *>PyBytes_AS_STRING(out.property_offsets)
         self.entries = 0
@@ -322,10 +323,13 @@ cdef class _Decoder:
         self.out = None
         return out
 
-    cdef inline void close_row(self, Py_ssize_t i) noexcept:
-        self.address_offsets[i + 1] = self.address_data.size
-        self.queue_name_offsets[i + 1] = self.queue_name_data.size
+    cdef int close_row(self, Py_ssize_t i) except -1:
+        if self.address_data.size > TEXT_BYTES_MAX or self.queue_name_data.size > TEXT_BYTES_MAX:
+            raise OverflowError("more than 2 GiB of addresses in one batch: decode fewer rows at a time")
+        self.address_offsets[i + 1] = <int32_t>self.address_data.size
+        self.queue_name_offsets[i + 1] = <int32_t>self.queue_name_data.size
         self.property_offsets[i + 1] = <int32_t>self.entries
+        return 0
 
     cdef bint row(self, Py_ssize_t i, int record_type, const uint8_t *body, Py_ssize_t size) except -1:
         """Decode one body into row i; False when record_format would reject it (nothing written)."""
@@ -535,8 +539,8 @@ cdef class _Decoder:
         else:
             valid = 0
         self.entries += 1
-        if self.key_data.size > 0x7FFFFFFF or self.value_data.size > 0x7FFFFFFF:
-            raise OverflowError("more than 2 GiB of property text in one batch: read smaller batches")
+        if self.key_data.size > TEXT_BYTES_MAX or self.value_data.size > TEXT_BYTES_MAX:
+            raise OverflowError("more than 2 GiB of property text in one batch: decode fewer rows at a time")
         end = <int32_t>self.key_data.size
         _append(&self.key_offsets, &end, 4)
         end = <int32_t>self.value_data.size
