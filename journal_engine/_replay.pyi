@@ -146,6 +146,9 @@ class FrameColumns:
         """The body of one row (empty for a damaged region)."""
     def __len__(self) -> int: ...
 
+GAP_REASONS: dict[int, str]
+"""FrameCheck value -> what a reader reports of such damage followed by valid frames (``ReplayState.corrupt``)."""
+
 def scan_columns(buffer: ReadableBuffer, stamp: int, start: int) -> FrameColumns:
     """Decode every frame of one file from ``start`` into a :class:`FrameColumns`: the one parser
     of the format, which recovery, compaction, the tools and the Spark source read through."""

@@ -448,3 +448,22 @@ def encode_plain_message(address, body, properties, durable, expiration, routing
             _PREFIXES.clear()
         _PREFIXES[(address, durable, routing_type)] = prefix
     return b"".join((prefix, _U32_PACK(len(body)), body, _NO_PROPERTIES))
+
+
+# ----- any message-store body ----------------------------------------------------------------------------
+
+def decode_store_body(record_type: int, record_id: int, body: bytes, *, path=None):
+    """The body of a message-store record decoded by its user record type: a StoredMessage (45), a
+    StoredQueue (21), the queue id (32, 33), (queue id, count) (34), (queue id, epoch ms) (36); None
+    for a type the message store does not write. CorruptRecordError for a malformed body."""
+    if record_type == RecordType.ADD_MESSAGE:
+        return decode_message(record_id, body, path=path)
+    if record_type in (RecordType.ADD_REF, RecordType.ACKNOWLEDGE_REF):
+        return decode_queue_id(body, message_id=record_id, record_type=record_type, path=path)
+    if record_type == RecordType.UPDATE_DELIVERY_COUNT:
+        return decode_delivery_count(body, message_id=record_id, path=path)
+    if record_type == RecordType.SET_SCHEDULED_DELIVERY_TIME:
+        return decode_scheduled_time(body, message_id=record_id, path=path)
+    if record_type == RecordType.QUEUE_BINDING_RECORD:
+        return decode_queue(record_id, body, path=path)
+    return None

@@ -44,3 +44,15 @@ def open_journal(journal_dir):
     yield _open
     for journal in opened:
         journal.close()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one SparkSession of a test run (a session takes seconds to start): local[2], quiet, with the
+    journal_engine data source registered. Every Spark test uses it."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    pytest.importorskip("pyarrow", reason="the spark extra is not installed")
+    from journal_engine.spark import session
+    started = session("local[2]", "journal-engine-tests")
+    yield started
+    started.stop()

@@ -81,14 +81,8 @@ def assert_same(columns, start=0, stop=None):
 
 
 def accepted(record_type, body) -> bool:
-    decoders = {RecordType.ADD_MESSAGE: lambda: fmt.decode_message(1, body),
-                RecordType.QUEUE_BINDING_RECORD: lambda: fmt.decode_queue(1, body),
-                RecordType.ADD_REF: lambda: fmt.decode_queue_id(body, message_id=1, record_type=record_type),
-                RecordType.ACKNOWLEDGE_REF: lambda: fmt.decode_queue_id(body, message_id=1, record_type=record_type),
-                RecordType.UPDATE_DELIVERY_COUNT: lambda: fmt.decode_delivery_count(body, message_id=1),
-                RecordType.SET_SCHEDULED_DELIVERY_TIME: lambda: fmt.decode_scheduled_time(body, message_id=1)}
     try:
-        decoders.get(record_type, lambda: None)()
+        fmt.decode_store_body(record_type, 1, body)
     except CorruptRecordError:
         return False
     return True

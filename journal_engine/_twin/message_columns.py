@@ -9,8 +9,7 @@ from __future__ import annotations
 from array import array
 
 from ..errors import CorruptRecordError
-from ..record_format import (ROUTING_TYPES, RecordKind, RecordType, decode_delivery_count, decode_message,
-                             decode_queue, decode_queue_id, decode_scheduled_time)
+from ..record_format import ROUTING_TYPES, RecordKind, RecordType, decode_store_body
 
 #: routing type codes as the columns give them (record_format.ROUTING_TYPES; 0 is "none": a null)
 ROUTING_NAMES = {code: name for name, code in ROUTING_TYPES.items() if name is not None}
@@ -95,25 +94,24 @@ class MessageColumns:
     def decode(self, row: int, record_type: int, record_id: int, body: bytes) -> None:
         """Row ``row``'s fields from one body; a body record_format rejects leaves them null."""
         try:
-            if record_type in _QUEUE_ID_TYPES:
-                self._queue_id.put(row, decode_queue_id(body, message_id=record_id, record_type=record_type))
-            elif record_type == RecordType.UPDATE_DELIVERY_COUNT:
-                queue_id, count = decode_delivery_count(body, message_id=record_id)
-                self._queue_id.put(row, queue_id)
-                self._delivery_count.put(row, count)
-            elif record_type == RecordType.SET_SCHEDULED_DELIVERY_TIME:
-                queue_id, scheduled_ms = decode_scheduled_time(body, message_id=record_id)
-                self._queue_id.put(row, queue_id)
-                self._scheduled_time.put(row, scheduled_ms)
-            elif record_type == RecordType.ADD_MESSAGE:
-                self._message(row, decode_message(record_id, body))
-            elif record_type == RecordType.QUEUE_BINDING_RECORD:
-                queue = decode_queue(record_id, body)
-                self._queue_name.put(row, queue.name)
-                self._address.put(row, queue.address)
-                self._routing(row, queue.routing_type)
+            decoded = decode_store_body(record_type, record_id, body)
         except CorruptRecordError:
             self.rejected.append(row)
+            return
+        if record_type in _QUEUE_ID_TYPES:
+            self._queue_id.put(row, decoded)
+        elif record_type == RecordType.UPDATE_DELIVERY_COUNT:
+            self._queue_id.put(row, decoded[0])
+            self._delivery_count.put(row, decoded[1])
+        elif record_type == RecordType.SET_SCHEDULED_DELIVERY_TIME:
+            self._queue_id.put(row, decoded[0])
+            self._scheduled_time.put(row, decoded[1])
+        elif record_type == RecordType.ADD_MESSAGE:
+            self._message(row, decoded)
+        elif record_type == RecordType.QUEUE_BINDING_RECORD:
+            self._queue_name.put(row, decoded.name)
+            self._address.put(row, decoded.address)
+            self._routing(row, decoded.routing_type)
 
     def _routing(self, row: int, routing_type: str | None) -> None:
         if routing_type is not None:

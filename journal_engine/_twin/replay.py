@@ -12,7 +12,8 @@ from .codec import check_frame, decode_header
 from ..record_format import FrameCheck, RecordKind
 from .livemap import LiveMap
 
-_GAP_REASONS = {
+#: what a reader reports of damage (a FrameCheck other than VALID) followed by valid frames
+GAP_REASONS = {
     FrameCheck.ZERO: "unwritten gap followed by valid records",
     FrameCheck.FOREIGN: "bytes of another file id followed by valid records",
     FrameCheck.INVALID: "damaged frame (bad checksum, length or kind) followed by valid records",
@@ -95,7 +96,7 @@ class ReplayState:
         for row in range(cols.count):
             check = cols._check[row]
             if check:
-                self.corrupt.append((path, cols._offset[row], _GAP_REASONS[FrameCheck(check)]))
+                self.corrupt.append((path, cols._offset[row], GAP_REASONS[FrameCheck(check)]))
             else:
                 self._apply(cols, row, (file_index << ROW_BITS) | row, path)
         return cols.end_offset, cols.end_check

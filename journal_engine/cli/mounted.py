@@ -1,4 +1,4 @@
-"""The products' own commands, mounted: `demo`, `bench`, `crash-test`, `serve-stomp`.
+"""The products' own commands, mounted: `demo`, `bench`, `crash-test`, `serve-stomp`, `analyze`.
 
 `bench` and `crash-test` keep the option parsers of their modules (benchmarking.runner, crashtest):
 their arguments pass through untouched, so their owners change options in one place.
@@ -106,4 +106,24 @@ def demo_command(seconds: float, keep, png, seed) -> int:
         return EXIT_DAMAGE
 
 
-COMMANDS = [demo_command, bench_command, crash_test_command, serve_stomp_command]
+@click.command("analyze")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--master", help="Spark master URL (default local[*]; under spark-submit its --master holds)")
+@click.option("--out", type=click.Path(file_okay=False, path_type=str),
+              help="write PNG plots (and with --parquet the records and tables) here")
+@click.option("--parquet", is_flag=True, help="also write the records and every table as Parquet")
+@click.option("--sent-time-property", metavar="NAME",
+              help="a message property holding the send time (epoch ms), for time in queue")
+def analyze_command(paths, master, out, parquet, sent_time_property) -> int:
+    """Dead letters, delivery counts, redelivery delays, time in queue, live and dead bytes of journals
+    (PATH: a journal, a broker's or message store's directory), and summaries of crash-test and bench
+    JSON reports, on Spark (docs/spark.md)."""
+    try:
+        from ..spark.analyze import run
+    except ImportError as exc:
+        fail_line(f"analyze: {exc}; install it with: pip install 'journal_engine[spark]'")
+        return EXIT_USAGE
+    return run(list(paths), master, out, parquet, sent_time_property)
+
+
+COMMANDS = [demo_command, bench_command, crash_test_command, serve_stomp_command, analyze_command]

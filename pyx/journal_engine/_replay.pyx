@@ -28,7 +28,8 @@ cdef array.array _LONGS = array.array("q")
 cdef array.array _ULONGS = array.array("Q")
 cdef array.array _BYTES = array.array("B")
 
-_GAP_REASONS = {
+#: what a reader reports of damage (a FrameCheck other than VALID) followed by valid frames
+GAP_REASONS = {
     FRAME_ZERO: "unwritten gap followed by valid records",
     FRAME_FOREIGN: "bytes of another file id followed by valid records",
     FRAME_INVALID: "damaged frame (bad checksum, length or kind) followed by valid records",
@@ -168,7 +169,7 @@ cdef class ReplayState:
         for row in range(cols.count):
             check = cols._check.data.as_uchars[row]
             if check:
-                self.corrupt.append((path, cols._offset.data.as_longlongs[row], _GAP_REASONS[check]))
+                self.corrupt.append((path, cols._offset.data.as_longlongs[row], GAP_REASONS[check]))
             else:
                 self._apply(cols, file_index, row, path)
         return cols.end_offset, cols.end_check

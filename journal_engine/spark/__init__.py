@@ -1,0 +1,28 @@
+"""Journals as Spark DataFrames (PySpark 4's Python Data Source API); docs/spark.md.
+
+    import journal_engine.spark
+    spark = journal_engine.spark.session()          # or any SparkSession, then register(spark)
+    df = spark.read.format("journal_engine").load(["/data/broker-1", "/data/broker-2"])
+
+``register(spark)`` makes ``format("journal_engine")`` known to a session; ``session()`` starts one
+the way ``journal-engine analyze`` does (Java 17+ found, the workers on this interpreter, Spark's
+logs at WARN). The source (source.py) and its schema (columns.py) need pyspark and pyarrow: the
+``spark`` extra (``pip install 'journal_engine[spark]'``).
+"""
+from __future__ import annotations
+
+__all__ = ["register", "session", "SOURCE_NAME"]
+
+SOURCE_NAME = "journal_engine"
+
+
+def register(spark) -> None:
+    """Make ``spark.read.format("journal_engine")`` read journals in this SparkSession."""
+    from .source import JournalDataSource
+    spark.dataSource.register(JournalDataSource)
+
+
+def session(master: str | None = None, app_name: str = "journal-engine"):
+    """A SparkSession for journal_engine (local[*] unless ``master`` says otherwise), the source registered."""
+    from .environment import session as start
+    return start(master, app_name)

@@ -1,0 +1,101 @@
+"""Starting Spark for journal_engine: Java 17+, the interpreter the workers run, quiet logs, one session.
+
+Spark 4 runs on Java 17 or later. ``java_home()`` takes ``JAVA_HOME`` when it points at a Java, else the
+``java`` on ``PATH``, checks its version, and says what to install when neither will do. The Python
+workers must run the interpreter that runs this code (the one journal_engine is installed in), so
+``PYSPARK_PYTHON`` is set to it; a local session binds to the loopback (``SPARK_LOCAL_IP``), so a
+machine without a resolvable host name still starts one. The log4j2 configuration shipped beside
+this module keeps Spark to warnings, and the console progress bar is off.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ..errors import ConfigError
+
+JAVA_VERSION_MIN = 17
+LOCAL_MASTER_DEFAULT = "local[*]"
+LOG4J2_CONFIGURATION = Path(__file__).with_name("log4j2.properties")
+_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
+
+
+def _java_version(java: str) -> int:
+    """The feature version (8, 11, 17, 21, ...) of a java executable."""
+    result = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60, check=False)
+    match = _VERSION.search(result.stderr + result.stdout)
+    if not match:
+        raise ConfigError("java", java, f"`{java} -version` did not print a version",
+                          hint=f"Spark 4 needs Java {JAVA_VERSION_MIN}+; set JAVA_HOME to one")
+    major, minor = int(match.group(1)), int(match.group(2) or 0)
+    return minor if major == 1 else major      # "1.8.0" is Java 8
+
+
+def java_home() -> str:
+    """The home of a Java 17+ (JAVA_HOME, else the java on PATH); ConfigError saying Java 17+ is needed."""
+    candidates = []
+    if os.environ.get("JAVA_HOME"):
+        candidates.append(("JAVA_HOME", Path(os.environ["JAVA_HOME"]) / "bin" / "java"))
+    on_path = shutil.which("java")
+    if on_path:
+        candidates.append(("PATH", Path(on_path).resolve()))
+    found = []
+    for source, java in candidates:
+        if not java.is_file():
+            found.append(f"{source}: no {java}")
+            continue
+        version = _java_version(str(java))
+        if version >= JAVA_VERSION_MIN:
+            return str(java.parent.parent)
+        found.append(f"{source}: Java {version} at {java}")
+    raise ConfigError("JAVA_HOME", os.environ.get("JAVA_HOME"),
+                      f"Spark 4 needs Java {JAVA_VERSION_MIN} or later; found "
+                      + ("; ".join(found) if found else "no java on PATH"),
+                      hint=f"install a Java {JAVA_VERSION_MIN}+ (e.g. openjdk-17-jre-headless) and set JAVA_HOME to it")
+
+
+def prepare(master: str = LOCAL_MASTER_DEFAULT) -> None:
+    """Set the environment a Spark session of this process needs (see the module docstring)."""
+    os.environ["JAVA_HOME"] = java_home()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def session(master: str | None = None, app_name: str = "journal-engine"):
+    """A SparkSession with journal_engine's data source registered: quiet, started once per process.
+
+    ``master`` None: ``local[*]``, unless spark-submit started this driver (its --master holds)."""
+    from pyspark.sql import SparkSession
+
+    from . import register
+
+    if not _under_spark_submit():
+        prepare(master or LOCAL_MASTER_DEFAULT)
+    java_options = f"-Dlog4j2.configurationFile={LOG4J2_CONFIGURATION.as_uri()}"
+    builder = (SparkSession.builder.appName(app_name)
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.extraJavaOptions", java_options)
+               .config("spark.executor.extraJavaOptions", java_options))
+    if master:
+        builder = builder.master(master)
+    elif not _under_spark_submit():
+        builder = builder.master(LOCAL_MASTER_DEFAULT)
+    if (master or LOCAL_MASTER_DEFAULT).startswith("local"):
+        # a local session: few shuffle partitions (the default 200 are empty tasks on one machine), no web UI
+        builder = (builder.config("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 1)))
+                   .config("spark.ui.enabled", "false"))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    register(spark)
+    return spark
+
+
+def _under_spark_submit() -> bool:
+    """True when spark-submit started this driver (it hands over its JVM gateway, and its --master)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ

@@ -1,0 +1,218 @@
+"""The ``journal_engine`` data source of PySpark 4 (the Python Data Source API): journals as DataFrames.
+
+``spark.read.format("journal_engine").load(path_or_paths)`` reads journal directories, or the
+directories that hold them (a broker's or a message store's: its ``messages`` and ``bindings``
+journals), one partition per data file — a file larger than the option ``split_bytes`` in several,
+each converting its share of the rows (the frame chain of a file is only known from its start: no
+offset inside a file can be trusted to begin a frame, since a body may hold anything, so every part
+scans the file whole with the compiled decoder, which is the cheap step). Rows come out as Arrow
+batches built from the decoders' columns (journal_engine.spark.columns); the files are opened read
+only and mapped, never written, truncated or locked.
+
+Options:
+
+* ``live`` (false): true gives only the records ``Journal.load()`` returns — each live record's add
+  and its updates — read as a read-only load does (one partition per journal);
+* ``mode`` (``permissive``): ``failfast`` fails the job at the first damage row, with the reader's
+  words and the place, instead of returning it;
+* ``split_bytes`` (64 MiB): files larger than this are read as several partitions;
+* ``batch_rows`` (65536): rows per Arrow batch.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from ..errors import ConfigError, CorruptRecordError
+from ..record_format import FrameCheck
+from ..storage.journal import Journal
+from ..storage.recovery import (DAMAGED_END_REASON, TORN_TAIL_REASON, classify_end, cut_short_reason,
+                                gap_reason)
+from ..storage.scan import scan_file
+from ..storage.segment_files import DataFile, list_directory
+from ..storage.format import DATA_NAME
+from . import columns as arrow_columns
+
+from . import SOURCE_NAME
+SPLIT_BYTES_DEFAULT = 64 * 1024 * 1024
+BATCH_ROWS_DEFAULT = 65536
+MODES = ("permissive", "failfast")
+
+
+def find_journals(path: str) -> list[str]:
+    """The journal directories at ``path``: itself when it holds journal data files, else those of its
+    immediate subdirectories that do (a broker's or message store's ``messages`` and ``bindings``)."""
+    def holds_journal(directory: str) -> bool:
+        try:
+            return any(DATA_NAME.match(name) for name in os.listdir(directory))
+        except OSError:
+            return False
+
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        raise ConfigError("path", path, "not a directory", hint="give a journal directory, or a broker's or "
+                                                                "message store's directory")
+    if holds_journal(path):
+        return [path]
+    found = sorted(os.path.join(path, name) for name in os.listdir(path)
+                   if os.path.isdir(os.path.join(path, name)) and holds_journal(os.path.join(path, name)))
+    if not found:
+        raise ConfigError("path", path, "holds no journal files (journal-*.jej), nor do its subdirectories",
+                          hint="an LMDB-backed store has no journal to read; give the directory Broker() or "
+                               "MessageStore() wrote with the journal backend")
+    return found
+
+
+def paths_of(options: dict) -> list[str]:
+    """The paths given to load(): one (``path``) or several (``paths``, a JSON list, as Spark passes them)."""
+    paths = []
+    if options.get("paths"):
+        paths = json.loads(options["paths"])
+    elif options.get("path"):
+        paths = [options["path"]]
+    if not paths:
+        raise ConfigError("path", None, "no path given", hint='spark.read.format("journal_engine").load(path)')
+    return paths
+
+
+class FilePart(InputPartition):
+    """Rows of one data file: part ``part`` of ``parts`` (by row), and the files after it in replay order
+    (whether one of them holds data decides if damage at this file's end is a torn tail)."""
+    def __init__(self, data: DataFile, part: int, parts: int, later: list) -> None:
+        super().__init__((data.path, part))
+        self.data, self.part, self.parts, self.later = data, part, parts, later
+
+
+class LiveJournal(InputPartition):
+    """The live records of one journal (option live=true)."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self.directory = directory
+
+
+class JournalDataSource(DataSource):
+    """``format("journal_engine")``: the module docstring says what it reads and its options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return arrow_columns.SPARK_SCHEMA
+
+    def reader(self, schema) -> "JournalReader":
+        return JournalReader(self.options)
+
+
+def _flag(options: dict, name: str) -> bool:
+    value = str(options.get(name, "false")).strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(name, options.get(name), "use true or false")
+    return value == "true"
+
+
+def _positive(options: dict, name: str, default: int) -> int:
+    try:
+        value = int(options.get(name, default))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigError(name, options.get(name), "a whole number of at least 1")
+    return value
+
+
+class JournalReader(DataSourceReader):
+    def __init__(self, options: dict) -> None:
+        self.live = _flag(options, "live")
+        self.mode = str(options.get("mode", "permissive")).lower()
+        if self.mode not in MODES:
+            raise ConfigError("mode", options.get("mode"), f"use one of {', '.join(MODES)}")
+        self.split_bytes = _positive(options, "split_bytes", SPLIT_BYTES_DEFAULT)
+        self.batch_rows = _positive(options, "batch_rows", BATCH_ROWS_DEFAULT)
+        self.journals = [journal for path in paths_of(options) for journal in find_journals(path)]
+
+    def partitions(self) -> list[InputPartition]:
+        if self.live:
+            return [LiveJournal(directory) for directory in self.journals]
+        found = []
+        for directory in self.journals:
+            files = list_directory(directory, as_if_compacted=True).data   # what load() replays, in its order
+            for index, data in enumerate(files):
+                parts = max(1, -(-data.size // self.split_bytes))
+                found += [FilePart(data, part, parts, files[index + 1:]) for part in range(parts)]
+        return found
+
+    def read(self, partition):
+        if isinstance(partition, LiveJournal):
+            yield from self._read_live(partition.directory)
+        else:
+            yield from self._read_file(partition)
+
+    def _damage(self, path: str, offset: int, reason: str) -> str:
+        if self.mode == "failfast":
+            raise CorruptRecordError(reason, path=path, offset=offset,
+                                     hint='mode=failfast stops at the first damage; the default mode '
+                                          '"permissive" returns it as a row with `damage` set')
+        return reason
+
+    def _read_file(self, partition: FilePart):
+        data = partition.data
+        scan = scan_file(data.path)
+        frames = scan.columns
+        rows = frames.count
+        start, stop = rows * partition.part // partition.parts, rows * (partition.part + 1) // partition.parts
+        last_part = partition.part == partition.parts - 1
+        damage = {}
+        for row in range(start, stop):
+            check = frames.check[row]
+            if check == FrameCheck.VALID:
+                continue
+            offset = frames.offset[row]
+            if offset >= frames.end_offset:        # where the file's data ends: a clean end or a torn write
+                if classify_end(data, offset, FrameCheck(check)) != FrameCheck.INVALID:
+                    stop = row                     # the end of the data: not a row
+                    break
+                reason = DAMAGED_END_REASON if _any_holds_data(partition.later) else TORN_TAIL_REASON
+            else:
+                reason = gap_reason(check)
+            damage[row - start] = self._damage(data.path, offset, reason)
+        file_arrays = arrow_columns.frame_arrays(frames, data.path, data.header.file_id, data.header.sequence)
+        file_arrays = {name: array.slice(start, stop - start) for name, array in file_arrays.items()}
+        message_arrays, rejected = arrow_columns.message_arrays(frames, start, stop)
+        for row in rejected:
+            damage[row] = self._damage(data.path, frames.offset[start + row],
+                                       arrow_columns.body_error(frames, start + row, data.path))
+        yield from arrow_columns.batches(file_arrays, message_arrays, damage, stop - start, self.batch_rows)
+        if last_part and scan.cut_short:
+            yield arrow_columns.single_row(path=data.path, file_id=data.header.file_id,
+                                           sequence=data.header.sequence, offset=data.size,
+                                           damage=self._damage(data.path, data.size, cut_short_reason(data)))
+
+    def _read_live(self, directory: str):
+        with Journal(directory, read_only=True) as journal:    # read only: no lock, nothing written
+            loaded = journal.load()
+        report = loaded.report
+        if self.mode == "failfast" and (report.corrupt or report.torn_tail):
+            path, offset, reason = report.corrupt[0] if report.corrupt else (*report.torn_tail, TORN_TAIL_REASON)
+            self._damage(path, offset, reason)
+        records = arrow_columns.LiveRecords(loaded.records.values())
+        file_arrays = arrow_columns.frame_arrays(records, directory, None, None)
+        message_arrays, rejected = arrow_columns.message_arrays(records, 0, records.count)
+        damage = {row: self._damage(directory, None, arrow_columns.body_error(records, row, directory))
+                  for row in rejected}
+        yield from arrow_columns.batches(file_arrays, message_arrays, damage, records.count, self.batch_rows)
+
+
+def _any_holds_data(files: list) -> bool:
+    """Whether any of these data files holds a frame or damage (as recovery decides the last file with data)."""
+    for data in files:
+        scan = scan_file(data.path)
+        columns = scan.columns
+        if scan.cut_short or columns.end_offset > data.header.data_start:
+            return True
+        if any(columns.check[row] != FrameCheck.VALID and columns.offset[row] < columns.end_offset
+               for row in range(columns.count)):
+            return True
+    return False
