@@ -53,6 +53,8 @@ def spark():
     pytest.importorskip("pyspark", reason="the spark extra is not installed")
     pytest.importorskip("pyarrow", reason="the spark extra is not installed")
     from journal_engine.spark import session
-    started = session("local[2]", "journal-engine-tests")
+    # the tests' tables are small: one shuffle partition, no adaptive re-planning
+    started = session("local[2]", "journal-engine-tests", {"spark.sql.shuffle.partitions": 1,
+                                                           "spark.sql.adaptive.enabled": "false"})
     yield started
     started.stop()

@@ -22,7 +22,8 @@ def register(spark) -> None:
     spark.dataSource.register(JournalDataSource)
 
 
-def session(master: str | None = None, app_name: str = "journal-engine"):
-    """A SparkSession for journal_engine (local[*] unless ``master`` says otherwise), the source registered."""
+def session(master: str | None = None, app_name: str = "journal-engine", config: dict | None = None):
+    """A SparkSession for journal_engine (local[*] unless ``master`` says otherwise), the source registered;
+    ``config``: more Spark settings."""
     from .environment import session as start
-    return start(master, app_name)
+    return start(master, app_name, config)

@@ -89,8 +89,11 @@ def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
     from .. import analytics
     from . import session
 
+    from pyspark.sql import SparkSession
+
     if out:
         os.makedirs(out, exist_ok=True)
+    borrowed = SparkSession.getActiveSession() is not None    # a caller's session (a notebook, a test) stays up
     spark = session(master)
     try:
         tables = {}
@@ -119,7 +122,8 @@ def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
                     frame.write.mode("overwrite").parquet(os.path.join(out, f"{name}.parquet"))
             print(f"\nwritten to {out}")
     finally:
-        spark.stop()
+        if not borrowed:
+            spark.stop()
     return 0
 
 

@@ -67,10 +67,11 @@ def prepare(master: str = LOCAL_MASTER_DEFAULT) -> None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def session(master: str | None = None, app_name: str = "journal-engine"):
+def session(master: str | None = None, app_name: str = "journal-engine", config: dict | None = None):
     """A SparkSession with journal_engine's data source registered: quiet, started once per process.
 
-    ``master`` None: ``local[*]``, unless spark-submit started this driver (its --master holds)."""
+    ``master`` None: ``local[*]``, unless spark-submit started this driver (its --master holds);
+    ``config``: more Spark settings, applied last."""
     from pyspark.sql import SparkSession
 
     from . import register
@@ -90,6 +91,8 @@ def session(master: str | None = None, app_name: str = "journal-engine"):
         # a local session: few shuffle partitions (the default 200 are empty tasks on one machine), no web UI
         builder = (builder.config("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 1)))
                    .config("spark.ui.enabled", "false"))
+    for key, value in (config or {}).items():
+        builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)

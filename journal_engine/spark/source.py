@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+
+import numpy as np
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from ..errors import ConfigError, CorruptRecordError
@@ -29,9 +31,9 @@ from ..record_format import FrameCheck
 from ..storage.journal import Journal
 from ..storage.recovery import (DAMAGED_END_REASON, TORN_TAIL_REASON, classify_end, cut_short_reason,
                                 gap_reason)
+from ..storage.format import DATA_NAME
 from ..storage.scan import scan_file
 from ..storage.segment_files import DataFile, list_directory
-from ..storage.format import DATA_NAME
 from . import columns as arrow_columns
 
 from . import SOURCE_NAME
@@ -161,23 +163,11 @@ class JournalReader(DataSourceReader):
         data = partition.data
         scan = scan_file(data.path)
         frames = scan.columns
-        rows = frames.count
-        start, stop = rows * partition.part // partition.parts, rows * (partition.part + 1) // partition.parts
-        last_part = partition.part == partition.parts - 1
-        damage = {}
-        for row in range(start, stop):
-            check = frames.check[row]
-            if check == FrameCheck.VALID:
-                continue
-            offset = frames.offset[row]
-            if offset >= frames.end_offset:        # where the file's data ends: a clean end or a torn write
-                if classify_end(data, offset, FrameCheck(check)) != FrameCheck.INVALID:
-                    stop = row                     # the end of the data: not a row
-                    break
-                reason = DAMAGED_END_REASON if _any_holds_data(partition.later) else TORN_TAIL_REASON
-            else:
-                reason = gap_reason(check)
-            damage[row - start] = self._damage(data.path, offset, reason)
+        start = frames.count * partition.part // partition.parts
+        stop = frames.count * (partition.part + 1) // partition.parts
+        damaged = np.flatnonzero(np.frombuffer(frames.check, dtype=np.uint8)[start:stop]) + start
+        damage = {int(row) - start: self._damage(data.path, frames.offset[row], gap_reason(frames.check[row]))
+                  for row in damaged}
         file_arrays = arrow_columns.frame_arrays(frames, data.path, data.header.file_id, data.header.sequence)
         file_arrays = {name: array.slice(start, stop - start) for name, array in file_arrays.items()}
         message_arrays, rejected = arrow_columns.message_arrays(frames, start, stop)
@@ -185,10 +175,21 @@ class JournalReader(DataSourceReader):
             damage[row] = self._damage(data.path, frames.offset[start + row],
                                        arrow_columns.body_error(frames, start + row, data.path))
         yield from arrow_columns.batches(file_arrays, message_arrays, damage, stop - start, self.batch_rows)
-        if last_part and scan.cut_short:
-            yield arrow_columns.single_row(path=data.path, file_id=data.header.file_id,
-                                           sequence=data.header.sequence, offset=data.size,
-                                           damage=self._damage(data.path, data.size, cut_short_reason(data)))
+        if partition.part == partition.parts - 1:
+            yield from self._file_end(partition, frames.end_offset, FrameCheck(frames.end_check))
+            if scan.cut_short:
+                yield self._damage_row(data, data.size, cut_short_reason(data))
+
+    def _file_end(self, partition: FilePart, end: int, check: FrameCheck):
+        """Where the file's valid frames stop: a clean end (no row), or damage — a torn tail when no later
+        file holds data, else damage followed by later files (recovery's decision)."""
+        if classify_end(partition.data, end, check) == FrameCheck.INVALID:
+            reason = DAMAGED_END_REASON if _any_holds_data(partition.later) else TORN_TAIL_REASON
+            yield self._damage_row(partition.data, end, reason)
+
+    def _damage_row(self, data: DataFile, offset: int, reason: str):
+        return arrow_columns.single_row(path=data.path, file_id=data.header.file_id, sequence=data.header.sequence,
+                                        offset=offset, damage=self._damage(data.path, offset, reason))
 
     def _read_live(self, directory: str):
         with Journal(directory, read_only=True) as journal:    # read only: no lock, nothing written
@@ -206,13 +207,9 @@ class JournalReader(DataSourceReader):
 
 
 def _any_holds_data(files: list) -> bool:
-    """Whether any of these data files holds a frame or damage (as recovery decides the last file with data)."""
+    """Whether any of these data files holds a frame or damage (recovery's test for the last file with data)."""
     for data in files:
         scan = scan_file(data.path)
-        columns = scan.columns
-        if scan.cut_short or columns.end_offset > data.header.data_start:
-            return True
-        if any(columns.check[row] != FrameCheck.VALID and columns.offset[row] < columns.end_offset
-               for row in range(columns.count)):
+        if scan.cut_short or scan.columns.end_offset > data.header.data_start or scan.columns.count:
             return True
     return False

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .._impl import ReplayState
+from .._impl import GAP_REASONS, ReplayState
 from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
 from .format import CONTROL_FILE, HEADER_FLAG_RECYCLED, stamp_of
 from ..record_format import FrameCheck
@@ -52,7 +52,24 @@ def replay_data_file(state: ReplayState, data) -> tuple[int, int]:
     return state.replay_columns(scan_data_file(data), data.path)
 
 
-def _classify_end(data, end: int, check: FrameCheck) -> FrameCheck:
+#: what the reader reports where a file's valid frames stop at damage and later files hold data
+DAMAGED_END_REASON = "damaged frame at the end of a file followed by later files"
+#: what the reader reports where the last file with data ends in damage (load() erases it)
+TORN_TAIL_REASON = "torn tail: a write cut short at the end of the journal's data (load() erases it)"
+
+
+def gap_reason(check: int) -> str:
+    """What the reader reports of damage (a FrameCheck other than VALID) followed by valid frames."""
+    return GAP_REASONS[check]
+
+
+def cut_short_reason(data) -> str:
+    """What the reader reports of a file shorter than it was allocated (at the offset of the cut)."""
+    return (f"file cut short: {data.size} of its {data.header.file_size} bytes are left; "
+            f"records past the cut are lost")
+
+
+def classify_end(data, end: int, check: FrameCheck) -> FrameCheck:
     """Where the valid frames of a file stop, is that a clean end or the start of a torn write?
 
     Files are created at a multiple of the sector size and zero-filled, so a file cut
@@ -77,14 +94,12 @@ def analyze(directory: str, replaceable_types=(), *, remove_temporary: bool = Fa
     ends = []
     for data, file_columns in zip(listing.data, columns):
         end, check = state.replay_columns(file_columns, data.path)
-        ends.append((end, _classify_end(data, end, FrameCheck(check))))
+        ends.append((end, classify_end(data, end, FrameCheck(check))))
     report = LoadReport(corrupt=list(state.corrupt), anomalies=list(state.anomalies),
                         files_read=len(listing.data), records_read=state.frames_read)
     for data in listing.data:
         if cut_short(data):
-            report.corrupt.append((data.path, data.size,
-                                   f"file cut short: {data.size} of its {data.header.file_size} bytes are left; "
-                                   f"records past the cut are lost"))
+            report.corrupt.append((data.path, data.size, cut_short_reason(data)))
     damaged_paths = {entry[0] for entry in report.corrupt}
     last = -1
     for index, (end, _check) in enumerate(ends):
@@ -94,8 +109,7 @@ def analyze(directory: str, replaceable_types=(), *, remove_temporary: bool = Fa
     for index in range(last):
         end, check = ends[index]
         if check == FrameCheck.INVALID:
-            report.corrupt.append((listing.data[index].path, end,
-                                   "damaged frame at the end of a file followed by later files"))
+            report.corrupt.append((listing.data[index].path, end, DAMAGED_END_REASON))
     if last >= 0 and ends[last][1] == FrameCheck.INVALID:
         report.torn_tail_truncated = True
         report.torn_tail = (listing.data[last].path, ends[last][0])

@@ -1,0 +1,71 @@
+"""`journal-engine analyze` end to end (tables, plots, Parquet) and the set-up checks of journal_engine.spark."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from spark_journals import POISON_BODY, write_broker
+
+from journal_engine.cli import main as cli_main
+from journal_engine.errors import ConfigError
+from journal_engine.spark import environment
+
+
+@pytest.mark.spark
+def test_analyze_prints_the_tables_and_writes_plots_and_parquet(spark, tmp_path, capsys):
+    broker = tmp_path / "broker"
+    write_broker(broker)
+    crash = tmp_path / "crash.json"
+    crash.write_text(json.dumps({"seed": 7, "size": "smoke", "store": "journal", "runs": {"kill": 3},
+                                 "skipped": {}, "crash_points_hit": {}, "calls": 9, "acknowledged": 8,
+                                 "lost_unacknowledged": 0, "violations": [], "duration_s": 0.5, "reproduce": "x"}))
+    out = tmp_path / "out"
+    assert cli_main(["analyze", str(broker), str(crash), "--out", str(out), "--parquet",
+                     "--sent-time-property", "sent_at"]) == 0
+    printed = capsys.readouterr().out
+    for title in ("damage", "dead-letters", "delivery-counts", "redelivery-delays", "time-in-queue", "segment-bytes",
+                  "crash-tests"):
+        assert f"== {title}" in printed
+    assert any(line.split()[:5] == ["orders", "orders", "DLA", "max-delivery-attempts", "1"]
+               and line.split()[5] == str(len(POISON_BODY)) for line in printed.splitlines())
+    for plot in ("delivery-counts.png", "segment-bytes.png", "dead-letters.png", "redelivery-delays.png"):
+        assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    records = spark.read.parquet(str(out / "records.parquet"))
+    assert records.count() == spark.read.format("journal_engine").load(str(broker)).count()
+    assert spark.read.parquet(str(out / "crash-tests.parquet")).first().runs == 3
+    assert not spark.sparkContext._jsc.sc().isStopped()     # the caller's session stays up
+
+
+def test_analyze_refuses_a_path_it_cannot_read(tmp_path, capsys):
+    stray = tmp_path / "notes.txt"
+    stray.write_text("hello")
+    assert cli_main(["analyze", str(stray)]) == 2
+    assert "neither a directory nor a JSON report" in capsys.readouterr().err
+
+
+def test_without_java_17_the_error_says_what_is_needed(tmp_path, monkeypatch):
+    fake_home = tmp_path / "jdk"
+    (fake_home / "bin").mkdir(parents=True)
+    java = fake_home / "bin" / "java"
+    java.write_text('#!/bin/sh\necho \'openjdk version "11.0.2" 2019-01-15\' >&2\n')
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(fake_home))
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match="Java 17 or later.*Java 11"):
+        environment.java_home()
+    monkeypatch.delenv("JAVA_HOME")
+    with pytest.raises(ConfigError, match="no java on PATH"):
+        environment.java_home()
+
+
+@pytest.mark.spark
+def test_the_session_environment_uses_this_interpreter_and_the_loopback(monkeypatch):
+    import sys
+    monkeypatch.setenv("JAVA_HOME", os.environ.get("JAVA_HOME", ""))
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP"):
+        monkeypatch.delenv(name, raising=False)
+    environment.prepare("local[2]")
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert os.path.isfile(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
