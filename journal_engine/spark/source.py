@@ -79,11 +79,11 @@ def paths_of(options: dict) -> list[str]:
 
 
 class FilePart(InputPartition):
-    """Rows of one data file: part ``part`` of ``parts`` (by row), and the files after it in replay order
-    (whether one of them holds data decides if damage at this file's end is a torn tail)."""
-    def __init__(self, data: DataFile, part: int, parts: int, later: list) -> None:
+    """Rows of one data file of a journal: part ``part`` of ``parts`` (by row)."""
+
+    def __init__(self, journal: str, data: DataFile, part: int, parts: int) -> None:
         super().__init__((data.path, part))
-        self.data, self.part, self.parts, self.later = data, part, parts, later
+        self.journal, self.data, self.part, self.parts = journal, data, part, parts
 
 
 class LiveJournal(InputPartition):
@@ -141,9 +141,9 @@ class JournalReader(DataSourceReader):
         found = []
         for directory in self.journals:
             files = list_directory(directory, as_if_compacted=True).data   # what load() replays, in its order
-            for index, data in enumerate(files):
+            for data in files:
                 parts = max(1, -(-data.size // self.split_bytes))
-                found += [FilePart(data, part, parts, files[index + 1:]) for part in range(parts)]
+                found += [FilePart(directory, data, part, parts) for part in range(parts)]
         return found
 
     def read(self, partition):
@@ -184,7 +184,9 @@ class JournalReader(DataSourceReader):
         """Where the file's valid frames stop: a clean end (no row), or damage — a torn tail when no later
         file holds data, else damage followed by later files (recovery's decision)."""
         if classify_end(partition.data, end, check) == FrameCheck.INVALID:
-            reason = DAMAGED_END_REASON if _any_holds_data(partition.later) else TORN_TAIL_REASON
+            later = [data for data in list_directory(partition.journal, as_if_compacted=True).data
+                     if data.header.sequence > partition.data.header.sequence]
+            reason = DAMAGED_END_REASON if _any_holds_data(later) else TORN_TAIL_REASON
             yield self._damage_row(partition.data, end, reason)
 
     def _damage_row(self, data: DataFile, offset: int, reason: str):
