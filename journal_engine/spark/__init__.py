@@ -7,23 +7,11 @@
 ``register(spark)`` makes ``format("journal_engine")`` known to a session; ``session()`` starts one
 the way ``journal-engine analyze`` does (Java 17+ found, the workers on this interpreter, Spark's
 logs at WARN). The source (source.py) and its schema (columns.py) need pyspark and pyarrow: the
-``spark`` extra (``pip install 'journal_engine[spark]'``).
+``spark`` extra (``pip install 'journal_engine[spark]'``); importing this package imports them.
 """
 from __future__ import annotations
 
+from .environment import session
+from .source import SOURCE_NAME, register
+
 __all__ = ["register", "session", "SOURCE_NAME"]
-
-SOURCE_NAME = "journal_engine"
-
-
-def register(spark) -> None:
-    """Make ``spark.read.format("journal_engine")`` read journals in this SparkSession."""
-    from .source import JournalDataSource
-    spark.dataSource.register(JournalDataSource)
-
-
-def session(master: str | None = None, app_name: str = "journal-engine", config: dict | None = None):
-    """A SparkSession for journal_engine (local[*] unless ``master`` says otherwise), the source registered;
-    ``config``: more Spark settings."""
-    from .environment import session as start
-    return start(master, app_name, config)

@@ -87,7 +87,7 @@ def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
         sent_time_property: str | None = None) -> int:
     journals, crash_reports, bench_reports = split_paths(paths)
     from .. import analytics
-    from . import session
+    from .environment import session
 
     from pyspark.sql import SparkSession
 

@@ -74,7 +74,7 @@ def session(master: str | None = None, app_name: str = "journal-engine", config:
     ``config``: more Spark settings, applied last."""
     from pyspark.sql import SparkSession
 
-    from . import register
+    from .source import register
 
     if not _under_spark_submit():
         prepare(master or LOCAL_MASTER_DEFAULT)

@@ -36,7 +36,7 @@ from ..storage.scan import scan_file
 from ..storage.segment_files import DataFile, list_directory
 from . import columns as arrow_columns
 
-from . import SOURCE_NAME
+SOURCE_NAME = "journal_engine"
 SPLIT_BYTES_DEFAULT = 64 * 1024 * 1024
 BATCH_ROWS_DEFAULT = 65536
 MODES = ("permissive", "failfast")
@@ -92,6 +92,11 @@ class LiveJournal(InputPartition):
     def __init__(self, directory: str) -> None:
         super().__init__(directory)
         self.directory = directory
+
+
+def register(spark) -> None:
+    """Make ``spark.read.format("journal_engine")`` read journals in this SparkSession."""
+    spark.dataSource.register(JournalDataSource)
 
 
 class JournalDataSource(DataSource):

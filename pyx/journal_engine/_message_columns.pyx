@@ -23,10 +23,9 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdio cimport snprintf
 from libc.string cimport memcmp, memcpy, memset
 
-from journal_engine import record_format as _format
+import journal_engine.record_format as _format
 
 cdef extern from "Python.h":
     char *PyOS_double_to_string(double val, char format_code, int precision, int flags, int *ptype) except NULL
@@ -82,6 +81,28 @@ cdef inline uint32_t _u32(const uint8_t *p) noexcept nogil:
 
 cdef inline uint64_t _u64(const uint8_t *p) noexcept nogil:
     return _u32(p) | (<uint64_t>_u32(p + 4) << 32)
+
+
+cdef inline Py_ssize_t _decimal(char *out, int64_t value) noexcept nogil:
+    """``value`` in decimal (as Python's str of an int) into ``out`` (20 bytes at least); its length."""
+    cdef char digits[20]
+    cdef Py_ssize_t n = 0, k = 0
+    cdef uint64_t magnitude = <uint64_t>value
+    if value < 0:
+        magnitude = <uint64_t>0 - magnitude
+        out[0] = b'-'
+        k = 1
+    while True:
+        digits[n] = <char>(48 + magnitude % 10)
+        n += 1
+        magnitude //= 10
+        if magnitude == 0:
+            break
+    while n:
+        n -= 1
+        out[k] = digits[n]
+        k += 1
+    return k
 
 
 cdef bint _utf8_valid(const uint8_t *s, Py_ssize_t n) noexcept nogil:
@@ -502,7 +523,6 @@ cdef class _Decoder:
 
     cdef int entry(self, Property *key, Property *value) except -1:
         cdef char number[32]
-        cdef int n
         cdef char *text
         cdef uint8_t valid = 1
         cdef Py_ssize_t k
@@ -513,8 +533,7 @@ cdef class _Decoder:
         if value.tag == TAG_STR:
             _append(&self.value_data, value.value, value.value_size)
         elif value.tag == TAG_INT:
-            n = snprintf(number, sizeof(number), "%lld", <long long><int64_t>_u64(value.value))
-            _append(&self.value_data, number, n)
+            _append(&self.value_data, number, _decimal(number, <int64_t>_u64(value.value)))
         elif value.tag == TAG_FLOAT:
             raw = _u64(value.value)
             memcpy(&real, &raw, 8)
