@@ -228,3 +228,14 @@ def test_bad_options_and_paths_are_named(spark, tmp_path):
         spark.read.format("journal_engine").load(str(tmp_path)).count()
     with pytest.raises(Exception, match="mode="):
         spark.read.format("journal_engine").option("mode", "sometimes").load(str(tmp_path)).count()
+
+
+def test_a_schema_given_to_the_reader_is_a_projection(spark, broker_dir):
+    wanted = ["record_id", "kind", "queue_id", "path"]
+    full = spark.read.format("journal_engine").load(str(broker_dir)).select(*wanted)
+    some = spark.read.format("journal_engine").schema("record_id bigint, kind string, queue_id bigint, path string")
+    some = some.load(str(broker_dir))
+    assert some.columns == wanted
+    assert sorted(map(str, some.collect())) == sorted(map(str, full.collect()))
+    with pytest.raises(Exception, match="not a column of the journal_engine source"):
+        spark.read.format("journal_engine").schema("colour string").load(str(broker_dir)).count()

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._impl import ROUTING_NAMES, decode_message_columns
-from ..errors import CorruptRecordError
+from ..errors import ConfigError, CorruptRecordError
 from ..record_format import RecordKind, decode_store_body
 
 PROPERTIES_TYPE = pa.map_(pa.field("key", pa.string(), nullable=False), pa.string())
@@ -67,6 +67,31 @@ COLUMNS = (
 )
 ARROW_SCHEMA = pa.schema([pa.field(column.name, column.arrow_type) for column in COLUMNS])
 SPARK_SCHEMA = ", ".join(f"`{column.name}` {column.spark_type}" for column in COLUMNS)
+_BY_NAME = {column.name: column for column in COLUMNS}
+_MESSAGE_COLUMNS = frozenset(("address", "queue_id", "queue_name", "delivery_count", "scheduled_time", "expiration",
+                              "durable", "routing_type", "message_size", "properties"))
+
+
+def projection(fields) -> tuple[Column, ...]:
+    """The columns a user-given schema asks for, in its order: ``(name, Spark type)`` pairs, each one of
+    COLUMNS with the same type (``spark.read.format(...).schema("record_id bigint, kind string")``:
+    only those columns are built and sent to Spark). ConfigError naming a column it does not have."""
+    chosen = []
+    for name, spark_type in fields:
+        column = _BY_NAME.get(name)
+        if column is None or column.spark_type != spark_type.replace(" ", ""):
+            raise ConfigError("schema", f"{name} {spark_type}",
+                              "not a column of the journal_engine source" if column is None
+                              else f"the column {name} is {column.spark_type}",
+                              hint="give a subset of the documented schema (docs/spark.md), or no schema")
+        chosen.append(column)
+    return tuple(chosen)
+
+
+def needs_store_fields(columns) -> bool:
+    """Whether the message store's bodies must be decoded for these columns (``damage`` reports bodies
+    that do not decode)."""
+    return any(column.name in _MESSAGE_COLUMNS or column.name == "damage" for column in columns)
 
 _KIND_NAMES = pa.array([RecordKind(code).name if code in RecordKind._value2member_map_ else None
                         for code in range(256)], pa.string())
@@ -129,8 +154,10 @@ def constant_strings(text: str, rows: int) -> pa.Array:
                                                       pa.py_buffer(raw * rows)])
 
 
-def frame_arrays(columns, path: str | None, file_id: int | None, sequence: int | None) -> dict[str, pa.Array]:
-    """The frame part of the schema for every row of a FrameColumns (damage rows: nulls but the place)."""
+def frame_arrays(columns, path: str | None, file_id: int | None, sequence: int | None,
+                 wanted=None) -> dict[str, pa.Array]:
+    """The frame part of the schema for every row of a FrameColumns (damage rows: nulls but the place);
+    ``wanted``: the names to build (None: all)."""
     rows = columns.count
     check = pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(columns.check)])
     valid_rows = pc.equal(check, 0)
@@ -139,22 +166,27 @@ def frame_arrays(columns, path: str | None, file_id: int | None, sequence: int |
     if body_offsets[-1] > np.iinfo(np.int32).max:
         raise OverflowError(f"{path}: {body_offsets[-1]} bytes of bodies in one file pass Arrow's 2 GiB limit")
     kind = pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(columns.kind)])
-    record_type = pc.cast(pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(columns.record_type)]),
-                          pa.int32())
-    return {
-        "path": constant_strings(path, rows) if path is not None else pa.nulls(rows, pa.string()),
-        "file_id": pa.array(np.full(rows, file_id, dtype=np.int64)) if file_id is not None else pa.nulls(rows, pa.int64()),
-        "sequence": pa.array(np.full(rows, sequence, dtype=np.int64)) if sequence is not None else pa.nulls(rows, pa.int64()),
-        "offset": _wrap(pa.int64(), rows, columns.offset) if columns.offset is not None else pa.nulls(rows, pa.int64()),
-        "frame_size": _wrap(pa.int64(), rows, columns.size) if columns.size is not None else pa.nulls(rows, pa.int64()),
-        "kind": pc.take(_KIND_NAMES, kind),
-        "record_id": _wrap(pa.int64(), rows, columns.record_id, valid),
-        "record_type": _wrap(pa.int32(), rows, record_type.buffers()[1], valid),
-        "tx_id": _wrap(pa.int64(), rows, columns.tx_id, valid) if columns.tx_id is not None else pa.nulls(rows, pa.int64()),
-        "body_size": pa.Array.from_buffers(pa.int64(), rows, [valid, pa.py_buffer(np.diff(body_offsets))]),
-        "body": pa.Array.from_buffers(pa.binary(), rows, [valid, pa.py_buffer(body_offsets.astype(np.int32)),
-                                                          pa.py_buffer(columns.bodies)]),
+    builders = {
+        "path": lambda: constant_strings(path, rows) if path is not None else pa.nulls(rows, pa.string()),
+        "file_id": lambda: (pa.array(np.full(rows, file_id, dtype=np.int64)) if file_id is not None
+                            else pa.nulls(rows, pa.int64())),
+        "sequence": lambda: (pa.array(np.full(rows, sequence, dtype=np.int64)) if sequence is not None
+                             else pa.nulls(rows, pa.int64())),
+        "offset": lambda: (_wrap(pa.int64(), rows, columns.offset) if columns.offset is not None
+                           else pa.nulls(rows, pa.int64())),
+        "frame_size": lambda: (_wrap(pa.int64(), rows, columns.size) if columns.size is not None
+                               else pa.nulls(rows, pa.int64())),
+        "kind": lambda: pc.take(_KIND_NAMES, kind),
+        "record_id": lambda: _wrap(pa.int64(), rows, columns.record_id, valid),
+        "record_type": lambda: _wrap(pa.int32(), rows, pc.cast(pa.Array.from_buffers(
+            pa.uint8(), rows, [None, pa.py_buffer(columns.record_type)]), pa.int32()).buffers()[1], valid),
+        "tx_id": lambda: (_wrap(pa.int64(), rows, columns.tx_id, valid) if columns.tx_id is not None
+                          else pa.nulls(rows, pa.int64())),
+        "body_size": lambda: pa.Array.from_buffers(pa.int64(), rows, [valid, pa.py_buffer(np.diff(body_offsets))]),
+        "body": lambda: pa.Array.from_buffers(pa.binary(), rows, [valid, pa.py_buffer(body_offsets.astype(np.int32)),
+                                                                  pa.py_buffer(columns.bodies)]),
     }
+    return {name: build() for name, build in builders.items() if wanted is None or name in wanted}
 
 
 def message_arrays(columns, start: int, stop: int) -> tuple[dict[str, pa.Array], list[int]]:
@@ -207,9 +239,10 @@ def body_error(columns, row: int, path: str | None) -> str:
 
 
 def batches(frames: dict[str, pa.Array], messages: dict[str, pa.Array], damage: dict[int, str], rows: int,
-            batch_rows: int):
-    """RecordBatches of at most ``batch_rows`` rows over the same rows of ``frames`` and ``messages``;
-    ``damage`` maps a row to its damage text (every other row: null)."""
+            batch_rows: int, columns=COLUMNS):
+    """RecordBatches of ``columns`` of at most ``batch_rows`` rows over the same rows of ``frames`` and
+    ``messages``; ``damage`` maps a row to its damage text (every other row: null)."""
+    schema = pa.schema([pa.field(column.name, column.arrow_type) for column in columns])
     for start in range(0, rows, batch_rows):
         length = min(batch_rows, rows - start)
         if damage:
@@ -217,16 +250,16 @@ def batches(frames: dict[str, pa.Array], messages: dict[str, pa.Array], damage: 
         else:
             texts = pa.nulls(length, pa.string())
         arrays = []
-        for column in COLUMNS:
+        for column in columns:
             if column.name == "damage":
                 arrays.append(texts)
             else:
                 source = frames if column.name in _FRAME_COLUMNS else messages
                 arrays.append(source[column.name].slice(start, length))
-        yield pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def single_row(**values) -> pa.RecordBatch:
-    """One row of the schema (a damage row the columns do not hold, such as a file cut short)."""
-    return pa.RecordBatch.from_pylist([{column.name: values.get(column.name) for column in COLUMNS}],
-                                      schema=ARROW_SCHEMA)
+def single_row(columns=COLUMNS, **values) -> pa.RecordBatch:
+    """One row of ``columns`` (a damage row the columns do not hold, such as a file cut short)."""
+    return pa.RecordBatch.from_pylist([{column.name: values.get(column.name) for column in columns}],
+                                      schema=pa.schema([pa.field(column.name, column.arrow_type) for column in columns]))

@@ -17,6 +17,9 @@ Options:
   words and the place, instead of returning it;
 * ``split_bytes`` (64 MiB): files larger than this are read as several partitions;
 * ``batch_rows`` (65536): rows per Arrow batch.
+
+A schema given to the reader (``.schema("record_id bigint, kind string")``), a subset of the documented
+one, is a projection: only those columns are built and sent to Spark, which is most of a read's cost.
 """
 from __future__ import annotations
 
@@ -110,7 +113,8 @@ class JournalDataSource(DataSource):
         return arrow_columns.SPARK_SCHEMA
 
     def reader(self, schema) -> "JournalReader":
-        return JournalReader(self.options)
+        fields = [(field.name, field.dataType.simpleString()) for field in schema.fields]
+        return JournalReader(self.options, arrow_columns.projection(fields))
 
 
 def _flag(options: dict, name: str) -> bool:
@@ -131,7 +135,10 @@ def _positive(options: dict, name: str, default: int) -> int:
 
 
 class JournalReader(DataSourceReader):
-    def __init__(self, options: dict) -> None:
+    def __init__(self, options: dict, columns=arrow_columns.COLUMNS) -> None:
+        self.columns = columns
+        self.wanted = {column.name for column in columns}
+        self.store_fields = arrow_columns.needs_store_fields(columns)
         self.live = _flag(options, "live")
         self.mode = str(options.get("mode", "permissive")).lower()
         if self.mode not in MODES:
@@ -173,13 +180,15 @@ class JournalReader(DataSourceReader):
         damaged = np.flatnonzero(np.frombuffer(frames.check, dtype=np.uint8)[start:stop]) + start
         damage = {int(row) - start: self._damage(data.path, frames.offset[row], gap_reason(frames.check[row]))
                   for row in damaged}
-        file_arrays = arrow_columns.frame_arrays(frames, data.path, data.header.file_id, data.header.sequence)
+        file_arrays = arrow_columns.frame_arrays(frames, data.path, data.header.file_id, data.header.sequence,
+                                                 self.wanted)
         file_arrays = {name: array.slice(start, stop - start) for name, array in file_arrays.items()}
-        message_arrays, rejected = arrow_columns.message_arrays(frames, start, stop)
+        message_arrays, rejected = arrow_columns.message_arrays(frames, start, stop) if self.store_fields else ({}, [])
         for row in rejected:
             damage[row] = self._damage(data.path, frames.offset[start + row],
                                        arrow_columns.body_error(frames, start + row, data.path))
-        yield from arrow_columns.batches(file_arrays, message_arrays, damage, stop - start, self.batch_rows)
+        yield from arrow_columns.batches(file_arrays, message_arrays, damage, stop - start, self.batch_rows,
+                                         self.columns)
         if partition.part == partition.parts - 1:
             yield from self._file_end(partition, frames.end_offset, FrameCheck(frames.end_check))
             if scan.cut_short:
@@ -195,7 +204,7 @@ class JournalReader(DataSourceReader):
             yield self._damage_row(partition.data, end, reason)
 
     def _damage_row(self, data: DataFile, offset: int, reason: str):
-        return arrow_columns.single_row(path=data.path, file_id=data.header.file_id, sequence=data.header.sequence,
+        return arrow_columns.single_row(self.columns, path=data.path, file_id=data.header.file_id, sequence=data.header.sequence,
                                         offset=offset, damage=self._damage(data.path, offset, reason))
 
     def _read_live(self, directory: str):
@@ -206,11 +215,13 @@ class JournalReader(DataSourceReader):
             path, offset, reason = report.corrupt[0] if report.corrupt else (*report.torn_tail, TORN_TAIL_REASON)
             self._damage(path, offset, reason)
         records = arrow_columns.LiveRecords(loaded.records.values())
-        file_arrays = arrow_columns.frame_arrays(records, directory, None, None)
-        message_arrays, rejected = arrow_columns.message_arrays(records, 0, records.count)
+        file_arrays = arrow_columns.frame_arrays(records, directory, None, None, self.wanted)
+        message_arrays, rejected = (arrow_columns.message_arrays(records, 0, records.count) if self.store_fields
+                                    else ({}, []))
         damage = {row: self._damage(directory, None, arrow_columns.body_error(records, row, directory))
                   for row in rejected}
-        yield from arrow_columns.batches(file_arrays, message_arrays, damage, records.count, self.batch_rows)
+        yield from arrow_columns.batches(file_arrays, message_arrays, damage, records.count, self.batch_rows,
+                                         self.columns)
 
 
 def _any_holds_data(files: list) -> bool:
