@@ -31,9 +31,10 @@ messages = st.builds(lambda address, body, props, durable, expiration, routing: 
     address, body, properties=props, durable=durable, expiration=expiration, routing_type=routing),
     texts, st.binary(max_size=16), st.dictionaries(texts, values, max_size=4), st.booleans(),
     st.integers(0, fmt.I64_MAX), st.sampled_from(list(fmt.ROUTING_TYPES)))
-queues = st.builds(lambda name, address, routing, text: fmt.encode_queue(name, address, routing_type=routing,
-                                                                          filter=text),
-                   texts, texts, st.sampled_from(fmt.QUEUE_ROUTING_TYPES), st.none() | texts)
+queues = st.builds(lambda name, address, routing, text, arguments: fmt.encode_queue(
+    name, address, routing_type=routing, filter=text, arguments=arguments),
+    texts, texts, st.sampled_from(fmt.QUEUE_ROUTING_TYPES), st.none() | texts,
+    st.none() | st.dictionaries(texts, values, max_size=3))
 u64 = st.integers(0, fmt.U64_MAX)
 records = st.one_of(
     st.tuples(st.just(RecordType.ADD_MESSAGE), messages),

@@ -52,6 +52,7 @@ cdef Py_ssize_t MESSAGE_HEAD_BYTES = _format.MESSAGE_HEAD.size
 cdef Py_ssize_t QUEUE_HEAD_BYTES = _format.QUEUE_HEAD.size
 cdef int MESSAGE_VERSION = _format.MESSAGE_FORMAT_VERSION
 cdef int QUEUE_VERSION = _format.QUEUE_FORMAT_VERSION
+cdef int QUEUE_WITH_ARGUMENTS_VERSION = _format.QUEUE_WITH_ARGUMENTS_FORMAT_VERSION
 cdef int FLAG_DURABLE = _format.FLAG_DURABLE
 cdef int ROUTING_CODE_MAX = max(_format.ROUTING_TYPES.values())
 cdef int QUEUE_ROUTING_MIN = min(_format.ROUTING_TYPES[name] for name in _format.QUEUE_ROUTING_TYPES)
@@ -382,7 +383,7 @@ cdef class _Decoder:
     cdef bint queue(self, Py_ssize_t i, const uint8_t *body, Py_ssize_t size) except -1:
         cdef Py_ssize_t pos = QUEUE_HEAD_BYTES
         cdef Text name, address, filter_text
-        if size < QUEUE_HEAD_BYTES or body[0] != QUEUE_VERSION:
+        if size < QUEUE_HEAD_BYTES or (body[0] != QUEUE_VERSION and body[0] != QUEUE_WITH_ARGUMENTS_VERSION):
             return False
         if not QUEUE_ROUTING_MIN <= body[1] <= QUEUE_ROUTING_MAX or body[2] > 1:
             return False
@@ -393,7 +394,11 @@ cdef class _Decoder:
         if not address.ok:
             return False
         filter_text = _text(body, &pos, size)
-        if not filter_text.ok or pos != size:
+        if not filter_text.ok:
+            return False
+        if body[0] == QUEUE_WITH_ARGUMENTS_VERSION and not self.skip_properties(body, &pos, size):
+            return False        # the queue-declare arguments: checked as record_format reads them, not a column
+        if pos != size:
             return False
         _append(&self.queue_name_data, name.data, name.size)
         _set_bit(self.queue_name_valid, i)
@@ -456,6 +461,19 @@ cdef class _Decoder:
         _set_bit(self.address_valid, i)
         _set_bit(self.properties_valid, i)
         self.properties(count)
+        return True
+
+    cdef bint skip_properties(self, const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) except -1:
+        """Read past a property map (a count, then the properties), checking it as record_format does."""
+        cdef Property prop
+        cdef uint32_t count, k
+        if pos[0] + 4 > size:
+            return False
+        count = _u32(body + pos[0])
+        pos[0] += 4
+        for k in range(count):
+            if not self.property(&prop, body, pos, size):
+                return False
         return True
 
     cdef bint property(self, Property *prop, const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) except -1:
