@@ -55,7 +55,16 @@ for source in sources:
         define_macros=[("CYTHON_TRACE_NOGIL", "1")] if DEBUG else [],
     ))
 
+# Not a Python module: the crash harness's LD_PRELOAD recorder of file-system calls (simulated power
+# loss, docs/crash-testing.md), built here so that every install, the sdist's included, carries it.
+io_recorder = Extension(
+    "journal_engine.crashtest._iorecord",
+    ["journal_engine/crashtest/iorecord.c"],
+    extra_compile_args=["-O2"],
+    libraries=["dl", "pthread"],
+)
+
 setup(
     ext_modules=cythonize(extensions, include_path=["pyx"], compiler_directives=directives,
-                          annotate=DEBUG),
+                          annotate=DEBUG) + [io_recorder],
 )

@@ -10,13 +10,17 @@ Fault modes (each named in the report with how often it ran):
     EIO; the error must reach the caller as a JournalError and nothing durable may be lost;
   * ``bit-flip`` / ``truncation``: damage at rest in a closed journal: a flipped bit in any frame
     must never surface as a changed record, and a lost record must never go unreported; a file cut
-    at (and one byte around) every frame boundary likewise.
+    at (and one byte around) every frame boundary likewise;
+  * ``power-loss``: a run recorded system call by system call, then every state a power cut could
+    leave rebuilt from the record at thousands of crash points (journal_engine.crashtest.power_loss),
+    in worker processes while the other modes run.
 
 Every run is reproducible from the campaign's seed: a violation names its context and the command
 that replays the campaign.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import shutil
@@ -26,21 +30,29 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from ..storage import durability
 from ..storage.journal import Journal
+from . import power_loss
 from .checker import recover_and_check
 from .journal_workload import FILE_SIZE
 from .model import Model, foreign_bodies, recovered_view
 
 MODES = ("always", "group", "none")
-SIZES = {   # kills, crash-point hits per point, io errors per point, bit flips, truncation journals
-    "smoke": dict(kills=6, point_hits=1, io_errors=1, bit_flips=60, truncations=1),     # seconds: for test suites
-    "quick": dict(kills=60, point_hits=2, io_errors=1, bit_flips=300, truncations=1),
-    "ci": dict(kills=500, point_hits=10, io_errors=4, bit_flips=10_000, truncations=1),
-    "long": dict(kills=5_000, point_hits=50, io_errors=20, bit_flips=100_000, truncations=4),
+SIZES = {   # kills, crash-point hits per point, io errors per point, bit flips, truncation journals;
+            # power loss: recorded runs, crash points per run, states per crash point
+    "smoke": dict(kills=6, point_hits=1, io_errors=1, bit_flips=60, truncations=1,      # seconds: for test suites
+                  power_runs=1, power_points=15, power_states=8),
+    "quick": dict(kills=60, point_hits=2, io_errors=1, bit_flips=300, truncations=1,
+                  power_runs=3, power_points=40, power_states=20),
+    "ci": dict(kills=500, point_hits=10, io_errors=4, bit_flips=10_000, truncations=1,
+               power_runs=8, power_points=400, power_states=50),
+    "long": dict(kills=5_000, point_hits=50, io_errors=20, bit_flips=100_000, truncations=4,
+                 power_runs=60, power_points=600, power_states=40),
 }
+POWER_LOSS_CALLS = 600      # calls of each recorded run: a few thousand system calls, several files rolled
 CHAIN_LENGTH = 10
 
 
@@ -54,6 +66,8 @@ class Report:
     runs: dict = field(default_factory=dict)          # fault mode -> how many runs
     skipped: dict = field(default_factory=dict)       # fault mode -> why it did not run
     crash_points_hit: dict = field(default_factory=dict)
+    power_loss: dict = field(default_factory=dict)    # crash points, states (by kind), full checks, damage seen
+    crash_positions: list = field(default_factory=list)   # power loss: (fraction of the run's log, states)
     calls: int = 0
     acknowledged: int = 0
     lost_unacknowledged: int = 0
@@ -71,6 +85,7 @@ class Report:
     def as_dict(self) -> dict:
         return {"seed": self.seed, "size": self.size, "store": self.store, "runs": self.runs,
                 "skipped": self.skipped, "crash_points_hit": self.crash_points_hit,
+                "power_loss": self.power_loss,
                 "calls": self.calls, "acknowledged": self.acknowledged,
                 "lost_unacknowledged": self.lost_unacknowledged, "violations": self.violations,
                 "duration_s": round(self.duration_s, 3), "reproduce": self.reproduce()}
@@ -124,7 +139,7 @@ class Campaign:
     """A campaign of one size over a scratch directory (``run()`` returns the Report)."""
 
     def __init__(self, scratch, *, size: str = "quick", seed: int | None = None, progress=None,
-                 store: str = "journal") -> None:
+                 store: str = "journal", workers: int | None = None) -> None:
         if size not in SIZES:
             raise ValueError(f"size={size!r}: use one of {', '.join(SIZES)}")
         self.store = store
@@ -135,20 +150,63 @@ class Campaign:
         self.rng = random.Random(self.seed)
         self.report = Report(self.seed, size, store)
         self.progress = progress or (lambda mode, done, total: None)
+        self.workers = workers or os.cpu_count() or 1
 
     def run(self) -> Report:
         started = time.monotonic()
         self.scratch.mkdir(parents=True, exist_ok=True)
-        self.kills()
-        if self.store == "journal":
-            self.crash_points()
-            self.io_errors()
-            self.damage_at_rest()
-        else:   # the other modes work on the journal's own durability steps and file format
-            self.report.skipped = {mode: f"needs the journal's files and crash points; store {self.store!r}"
-                                   for mode in ("crash-point", "io-error", "bit-flip", "truncation")}
+        # power-loss states are rebuilt and checked in worker processes while this one runs the rest
+        with ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            power = self.start_power_loss(pool) if self.store == "journal" else []
+            self.kills()
+            if self.store == "journal":
+                self.crash_points()
+                self.io_errors()
+                self.damage_at_rest()
+                self.finish_power_loss(power)
+            else:   # the other modes work on the journal's own durability steps and file format
+                self.report.skipped = {mode: f"needs the journal's files and crash points; store {self.store!r}"
+                                       for mode in ("crash-point", "io-error", "bit-flip", "truncation",
+                                                    "power-loss")}
         self.report.duration_s = time.monotonic() - started
         return self.report
+
+    # ----- simulated power loss (journal_engine.crashtest.power_loss) -----------------------------------
+    def start_power_loss(self, pool) -> list:
+        if power_loss.recorder_library() is None:
+            self.report.skipped["power-loss"] = ("the system-call recorder is not built "
+                                                 "(python setup.py build_ext --inplace builds it)")
+            return []
+        plan = self.plan
+        return [pool.submit(power_loss.power_loss_task, str(self.scratch), run, MODES[run % len(MODES)],
+                            self.rng.randrange(1 << 30), POWER_LOSS_CALLS, plan["power_points"],
+                            plan["power_states"])
+                for run in range(plan["power_runs"])]
+
+    def finish_power_loss(self, futures: list) -> None:
+        totals = {"recorded_runs": 0, "crash_points": 0, "states": 0, "full_checks": 0, "states_by_kind": {},
+                  "damage_reported_in_unsynced_tail": 0, "reordered_tail": 0, "lost_unacknowledged": 0}
+        for done, future in enumerate(as_completed(futures), 1):
+            try:
+                result = future.result()
+            except Exception as exc:      # a recorded run that failed is a finding, not a crash of the campaign
+                self.report.violations.append(f"power loss: a recorded run failed: {exc}")
+                continue
+            totals["recorded_runs"] += 1
+            totals["crash_points"] += result.crash_points
+            totals["states"] += result.states
+            totals["full_checks"] += result.full_checks
+            totals["damage_reported_in_unsynced_tail"] += result.damage_reported
+            totals["reordered_tail"] += result.reordered_tail
+            totals["lost_unacknowledged"] += result.lost_unacknowledged
+            for kind, count in result.states_by_kind.items():
+                totals["states_by_kind"][kind] = totals["states_by_kind"].get(kind, 0) + count
+            self.report.violations += result.violations
+            self.report.crash_positions += result.positions
+            self.progress("power-loss", done, len(futures))
+        if futures:
+            self.report.power_loss = totals
+            self.report.count("power-loss", totals["states"])
 
     # ----- workload runs checked by the oracle ----------------------------------------------------
     def _chain_step(self, directory: str, state: dict, mode: str, context: str, *, kill_after, env=None,

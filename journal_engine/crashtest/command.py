@@ -43,6 +43,13 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None,
         print(f"  {mode:<12} {count:>7} runs")
     for mode, why in report.skipped.items():
         print(f"  {mode:<12} skipped: {why}")
+    if report.power_loss:
+        power = report.power_loss
+        kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(power["states_by_kind"].items()))
+        print(f"  power loss   {power['states']:>7} states at {power['crash_points']} crash points of "
+              f"{power['recorded_runs']} recorded runs ({kinds}); {power['full_checks']} with a writing load; "
+              f"unsynced tail reported as damage in {power['damage_reported_in_unsynced_tail']} "
+              f"({power['reordered_tail']} with a later call kept past a lost one)")
     for point, hits in report.crash_points_hit.items():
         print(f"  crash point {point:<30} hit {hits} times")
     print(f"  {report.calls} calls, {report.acknowledged} acknowledged, "
