@@ -15,7 +15,12 @@ from journal_engine.storage import durability, recovery
 def test_a_smoke_campaign_runs_every_fault_mode_and_finds_no_violation(tmp_path):
     report = Campaign(tmp_path / "scratch", size="smoke", seed=11).run()
     assert report.violations == []
-    assert set(report.runs) == {"kill", "crash-point", "io-error", "bit-flip", "truncation"}
+    assert set(report.runs) >= {"kill", "crash-point", "io-error", "bit-flip", "truncation", "power-loss",
+                                "broker-kill"}
+    # libfiu and the small tmpfs run where the machine has them; skipped modes say why
+    assert set(report.runs) | set(report.skipped) == {"kill", "crash-point", "io-error", "bit-flip", "truncation",
+                                                      "power-loss", "libfiu", "full-disk", "broker-kill"}
+    assert report.power_loss["states"] >= 15 * 2 and report.broker["kills"] == 4
     assert all(report.crash_points_hit[point] >= 1 for point in durability.CRASH_POINTS)
     assert report.acknowledged > 0 and report.calls >= report.acknowledged
 
@@ -38,13 +43,17 @@ def test_the_command_prints_violations_and_a_json_report(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "violations: 0"
     data = json.loads(report_path.read_text())
     assert data["seed"] == 5 and data["violations"] == [] and data["reproduce"].endswith("--smoke --seed 5")
+    assert data["power_loss"]["states"] > 0 and data["broker"]["kills"] > 0
+    png = report_path.with_suffix(".png")
+    assert f"plot: {png}" in done.stdout and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_campaign_crashes_the_lmdb_store_and_reports_the_modes_it_skips(tmp_path):
     report = Campaign(tmp_path / "scratch", size="smoke", seed=4, store="lmdb").run()
     assert report.violations == []
     assert report.runs == {"kill": 6} and report.acknowledged > 0
-    assert set(report.skipped) == {"crash-point", "io-error", "bit-flip", "truncation"}
+    assert set(report.skipped) == {"crash-point", "io-error", "bit-flip", "truncation", "power-loss", "libfiu",
+                                   "full-disk", "broker-kill"}
 
 
 USER_STORE = '''

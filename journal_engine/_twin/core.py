@@ -410,7 +410,9 @@ class JournalCore:
             seen.limit = seen.size
             raise
         except BaseException as exc:
-            self._core_fail(exc)
+            self._core_fail(exc)            # a failed write-out: stop rather than retry
+            if isinstance(exc, OSError) and not isinstance(exc, JournalIOError):
+                raise JournalFailedError.after("write", exc) from exc
             raise
         finally:
             self._release_write()

@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 
 from .campaign import Campaign
 
@@ -38,6 +39,7 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None,
     if json_path:
         with open(json_path, "w", encoding="utf-8") as out:
             json.dump(data, out, indent=2)
+    png_path = _write_png(report, json_path)
     print(f"crash-test {size} on {store}, seed {report.seed}, {report.duration_s:.1f} s")
     for mode, count in sorted(report.runs.items()):
         print(f"  {mode:<12} {count:>7} runs")
@@ -50,6 +52,20 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None,
               f"{power['recorded_runs']} recorded runs ({kinds}); {power['full_checks']} with a writing load; "
               f"unsynced tail reported as damage in {power['damage_reported_in_unsynced_tail']} "
               f"({power['reordered_tail']} with a later call kept past a lost one)")
+    if report.libfiu:
+        fiu = report.libfiu
+        kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(fiu["faults_by_kind"].items()))
+        print(f"  libfiu       {fiu['faults']:>7} I/O errors injected in {fiu['runs']} runs ({kinds}), "
+              f"{fiu['short_write_cycles']} cycles with short writes; after the error a synced write was "
+              f"refused {fiu['refused_after']} times, made durable {fiu['accepted_after']} times")
+    if report.full_disk:
+        print(f"  full disk    {report.full_disk['runs']:>7} runs on a small tmpfs, "
+              f"{report.full_disk['store_full']} stopped by StoreFullError")
+    if report.broker:
+        b = report.broker
+        print(f"  broker       {b['kills']:>7} kills ({b['strict_kills']} in strict mode): {b['sends']} sends, "
+              f"{b['deliveries']} deliveries, {b['rollbacks']} rollbacks, {b['acks']} acks, "
+              f"{b['dead_letters']} dead letters")
     for point, hits in report.crash_points_hit.items():
         print(f"  crash point {point:<30} hit {hits} times")
     print(f"  {report.calls} calls, {report.acknowledged} acknowledged, "
@@ -58,11 +74,28 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None,
         print(f"VIOLATION {violation}")
     if len(report.violations) > 20:
         print(f"... and {len(report.violations) - 20} more (all in the JSON report)")
+    if png_path:
+        print(f"  plot: {png_path}")
     print(f"violations: {len(report.violations)}")
     if report.violations:
         print(f"reproduce: {report.reproduce()}", file=sys.stderr)
         return 1
     return 0
+
+
+def _write_png(report, json_path: str | None) -> str | None:
+    """The report's PNG next to the JSON (else in the temporary directory), or None without matplotlib."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("  plot: skipped, matplotlib is not installed (pip install 'journal_engine[crashtest]')")
+        return None
+    from .plot import write_report_png
+    if json_path:
+        path = Path(json_path).with_suffix(".png")
+    else:
+        path = Path(tempfile.gettempdir()) / f"journal-engine-crash-test-{report.size}-{report.seed}.png"
+    return str(write_report_png(report, path))
 
 
 if __name__ == "__main__":

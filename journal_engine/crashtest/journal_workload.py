@@ -213,29 +213,38 @@ class JournalWorkload:
             self.compact()
 
 
+def start_workload(journal, result, rng: random.Random, mode: str, first_seq: int, first_id: int,
+                   out=None) -> JournalWorkload:
+    """The workload on a journal just loaded (`result`): its live records and prepared transactions
+    taken over, ``R`` emitted, the prepared transactions resolved. `out`: where the oracle goes."""
+    work = JournalWorkload(journal, rng, mode, first_seq, first_id)
+    if out is not None:
+        work.out = out
+    report = result.report
+    if report.corrupt or report.anomalies:
+        work.emit(f"W damage reported at the worker's load: {report.corrupt!r} {report.anomalies!r}")
+    for record_id in result.records:
+        work._put_live(record_id)
+    for tx in result.prepared:
+        # records a prepared transaction touches stay out of the pool until it is resolved
+        ops = []
+        for op in tx.records:
+            ops.append((op.kind, op.record_id))
+            if op.record_id in work.live_set:
+                work.live.remove(op.record_id)
+                work.live_set.discard(op.record_id)
+        work.prepared[tx.tx_id] = ops
+    work.emit("R")
+    for tx_id in sorted(work.prepared):
+        work.resolve_prepared(tx_id)
+    return work
+
+
 def run_workload(directory: str, mode: str, seed: int, first_seq: int, first_id: int,
                  max_calls: int = 20000, store: str = "journal") -> None:
     rng = random.Random(seed)
     with open_store(store, directory, mode) as journal:   # the journal: small files, compaction runs
-        result = journal.load()
-        work = JournalWorkload(journal, rng, mode, first_seq, first_id)
-        report = result.report
-        if report.corrupt or report.anomalies:
-            work.emit(f"W damage reported at the worker's load: {report.corrupt!r} {report.anomalies!r}")
-        for record_id in result.records:
-            work._put_live(record_id)
-        for tx in result.prepared:
-            # records a prepared transaction touches stay out of the pool until it is resolved
-            ops = []
-            for op in tx.records:
-                ops.append((op.kind, op.record_id))
-                if op.record_id in work.live_set:
-                    work.live.remove(op.record_id)
-                    work.live_set.discard(op.record_id)
-            work.prepared[tx.tx_id] = ops
-        work.emit("R")
-        for tx_id in sorted(work.prepared):
-            work.resolve_prepared(tx_id)
+        work = start_workload(journal, journal.load(), rng, mode, first_seq, first_id)
         for _ in range(max_calls):
             work.step()
     work.emit("E")

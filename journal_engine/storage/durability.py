@@ -132,12 +132,24 @@ def rename_durably(source: str, target: str, directory: str) -> None:
     fsync_directory(directory)
 
 
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Every byte of `data` at `offset`: pwrite may write fewer bytes than asked (a short write),
+    and a file synced and named with the rest missing would lose what it was to hold."""
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view, offset)
+        view = view[done:]
+        offset += done
+
+
 def _write_zeros(fd: int, start: int, end: int, chunk: int) -> None:
     """Real zeros over [start, end) of an open file (never a hole: see the storage assumptions)."""
     zeros = bytes(min(chunk, max(end - start, 0)))
     pos = start
     while pos < end:
-        pos += os.pwrite(fd, zeros[: min(chunk, end - pos)], pos)
+        length = min(chunk, end - pos)
+        _pwrite_all(fd, zeros[:length], pos)
+        pos += length
 
 
 def create_zero_filled(path: str, size: int, header: bytes, chunk: int = 1 << 20) -> None:
@@ -147,7 +159,7 @@ def create_zero_filled(path: str, size: int, header: bytes, chunk: int = 1 << 20
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             _write_zeros(fd, 0, size, chunk)
-            os.pwrite(fd, header, 0)
+            _pwrite_all(fd, header, 0)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -164,7 +176,7 @@ def create_zero_filled(path: str, size: int, header: bytes, chunk: int = 1 << 20
 def write_header_durably(path: str, header: bytes) -> None:
     """Rewrite a recycled file's header in place and sync it."""
     def rewrite(fd: int) -> None:
-        os.pwrite(fd, header, 0)
+        _pwrite_all(fd, header, 0)
         os.fdatasync(fd)
 
     _with_open(path, os.O_RDWR, "re-initialising", rewrite)

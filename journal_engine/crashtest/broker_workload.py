@@ -1,0 +1,183 @@
+"""The broker-level workload of the crash harness, run in a child process until it is killed, and the
+check of what a recovered broker holds against what the child said it did.
+
+The child opens a broker on a journal (recovering it), with strict mode
+(``persist_delivery_count_before_delivery``) on or off, and makes a random mix of sends, deliveries,
+acknowledgements, rollbacks (with the address's redelivery delay, or a delay of its own) and
+rollbacks past ``max_delivery_attempts`` that dead-letter, advancing its manual clock so that delayed
+messages come due. It streams its oracle as it goes, one write per line:
+
+  ``O <seq> send <id>`` / ``O <seq> ack <id>`` / ``O <seq> rbk <id> <count>`` / ``O <seq> dlq <id>``
+      before each call (a rollback names the delivery count it makes durable);
+  ``D <id> <count>`` after a delivery returned (in strict mode its count is on disk by then);
+  ``A <seq>`` after ``broker.sync()`` returned: every call up to seq is durable;
+  ``T <ms>`` the clock; ``R`` once recovery is done.
+
+The invariants, checked after every recovery (``check_broker``):
+  * acknowledged sends survive: a message sent before the last ``A`` is in its queue, or dead-lettered,
+    unless an acknowledgement or dead-lettering of it had begun;
+  * deleted (acknowledged) messages never return, and dead-lettered ones are in the dead-letter queue;
+  * delivery counts never go backwards: not below the count of the last recovery, nor below the count
+    of a rollback acknowledged by a sync;
+  * with strict mode, every message delivered before the crash comes back with at least that count
+    (so its next delivery is marked redelivered);
+  * nothing never sent appears, and every body is the one sent.
+
+    python -m journal_engine.crashtest.broker_workload DIRECTORY SYNC STRICT SEED CLOCK_MS
+"""
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+from .stores import FILE_SIZE
+
+QUEUE, DEAD_LETTER_QUEUE, DEAD_LETTER_ADDRESS = "orders", "DLQ", "DLA"
+MAX_DELIVERY_ATTEMPTS = 3
+ORIGINAL_ID = "_AMQ_ORIG_MESSAGE_ID"
+
+
+def body_of(message_id: int) -> bytes:
+    return b"broker-message-%d" % message_id
+
+
+def open_broker(directory: str, sync: str, strict: bool, clock_ms: int):
+    from .. import AddressSettings, Broker, ManualClock
+    broker = Broker(directory, clock=ManualClock(clock_ms), max_redelivery_records=-1, sync=sync,
+                    persist_delivery_count_before_delivery=strict, store_options={"file_size": FILE_SIZE})
+    broker.address_settings.add(QUEUE, AddressSettings(
+        redelivery_delay=100, redelivery_delay_multiplier=2.0, max_redelivery_delay=800,
+        max_delivery_attempts=MAX_DELIVERY_ATTEMPTS, dead_letter_address=DEAD_LETTER_ADDRESS))
+    if QUEUE not in broker.queue_names():
+        broker.create_queue(QUEUE)
+        broker.create_queue(DEAD_LETTER_QUEUE, address=DEAD_LETTER_ADDRESS)
+    return broker
+
+
+def recovered_state(directory: str, sync: str, clock_ms: int) -> dict:
+    """{"queue": {id: (delivery count, body)}, "dead": {original id: body}} of the recovered broker:
+    every message received once, with the clock a day on (so delayed ones are due), and none
+    acknowledged. Strict mode stays off here, so that looking writes no delivery count; a message's
+    recovered count is the one its next delivery shows, less one."""
+    broker = open_broker(directory, sync, False, clock_ms + 86_400_000)
+    try:
+        consumer = broker.create_consumer(QUEUE)
+        queue = {m.message_id: (m.delivery_count - 1, m.body) for m in iter(lambda: consumer.receive(0), None)}
+        dead = {int(m.properties[ORIGINAL_ID]): m.body for m in broker.browse(DEAD_LETTER_QUEUE)}
+    finally:
+        broker.close()
+    return {"queue": queue, "dead": dead}
+
+
+def say(line: str) -> None:
+    os.write(1, (line + "\n").encode())
+
+
+def run(directory: str, sync: str, strict: bool, seed: int, clock_ms: int) -> None:
+    rng = random.Random(seed)
+    broker = open_broker(directory, sync, strict, clock_ms)
+    clock = broker.clock
+    consumer = broker.create_consumer(QUEUE)
+    say("R")
+    seq = 0
+
+    def intent(*fields) -> int:
+        nonlocal seq
+        seq += 1
+        say("O " + " ".join(str(f) for f in (seq,) + fields))
+        return seq
+
+    while True:
+        r = rng.random()
+        if r < 0.35 or len(broker.browse(QUEUE)) < 3:
+            message_id = broker.stats()["next_message_id"]
+            intent("send", message_id)
+            sent = broker.send(QUEUE, body_of(message_id))
+            if sent != message_id:
+                raise AssertionError(f"send returned id {sent}, {message_id} announced")
+        elif r < 0.85:
+            message = consumer.receive(0)
+            if message is None:
+                clock.advance(rng.choice((100, 300, 800)))
+                say(f"T {clock.now_ms()}")
+                continue
+            say(f"D {message.message_id} {message.delivery_count}")
+            choice = rng.random()
+            if choice < 0.35:
+                intent("ack", message.message_id)
+                consumer.ack(message)
+            elif message.delivery_count >= MAX_DELIVERY_ATTEMPTS:
+                intent("dlq", message.message_id)
+                consumer.rollback(message)
+            else:
+                intent("rbk", message.message_id, message.delivery_count)
+                consumer.rollback(message, delay_ms=rng.choice((None, None, 0, 50)))
+        if rng.random() < 0.3:
+            broker.sync()
+            say(f"A {seq}")
+
+
+def check_broker(previous: dict, lines: list[str], recovered: dict, *, strict: bool, context: str) -> list[str]:
+    """The invariants of the module docstring, as violations."""
+    problems = []
+    acked = max([int(line.split()[1]) for line in lines if line.startswith("A ")], default=0)
+    began: dict[int, list] = {}       # message id -> [(seq, op, args)] begun in this run
+    delivered: dict[int, int] = {}    # message id -> the highest count delivered
+    for line in lines:
+        parts = line.split()
+        if parts[0] == "O":
+            seq, op, message_id = int(parts[1]), parts[2], int(parts[3])
+            began.setdefault(message_id, []).append((seq, op, parts[4:]))
+        elif parts[0] == "D":
+            delivered[int(parts[1])] = max(delivered.get(int(parts[1]), 0), int(parts[2]))
+    queue, dead = recovered["queue"], recovered["dead"]
+    known = set(previous["queue"]) | set(previous["dead"]) | {m for m, ops in began.items()
+                                                               if any(op == "send" for _s, op, _a in ops)}
+    for message_id, (count, body) in queue.items():
+        if message_id not in known:
+            problems.append(f"{context}: message {message_id} was never sent")
+        elif body != body_of(message_id):
+            problems.append(f"{context}: message {message_id} has a body it was never sent with")
+    for message_id, body in dead.items():
+        if body != body_of(message_id):
+            problems.append(f"{context}: the dead letter of {message_id} has a body it was never sent with")
+    for message_id in known:
+        ops = began.get(message_id, [])
+        removing = [s for s, op, _a in ops if op in ("ack", "dlq")]
+        sent_acked = message_id in previous["queue"] or any(op == "send" and s <= acked for s, op, _a in ops)
+        if message_id in previous["dead"] and message_id not in dead:
+            problems.append(f"{context}: the dead letter of message {message_id} was lost")
+        if sent_acked and not removing and message_id not in queue and message_id not in dead:
+            problems.append(f"{context}: message {message_id}, sent and synced, is lost")
+        for s, op, _a in ops:
+            if s <= acked and op == "ack" and message_id in queue:
+                problems.append(f"{context}: message {message_id} returned after its acknowledgement was synced")
+            if s <= acked and op == "dlq" and (message_id in queue or message_id not in dead):
+                problems.append(f"{context}: message {message_id} was dead-lettered and synced, but is "
+                                f"{'still queued' if message_id in queue else 'not in the dead-letter queue'}")
+        if message_id not in queue:
+            continue
+        count = queue[message_id][0]
+        floor = previous["queue"].get(message_id, (0, b""))[0]
+        if count < floor:
+            problems.append(f"{context}: message {message_id}'s delivery count went back from {floor} to {count}")
+        for s, op, args in ops:
+            if op == "rbk" and s <= acked and count < int(args[0]):
+                problems.append(f"{context}: message {message_id}'s delivery count {count} is below the "
+                                f"{args[0]} of its synced rollback")
+        if strict and message_id in delivered and count < delivered[message_id]:
+            problems.append(f"{context}: strict mode: message {message_id} was delivered with count "
+                            f"{delivered[message_id]} before the crash and came back with {count} "
+                            f"(its next delivery would not show it redelivered)")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    directory, sync, strict, seed, clock_ms = argv[1], argv[2], argv[3] == "strict", int(argv[4]), int(argv[5])
+    run(directory, sync, strict, seed, clock_ms)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
