@@ -5,7 +5,8 @@ The child opens a broker on a journal (recovering it), with strict mode
 (``persist_delivery_count_before_delivery``) on or off, and makes a random mix of sends, deliveries,
 acknowledgements, rollbacks (with the address's redelivery delay, or a delay of its own) and
 rollbacks past ``max_delivery_attempts`` that dead-letter, advancing its manual clock so that delayed
-messages come due. It streams its oracle as it goes, one write per line:
+messages come due. Up to five delivered messages are held a while before they are settled (a consumer
+still working on them), so a kill finds deliveries in flight. It streams its oracle as it goes, one write per line:
 
   ``O <seq> send <id>`` / ``O <seq> ack <id>`` / ``O <seq> rbk <id> <count>`` / ``O <seq> dlq <id>``
       before each call (a rollback names the delivery count it makes durable);
@@ -88,9 +89,25 @@ def run(directory: str, sync: str, strict: bool, seed: int, clock_ms: int) -> No
         say("O " + " ".join(str(f) for f in (seq,) + fields))
         return seq
 
+    held: list = []                  # delivered and not yet settled: a consumer still working on them
+
+    def settle(message) -> None:
+        choice = rng.random()
+        if choice < 0.35:
+            intent("ack", message.message_id)
+            consumer.ack(message)
+        elif message.delivery_count >= MAX_DELIVERY_ATTEMPTS:
+            intent("dlq", message.message_id)
+            consumer.rollback(message)
+        else:
+            intent("rbk", message.message_id, message.delivery_count)
+            consumer.rollback(message, delay_ms=rng.choice((None, None, 0, 50)))
+
     while True:
         r = rng.random()
-        if r < 0.35 or len(broker.browse(QUEUE)) < 3:
+        if held and rng.random() < 0.3:
+            settle(held.pop(0))
+        elif r < 0.35 or len(broker.browse(QUEUE)) < 3:
             message_id = broker.stats()["next_message_id"]
             intent("send", message_id)
             sent = broker.send(QUEUE, body_of(message_id))
@@ -103,16 +120,10 @@ def run(directory: str, sync: str, strict: bool, seed: int, clock_ms: int) -> No
                 say(f"T {clock.now_ms()}")
                 continue
             say(f"D {message.message_id} {message.delivery_count}")
-            choice = rng.random()
-            if choice < 0.35:
-                intent("ack", message.message_id)
-                consumer.ack(message)
-            elif message.delivery_count >= MAX_DELIVERY_ATTEMPTS:
-                intent("dlq", message.message_id)
-                consumer.rollback(message)
+            if len(held) < 5 and rng.random() < 0.3:
+                held.append(message)
             else:
-                intent("rbk", message.message_id, message.delivery_count)
-                consumer.rollback(message, delay_ms=rng.choice((None, None, 0, 50)))
+                settle(message)
         if rng.random() < 0.3:
             broker.sync()
             say(f"A {seq}")

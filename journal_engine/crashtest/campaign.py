@@ -80,6 +80,7 @@ class Report:
     libfiu: dict = field(default_factory=dict)        # faults injected (by kind), refusals after them
     full_disk: dict = field(default_factory=dict)     # runs on a small tmpfs, how many ended in StoreFullError
     broker: dict = field(default_factory=dict)        # broker-level kills and the calls they made
+    damage: dict = field(default_factory=dict)        # bit-flip / truncation -> outcome -> how many
     crash_positions: list = field(default_factory=list)   # power loss: (fraction of the run's log, states)
     calls: int = 0
     acknowledged: int = 0
@@ -99,7 +100,7 @@ class Report:
         return {"seed": self.seed, "size": self.size, "store": self.store, "runs": self.runs,
                 "skipped": self.skipped, "crash_points_hit": self.crash_points_hit,
                 "power_loss": self.power_loss, "libfiu": self.libfiu, "full_disk": self.full_disk,
-                "broker": self.broker,
+                "broker": self.broker, "damage": self.damage,
                 "calls": self.calls, "acknowledged": self.acknowledged,
                 "lost_unacknowledged": self.lost_unacknowledged, "violations": self.violations,
                 "duration_s": round(self.duration_s, 3), "reproduce": self.reproduce()}
@@ -171,6 +172,7 @@ class Campaign:
         self.progress = progress or (lambda mode, done, total: None)
         self.workers = workers or os.cpu_count() or 1
         self._cleanup: list[str] = []
+        self._damaged_copy: str | None = None
 
     def run(self) -> Report:
         started = time.monotonic()
@@ -468,33 +470,59 @@ class Campaign:
             shutil.rmtree(pristine, ignore_errors=True)
 
     def _damaged(self, pristine: str, original: tuple, path: str, context: str, *, flip=None, cut=None) -> None:
+        """Damage one file of a copy of `pristine`, recover it read-only, check, and put the file back
+        (a read-only load writes nothing, so one copy serves every damage)."""
         work = str(self.scratch / "damaged")
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(pristine, work)
+        if self._damaged_copy != pristine:
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.copytree(pristine, work)
+            self._damaged_copy = pristine
         target = os.path.join(work, os.path.basename(path))
+        with open(path, "rb") as handle:
+            intact = handle.read()
         if flip is not None:
             with open(target, "r+b") as handle:
                 handle.seek(flip[0])
-                byte = handle.read(1)[0]
-                handle.seek(flip[0])
-                handle.write(bytes([byte ^ flip[1]]))
+                handle.write(bytes([intact[flip[0]] ^ flip[1]]))
         else:
             os.truncate(target, cut)
+        try:
+            self._check_damaged(work, original, context, "bit-flip" if flip is not None else "truncation")
+        finally:
+            with open(target, "r+b") as handle:
+                handle.write(intact)
+
+    def _check_damaged(self, work: str, original: tuple, context: str, mode: str) -> None:
+        outcomes = self.report.damage.setdefault(mode, {})
+
+        def outcome(name: str) -> None:
+            outcomes[name] = outcomes.get(name, 0) + 1
+
         try:
             with Journal(work, read_only=True) as journal:
                 result = journal.load()
         except Exception as exc:   # a refusal is fine when it names the damage; a crash of the reader is not
             if not getattr(exc, "path", None):
                 self.report.violations.append(f"{context}: load failed without naming the damage: {exc!r}")
+            outcome("refused, naming the file")
             return
         records, prepared, _ = recovered_view(result)
         # a damaged frame drops what it held (an add, an update, a delete...); it may never surface as data
         self.report.violations += [f"{context}: damaged bytes surfaced as data: {problem}"
                                    for problem in foreign_bodies(records, prepared)]
-        if (records, prepared) != original[:2] and result.report.clean:
+        changed = (records, prepared) != original[:2]
+        if changed and result.report.clean:
             lost = set(original[0]) - set(records)
             self.report.violations.append(f"{context}: the recovered state changed ({len(lost)} records lost) "
                                           f"and the report says clean")
+            outcome("changed, reported clean")
+        elif result.report.corrupt or result.report.anomalies:
+            outcome("reported as damage")
+        elif result.report.torn_tail:
+            # the last frame of the last file damaged looks like a torn write: reported as a torn tail
+            outcome("reported as a torn tail")
+        else:
+            outcome("no record changed" if not changed else "changed, reported")
 
 
 def mount_small_disk(mount_point: Path, size_bytes: int) -> str | None:
