@@ -57,7 +57,7 @@ SIZES = {   # kills, crash-point hits per point, io errors per point, bit flips,
     "quick": dict(kills=60, point_hits=2, io_errors=1, bit_flips=300, truncations=1,
                   power_runs=3, power_points=40, power_states=20, libfiu_runs=2, libfiu_faults=40, full_disks=3, broker_kills=20),
     "ci": dict(kills=500, point_hits=10, io_errors=4, bit_flips=10_000, truncations=1,
-               power_runs=8, power_points=400, power_states=50, libfiu_runs=8, libfiu_faults=260, full_disks=20, broker_kills=100),
+               power_runs=9, power_points=400, power_states=50, libfiu_runs=8, libfiu_faults=260, full_disks=20, broker_kills=100),
     "long": dict(kills=5_000, point_hits=50, io_errors=20, bit_flips=100_000, truncations=4,
                  power_runs=60, power_points=600, power_states=40, libfiu_runs=20, libfiu_faults=1000, full_disks=100, broker_kills=1000),
 }

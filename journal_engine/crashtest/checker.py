@@ -55,13 +55,7 @@ def recover_and_check(directory: str, model: Model, lines: list[str], context: s
         check.violations.append(f"{context}: a crash left damage: {report.corrupt[:3]}")
     if getattr(report, "anomalies", None):
         check.violations.append(f"{context}: recovery found inconsistent records: {report.anomalies[:3]}")
-    with _open(store, directory, file_size) as journal:
-        again = recovered_view(journal.load())
-    if again[:2] != recovered[:2]:
-        check.violations.append(f"{context}: a second load returned another state (recovery is not repeatable)")
-    leftovers = [n for n in os.listdir(directory) if n.endswith((".tmp", ".jec")) or n == "compaction.ctl"]
-    if leftovers:
-        check.violations.append(f"{context}: recovery left {leftovers}")
+    check.violations += repeatable_and_tidy(directory, recovered, context, lambda: _open(store, directory, file_size))
     check.violations += [f"{context}: {problem}" for problem in foreign_bodies(recovered[0], recovered[1])]
 
     states = Model(copy.deepcopy(model.records), copy.deepcopy(model.pending))
@@ -92,6 +86,20 @@ def recover_and_check(directory: str, model: Model, lines: list[str], context: s
                             + [int(op[3]) for op in ops if op[1] == "atx"], default=0)
     check.lost_unacknowledged = len(ops) - matched
     return check
+
+
+def repeatable_and_tidy(directory: str, recovered: tuple, context: str, reopen) -> list[str]:
+    """A second load (of the store `reopen()` opens) returns the same state, and recovery left no
+    temporary file behind."""
+    problems = []
+    with reopen() as journal:
+        again = recovered_view(journal.load())
+    if again[:2] != recovered[:2]:
+        problems.append(f"{context}: a second load returned another state (recovery is not repeatable)")
+    leftovers = [n for n in os.listdir(directory) if n.endswith((".tmp", ".jec")) or n == "compaction.ctl"]
+    if leftovers:
+        problems.append(f"{context}: recovery left {leftovers}")
+    return problems
 
 
 def _open(store: str, directory: str, file_size: int):

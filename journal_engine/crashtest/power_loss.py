@@ -43,6 +43,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from ..storage.journal import Journal
+from .checker import repeatable_and_tidy
 from .model import Model, foreign_bodies, model_view, recovered_view
 from .stores import FILE_SIZE
 
@@ -610,13 +611,8 @@ def _check_state(directory: str, allowed: Allowed, context: str, result: ReplayR
         return
     result.lost_unacknowledged += len(allowed.views) - 1 - matched[-1]
     if not read_only:
-        with Journal(directory, file_size=file_size, compact_min_files=0) as journal:
-            again = recovered_view(journal.load())
-        if again[:2] != view[:2]:
-            result.violations.append(f"{context}: a second load returned another state")
-        leftovers = [n for n in os.listdir(directory) if n.endswith((".tmp", ".jec")) or n == "compaction.ctl"]
-        if leftovers:
-            result.violations.append(f"{context}: recovery left {leftovers}")
+        result.violations += repeatable_and_tidy(
+            directory, view, context, lambda: Journal(directory, file_size=file_size, compact_min_files=0))
 
 
 def power_loss_task(scratch: str, run: int, mode: str, seed: int, calls: int, points: int, states: int,
