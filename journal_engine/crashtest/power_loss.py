@@ -433,9 +433,10 @@ def _snapshot(view: tuple) -> tuple:
             {tx: [entry[0], list(entry[1])] for tx, entry in prepared.items()}, set(incomplete))
 
 
-# calls whose effect a reordered tail can drop on its own: each is one frame, or one commit record that
-# decides its transaction whole; the others (transactional writes, rollbacks, syncs) change no record
-_EFFECTS = ("add", "upd", "del", "cmt", "prp")
+# calls whose effect a reordered tail can drop on its own: each is one frame, or one commit, rollback or
+# prepare record that decides its transaction whole (a lost rollback leaves a prepared transaction
+# prepared); the others (transactional writes, syncs, compactions) change no record by themselves
+_EFFECTS = ("add", "upd", "del", "cmt", "rbk", "prp")
 
 
 @dataclass
