@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from journal_engine import AddressSettings, Broker, ManualClock, __version__
+from journal_engine import AddressSettings, Broker, Journal, ManualClock, __version__
 from journal_engine.cli import main
 from journal_engine.storage.segment_files import list_directory
 
@@ -196,6 +197,43 @@ def test_an_unreadable_directory_is_an_io_error_exit_3(broker_dir, capsys):
         assert code == 3 and "permission denied" in err and str(messages) in err and "Traceback" not in err
     finally:
         messages.chmod(0o755)
+
+
+_EIO_DRIVER = """
+import ctypes, sys
+from journal_engine.cli import main
+assert main(["verify", sys.argv[1]]) == 0      # once healthy, so every lazy import is done before reads fail
+fiu = ctypes.CDLL("libfiu.so.0")
+fiu.fiu_enable.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint]
+fiu.fiu_enable(b"posix/io/rw/read", 1, ctypes.c_void_p(5), 0)     # every read() fails with EIO
+status = main(["verify", sys.argv[1]])
+fiu.fiu_disable(b"posix/io/rw/read")
+print("status", status)
+"""
+
+
+@pytest.mark.skipif(not shutil.which("fiu-run"), reason="libfiu's fiu-run is not installed (Debian: fiu-utils)")
+def test_a_disk_that_fails_reads_is_an_io_error_exit_3_with_the_path(broker_dir, tmp_path):
+    # works as root too: the read fails in the C library (libfiu), not by permission
+    driver = tmp_path / "eio_driver.py"
+    driver.write_text(_EIO_DRIVER)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                                    os.environ.get("PYTHONPATH")])))
+    done = subprocess.run(["fiu-run", "-x", sys.executable, str(driver), str(broker_dir)], capture_output=True,
+                          text=True, timeout=300, check=False, env=env)
+    assert done.stdout.strip().endswith("status 3"), (done.stdout, done.stderr)
+    error_lines = [line for line in done.stderr.splitlines() if line.startswith("journal-engine: error:")]
+    assert len(error_lines) == 1 and "Input/output error" in error_lines[0] and str(broker_dir) in error_lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_brackets_in_paths_and_reasons_are_printed_as_they_are(tmp_path, capsys):
+    directory = tmp_path / "[journal]"
+    with Journal(directory, file_size=64 * 1024, sync="none") as journal:
+        journal.load()
+        journal.add(1, 1, b"x")
+    code, out, _ = run(capsys, "stats", directory)
+    assert code == 0 and "[journal]" in out
 
 
 def test_debug_shows_the_traceback(tmp_path):

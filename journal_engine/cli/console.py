@@ -28,14 +28,15 @@ _WIDTH_WHEN_PIPED = 160
 def stdout() -> Console:
     """The console of results: tables keep their columns when piped (no 80-column squeeze)."""
     out = click.get_text_stream("stdout")
-    console = Console(file=out, highlight=False, soft_wrap=False)
+    # markup off: paths, reasons and record fields are data, and "[...]" in them is not a style tag
+    console = Console(file=out, highlight=False, soft_wrap=False, markup=False)
     if not console.is_terminal:
-        console = Console(file=out, highlight=False, width=_WIDTH_WHEN_PIPED, color_system=None)
+        console = Console(file=out, highlight=False, width=_WIDTH_WHEN_PIPED, color_system=None, markup=False)
     return console
 
 
 def stderr() -> Console:
-    return Console(file=click.get_text_stream("stderr"), highlight=False)
+    return Console(file=click.get_text_stream("stderr"), highlight=False, markup=False)
 
 
 def emit_json(document) -> None:

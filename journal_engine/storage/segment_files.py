@@ -8,6 +8,7 @@ so a switch to the next file costs no I/O on the append path.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -40,6 +41,11 @@ class Listing:
     max_id: int = 0
 
 
+# an entry that cannot be opened as a regular file is not a journal file (damage to the directory);
+# any other error while reading a header is the disk's
+_NOT_A_JOURNAL_FILE_ERRNOS = frozenset({errno.EISDIR, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.ENOENT})
+
+
 def read_header(path: str) -> DataFile:
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):   # a FIFO would block open(), a directory fail it
@@ -48,6 +54,8 @@ def read_header(path: str) -> DataFile:
             raw = handle.read(FILE_HEADER_SIZE_BYTES)
             size = os.fstat(handle.fileno()).st_size
     except OSError as exc:
+        if exc.errno not in _NOT_A_JOURNAL_FILE_ERRNOS:   # the disk failed, not the entry: an I/O error
+            raise durability.io_error(exc, path, "reading the file header") from exc
         raise CorruptRecordError(f"cannot read a journal file: {exc.strerror}", path=path, offset=0, field="file",
                                  hint="an entry with a journal file name must be a regular journal file; "
                                       "move it out of the journal directory") from exc
