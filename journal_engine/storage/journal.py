@@ -76,6 +76,13 @@ class LoadResult:
 _TX_KIND_NAMES = {RecordKind.ADD_TX: "add", RecordKind.UPDATE_TX: "update", RecordKind.DELETE_TX: "delete"}
 
 
+def _prepared_transaction(state, tx_id: int, ops: list, xid: bytes) -> PreparedTransaction:
+    """A prepared transaction of a replay, its records' bodies read from the replay's columns."""
+    return PreparedTransaction(tx_id, xid, [
+        TransactionRecord(_TX_KIND_NAMES[kind], record_id, user_type, state.body(location))
+        for kind, record_id, user_type, location, _size in ops])
+
+
 def _check_config(file_size, min_files, sync, buffer_timeout_us, buffer_size, compact_min_files,
                   compact_percentage) -> None:
     if not isinstance(file_size, int) or not FILE_SIZE_MIN_BYTES <= file_size <= FILE_SIZE_MAX_BYTES:
@@ -276,9 +283,7 @@ class Journal(JournalCore):
             if xid is None:
                 incomplete.append(tx_id)
             else:
-                prepared.append(PreparedTransaction(tx_id, xid, [
-                    TransactionRecord(_TX_KIND_NAMES[kind], record_id, user_type, state.body(location))
-                    for kind, record_id, user_type, location, _size in ops]))
+                prepared.append(_prepared_transaction(state, tx_id, ops, xid))
         self._core_install(active, state.live, pending, len(state.live), state.replaceable_updates,
                            self._next_segment)
         self._state = "loaded"
@@ -311,9 +316,7 @@ class Journal(JournalCore):
             if xid is None:
                 report.incomplete_transactions.append(tx_id)
             else:
-                prepared.append(PreparedTransaction(tx_id, xid, [
-                    TransactionRecord(_TX_KIND_NAMES[kind], record_id, user_type, state.body(location))
-                    for kind, record_id, user_type, location, _size in ops]))
+                prepared.append(_prepared_transaction(state, tx_id, ops, xid))
         self._data_files = analysis.listing.data
         self._read_only_stats = {"live_records": len(state.records), "live_bytes": state.live.total_bytes,
                                  "add_count": state.adds, "replaceable_updates": state.replaceable_updates,
