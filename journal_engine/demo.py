@@ -9,8 +9,9 @@ delivery counts, dead letters. The parent kills it with SIGKILL mid-flight and t
 ``Broker(directory)`` again:
 
 * every message whose send was reported durable and not acknowledged is back, and none whose
-  acknowledgement was reported durable (an acknowledgement of the batch the kill interrupted is in
-  doubt: the message may be back or not);
+  acknowledgement was reported durable (the child announces each acknowledgement and dead-lettering
+  before issuing it, since the group commit may make it durable at once: one announced but not yet
+  reported durable is in doubt, the message may be back or not);
 * every recovered message's next delivery has a delivery count above the last one reported durable,
   and ``redelivered`` is exactly ``delivery_count > 1``;
 * every dead letter reported durable is in the dead-letter queue with its reason and delivery history.
@@ -59,6 +60,41 @@ def _open_broker(directory: str) -> Broker:
     return broker
 
 
+def _announce(out, message_id: int) -> None:
+    """Say 'doubt' before an acknowledgement or a dead-lettering is issued: in group mode the flusher may
+    make it durable at any moment after the call, long before the batch's sync reports it."""
+    out.write(f"doubt {message_id}\n")
+    out.flush()
+
+
+def _consume_batch(consumer, out) -> tuple[list[int], list[tuple[int, int]], list[int]]:
+    """Receive up to a batch: acknowledge, roll back once (flaky) or until dead-lettered (poison).
+
+    Returns the acknowledged ids, the (id, delivery count) of rollbacks and the dead-lettered ids; an
+    acknowledgement or a dead-lettering is announced before it is issued (see `_announce`)."""
+    acked: list[int] = []
+    counts: list[tuple[int, int]] = []
+    dead: list[int] = []
+    for _ in range(BATCH):
+        message = consumer.receive(0)
+        if message is None:
+            break
+        kind = message.properties["kind"]
+        if kind == "poison" or (kind == "flaky" and message.delivery_count == 1):
+            if kind == "poison" and message.delivery_count >= MAX_DELIVERY_ATTEMPTS:
+                _announce(out, message.message_id)
+                consumer.rollback(message)
+                dead.append(message.message_id)
+            else:
+                consumer.rollback(message)
+                counts.append((message.message_id, message.delivery_count))
+        else:
+            _announce(out, message.message_id)
+            consumer.ack(message)
+            acked.append(message.message_id)
+    return acked, counts, dead
+
+
 def _child(directory: str, seed: int) -> None:
     """Send and consume until killed; after each synced batch report 'sent', 'ack', 'count', 'dead'."""
     rng = random.Random(seed)
@@ -69,29 +105,12 @@ def _child(directory: str, seed: int) -> None:
     last_tick = time.monotonic()
     sent_total = acked_total = 0
     while True:
-        sent, acked, counts, dead = [], [], [], []
+        sent = []
         for _ in range(BATCH):
             sequence += 1
             kind = "poison" if sequence % POISON_EVERY == 0 else "flaky" if sequence % FLAKY_EVERY == 0 else "ok"
             sent.append(broker.send(ADDRESS, rng.randbytes(64), properties={"kind": kind, "n": sequence}))
-        for _ in range(BATCH):
-            message = consumer.receive(0)
-            if message is None:
-                break
-            kind = message.properties["kind"]
-            if kind == "poison" or (kind == "flaky" and message.delivery_count == 1):
-                consumer.rollback(message)
-                if kind == "poison" and message.delivery_count >= MAX_DELIVERY_ATTEMPTS:
-                    dead.append(message.message_id)
-                else:
-                    counts.append((message.message_id, message.delivery_count))
-            else:
-                consumer.ack(message)
-                acked.append(message.message_id)
-        # acknowledgements and dead letters may reach the disk before the sync returns (the group
-        # commit's flusher): they are in doubt until reported durable, so say so first
-        out.write("".join(f"doubt {i}\n" for i in acked + dead))
-        out.flush()
+        acked, counts, dead = _consume_batch(consumer, out)
         broker.sync()           # everything above is durable now: report it
         sent_total += len(sent)
         acked_total += len(acked)

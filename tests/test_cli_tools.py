@@ -9,11 +9,12 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from journal_engine import AddressSettings, Broker, Journal, ManualClock, __version__
+from journal_engine import AddressSettings, Broker, Journal, ManualClock, __version__, demo
 from journal_engine.cli import main
 from journal_engine.storage.segment_files import list_directory
 
@@ -350,6 +351,61 @@ def test_the_demo_checks_everything_and_writes_its_chart(tmp_path):
     assert "SIGKILL" in done.stdout and "recovered in" in done.stdout and "redriven" in done.stdout
     assert "verdict: every acknowledged message" in done.stdout
     assert str(png) in done.stdout and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class _FlushedText:
+    """A stream that keeps only what was flushed: what a parent reading the pipe could have seen."""
+
+    def __init__(self) -> None:
+        self.pending, self.flushed = "", ""
+
+    def write(self, text: str) -> None:
+        self.pending += text
+
+    def flush(self) -> None:
+        self.flushed, self.pending = self.flushed + self.pending, ""
+
+
+class _AnnouncementCheckingConsumer:
+    """A real consumer whose acknowledgements and rollbacks first note whether they were announced."""
+
+    def __init__(self, consumer, out: _FlushedText) -> None:
+        self.consumer, self.out = consumer, out
+        self.unannounced: list[tuple[str, int]] = []
+
+    def receive(self, timeout):
+        return self.consumer.receive(timeout)
+
+    def ack(self, message) -> None:
+        if f"doubt {message.message_id}\n" not in self.out.flushed:
+            self.unannounced.append(("ack", message.message_id))
+        self.consumer.ack(message)
+
+    def rollback(self, message) -> None:
+        if message.delivery_count >= demo.MAX_DELIVERY_ATTEMPTS and f"doubt {message.message_id}\n" not in self.out.flushed:
+            self.unannounced.append(("dead letter", message.message_id))
+        self.consumer.rollback(message)
+
+
+def test_the_demo_child_announces_each_ack_and_dead_letter_before_issuing_it(tmp_path):
+    # in group mode the flusher may make an acknowledgement durable at once: the parent must have been
+    # told before, or a SIGKILL before the batch's report makes the message look lost
+    broker = demo._open_broker(str(tmp_path / "broker"))
+    try:
+        for n in range(1, 2 * demo.BATCH + 1):
+            kind = "poison" if n % demo.POISON_EVERY == 0 else "flaky" if n % demo.FLAKY_EVERY == 0 else "ok"
+            broker.send(demo.ADDRESS, b"x", properties={"kind": kind, "n": n})
+        out = _FlushedText()
+        consumer = _AnnouncementCheckingConsumer(broker.create_consumer(demo.ADDRESS), out)
+        acked, dead = [], []
+        for _ in range(8):                      # poison messages come back until dead-lettered
+            batch_acked, _counts, batch_dead = demo._consume_batch(consumer, out)
+            acked += batch_acked
+            dead += batch_dead
+            time.sleep(0.05)                    # the redelivery delays run out
+        assert acked and dead and consumer.unannounced == []
+    finally:
+        broker.close()
 
 
 def test_a_corrupt_file_header_is_one_line_exit_1_for_every_inspecting_command(broker_dir, capsys):
