@@ -46,15 +46,32 @@ def open_journal(journal_dir):
         journal.close()
 
 
+#: the tests' session: their tables are a few hundred rows, so the cost is the JVM's own start and the
+#: planning of each query, not the data. One shuffle partition, no adaptive re-planning, no code generation
+#: (Janino compiling each query's classes costs more than interpreting a few rows), Python workers reused
+#: between tasks; a JVM for a short run: the JIT's quick tier only, a serial collector, and no bytecode
+#: verification of Spark's own jars (loading their classes is most of a session's start).
+SPARK_TEST_CONFIG = {
+    "spark.sql.shuffle.partitions": 1,
+    "spark.default.parallelism": 2,
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.catalogImplementation": "in-memory",
+    "spark.python.worker.reuse": "true",
+    "spark.ui.enabled": "false",
+}
+SPARK_TEST_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1 "
+                           "-XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
+
+
 @pytest.fixture(scope="session")
 def spark():
-    """The one SparkSession of a test run (a session takes seconds to start): local[2], quiet, with the
-    journal_engine data source registered. Every Spark test uses it."""
+    """The one SparkSession of a test run, for every Spark test of every module (a session takes seconds
+    to start): local[2], quiet, with the journal_engine data source registered."""
     pytest.importorskip("pyspark", reason="the spark extra is not installed")
     pytest.importorskip("pyarrow", reason="the spark extra is not installed")
     from journal_engine.spark import session
-    # the tests' tables are small: one shuffle partition, no adaptive re-planning
-    started = session("local[2]", "journal-engine-tests", {"spark.sql.shuffle.partitions": 1,
-                                                           "spark.sql.adaptive.enabled": "false"})
+    started = session("local[2]", "journal-engine-tests", SPARK_TEST_CONFIG, java_options=SPARK_TEST_JAVA_OPTIONS)
     yield started
     started.stop()

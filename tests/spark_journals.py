@@ -8,10 +8,15 @@ sends an eighth and rolls back. The constants below are what the analyses must f
 """
 from __future__ import annotations
 
+import mmap
 import shutil
 from pathlib import Path
 
 from journal_engine import AddressSettings, Broker, Journal, ManualClock
+from journal_engine._impl import scan_frames
+from journal_engine.record_format import RecordKind
+from journal_engine.storage.format import stamp_of
+from journal_engine.storage.segment_files import list_directory
 
 NOW = 1_700_000_000_000
 REDELIVERY_DELAY_MS = 1000
@@ -77,6 +82,17 @@ def write_journal(directory: Path, records: int = 400, file_size: int = 64 * 102
         journal.add_tx(100, 10_002, 9, b"rolled back")
         journal.rollback(100)
         journal.sync()
+
+
+def python_rows(journal: str) -> list[tuple]:
+    """Every valid frame of a journal as the Python reader finds it: (path, offset, kind, id, type, tx, body)."""
+    rows = []
+    for data in list_directory(journal, as_if_compacted=True).data:
+        with open(data.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            frames = scan_frames(view, stamp_of(data.header.file_id), data.header.data_start)
+        rows += [(data.path, offset, RecordKind(kind).name, record_id, user_type, tx_id, body)
+                 for offset, check, kind, user_type, record_id, tx_id, body in frames if check == 0]
+    return rows
 
 
 def copy(source: Path, target: Path) -> Path:

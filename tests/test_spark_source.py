@@ -8,18 +8,15 @@ files. All Spark tests share the session fixture of conftest.py.
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 
 import pytest
-from spark_journals import copy, write_broker, write_journal
+from spark_journals import copy, python_rows, write_broker, write_journal
 
 from journal_engine import Journal
-from journal_engine._impl import scan_frames
 from journal_engine._twin.message_columns import property_text
 from journal_engine.errors import CorruptRecordError
-from journal_engine.record_format import RecordKind, RecordType, StoredMessage, StoredQueue, decode_store_body
-from journal_engine.storage.format import stamp_of
+from journal_engine.record_format import RecordType, StoredMessage, StoredQueue, decode_store_body
 from journal_engine.storage.recovery import TORN_TAIL_REASON, analyze
 from journal_engine.storage.segment_files import list_directory
 
@@ -40,19 +37,19 @@ def journal_dir(tmp_path_factory):
     return directory
 
 
-def python_rows(journal: str) -> list[tuple]:
-    """Every valid frame of a journal as the Python reader finds it: (path, offset, kind, id, type, tx, body)."""
-    rows = []
-    for data in list_directory(journal, as_if_compacted=True).data:
-        with open(data.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            frames = scan_frames(view, stamp_of(data.header.file_id), data.header.data_start)
-        rows += [(data.path, offset, RecordKind(kind).name, record_id, user_type, tx_id, body)
-                 for offset, check, kind, user_type, record_id, tx_id, body in frames if check == 0]
-    return rows
-
-
 def spark_rows(df) -> list:
     return df.orderBy("path", "offset").collect()
+
+
+@pytest.fixture(scope="module")
+def broker_rows(spark, broker_dir) -> list:
+    """The broker directory's rows, collected once for the tests that look at them."""
+    return spark_rows(spark.read.format("journal_engine").load(str(broker_dir)))
+
+
+@pytest.fixture(scope="module")
+def journal_rows(spark, journal_dir) -> list:
+    return spark_rows(spark.read.format("journal_engine").load(str(journal_dir)))
 
 
 def signed(value: int) -> int:
@@ -79,9 +76,8 @@ def expected_fields(record_type: int, record_id: int, body: bytes) -> dict:
     return fields
 
 
-def assert_rows_equal_python_reader(df, journals) -> None:
+def assert_rows_equal_python_reader(rows, journals) -> None:
     expected = sorted(row for journal in journals for row in python_rows(str(journal)))
-    rows = spark_rows(df)
     assert all(row.damage is None for row in rows)
     got = sorted((row.path, row.offset, row.kind, row.record_id, row.record_type, row.tx_id, row.body) for row in rows)
     assert got == [(path, offset, kind, signed(record_id), user_type, signed(tx_id), body)
@@ -93,10 +89,9 @@ def assert_rows_equal_python_reader(df, journals) -> None:
                 expected_fields(row.record_type, row.record_id, row.body), row
 
 
-def test_a_broker_directory_reads_as_every_record_the_python_reader_finds(spark, broker_dir):
-    df = spark.read.format("journal_engine").load(str(broker_dir))
-    assert_rows_equal_python_reader(df, [broker_dir / "messages", broker_dir / "bindings"])
-    rows = spark_rows(df)
+def test_a_broker_directory_reads_as_every_record_the_python_reader_finds(broker_dir, broker_rows):
+    rows = broker_rows
+    assert_rows_equal_python_reader(rows, [broker_dir / "messages", broker_dir / "bindings"])
     # one row per record as written, live or not: six sends, the dead-letter copy, two transactional sends
     messages = [row for row in rows if row.record_type == RecordType.ADD_MESSAGE and "/messages/" in row.path]
     assert sorted(row.kind for row in messages) == ["ADD"] * 6 + ["ADD_TX"] * 3
@@ -106,26 +101,25 @@ def test_a_broker_directory_reads_as_every_record_the_python_reader_finds(spark,
     assert {row.queue_name for row in rows if row.record_type == RecordType.QUEUE_BINDING_RECORD} == {"orders", "dead"}
 
 
-def test_a_plain_journal_over_several_files(spark, journal_dir):
-    df = spark.read.format("journal_engine").load(str(journal_dir))
-    assert df.select("path").distinct().count() > 2
-    assert_rows_equal_python_reader(df, [journal_dir])
+def test_a_plain_journal_over_several_files(journal_dir, journal_rows):
+    assert len({row.path for row in journal_rows}) > 2
+    assert_rows_equal_python_reader(journal_rows, [journal_dir])
 
 
 def test_several_journals_at_once(spark, broker_dir, journal_dir, tmp_path):
     second = copy(broker_dir, tmp_path / "broker-2")
     paths = [str(broker_dir), str(journal_dir), str(second)]
-    df = spark.read.format("journal_engine").load(paths)
+    rows = spark_rows(spark.read.format("journal_engine").load(paths))
     journals = [broker_dir / "messages", broker_dir / "bindings", journal_dir, second / "messages",
                 second / "bindings"]
-    assert_rows_equal_python_reader(df, journals)
+    assert_rows_equal_python_reader(rows, journals)
 
 
-def test_a_large_file_split_into_parts_gives_the_same_rows(spark, journal_dir):
-    whole = spark_rows(spark.read.format("journal_engine").load(str(journal_dir)))
-    reader = spark.read.format("journal_engine").option("split_bytes", 16 * 1024).option("batch_rows", 7)
-    assert reader.load(str(journal_dir)).rdd.getNumPartitions() > len(list_directory(str(journal_dir)).data)
-    assert spark_rows(reader.load(str(journal_dir))) == whole
+def test_a_large_file_split_into_parts_gives_the_same_rows(spark, journal_dir, journal_rows):
+    split = spark.read.format("journal_engine").option("split_bytes", 16 * 1024).option("batch_rows", 7)
+    split = split.load(str(journal_dir))
+    assert split.rdd.getNumPartitions() > len(list_directory(str(journal_dir)).data)
+    assert spark_rows(split) == journal_rows
 
 
 def test_live_gives_the_records_load_returns(spark, broker_dir, journal_dir):
@@ -230,12 +224,12 @@ def test_bad_options_and_paths_are_named(spark, tmp_path):
         spark.read.format("journal_engine").option("mode", "sometimes").load(str(tmp_path)).count()
 
 
-def test_a_schema_given_to_the_reader_is_a_projection(spark, broker_dir):
+def test_a_schema_given_to_the_reader_is_a_projection(spark, broker_dir, broker_rows):
     wanted = ["record_id", "kind", "queue_id", "path"]
-    full = spark.read.format("journal_engine").load(str(broker_dir)).select(*wanted)
     some = spark.read.format("journal_engine").schema("record_id bigint, kind string, queue_id bigint, path string")
     some = some.load(str(broker_dir))
     assert some.columns == wanted
-    assert sorted(map(str, some.collect())) == sorted(map(str, full.collect()))
+    assert sorted(str(tuple(row)) for row in some.collect()) == \
+        sorted(str(tuple(row[name] for name in wanted)) for row in broker_rows)
     with pytest.raises(Exception, match="not a column of the journal_engine source"):
         spark.read.format("journal_engine").schema("colour string").load(str(broker_dir)).count()

@@ -88,17 +88,26 @@ def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
     journals, crash_reports, bench_reports = split_paths(paths)
     from .. import analytics
     from .environment import session
+    from .source import register
 
     from pyspark.sql import SparkSession
 
     if out:
         os.makedirs(out, exist_ok=True)
-    borrowed = SparkSession.getActiveSession() is not None    # a caller's session (a notebook, a test) stays up
-    spark = session(master)
+    borrowed = SparkSession.getActiveSession()      # a caller's session (a notebook, a test) is used as it is
+    spark = borrowed or session(master)
+    if borrowed:
+        register(borrowed)
+    cached = []     # every table is computed once: printed, plotted and written from the cache
+
+    def once(frame):
+        cached.append(frame.cache())
+        return frame
+
     try:
         tables = {}
         if journals:
-            records = spark.read.format("journal_engine").load(journals).cache()
+            records = once(spark.read.format("journal_engine").load(journals))
             damage = records.where("damage is not null").select("path", "offset", "damage")
             tables = {
                 "damage": damage,
@@ -114,6 +123,7 @@ def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
             tables["crash-tests"] = analytics.crash_test_summary(analytics.read_reports(spark, crash_reports))
         if bench_reports:
             tables["bench"] = analytics.bench_summary(analytics.read_reports(spark, bench_reports))
+        tables = {name: once(frame) for name, frame in tables.items()}
         shown = {name: print_table(name, frame) for name, frame in tables.items()}
         if out:
             _plots(out, tables, shown)
@@ -122,6 +132,8 @@ def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
                     frame.write.mode("overwrite").parquet(os.path.join(out, f"{name}.parquet"))
             print(f"\nwritten to {out}")
     finally:
+        for frame in cached:
+            frame.unpersist()
         if not borrowed:
             spark.stop()
     return 0

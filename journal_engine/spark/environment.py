@@ -67,18 +67,20 @@ def prepare(master: str = LOCAL_MASTER_DEFAULT) -> None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def session(master: str | None = None, app_name: str = "journal-engine", config: dict | None = None):
+def session(master: str | None = None, app_name: str = "journal-engine", config: dict | None = None,
+            java_options: str = ""):
     """A SparkSession with journal_engine's data source registered: quiet, started once per process.
 
     ``master`` None: ``local[*]``, unless spark-submit started this driver (its --master holds);
-    ``config``: more Spark settings, applied last."""
+    ``config``: more Spark settings, applied last; ``java_options``: more options of the driver's and
+    executors' JVMs (beside the log configuration), e.g. ``-XX:TieredStopAtLevel=1`` for short sessions."""
     from pyspark.sql import SparkSession
 
     from .source import register
 
     if not _under_spark_submit():
         prepare(master or LOCAL_MASTER_DEFAULT)
-    java_options = f"-Dlog4j2.configurationFile={LOG4J2_CONFIGURATION.as_uri()}"
+    java_options = f"-Dlog4j2.configurationFile={LOG4J2_CONFIGURATION.as_uri()} {java_options}".strip()
     builder = (SparkSession.builder.appName(app_name)
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.extraJavaOptions", java_options)
