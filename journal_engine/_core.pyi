@@ -160,6 +160,14 @@ class JournalCore:
         the mode is ``"none"`` or ``sync=False``."""
     def rollback(self, tx_id: int, *, sync: bool | None = None) -> None:
         """Discard ``tx_id``'s records."""
+    def append_group(self, records: Iterable[tuple[int, int, int, ReadableBuffer]], *,
+                     sync: bool | None = None) -> None:
+        """Append ``records``, each ``(kind, record_id, record_type, body)`` with kind
+        ``RecordKind.ADD``, ``UPDATE`` or ``DELETE`` (a DELETE's type and body are ignored), as one
+        unit: contiguous in one file, never split by a write-out or a sync, so a crash recovers all of
+        them or none. Every record is checked first (against the live set as the group's earlier
+        records leave it): an error writes nothing. ``RecordTooLargeError`` when the group's frames
+        do not fit one file; ``sync`` as for ``add``, once for the whole group."""
     def sync(self) -> None:
         """Return once everything appended before this call is durable (one fdatasync serves every
         thread waiting at the same time)."""

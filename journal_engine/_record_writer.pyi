@@ -113,6 +113,11 @@ class RecordWriter:
     def update_scheduled_delivery_time(self, queue_id: int, message_id: int, scheduled_ms: int,
                                        delivery_count: int, sync: bool | None = None) -> bool:
         """Append SET_SCHEDULED_DELIVERY_TIME unless ``delivery_count`` is above the cap; True if written."""
+    def update_redelivery(self, queue_id: int, message_id: int, delivery_count: int, scheduled_ms: int,
+                          sync: bool | None = None) -> int:
+        """A rollback's two records, each under its rule (``update_delivery_count``'s and
+        ``update_scheduled_delivery_time``'s), appended as one record group: a crash keeps both or
+        neither. Returns how many were written (0..2)."""
     def update_delivery_counts(self, queue_ids: Iterable[int], message_ids: Iterable[int],
                                delivery_counts: Iterable[int], sync: bool | None = None) -> int:
         """The batch form of ``update_delivery_count``: one wait for durability at the end; returns

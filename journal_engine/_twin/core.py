@@ -97,6 +97,7 @@ class JournalCore:
         self._kicked = threading.Condition(threading.Lock())
         self._kick_pending = False
         self._gathering = BatchGathering(self._lock, BUFFER_TIMEOUT_DEFAULT_US)
+        self._grouped = None         # the thread appending a record group, holding the append lock
 
     # ----- set-up by the Python layer -------------------------------------------------
     def _core_configure(self, mode: str, buffer_size: int, max_frame: int, replaceable,
@@ -283,16 +284,8 @@ class JournalCore:
                 tx = self._pending_tx.get(tx_id) if kind in _TX_KINDS or kind >= RecordKind.PREPARE else None
                 if tx is None and kind in (RecordKind.COMMIT, RecordKind.ROLLBACK, RecordKind.PREPARE):
                     raise UnknownTransactionError(f"transaction {tx_id} has no records")
-                full = self._active
-                if full.position + size <= full.limit:
+                if self._has_room(size):
                     break
-                # the roll waits for the I/O baton, whose holder takes this lock to write out: wait
-                # without it (the compiled core releases the GIL, its append lock, while it waits)
-                self._lock.release()
-                try:
-                    self._roll(full, size, None)
-                finally:
-                    self._lock.acquire()
             seg = self._active
             self._buf += encode_frame(kind, user_type, seg.stamp, record_id, tx_id, body)
             seg.position += size
@@ -318,7 +311,103 @@ class JournalCore:
             buffered = seg.position - self._buf_start
         finally:
             self._lock.release()
+        if self._grouped != threading.get_ident():     # a group's end decides about write-out and waiting
+            self._after_append(sync, buffered)
+
+    def _has_room(self, size: int) -> bool:
+        """Called with self._lock held once: True if `size` bytes fit the active file, else the file is
+        switched (which lets other threads in) and False: look again. A group reserved its room."""
+        full = self._active
+        if full.position + size <= full.limit:
+            return True
+        if self._grouped is not None:
+            raise AssertionError("a record group outgrew the room reserved for it")
+        # the roll waits for the I/O baton, whose holder takes this lock to write out: wait
+        # without it (the compiled core releases the GIL, its append lock, while it waits)
+        self._lock.release()
+        try:
+            self._roll(full, size, None)
+        finally:
+            self._lock.acquire()
+        return False
+
+    # ----- record groups: no write-out between their records ----------------------------------------
+    def _begin_group(self, total: int) -> None:
+        """Reserve room for `total` bytes of frames and keep the append lock until _end_group (or
+        _abort_group): the group's records go in with no writer between them."""
+        self._check_writable()
+        if self._grouped == threading.get_ident():
+            raise AssertionError("record groups do not nest")
+        if total > self._max_frame:
+            raise RecordTooLargeError(
+                f"a record group of {total} bytes of frames must fit one journal file, which holds at most "
+                f"{self._max_frame}", hint="raise file_size or write fewer records together")
+        self._lock.acquire()
+        try:
+            while True:
+                self._check_writable()
+                if self._has_room(total):
+                    break
+        except BaseException:
+            self._lock.release()
+            raise
+        self._grouped = threading.get_ident()
+
+    def _end_group(self, sync) -> None:
+        self._grouped = None
+        buffered = self._active.position - self._buf_start
+        self._lock.release()
         self._after_append(sync, buffered)
+
+    def _abort_group(self, exc) -> None:
+        """A group failed after its first record went into the buffer (a bug: its records are
+        checked before): the journal stops, so the part in the buffer is never written."""
+        self._grouped = None
+        self._lock.release()
+        self._core_fail(exc)
+
+    def append_group(self, records, *, sync=None) -> None:
+        """Append `records`, each ``(kind, record_id, record_type, body)`` with kind ADD, UPDATE or
+        DELETE (a DELETE's type and body are ignored), as one unit: no write-out, sync or crash can
+        separate them. Every record is checked first, so an error writes nothing."""
+        self._check_writable()
+        checked = []
+        changed: dict[int, bool] = {}       # record id -> live after the group's records so far
+        total = 0
+        for kind, record_id, user_type, body in records:
+            _check_id(record_id)
+            live = changed.get(record_id)
+            if live is None:
+                live = record_id in self._live
+            if kind == RecordKind.ADD:
+                if live:
+                    raise DuplicateRecordError(f"record {record_id} is already live; update or delete it first")
+                changed[record_id] = True
+            elif kind == RecordKind.UPDATE:
+                if not live:
+                    raise UnknownRecordError(f"cannot update record {record_id}: no live record has that id")
+            elif kind == RecordKind.DELETE:
+                if not live:
+                    raise UnknownRecordError(f"cannot delete record {record_id}: no live record has that id")
+                changed[record_id] = False
+                user_type, body = 0, b""
+            else:
+                raise ValueError(f"kind={kind}: a record group holds ADD, UPDATE and DELETE records only")
+            if not 0 <= user_type <= 255:
+                raise ValueError(f"record_type={user_type}: must be within 0..255")
+            body = bytes(body)
+            total += frame_size(len(body))
+            checked.append((RecordKind(kind), record_id, user_type, body))
+        if not checked:
+            return
+        self._begin_group(total)
+        try:
+            for kind, record_id, user_type, body in checked:
+                self._append(kind, user_type, record_id, 0, body, None)
+        except BaseException as exc:
+            self._abort_group(exc)
+            raise
+        self._end_group(sync)
 
     def _apply_commit(self, tx) -> None:
         for kind, record_id, size, user_type in tx[0]:

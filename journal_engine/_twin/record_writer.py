@@ -18,7 +18,7 @@ import threading
 
 from ..errors import DuplicateRecordError, UnknownRecordError
 from ..limits import U32_MAX, U64_MAX, check_max_redelivery_records, u32_array, u64_array
-from ..record_format import RecordType
+from ..record_format import RecordKind, RecordType
 
 ADD_MESSAGE = int(RecordType.ADD_MESSAGE)
 ADD_REF = int(RecordType.ADD_REF)
@@ -27,6 +27,7 @@ UPDATE_DELIVERY_COUNT = int(RecordType.UPDATE_DELIVERY_COUNT)
 SET_SCHEDULED_DELIVERY_TIME = int(RecordType.SET_SCHEDULED_DELIVERY_TIME)
 _U32_MAX = U32_MAX
 _U64_MAX = U64_MAX
+_ADD, _UPDATE = RecordKind.ADD, RecordKind.UPDATE
 _COUNT = struct.Struct("<QI")
 _TIME = struct.Struct("<QQ")
 _QUEUE_ID = struct.Struct("<Q")
@@ -104,8 +105,8 @@ class RecordWriter:
         if key in self._persisted:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
         record = head if body is None else b"".join((head, _U32.pack(len(body)), body, _NO_PROPERTIES))
-        self._journal.add(message_id, ADD_MESSAGE, record, sync=False)
-        self._journal.update(message_id, ADD_REF, _QUEUE_ID.pack(queue_id), sync=False)
+        self._journal.append_group(((_ADD, message_id, ADD_MESSAGE, record),
+                                    (_UPDATE, message_id, ADD_REF, _QUEUE_ID.pack(queue_id))), sync=False)
         self._shadow_reused(key)
         self._persisted[key] = 0
 
@@ -170,30 +171,62 @@ class RecordWriter:
             raise UnknownRecordError.of_reference(queue_id, message_id)
         return self._write_time(queue_id, message_id, scheduled_ms, delivery_count, sync)
 
-    def _write_count(self, key, previous: int, count: int, sync) -> bool:
+    def _write_count(self, key, previous: int, count: int, sync, group: list | None = None) -> bool:
+        """Write the record, or with `group` add it to the group's records (the caller appends them)."""
         if count == previous:
             return False
         cap = self.max_redelivery_records
         if cap >= 0 and count > cap:
             return False
         self._persisted[key] = count
-        try:
-            self._journal.update(key[1], UPDATE_DELIVERY_COUNT, _COUNT.pack(key[0], count), sync=sync)
-        except BaseException:
-            if self._persisted.get(key) == count:
-                self._persisted[key] = previous
-            raise
+        if group is not None:
+            group.append((_UPDATE, key[1], UPDATE_DELIVERY_COUNT, _COUNT.pack(key[0], count)))
+        else:
+            try:
+                self._journal.update(key[1], UPDATE_DELIVERY_COUNT, _COUNT.pack(key[0], count), sync=sync)
+            except BaseException:
+                if self._persisted.get(key) == count:
+                    self._persisted[key] = previous
+                raise
         self.delivery_count_records_written += 1
         return True
 
-    def _write_time(self, queue_id: int, message_id: int, scheduled_ms: int, count: int, sync) -> bool:
+    def _write_time(self, queue_id: int, message_id: int, scheduled_ms: int, count: int, sync,
+                    group: list | None = None) -> bool:
         cap = self.max_redelivery_records
         if cap >= 0 and count > cap:
             return False
-        self._journal.update(message_id, SET_SCHEDULED_DELIVERY_TIME, _TIME.pack(queue_id, scheduled_ms),
-                             sync=sync)
+        if group is not None:
+            group.append((_UPDATE, message_id, SET_SCHEDULED_DELIVERY_TIME, _TIME.pack(queue_id, scheduled_ms)))
+        else:
+            self._journal.update(message_id, SET_SCHEDULED_DELIVERY_TIME, _TIME.pack(queue_id, scheduled_ms),
+                                 sync=sync)
         self.scheduled_time_records_written += 1
         return True
+
+    def update_redelivery(self, queue_id: int, message_id: int, delivery_count: int, scheduled_ms: int,
+                          sync=None) -> int:
+        """A rollback's records as one group: update_delivery_count's UPDATE_DELIVERY_COUNT and
+        update_scheduled_delivery_time's SET_SCHEDULED_DELIVERY_TIME, each under its own rule, so a
+        crash keeps both or neither. Returns how many were written (0..2)."""
+        _check_u64(queue_id, "queue_id")
+        _check_u64(message_id, "message_id")
+        _check_u64(scheduled_ms, "scheduled_ms")
+        _check_count(delivery_count)
+        key = (queue_id, message_id)
+        previous = self._persisted.get(key)
+        if previous is None:
+            raise UnknownRecordError.of_reference(queue_id, message_id)
+        group: list = []
+        written = (self._write_count(key, previous, delivery_count, False, group)
+                   + self._write_time(queue_id, message_id, scheduled_ms, delivery_count, False, group))
+        try:
+            self._journal.append_group(group, sync=sync)
+        except BaseException:
+            if self._persisted.get(key) == delivery_count:
+                self._persisted[key] = previous
+            raise
+        return written
 
     # ----- batches ------------------------------------------------------------------------------------
     def update_delivery_counts(self, queue_ids, message_ids, delivery_counts, sync=None) -> int:

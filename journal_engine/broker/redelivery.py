@@ -100,21 +100,22 @@ class Redelivery:
                 settings = cached(queue.address) or repository.get(queue.address)
                 stored = bool(data.durable_refs) and queue.durable
                 store = post_office.store
+                max_attempts = settings.max_delivery_attempts
+                dead = max_attempts > 0 and count >= max_attempts
+                delay = (redelivery_delay_ms(settings, count, delay_override, self._rng)
+                         if counted and not dead else 0)
                 if stored:
-                    if counted:
+                    if delay > 0:   # the count and the scheduled time as one group: a crash keeps both or neither
+                        store.update_redelivery(queue.queue_id, data.message_id, count, now + delay)
+                    elif counted:
                         store.update_delivery_count(queue.queue_id, data.message_id, count)
                     else:
                         store.update_delivery_count_after_cancel(queue.queue_id, data.message_id, count)
-                max_attempts = settings.max_delivery_attempts
-                if max_attempts > 0 and count >= max_attempts:
+                if dead:
                     self._dead_letters.dead_letter(ref, settings, now)
                     return
-                delay = redelivery_delay_ms(settings, count, delay_override, self._rng) if counted else 0
                 if delay > 0:
-                    due = now + delay
-                    if stored:
-                        store.update_scheduled_delivery_time(queue.queue_id, data.message_id, due, count)
-                    post_office.timers.schedule(ref, due)
+                    post_office.timers.schedule(ref, now + delay)
                     return
             elif self._by_other_rules(ref, now, delay_override, policy, counted):
                 return

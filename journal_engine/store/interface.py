@@ -25,6 +25,11 @@ a store that overwrites in place keeps only the latest from the start. Either wa
 latest one is what load() returns, at the position it was written (after every update
 written before it), so replaying the updates in order gives the same state.
 
+Record groups. ``append_group(records)`` appends (kind, record_id, record_type, body) records of
+kind ADD, UPDATE or DELETE as one unit: a crash keeps all of them or none (the journal appends them
+contiguously with no write-out between them; LMDB commits them in one write transaction). A send's
+message and references and a rollback's delivery count and scheduled time are written this way.
+
 Transactions. ``add_tx`` / ``update_tx`` / ``delete_tx`` collect records under a tx id
 (update_tx and delete_tx need a live record or one added in the same transaction);
 ``commit`` makes them visible together, ``rollback`` drops them; both raise
@@ -84,6 +89,10 @@ class RecordStore(Protocol):
     def delete(self, record_id: int, *, sync: bool | None = None) -> None:
         """Remove a live record and its updates."""
 
+    def append_group(self, records, *, sync: bool | None = None) -> None:
+        """Append (kind, record_id, record_type, body) records of kind ADD, UPDATE or DELETE as one
+        unit that a crash keeps whole or drops whole; every record is checked before any is written."""
+
     def add_tx(self, tx_id: int, record_id: int, record_type: int, body: bytes) -> None:
         """Add a record when transaction tx_id commits."""
 
@@ -122,7 +131,7 @@ class RecordStore(Protocol):
         """Make what was appended durable and release the directory."""
 
 
-RECORD_STORE_METHODS = ("load", "add", "update", "delete", "add_tx", "update_tx", "delete_tx", "commit",
+RECORD_STORE_METHODS = ("load", "add", "update", "delete", "append_group", "add_tx", "update_tx", "delete_tx", "commit",
                         "rollback", "is_live", "sync", "flush", "compact", "stats", "record_type_counts", "close")
 
 

@@ -84,6 +84,7 @@ from ..errors import (
 )
 from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_DEFAULT_US,
                       BUFFER_TIMEOUT_US_MAX, RECORD_TYPE_MAX, SYNC_MODE_DEFAULT, SYNC_MODE_NAMES)
+from ..record_format import RecordKind
 from ..storage.directory_lock import DirectoryLock
 from ..storage.journal import LoadResult, PreparedTransaction, TransactionRecord
 from ..storage.recovery import LoadReport
@@ -436,6 +437,54 @@ class LmdbRecordStore:
                 raise UnknownRecordError(f"cannot delete record {record_id}: no live record has that id")
             self._live.discard(record_id)
             target = self._append_locked((_DELETE, record_id), 0)
+        self._after_append(target, sync)
+
+    def append_group(self, records, *, sync: bool | None = None) -> None:
+        """Append `records`, each ``(kind, record_id, record_type, body)`` with kind ADD, UPDATE or
+        DELETE (a DELETE's type and body are ignored), as one unit: they join the batch together, so
+        one LMDB write transaction commits all of them or none. Every record is checked first."""
+        records = list(records)
+        prepared = []
+        for kind, record_id, record_type, body in records:
+            if kind == RecordKind.DELETE:
+                _check_id(record_id)
+                prepared.append((kind, record_id, 0, b""))
+            elif kind in (RecordKind.ADD, RecordKind.UPDATE):
+                prepared.append((kind, record_id, record_type, self._checked_body(record_id, record_type, body)))
+            else:
+                raise ValueError(f"kind={kind}: a record group holds ADD, UPDATE and DELETE records only")
+        if not prepared:
+            return
+        with self._lock:
+            self._check_writable()
+            changed: dict[int, bool] = {}       # record id -> live after the group's records so far
+            for kind, record_id, _type, _data in prepared:
+                live = changed.get(record_id)
+                if live is None:
+                    live = record_id in self._live
+                if kind == RecordKind.ADD and live:
+                    raise DuplicateRecordError(f"record {record_id} is already live; update or delete it first")
+                if kind != RecordKind.ADD and not live:
+                    raise UnknownRecordError(f"cannot {'update' if kind == RecordKind.UPDATE else 'delete'} "
+                                             f"record {record_id}: no live record has that id")
+                changed[record_id] = kind != RecordKind.DELETE
+            ops = []
+            body_bytes = 0
+            for kind, record_id, record_type, data in prepared:
+                if kind == RecordKind.ADD:
+                    ops.append((_ADD, record_id, record_type, data))
+                elif kind == RecordKind.UPDATE:
+                    ops.append((_UPDATE, record_id, record_type, data, self._next_sequence))
+                    self._next_sequence += 1
+                else:
+                    ops.append((_DELETE, record_id))
+                body_bytes += len(data)
+            for record_id, live in changed.items():
+                if live:
+                    self._live.add(record_id)
+                else:
+                    self._live.discard(record_id)
+            target = self._append_many_locked(ops, body_bytes)
         self._after_append(target, sync)
 
     def add_tx(self, tx_id: int, record_id: int, record_type: int, body) -> None:

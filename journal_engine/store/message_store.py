@@ -27,7 +27,7 @@ from ..errors import (ConfigError, CorruptRecordError, DuplicateRecordError, Jou
 from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, COMPACT_MIN_FILES_DEFAULT,
                       COMPACT_PERCENTAGE_DEFAULT, FILE_SIZE_DEFAULT_BYTES, MAX_REDELIVERY_RECORDS_DEFAULT,
                       MIN_FILES_DEFAULT, SYNC_MODE_DEFAULT, check_max_redelivery_records)
-from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordType, StoredQueue, decode_delivery_count,
+from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordKind, RecordType, StoredQueue, decode_delivery_count,
                              decode_message, decode_queue, decode_queue_id, decode_scheduled_time, encode_message,
                              encode_plain_message, encode_queue, encode_queue_id, encode_scheduled_time)
 from ..storage.journal import Journal
@@ -541,6 +541,15 @@ class MessageStore:
         return self._writer.update_scheduled_delivery_time(queue_id, message_id, scheduled_ms, delivery_count,
                                                            sync)
 
+    def update_redelivery(self, queue_id: int, message_id: int, delivery_count: int, scheduled_ms: int, *,
+                          sync: bool | None = None) -> int:
+        """A rollback that schedules its redelivery: update_delivery_count and
+        update_scheduled_delivery_time (each under its rule) written as one group, so a crash keeps
+        both records or neither. Returns how many were written (0..2)."""
+        if self._state != "loaded":
+            self._check_loaded()
+        return self._writer.update_redelivery(queue_id, message_id, delivery_count, scheduled_ms, sync)
+
     def update_delivery_counts(self, queue_ids, message_ids, delivery_counts, *, sync: bool | None = None) -> int:
         """Batch of update_delivery_count (sequences or arrays of equal length); one wait at the end.
         Every reference is checked first, so an unknown one writes nothing. Returns records written."""
@@ -700,11 +709,13 @@ class MessageStore:
                     raise DuplicateRecordError(f"queue_ids {list(queue_ids)} names a queue twice")
                 if data is None:
                     data = encode_plain_message(address, body, properties, durable, expiration, routing_type)
-                journal.add(message_id, _ADD_MESSAGE, data, sync=False)
+                # the message and its references as one group: a crash keeps the send whole or not at all
+                journal.append_group([(_ADD, message_id, _ADD_MESSAGE, data)]
+                                     + [(_UPDATE, message_id, _ADD_REF, _QUEUE_ID_BYTES(queue_id))
+                                        for queue_id in queue_ids], sync=False)
                 message_queues[message_id] = references
                 writer = self._writer
                 for queue_id in queue_ids:
-                    journal.update(message_id, _ADD_REF, _QUEUE_ID_BYTES(queue_id), sync=False)
                     writer.add_reference(queue_id, message_id, 0)
         finally:
             lock.release()
@@ -735,6 +746,7 @@ class MessageStore:
         return deleted
 
 
+_ADD, _UPDATE = RecordKind.ADD, RecordKind.UPDATE
 _ADD_MESSAGE = int(RecordType.ADD_MESSAGE)
 _ADD_REF = int(RecordType.ADD_REF)
 _QUEUE_ID_BYTES = encode_queue_id

@@ -67,6 +67,8 @@ cdef class JournalCore:
     cdef Py_ssize_t _sync_requests      # appends waiting for durability since the last sync began
     cdef Py_ssize_t _last_batch         # how many the last sync served: the next one waits for as many
     cdef Py_ssize_t _gather_us          # ... but no longer than this (buffer_timeout_us)
+    cdef bint _grouped                  # a record group is being appended: its room is reserved, and
+                                        # nothing may write out or wait until _end_group
 
     cdef int _check_writable(self) except -1
     cdef int _append(self, uint8_t kind, int user_type, object record_id, uint64_t tx_id,
@@ -74,6 +76,10 @@ cdef class JournalCore:
     cdef int _append_raw(self, uint8_t kind, uint8_t user_type, uint64_t record_id, uint64_t tx_id,
                          const unsigned char *body, Py_ssize_t n, object sync) except -1
     cdef int _after_append(self, object sync) except -1
+    cdef int _make_room(self, Py_ssize_t size) except -1
+    cdef int _begin_group(self, Py_ssize_t total) except -1
+    cdef int _end_group(self, object sync) except -1
+    cdef int _abort_group(self, object exc) except -1
     cdef int _notify(self, int which) except -1
     cdef int _kick(self) except -1
     cdef int _sleep(self, uint64_t target, int what) except -1

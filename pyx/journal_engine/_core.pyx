@@ -349,6 +349,54 @@ cdef class JournalCore:
             raise UnknownTransactionError(f"cannot roll back transaction {tx_id}: it has no records")
         self._append_raw(KIND_ROLLBACK, 0, 0, tx_id, NULL, 0, self._tx_sync(sync))
 
+    def append_group(self, records, *, sync=None):
+        """Append `records`, each ``(kind, record_id, record_type, body)`` with kind ADD, UPDATE or
+        DELETE (record_format.RecordKind; a DELETE's type and body are ignored), as one unit: no
+        write-out, sync or crash can separate them. Every record is checked first (ids live or not as
+        the records before it in the group leave them), so an error writes nothing."""
+        cdef list checked = []
+        cdef dict changed = {}          # record id -> live after the group's records so far
+        cdef Py_ssize_t total = 0
+        cdef int kind, user_type
+        cdef uint64_t rid
+        self._check_writable()
+        for record in records:
+            kind, record_id, user_type, body = record
+            rid = record_id
+            live = changed.get(rid)
+            if live is None:
+                live = self._live.contains(rid)
+            if kind == KIND_ADD:
+                if live:
+                    raise DuplicateRecordError(f"record {rid} is already live; update or delete it first")
+                changed[rid] = True
+            elif kind == KIND_UPDATE:
+                if not live:
+                    raise UnknownRecordError(f"cannot update record {rid}: no live record has that id")
+            elif kind == KIND_DELETE:
+                if not live:
+                    raise UnknownRecordError(f"cannot delete record {rid}: no live record has that id")
+                changed[rid] = False
+                user_type, body = 0, b""
+            else:
+                raise ValueError(f"kind={kind}: a record group holds ADD, UPDATE and DELETE records only")
+            if user_type < 0 or user_type > 255:
+                raise ValueError(f"record_type={user_type}: must be within 0..255")
+            body = body if type(body) is bytes else bytes(body)
+            total += frame_size(PyBytes_GET_SIZE(body))
+            checked.append((kind, rid, user_type, body))
+        if not checked:
+            return
+        self._begin_group(total)
+        try:
+            for kind, rid, user_type, body in checked:
+                self._append_raw(<uint8_t>kind, <uint8_t>user_type, rid, 0,
+                                 <const unsigned char *>PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), None)
+        except BaseException as exc:
+            self._abort_group(exc)
+            raise
+        self._end_group(sync)
+
     def sync(self):
         """Return once everything appended before this call is durable."""
         self._check_writable()
@@ -418,18 +466,8 @@ cdef class JournalCore:
             tx = self._pending_tx.get(tx_id)
             if tx is None and (kind == KIND_COMMIT or kind == KIND_ROLLBACK or kind == KIND_PREPARE):
                 raise UnknownTransactionError(f"transaction {tx_id} has no records")
-        # make room: a fresh file when this one is full, a write-out when the buffer is
-        while True:
-            seg = self._active
-            if seg.position + size > seg.limit:
-                self._roll(seg, size, None)
-                self._check_writable()
-                continue
-            if seg.position + size - self._buf_start > self._buf_capacity:
-                self._wait_for(self.appended_bytes, False)
-                self._check_writable()
-                continue
-            break
+        self._make_room(size)
+        seg = self._active
         write_frame(self._buf + (seg.position - self._buf_start), kind, user_type, seg.stamp,
                     record_id, tx_id, body, n)
         seg.position += size
@@ -453,7 +491,57 @@ cdef class JournalCore:
             self._apply_commit(self._pending_tx.pop(tx_id))
         elif kind == KIND_ROLLBACK:
             del self._pending_tx[tx_id]
+        if self._grouped:
+            return 0                    # the group's end decides about write-out and waiting
         return self._after_append(sync)
+
+    cdef int _make_room(self, Py_ssize_t size) except -1:
+        """Room for `size` bytes of frames: a fresh file when this one is full, a write-out when the
+        buffer is. Both may let other threads in; inside a group the room was reserved at its start."""
+        cdef Segment seg
+        while True:
+            seg = self._active
+            if seg.position + size > seg.limit:
+                if self._grouped:
+                    raise AssertionError("a record group outgrew the room reserved for it")
+                self._roll(seg, size, None)
+                self._check_writable()
+                continue
+            if seg.position + size - self._buf_start > self._buf_capacity:
+                if self._grouped:
+                    raise AssertionError("a record group outgrew the buffer reserved for it")
+                self._wait_for(self.appended_bytes, False)
+                self._check_writable()
+                continue
+            return 0
+
+    cdef int _begin_group(self, Py_ssize_t total) except -1:
+        """Reserve room for `total` bytes of frames (file and buffer), then append the group's
+        records with _append_raw and end with _end_group. In between nothing releases the GIL (no
+        file switch, no write-out, no wait), so no writer can hand part of the group to the OS:
+        a crash recovers all of it or none."""
+        self._check_writable()
+        if self._grouped:
+            raise AssertionError("record groups do not nest")
+        if total > self._max_frame:
+            raise RecordTooLargeError(
+                f"a record group of {total} bytes of frames must fit one journal file, which holds at most "
+                f"{self._max_frame}", hint="raise file_size or write fewer records together")
+        self._make_room(total)
+        self._grouped = True
+        return 0
+
+    cdef int _end_group(self, object sync) except -1:
+        """The group is in the buffer: write-out and waiting as after any append."""
+        self._grouped = False
+        return self._after_append(sync)
+
+    cdef int _abort_group(self, object exc) except -1:
+        """A group failed after its first record went into the buffer (a bug: its records are
+        checked before): the journal stops, so the part in the buffer is never written."""
+        self._grouped = False
+        self._core_fail(exc)
+        return 0
 
     def _apply_commit(self, tx):
         cdef uint64_t rid

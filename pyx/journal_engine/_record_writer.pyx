@@ -24,8 +24,8 @@ from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
-from journal_engine._codec cimport (KIND_ADD, KIND_DELETE, KIND_UPDATE, je_crc32c, je_crc32c_init, store_u32,
-                                    store_u64)
+from journal_engine._codec cimport (KIND_ADD, KIND_DELETE, KIND_UPDATE, frame_size, je_crc32c, je_crc32c_init,
+                                    store_u32, store_u64)
 from journal_engine._core cimport JournalCore
 
 import time
@@ -90,6 +90,7 @@ cdef class RecordWriter:
 
     cdef JournalCore _journal       # the journal's core, written into directly; None for any other store
     cdef object _store              # the record store (the record-store protocol): the journal, or LMDB
+    cdef list _group_records        # another store's records of the group being written, else None
     cdef readonly long long max_redelivery_records
     cdef readonly unsigned long long delivery_count_records_written
     cdef readonly unsigned long long scheduled_time_records_written
@@ -130,6 +131,9 @@ cdef class RecordWriter:
         """One record: into the journal core's buffer, or through the protocol."""
         if self._journal is not None:
             return self._journal._append_raw(kind, user_type, record_id, tx_id, body, n, sync)
+        if self._group_records is not None:
+            self._group_records.append((kind, record_id, user_type, PyBytes_FromStringAndSize(<const char *>body, n)))
+            return 0
         if kind == KIND_ADD:
             self._store.add(record_id, user_type, PyBytes_FromStringAndSize(<const char *>body, n), sync=sync)
         elif kind == KIND_UPDATE:
@@ -138,6 +142,30 @@ cdef class RecordWriter:
             self._store.delete(record_id, sync=sync)
         else:
             raise AssertionError(f"the record writer writes no frames of kind {kind}")
+        return 0
+
+    # ----- record groups: written as one, so a crash keeps all of a group or none ---------------------
+    cdef int _begin_group(self, Py_ssize_t frame_bytes) except -1:
+        """The records appended until _end_group form one group of at most `frame_bytes` bytes of
+        frames: reserved in the journal's core, or gathered for the other store's append_group."""
+        if self._journal is not None:
+            return self._journal._begin_group(frame_bytes)
+        self._group_records = []
+        return 0
+
+    cdef int _end_group(self, object sync) except -1:
+        cdef list records
+        if self._journal is not None:
+            return self._journal._end_group(sync)
+        records, self._group_records = self._group_records, None
+        if records:
+            self._store.append_group(records, sync=sync)
+        return 0
+
+    cdef int _abort_group(self, object exc) except -1:
+        if self._journal is not None:
+            return self._journal._abort_group(exc)
+        self._group_records = None      # nothing of it reached the store
         return 0
 
     cdef bint _is_live(self, uint64_t record_id) except -1:
@@ -276,15 +304,21 @@ cdef class RecordWriter:
             raise DuplicateRecordError(f"record {message_id} is already live; update or delete it first")
         if self._find(queue_id, message_id) != NULL:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
+        store_u64(ref_body, queue_id)
         if body is None:
-            self._append(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0,
-                                      <const unsigned char *>PyBytes_AS_STRING(head), head_n, False)
+            self._begin_group(frame_size(head_n) + frame_size(QUEUE_ID_BODY))
+            try:
+                self._append(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0,
+                             <const unsigned char *>PyBytes_AS_STRING(head), head_n, False)
+                self._append(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
+            except BaseException as exc:
+                self._abort_group(exc)
+                raise
         else:
             body_n = PyBytes_GET_SIZE(body)
             if body_n > <Py_ssize_t>0xFFFFFFFF:
                 raise OverflowError(f"a message body of {body_n} bytes does not fit its u32 length")
             n = head_n + 4 + body_n + 4
-            # its own buffer: the append may let another thread in before it copies the record
             record = <unsigned char *>PyMem_Malloc(n)
             if record == NULL:
                 raise MemoryError()
@@ -293,11 +327,16 @@ cdef class RecordWriter:
                 store_u32(record + head_n, <uint32_t>body_n)
                 memcpy(record + head_n + 4, PyBytes_AS_STRING(body), body_n)
                 store_u32(record + head_n + 4 + body_n, 0)
-                self._append(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0, record, n, False)
+                self._begin_group(frame_size(n) + frame_size(QUEUE_ID_BODY))
+                try:
+                    self._append(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0, record, n, False)
+                    self._append(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
+                except BaseException as exc:
+                    self._abort_group(exc)
+                    raise
             finally:
                 PyMem_Free(record)
-        store_u64(ref_body, queue_id)
-        self._append(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
+        self._end_group(False)
         self._track(queue_id, message_id, 0)
 
     def acknowledge_reference(self, unsigned long long queue_id, unsigned long long message_id,
@@ -466,6 +505,39 @@ cdef class RecordWriter:
         if self._find(queue_id, message_id) == NULL:
             raise UnknownRecordError.of_reference(queue_id, message_id)
         return self._write_time(queue_id, message_id, scheduled_ms, delivery_count, sync) == 1
+
+    def update_redelivery(self, unsigned long long queue_id, unsigned long long message_id,
+                          unsigned int delivery_count, unsigned long long scheduled_ms, sync=None):
+        """A rollback's records as one group: update_delivery_count's UPDATE_DELIVERY_COUNT and
+        update_scheduled_delivery_time's SET_SCHEDULED_DELIVERY_TIME, each under its own rule, so a
+        crash keeps both or neither. Returns how many were written (0..2)."""
+        cdef RefSlot *slot = self._find(queue_id, message_id)
+        cdef int written
+        cdef bint count_changed
+        cdef bint capped = self.max_redelivery_records >= 0 and delivery_count > self.max_redelivery_records
+        if slot == NULL:
+            raise UnknownRecordError.of_reference(queue_id, message_id)
+        if capped:
+            return 0                    # neither record is written above the cap
+        while True:
+            count_changed = delivery_count != slot.persisted
+            self._begin_group((frame_size(DELIVERY_COUNT_BODY) if count_changed else 0)
+                              + frame_size(SCHEDULED_TIME_BODY))
+            # the reservation may have let another thread in: the slot may have moved or changed
+            slot = self._find(queue_id, message_id)
+            if slot != NULL and count_changed == (delivery_count != slot.persisted):
+                break
+            self._end_group(False)      # nothing appended yet: look again
+            if slot == NULL:
+                raise UnknownRecordError.of_reference(queue_id, message_id)
+        try:
+            written = self._write_count(slot, delivery_count, False)
+            written += self._write_time(queue_id, message_id, scheduled_ms, delivery_count, False)
+        except BaseException as exc:
+            self._abort_group(exc)
+            raise
+        self._end_group(sync)
+        return written
 
     def update_delivery_counts(self, queue_ids, message_ids, delivery_counts, sync=None):
         """The batch form of update_delivery_count: one wait for durability at the end; returns records written.
