@@ -75,6 +75,12 @@ def check_max_redelivery_records(value: int) -> None:
         raise ConfigError("max_redelivery_records", value, f"must be -1 (no cap) or an integer within 0..{U32_MAX}")
 
 
+# an awaiting receive (Broker.receive_async) looks again after these pauses, doubling from the first
+# to the last: a message sent meanwhile waits at most the last pause, an idle consumer costs a
+# receive(0) per last pause
+ASYNC_RECEIVE_POLL_FIRST_S = 0.0005
+ASYNC_RECEIVE_POLL_LAST_S = 0.02
+
 _ARRAY_BOUNDS = {"Q": U64_MAX, "I": U32_MAX}
 
 
@@ -102,3 +108,4 @@ def u32_array(values, what: str) -> array:
 assert array("Q").itemsize == 8 and array("I").itemsize == 4
 assert BUFFER_SIZE_DEFAULT_BYTES >= BUFFER_SIZE_MIN_BYTES and BUFFER_TIMEOUT_DEFAULT_US <= BUFFER_TIMEOUT_US_MAX
 assert MIN_FILES_DEFAULT >= MIN_FILES_MIN and SYNC_MODE_DEFAULT in SYNC_MODE_NAMES
+assert 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S

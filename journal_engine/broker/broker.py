@@ -33,6 +33,7 @@ and tests/test_broker_fast_paths.py runs the same workload both ways.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import weakref
@@ -41,7 +42,7 @@ from typing import Any
 
 from ..errors import ConfigError, JournalClosedError, MessageStateError, QueueExistsError, UnknownQueueError
 from ..store.message_store import MessageStore
-from ..limits import REDRIVES_MAX_DEFAULT
+from ..limits import ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, REDRIVES_MAX_DEFAULT
 from ..limits import check_max_redelivery_records as check_cap
 from .address_settings import AddressSettings, AddressSettingsRepository
 from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
@@ -526,6 +527,44 @@ class Broker:
             store = self._store
         if store is not None:
             store.sync()
+
+    # ------------------------------------------------------------------------------- asyncio
+    # Thread and loop safety: the broker may be used from several threads and event loops at once;
+    # these coroutines call the synchronous methods (which never block on the disk in "group" mode)
+    # and wait for durability on the message store's futures, one hand-over per sync and loop.
+    async def send_async(self, address: str, body, **options) -> int:
+        """``send()`` (same arguments), returning once the message is durable; its id. With
+        sync="always" the send itself waits for the disk, as ``send()`` does: use "group"."""
+        message_id = self.send(address, body, **options)
+        await self.sync_async()
+        return message_id
+
+    async def sync_async(self) -> None:
+        """``sync()`` for coroutines: returns, without blocking the event loop, once everything sent,
+        acknowledged or rolled back before the call is durable."""
+        with self._gate.lock:
+            self._gate.check_open()
+            store = self._store
+        if store is not None:
+            await store.sync_async()
+
+    async def receive_async(self, consumer: Consumer, timeout: float | None = None) -> Message | None:
+        """``consumer.receive(timeout)`` for coroutines: the next deliverable message, or None once
+        ``timeout`` seconds passed (None: wait until one comes). While none is deliverable it looks
+        again after pauses doubling from ASYNC_RECEIVE_POLL_FIRST_S to ASYNC_RECEIVE_POLL_LAST_S
+        (limits.py), so a waiting consumer needs no thread."""
+        message = consumer.receive(0)
+        if message is not None or timeout == 0:
+            return message
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        pause = ASYNC_RECEIVE_POLL_FIRST_S
+        while True:
+            await asyncio.sleep(pause if deadline is None else max(0.0, min(pause, deadline - loop.time())))
+            message = consumer.receive(0)
+            if message is not None or (deadline is not None and loop.time() >= deadline):
+                return message
+            pause = min(2 * pause, ASYNC_RECEIVE_POLL_LAST_S)
 
     def stats(self) -> dict:
         """Broker-wide counts (and the store's statistics when there is one). JournalClosedError when closed."""

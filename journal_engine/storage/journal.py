@@ -27,6 +27,7 @@ from .format import FORMAT_VERSION, LOCK_FILE, FileHeader
 from ..record_format import RecordKind
 from .recovery import LoadReport, analyze, cut_short
 from .directory_lock import DirectoryLock
+from .durable_futures import DurableFutures
 from .segment_files import DataFile, FilePool
 
 log = logging.getLogger("journal_engine.storage")
@@ -190,6 +191,8 @@ class Journal(JournalCore):
         self._data_files: list[DataFile] = []
         self._pool: FilePool | None = None
         self._flusher: threading.Thread | None = None
+        self._flusher_start = threading.Lock()
+        self._durable_futures = DurableFutures()     # the async callers' futures (the asyncio face)
         self._compaction_lock = threading.Lock()
         self._compaction_thread: threading.Thread | None = None
         self.compaction_count = 0
@@ -293,8 +296,7 @@ class Journal(JournalCore):
         report.rolled_back = incomplete
         self._pool.start()
         if self.sync_mode == "group":
-            self._flusher = threading.Thread(target=self._run_flusher, name="journal-flusher", daemon=True)
-            self._flusher.start()
+            self._start_flusher()
         report.duration_s = time.perf_counter() - started
         for path, offset, reason in report.corrupt:
             log.error("journal damage in %s at offset %d: %s", path, offset, reason)
@@ -335,20 +337,90 @@ class Journal(JournalCore):
     def _run_flusher(self) -> None:
         """Group mode: nothing appended stays unsynced longer than buffer_timeout_us. The core
         kicks this thread when an append finds it idle (state 0 -> 1) and again when more than
-        buffer_size waits (state 2), which ends the wait early."""
+        buffer_size waits (state 2), which ends the wait early. In any mode it also serves the
+        async callers: after each sync, every future now durable is resolved, one hand-over per
+        event loop; while futures wait it syncs again at once (appends made during a sync form
+        the next batch)."""
         timeout_s = self.buffer_timeout_us / 1e6
+        futures = self._durable_futures
+        failed = False
         while self._state == "loaded":
-            self._core_flusher_wait(timeout_s)
-            if self._state != "loaded":
-                return
+            if not futures:
+                self._core_flusher_wait(timeout_s)
+                if self._state != "loaded":
+                    return
             self._flusher_state = 0
+            batch = futures.take() if futures else None     # the sync below covers every append they wait for
             try:
                 self.sync()
-            except JournalClosedError:
+            except JournalClosedError as exc:
+                if batch:
+                    futures.fail(batch, exc)
                 return
             except JournalError as exc:
-                log.error("journal flusher stopped: %s", exc)
-                return
+                if not failed:
+                    log.error("journal flusher: the journal failed: %s", exc)
+                    failed = True
+                if batch:
+                    futures.fail(batch, exc)    # and stay, so later async callers get the error too
+                continue
+            if batch:
+                futures.resolve(batch)
+
+    def _start_flusher(self) -> None:
+        """The flusher thread, started by load() in group mode and by the first async caller in the
+        other modes."""
+        with self._flusher_start:
+            if self._flusher is None and self._state == "loaded":
+                self._flusher = threading.Thread(target=self._run_flusher, name="journal-flusher", daemon=True)
+                self._flusher.start()
+
+    # ----- the asyncio face ------------------------------------------------------------------------
+    # Each call appends at once, as its synchronous twin with sync=False does, then waits without
+    # blocking the event loop until what it appended is durable, in every sync mode: the flusher
+    # thread syncs and resolves the futures (storage/durable_futures.py). Call them from coroutines
+    # of any number of event loops, beside threads using the synchronous API.
+
+    async def add_async(self, record_id: int, record_type: int, body) -> None:
+        """``add()``, returning once the record is durable."""
+        self.add(record_id, record_type, body, sync=False)
+        await self._durable(self.appended_bytes)
+
+    async def update_async(self, record_id: int, record_type: int, body) -> None:
+        """``update()``, returning once the update is durable."""
+        self.update(record_id, record_type, body, sync=False)
+        await self._durable(self.appended_bytes)
+
+    async def delete_async(self, record_id: int) -> None:
+        """``delete()``, returning once the delete is durable."""
+        self.delete(record_id, sync=False)
+        await self._durable(self.appended_bytes)
+
+    async def append_group_async(self, records) -> None:
+        """``append_group()``, returning once the whole group is durable."""
+        self.append_group(records, sync=False)
+        await self._durable(self.appended_bytes)
+
+    async def commit_async(self, tx_id: int) -> None:
+        """``commit()``, returning once the commit is durable."""
+        self.commit(tx_id, sync=False)
+        await self._durable(self.appended_bytes)
+
+    async def sync_async(self) -> None:
+        """``sync()`` for coroutines: returns once everything appended before the call is durable."""
+        if self._state != "loaded":
+            raise JournalClosedError("the journal is closed or not loaded")
+        await self._durable(self.appended_bytes)
+
+    async def _durable(self, target: int) -> None:
+        if self.durable_bytes >= target:
+            return                      # a sync already covered it: no future, no hand-over
+        future = self._durable_futures.waiter()
+        if self._flusher is None:
+            self._start_flusher()
+        self._flusher_state = 2         # urgent: the flusher syncs now, not after buffer_timeout_us
+        self._core_kick()
+        await future
 
     # ----- compaction ---------------------------------------------------------------------------
     def needs_compaction(self) -> bool:
@@ -474,17 +546,24 @@ class Journal(JournalCore):
             if self._state == "loaded":
                 if self._compaction_thread is not None:
                     self._compaction_thread.join()
+                batch = self._durable_futures.take()
                 try:
                     self.sync()
+                    self._durable_futures.resolve(batch)
                 except JournalError as exc:
                     log.error("final sync failed on close: %s", exc)
+                    self._durable_futures.fail(batch, exc)
         finally:
             was_loaded = self._state == "loaded"
             self._state = "closed"
             self._core_close()
             self._core_kick()
-            if self._flusher is not None:
-                self._flusher.join()
+            with self._flusher_start:
+                flusher = self._flusher
+            if flusher is not None:
+                flusher.join()
+            self._durable_futures.fail(self._durable_futures.take(),
+                                       JournalClosedError("the journal closed before the record was durable"))
             if was_loaded and self._pool is not None:
                 self._pool.close()
             if self._directory_lock is not None:

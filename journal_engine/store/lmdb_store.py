@@ -56,6 +56,7 @@ refusing writes (JournalFailedError), as the journal does after a failed fsync.
 """
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
@@ -587,6 +588,11 @@ class LmdbRecordStore:
             self._check_writable()
             target = self.appended_bytes
         self._commit_to(target, durable=True)
+
+    async def sync_async(self) -> None:
+        """``sync()`` for coroutines: runs it on the running loop's default executor (a thread of its
+        pool while LMDB commits), so the loop goes on meanwhile."""
+        await asyncio.get_running_loop().run_in_executor(None, self.sync)
 
     def flush(self) -> None:
         """Return once everything appended before the call is committed to LMDB (survives a killed

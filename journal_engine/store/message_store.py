@@ -608,6 +608,36 @@ class MessageStore:
         self._check_loaded()
         return self._writer.persisted_count(queue_id, message_id)
 
+    # ----- the asyncio face ---------------------------------------------------------------------------
+    # Each write below happens at once (as its synchronous form with sync=False), then the coroutine
+    # waits, without blocking its event loop, until it is durable: the journal's flusher resolves the
+    # waiting coroutines of each loop with one hand-over per sync (storage/durable_futures.py). On the
+    # LMDB backend the wait runs sync() on the loop's default executor instead.
+    async def sync_async(self) -> None:
+        """``sync()`` for coroutines: returns once everything written before the call is durable."""
+        self._check_loaded()
+        await self._journal.sync_async()
+        await self._bindings.sync_async()
+
+    async def store_message_references_async(self, message_id: int, address: str, body, queue_ids,
+                                             **options) -> None:
+        """``store_message_references()``, returning once the message and its references are durable."""
+        self.store_message_references(message_id, address, body, queue_ids, sync=False, **options)
+        await self._journal.sync_async()
+
+    async def acknowledge_async(self, queue_id: int, message_id: int) -> bool:
+        """``acknowledge()``, returning once the acknowledgement is durable."""
+        deleted = self.acknowledge(queue_id, message_id, sync=False)
+        await self._journal.sync_async()
+        return deleted
+
+    async def update_redelivery_async(self, queue_id: int, message_id: int, delivery_count: int,
+                                      scheduled_ms: int) -> int:
+        """``update_redelivery()``, returning once its records are durable."""
+        written = self.update_redelivery(queue_id, message_id, delivery_count, scheduled_ms, sync=False)
+        await self._journal.sync_async()
+        return written
+
     # ----- durability and inspection -------------------------------------------------------------------
     def sync(self) -> None:
         """Return once everything written before the call is durable (both journals)."""
