@@ -131,9 +131,16 @@ class JournalCore:
     def _core_reset_replaceable(self, count: int) -> None: ...
     def _core_kick(self) -> None:
         """Wake the flusher thread waiting in ``_core_flusher_wait``."""
-    def _core_flusher_wait(self, timeout_s: float) -> None:
-        """The flusher thread's wait, without the GIL: for a kick, then (unless urgent or closing)
-        for ``timeout_s`` seconds or an urgent kick."""
+    def _core_flusher_wait(self, timeout_s: float, without_gil: bool = True) -> None:
+        """The flusher thread's loop, without the GIL: for a kick, then (unless urgent or closing)
+        for ``timeout_s`` seconds or an urgent kick, then (``without_gil``) a sync of what was
+        appended, and again; it returns when the caller must sync with the GIL (an urgent kick,
+        sealed files, a record group or another sync in progress, a failure, closing)."""
+    def _core_trace_syncs(self, capacity: int) -> None:
+        """Record ``(durable_bytes, CLOCK_MONOTONIC ns)`` at the end of each of the next ``capacity``
+        syncs (the lag benchmark); 0 stops and frees the record."""
+    def _core_sync_trace(self) -> list[tuple[int, int]]:
+        """The syncs recorded since ``_core_trace_syncs``, in order."""
 
     # ----- the record API -----------------------------------------------------------------------
     def is_live(self, record_id: int) -> bool:

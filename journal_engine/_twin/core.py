@@ -98,6 +98,8 @@ class JournalCore:
         self._kick_pending = False
         self._gathering = BatchGathering(self._lock, BUFFER_TIMEOUT_DEFAULT_US)
         self._grouped = None         # the thread appending a record group, holding the append lock
+        self._sync_trace: list | None = None     # (durable_bytes, monotonic ns) per sync, when traced
+        self._sync_trace_capacity = 0
 
     # ----- set-up by the Python layer -------------------------------------------------
     def _core_configure(self, mode: str, buffer_size: int, max_frame: int, replaceable,
@@ -447,9 +449,10 @@ class JournalCore:
             self._kick_pending = True
             self._kicked.notify()
 
-    def _core_flusher_wait(self, timeout_s: float) -> None:
+    def _core_flusher_wait(self, timeout_s: float, without_gil: bool = True) -> None:
         """The flusher thread's wait: for a kick, then (unless the kick was urgent, or the journal
-        closes) for timeout_s or an urgent kick."""
+        closes) for timeout_s or an urgent kick. The caller syncs: Python code cannot leave the GIL,
+        so the twin has no equivalent of the compiled flusher's sync without it (`without_gil`)."""
         with self._kicked:
             while not self._kick_pending and self._ready:
                 self._kicked.wait()
@@ -462,6 +465,15 @@ class JournalCore:
                         break
                     self._kicked.wait(left)
                 self._kick_pending = False
+
+    def _core_trace_syncs(self, capacity: int) -> None:
+        """Record (durable_bytes, monotonic ns) at each of the next `capacity` syncs' ends; 0 stops."""
+        self._sync_trace = [] if capacity > 0 else None
+        self._sync_trace_capacity = capacity
+
+    def _core_sync_trace(self) -> list:
+        """The syncs recorded since _core_trace_syncs: [(durable_bytes, monotonic ns)] in order."""
+        return list(self._sync_trace or [])
 
     def _take_write(self) -> None:
         with self._cond:
@@ -603,6 +615,8 @@ class JournalCore:
                 seg.datasync()
             with self._lock:
                 self.sync_count += 1
+                if self._sync_trace is not None and len(self._sync_trace) < self._sync_trace_capacity:
+                    self._sync_trace.append((max(self.durable_bytes, target), time.monotonic_ns()))
                 self._gathering.served(batch)
                 for old in synced:
                     old.synced = old.written

@@ -156,6 +156,10 @@ class Journal(JournalCore):
     appending threads are done (an append racing it raises ``JournalClosedError``).
     """
 
+    # the group-mode flusher syncs without the GIL while it can (JournalCore._core_flusher_wait); False
+    # makes it take the GIL for every sync, as it did before: the base of the lag benchmark
+    _flusher_without_gil = True
+
     def __init__(self, directory, *, file_size: int = FILE_SIZE_DEFAULT_BYTES, min_files: int = MIN_FILES_DEFAULT,
                  sync: str = SYNC_MODE_DEFAULT, buffer_timeout_us: int = BUFFER_TIMEOUT_DEFAULT_US,
                  buffer_size: int = BUFFER_SIZE_DEFAULT_BYTES, compact_min_files: int = COMPACT_MIN_FILES_DEFAULT,
@@ -346,7 +350,7 @@ class Journal(JournalCore):
         failed = False
         while self._state == "loaded":
             if not futures:
-                self._core_flusher_wait(timeout_s)
+                self._core_flusher_wait(timeout_s, self._flusher_without_gil)
                 if self._state != "loaded":
                     return
             self._flusher_state = 0

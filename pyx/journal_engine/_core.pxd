@@ -69,8 +69,17 @@ cdef class JournalCore:
     cdef Py_ssize_t _gather_us          # ... but no longer than this (buffer_timeout_us)
     cdef bint _grouped                  # a record group is being appended: its room is reserved, and
                                         # nothing may write out or wait until _end_group
+    cdef Py_ssize_t _sealed_pending     # len(_sealed) + len(_sealed_paths), for the flusher without the GIL
+    cdef uint64_t _roll_count           # file switches: the flusher's active file is still the active one
+    cdef uint64_t *_sync_trace          # (durable_bytes, CLOCK_MONOTONIC ns) per sync, when traced
+    cdef Py_ssize_t _sync_trace_capacity
+    cdef Py_ssize_t _sync_trace_count
 
     cdef int _check_writable(self) except -1
+    cdef bint _try_take(self, bint write, bint sync) noexcept
+    cdef int _count_sealed(self) except -1
+    cdef int _flush_without_gil(self, Segment seg, uint64_t rolls) noexcept nogil
+    cdef void _pad_locked(self, Segment seg) noexcept nogil
     cdef int _append(self, uint8_t kind, int user_type, object record_id, uint64_t tx_id,
                      object body, object sync) except -1
     cdef int _append_raw(self, uint8_t kind, uint8_t user_type, uint64_t record_id, uint64_t tx_id,

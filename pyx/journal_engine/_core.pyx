@@ -23,7 +23,7 @@ from libc.errno cimport errno, EINTR
 from libc.string cimport memmove, memset
 from posix.fcntl cimport open as c_open, O_RDWR
 from posix.unistd cimport close as c_close, pwrite, fdatasync, usleep
-from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
+from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME, CLOCK_MONOTONIC
 from posix.types cimport time_t
 from libc.errno cimport ETIMEDOUT
 
@@ -196,10 +196,13 @@ cdef class JournalCore:
         self._mode = MODE_GROUP
         self._buffer_size = BUFFER_SIZE_DEFAULT_BYTES
         self._buf = NULL
+        self._sync_trace = NULL
 
     def __dealloc__(self):
         if self._buf != NULL:
             PyMem_Free(self._buf)
+        if self._sync_trace != NULL:
+            PyMem_Free(self._sync_trace)
         pthread_cond_destroy(&self._write_free)
         pthread_cond_destroy(&self._sync_done)
         pthread_cond_destroy(&self._gathered)
@@ -265,6 +268,7 @@ cdef class JournalCore:
         for seg in self._sealed:
             seg.close()
         self._sealed = []
+        self._count_sealed()
         if self._active is not None:
             self._active.close()
 
@@ -466,12 +470,13 @@ cdef class JournalCore:
             tx = self._pending_tx.get(tx_id)
             if tx is None and (kind == KIND_COMMIT or kind == KIND_ROLLBACK or kind == KIND_PREPARE):
                 raise UnknownTransactionError(f"transaction {tx_id} has no records")
-        self._make_room(size)
+        self._make_room(size)           # returns holding the mutex: the flusher may not pad meanwhile
         seg = self._active
         write_frame(self._buf + (seg.position - self._buf_start), kind, user_type, seg.stamp,
                     record_id, tx_id, body, n)
         seg.position += size
         self.appended_bytes += size
+        pthread_mutex_unlock(&self._mutex)
         # bookkeeping, still under the GIL: the frame is in place
         if kind == KIND_ADD:
             self._live.put(record_id, size)
@@ -497,23 +502,26 @@ cdef class JournalCore:
 
     cdef int _make_room(self, Py_ssize_t size) except -1:
         """Room for `size` bytes of frames: a fresh file when this one is full, a write-out when the
-        buffer is. Both may let other threads in; inside a group the room was reserved at its start."""
+        buffer is. Both may let other threads in; inside a group the room was reserved at its start.
+
+        Returns holding the mutex (the caller appends, then unlocks): the flusher, which pads and
+        writes out without the GIL, takes the mutex too, so the room found is the room appended to."""
         cdef Segment seg
+        cdef bint file_full
         while True:
             seg = self._active
-            if seg.position + size > seg.limit:
-                if self._grouped:
-                    raise AssertionError("a record group outgrew the room reserved for it")
+            pthread_mutex_lock(&self._mutex)
+            file_full = seg.position + size > seg.limit
+            if not file_full and seg.position + size - self._buf_start <= self._buf_capacity:
+                return 0
+            pthread_mutex_unlock(&self._mutex)
+            if self._grouped:
+                raise AssertionError("a record group outgrew the room reserved for it")
+            if file_full:
                 self._roll(seg, size, None)
-                self._check_writable()
-                continue
-            if seg.position + size - self._buf_start > self._buf_capacity:
-                if self._grouped:
-                    raise AssertionError("a record group outgrew the buffer reserved for it")
+            else:
                 self._wait_for(self.appended_bytes, False)
-                self._check_writable()
-                continue
-            return 0
+            self._check_writable()
 
     cdef int _begin_group(self, Py_ssize_t total) except -1:
         """Reserve room for `total` bytes of frames (file and buffer), then append the group's
@@ -528,7 +536,8 @@ cdef class JournalCore:
                 f"a record group of {total} bytes of frames must fit one journal file, which holds at most "
                 f"{self._max_frame}", hint="raise file_size or write fewer records together")
         self._make_room(total)
-        self._grouped = True
+        self._grouped = True            # set under the mutex: the flusher leaves a group's buffer alone
+        pthread_mutex_unlock(&self._mutex)
         return 0
 
     cdef int _end_group(self, object sync) except -1:
@@ -590,23 +599,149 @@ cdef class JournalCore:
     def _core_kick(self):
         self._kick()
 
-    def _core_flusher_wait(self, double timeout_s):
-        """The flusher thread's wait, in one stretch without the GIL: for a kick, then (unless the
-        kick was urgent, or the journal closes) for timeout_s or an urgent kick. The GIL is taken
-        back once, at the end: a thread busy in Python lets it go only every switch interval."""
+    def _core_flusher_wait(self, double timeout_s, bint without_gil=True):
+        """The group-mode flusher thread's loop, in one stretch without the GIL: wait for a kick, then
+        (unless the kick was urgent, or the journal closes) for timeout_s or an urgent kick, then pad,
+        write out and fdatasync what was appended (_flush_without_gil), and wait again. It returns
+        to the caller, taking the GIL back, only when the flusher needs it: an urgent kick (a full
+        buffer, or async callers waiting), a file switch or sealed files to sync, a record group or
+        another sync in progress, a failure, or closing. A thread busy in Python lets the GIL go only
+        every switch interval: data appended while nobody waits is durable within timeout_s plus
+        a sync, whatever other threads do. With without_gil False it returns after the wait, and
+        the caller syncs (the flusher before it learned to sync without the GIL: a benchmark's base)."""
         cdef timespec deadline
-        cdef int rc = 0
+        cdef int rc = 0, err = 0
+        cdef Segment seg = self._active
+        cdef uint64_t rolls = self._roll_count
+        if seg is None:
+            return
         with nogil:
-            pthread_mutex_lock(&self._mutex)
-            while not self._kick_pending and self._ready:
-                pthread_cond_wait(&self._kicked, &self._mutex)
-            self._kick_pending = False
-            if timeout_s > 0 and self._ready and self._flusher_state != FLUSHER_URGENT:
-                _deadline_in(&deadline, <long long>(timeout_s * 1e9))
-                while not self._kick_pending and self._ready and rc != ETIMEDOUT:
-                    rc = pthread_cond_timedwait(&self._kicked, &self._mutex, &deadline)
+            while True:
+                rc = 0
+                pthread_mutex_lock(&self._mutex)
+                while not self._kick_pending and self._ready:
+                    pthread_cond_wait(&self._kicked, &self._mutex)
                 self._kick_pending = False
+                if timeout_s > 0 and self._ready and self._flusher_state != FLUSHER_URGENT:
+                    _deadline_in(&deadline, <long long>(timeout_s * 1e9))
+                    while not self._kick_pending and self._ready and rc != ETIMEDOUT:
+                        rc = pthread_cond_timedwait(&self._kicked, &self._mutex, &deadline)
+                    self._kick_pending = False
+                if not self._ready or self._flusher_state == FLUSHER_URGENT:
+                    pthread_mutex_unlock(&self._mutex)
+                    break
+                if not without_gil:
+                    pthread_mutex_unlock(&self._mutex)
+                    break
+                self._flusher_state = FLUSHER_IDLE    # appends from now on kick again
+                pthread_mutex_unlock(&self._mutex)
+                err = self._flush_without_gil(seg, rolls)
+                if err != 0:
+                    break
+        if err > 0:
+            exc = OSError(err, os.strerror(err), seg.path)
+            self._core_fail(exc)
+
+    cdef bint _try_take(self, bint write, bint sync) noexcept:
+        """Take the write and/or the sync baton if free (both at once, or neither). Under the mutex:
+        the flusher takes them without the GIL."""
+        cdef bint free
+        pthread_mutex_lock(&self._mutex)
+        free = not (write and self._writing) and not (sync and self._syncing)
+        if free:
+            if write:
+                self._writing = True
+            if sync:
+                self._syncing = True
+        pthread_mutex_unlock(&self._mutex)
+        return free
+
+    cdef int _count_sealed(self) except -1:
+        """Files sealed and not yet synced, where the flusher can see them without the GIL."""
+        pthread_mutex_lock(&self._mutex)
+        self._sealed_pending = len(self._sealed) + len(self._sealed_paths)
+        pthread_mutex_unlock(&self._mutex)
+        return 0
+
+    cdef int _flush_without_gil(self, Segment seg, uint64_t rolls) noexcept nogil:
+        """The flusher's sync of the active file `seg`, without the GIL: both batons taken at once,
+        a pad to the sector boundary, pwrite, fdatasync, published as any sync. 0 when done (or
+        nothing was appended), -1 when the GIL path must do it (the cases of _core_flusher_wait),
+        else the errno of a failed write or sync. Appends go on meanwhile: they take the mutex to
+        place a frame; a record group (_grouped, set under the mutex) is never written in part."""
+        cdef uint64_t target
+        cdef Py_ssize_t start, end, rest
+        cdef int err = 0
+        pthread_mutex_lock(&self._mutex)
+        if (self._writing or self._syncing or self._leader_open or self._grouped or self._failed
+                or not self._ready or self._sealed_pending or self._roll_count != rolls or seg.fd < 0):
             pthread_mutex_unlock(&self._mutex)
+            return -1
+        if self.durable_bytes >= self.appended_bytes:
+            pthread_mutex_unlock(&self._mutex)
+            return 0
+        self._writing = True
+        self._syncing = True
+        self._pad_locked(seg)
+        target = self.appended_bytes
+        if target > self._sync_inflight:
+            self._sync_inflight = target
+        start = seg.written
+        end = seg.position
+        pthread_mutex_unlock(&self._mutex)
+        # [start, end) stays put: appends go after `end`, and only the write baton's holder moves the buffer
+        if end > start:
+            err = _pwrite_all(seg.fd, self._buf + (start - self._buf_start), end - start, start)
+        pthread_mutex_lock(&self._mutex)
+        if err == 0:
+            if end > start:
+                self.write_count += 1
+            seg.written = end
+            rest = seg.position - end
+            if rest:
+                memmove(self._buf, self._buf + (end - self._buf_start), rest)
+            self._buf_start = end
+            if target > self.written_bytes:
+                self.written_bytes = target
+        self._writing = False
+        pthread_cond_broadcast(&self._write_free)
+        pthread_mutex_unlock(&self._mutex)
+        if err == 0 and fdatasync(seg.fd) != 0:
+            err = errno
+        if err != 0:
+            pthread_mutex_lock(&self._mutex)
+            self._syncing = False
+            pthread_cond_broadcast(&self._sync_done)
+            pthread_mutex_unlock(&self._mutex)
+            return err
+        self._publish_sync(seg, end, target, self._last_batch)
+        return 0
+
+    def _core_trace_syncs(self, Py_ssize_t capacity):
+        """Record (durable_bytes, CLOCK_MONOTONIC ns) at each of the next `capacity` syncs' ends, as
+        the durable lag is measured (bench/); 0 stops and frees the record."""
+        cdef uint64_t *trace = NULL
+        cdef uint64_t *old
+        if capacity > 0:
+            trace = <uint64_t *>PyMem_Malloc(2 * capacity * sizeof(uint64_t))
+            if trace == NULL:
+                raise MemoryError()
+        pthread_mutex_lock(&self._mutex)
+        old = self._sync_trace
+        self._sync_trace = trace
+        self._sync_trace_capacity = capacity
+        self._sync_trace_count = 0
+        pthread_mutex_unlock(&self._mutex)
+        if old != NULL:
+            PyMem_Free(old)
+
+    def _core_sync_trace(self):
+        """The syncs recorded since _core_trace_syncs: [(durable_bytes, monotonic ns)] in order."""
+        cdef Py_ssize_t i, count
+        pthread_mutex_lock(&self._mutex)
+        count = self._sync_trace_count      # entries below it are written once and never change
+        pthread_mutex_unlock(&self._mutex)
+        return [(self._sync_trace[2 * i], self._sync_trace[2 * i + 1]) for i in range(count)]
 
     cdef int _notify(self, int which) except -1:
         """Wake the sleepers of a baton just released or a counter just advanced.
@@ -679,10 +814,9 @@ cdef class JournalCore:
 
     def _roll(self, Segment seen, Py_ssize_t needed, factory):
         """Seal `seen` (written out in full) and continue in the next file."""
-        while self._writing:
+        while not self._try_take(True, False):
             self._sleep(0, WAIT_WRITE_BATON)
             self._check_writable()
-        self._writing = True        # checked and set with the GIL held: no other thread in between
         try:
             if self._active is not seen:
                 return
@@ -693,12 +827,14 @@ cdef class JournalCore:
                 raise AssertionError("frames appended to a sealed file")
             self._active = new_segment
             self._buf_start = new_segment.position
+            self._roll_count += 1
             self._sealed.append(seen)          # a sync closes it once it is durable
             if (len(self._sealed) > UNSYNCED_OPEN_FILES_MAX and not self._syncing
                     and self._sync_inflight <= self.durable_bytes):
                 oldest = self._sealed.pop(0)   # no sync holds it: close, remember the path for the next sync
                 self._sealed_paths.append(oldest.path)
                 oldest.close()
+            self._count_sealed()
         except StoreFullError:
             seen.limit = seen.size          # no next file: the journal stays usable, the append fails
             raise
@@ -712,21 +848,25 @@ cdef class JournalCore:
             self._notify(WAKE_WRITERS)
 
     cdef int _pad_to_sector(self) except -1:
-        cdef Segment seg = self._active
+        """The caller holds the write baton (and the GIL: no append runs meanwhile)."""
+        self._pad_locked(self._active)
+        return 0
+
+    cdef void _pad_locked(self, Segment seg) noexcept nogil:
+        """Pad the active file `seg` to a sector boundary; no append or other write-out may run meanwhile."""
         cdef Py_ssize_t gap = (SECTOR - seg.position % SECTOR) % SECTOR
         if gap == 0:
-            return 0
+            return
         if gap < FRAME_HEADER_SIZE:
             gap += SECTOR
         if seg.position + gap > seg.limit:
             # too little room for a pad frame: the rest of the file stays unused
             self.appended_bytes += seg.limit - seg.position
             seg.position = seg.limit
-            return 0
+            return
         write_pad(self._buf + (seg.position - self._buf_start), seg.stamp, gap)
         seg.position += gap
         self.appended_bytes += gap
-        return 0
 
     cdef int _wait_for(self, uint64_t target, bint durable) except -1:
         """Return once everything up to `target` is written out (and synced, if durable).
@@ -742,10 +882,9 @@ cdef class JournalCore:
             if durable:
                 self._lead_sync()
                 continue
-            if self._writing:
+            if not self._try_take(True, False):
                 self._sleep(target, WAIT_WRITTEN)
                 continue
-            self._writing = True
             try:
                 self._write_active(FLUSH_KEEPS_GIL_UP_TO)
             except BaseException as exc:
@@ -773,10 +912,9 @@ cdef class JournalCore:
                 self._sleep(0, WAIT_SYNC_BATON)
                 self._check_writable()
             self._check_writable()
-            while self._writing:
+            while not self._try_take(True, False):
                 self._sleep(0, WAIT_WRITE_BATON)
                 self._check_writable()
-            self._writing = True
             took_write = True
             self._pad_to_sector()
             batch = self._sync_requests
@@ -797,12 +935,13 @@ cdef class JournalCore:
                 self._notify(WAKE_WRITERS)
             else:
                 self._notify(WAKE_ALL)      # the gather ended without a batch: they must look again
-        while self._syncing:
+        while True:
+            if self.durable_bytes >= target:
+                return 0                    # a later leader's (or the flusher's) sync already covered this batch
+            if self._try_take(False, True):
+                break
             self._sleep(0, WAIT_SYNC_BATON)
             self._check_writable()
-        if self.durable_bytes >= target:
-            return 0                        # a later leader's sync already covered this batch
-        self._syncing = True
         if not self._sealed and not self._sealed_paths and seg.fd >= 0:
             return self._sync_one_file(seg, target, batch)
         try:
@@ -822,6 +961,7 @@ cdef class JournalCore:
                 old.synced = old.written
                 old.close()
             self._sealed = [old for old in self._sealed if old not in synced]
+            self._count_sealed()
         except BaseException as exc:
             self._core_fail(exc)
             self._syncing = False
@@ -855,9 +995,15 @@ cdef class JournalCore:
                             Py_ssize_t batch) noexcept nogil:
         """A sync's end: `target` durable (and `seg` up to `written`), the sync baton released, its
         waiters woken. Under the mutex, with or without the GIL: waiters look at these under it."""
+        cdef timespec now
         pthread_mutex_lock(&self._mutex)
         self.sync_count += 1
         self._last_batch = batch
+        if self._sync_trace != NULL and self._sync_trace_count < self._sync_trace_capacity:
+            clock_gettime(CLOCK_MONOTONIC, &now)
+            self._sync_trace[2 * self._sync_trace_count] = target
+            self._sync_trace[2 * self._sync_trace_count + 1] = <uint64_t>now.tv_sec * 1000000000 + now.tv_nsec
+            self._sync_trace_count += 1
         if seg.synced < written:
             seg.synced = written
         if target > self.durable_bytes:

@@ -1,0 +1,312 @@
+"""The write path's targets (docs/benchmarks.md, "Write path"): each case with its peers in one run,
+rounds interleaved, medians with their spread.
+
+Groups:
+  durable-confirmed  records/s of appends each confirmed durable before its caller goes on: one thread
+                     with sync="always" (the base), 16 threads add(sync=True) (group commit), 256 asyncio
+                     coroutines awaiting add_async, 16 threads of the same, and aiosqlite (SQLite,
+                     journal_mode=WAL, synchronous=FULL) with 256 coroutines each awaiting its commit.
+                     Every round runs each case once, the order rotating from round to round, so a drift
+                     in the disk's latency hits all alike. Targets: 16 threads >= 10x the base, 256
+                     coroutines >= 20x the base.
+  durable-lag        group mode, nobody waiting, another thread busy in Python the whole time: for each of
+                     >= 10,000 appends, the time until a sync made it durable (the core's sync trace, taken
+                     without the GIL); the flusher syncing without the GIL against the same flusher taking
+                     the GIL for each sync, in alternating rounds. Target: p99 <= 1 ms.
+  broker-loop-base   the broker's durable send -> receive -> ack loop (group mode) on this checkout and on
+                     a base checkout ($JOURNAL_BENCH_BASE, built; skipped without it), in alternating
+                     subprocess rounds: what the write path's changes cost the broker.
+Each round checks afterwards (untimed) that every record landed.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from workload import BODY
+
+import journal_engine
+from journal_engine import Journal
+from journal_engine.benchmarking.peers import wait_for
+
+aiosqlite = pytest.importorskip("aiosqlite")
+
+USER_TYPE = 1
+ROUNDS = 7
+ALWAYS_RECORDS = 1_000               # one thread, sync="always"
+THREADS = 16
+PER_THREAD = 250                     # 16 x 250 records
+WAITERS = 256
+PER_WAITER = 16                      # 256 x 16 records
+SQLITE_PER_WAITER = 4                # 256 x 4 rows (each commit syncs: slower)
+LAG_APPENDS_PER_ROUND = 2_500        # x 4 rounds per flusher = 10,000 appends each
+LAG_ROUNDS = 4
+LAG_PACE_S = 0.0002                  # between appends: a steady trickle, nobody waiting
+BROKER_MESSAGES = 20_000
+BROKER_ROUNDS = 6
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return q1, median, q3
+
+
+def _open(directory: Path, sync: str) -> Journal:
+    journal = Journal(directory, sync=sync)
+    journal.load()
+    wait_for(lambda: journal.stats()["ready_files"] >= 1, "the file pool")   # the next file is ready
+    return journal
+
+
+def _close_and_check(journal: Journal, records: int, directory: Path) -> None:
+    try:
+        live = journal.stats()["live_records"]
+        assert journal.durable_bytes == journal.appended_bytes
+    finally:
+        journal.close()
+    shutil.rmtree(directory, ignore_errors=True)
+    assert live == records, f"{live} live records after a round of {records}"
+
+
+# ----- the cases of durable-confirmed: each returns (seconds, records) ------------------------------------
+def _always_one_thread(directory: Path) -> tuple[float, int]:
+    journal = _open(directory, "always")
+    add = journal.add
+    started = time.perf_counter()
+    for record_id in range(ALWAYS_RECORDS):
+        add(record_id, USER_TYPE, BODY)
+    elapsed = time.perf_counter() - started
+    _close_and_check(journal, ALWAYS_RECORDS, directory)
+    return elapsed, ALWAYS_RECORDS
+
+
+def _threads_sync_true(directory: Path) -> tuple[float, int]:
+    journal = _open(directory, "group")
+    start = threading.Barrier(THREADS + 1)
+
+    def work(index: int) -> None:
+        add = journal.add
+        start.wait()
+        for n in range(PER_THREAD):
+            add(index * PER_THREAD + n, USER_TYPE, BODY, sync=True)
+
+    workers = [threading.Thread(target=work, args=(index,)) for index in range(THREADS)]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    started = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - started
+    _close_and_check(journal, THREADS * PER_THREAD, directory)
+    return elapsed, THREADS * PER_THREAD
+
+
+def _asyncio_waiters(directory: Path, waiters: int = WAITERS) -> tuple[float, int]:
+    journal = _open(directory, "group")
+    per_waiter = WAITERS * PER_WAITER // waiters
+
+    async def waiter(index: int) -> None:
+        add_async = journal.add_async
+        for n in range(per_waiter):
+            await add_async(index * per_waiter + n, USER_TYPE, BODY)
+
+    async def main() -> float:
+        started = time.perf_counter()
+        await asyncio.gather(*(waiter(index) for index in range(waiters)))
+        return time.perf_counter() - started
+
+    elapsed = asyncio.run(main())
+    _close_and_check(journal, waiters * per_waiter, directory)
+    return elapsed, waiters * per_waiter
+
+
+def _aiosqlite_waiters(directory: Path) -> tuple[float, int]:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "peer.sqlite"
+
+    async def main() -> float:
+        async with aiosqlite.connect(path) as db:
+            await db.execute("PRAGMA journal_mode=WAL")
+            await db.execute("PRAGMA synchronous=FULL")
+            await db.execute("CREATE TABLE records (id INTEGER PRIMARY KEY, type INTEGER, body BLOB)")
+            await db.commit()
+
+            async def waiter(index: int) -> None:
+                for n in range(SQLITE_PER_WAITER):
+                    await db.execute("INSERT INTO records VALUES (?, ?, ?)",
+                                     (index * SQLITE_PER_WAITER + n, USER_TYPE, BODY))
+                    await db.commit()       # confirmed durable once the commit holding the row returned
+
+            started = time.perf_counter()
+            await asyncio.gather(*(waiter(index) for index in range(WAITERS)))
+            return time.perf_counter() - started
+
+    elapsed = asyncio.run(main())
+    with sqlite3.connect(path) as check:
+        rows = check.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+    shutil.rmtree(directory, ignore_errors=True)
+    assert rows == WAITERS * SQLITE_PER_WAITER
+    return elapsed, rows
+
+
+DURABLE_CASES = {
+    "always-1-thread": _always_one_thread,
+    "group-16-threads-sync-true": _threads_sync_true,
+    "asyncio-256-waiters": _asyncio_waiters,
+    "asyncio-16-waiters": lambda directory: _asyncio_waiters(directory, THREADS),
+    "aiosqlite-256-waiters-synchronous-full": _aiosqlite_waiters,
+}
+
+
+@pytest.mark.benchmark(group="durable-confirmed")
+def test_durable_confirmed_appends(benchmark, case_dir):
+    rates: dict[str, list[float]] = {name: [] for name in DURABLE_CASES}
+    state = {"round": 0}
+
+    def one_round() -> None:
+        names = list(DURABLE_CASES)
+        shift = state["round"] % len(names)
+        state["round"] += 1
+        for name in names[shift:] + names[:shift]:
+            elapsed, records = DURABLE_CASES[name](case_dir / f"{name}-{state['round']}")
+            rates[name].append(records / elapsed)
+
+    benchmark.extra_info.update({"implementation": journal_engine.IMPLEMENTATION, "rounds": ROUNDS,
+                                 "record_bytes": len(BODY)})
+    benchmark.pedantic(one_round, rounds=ROUNDS, warmup_rounds=1, iterations=1)
+    base = statistics.median(rates["always-1-thread"][1:])
+    for name, values in rates.items():
+        q1, median, q3 = _quartiles(values[1:])       # the warm-up round left out
+        benchmark.extra_info[f"{name}_records_per_s"] = round(median)
+        benchmark.extra_info[f"{name}_q1_q3"] = [round(q1), round(q3)]
+        benchmark.extra_info[f"{name}_x_always"] = round(median / base, 2)
+    # each round's own ratio, so a slow moment of the disk in one round does not decide the median
+    for name in ("group-16-threads-sync-true", "asyncio-256-waiters"):
+        paired = [rate / always for rate, always in zip(rates[name][1:], rates["always-1-thread"][1:])]
+        benchmark.extra_info[f"{name}_x_always_paired_median"] = round(statistics.median(paired), 2)
+        benchmark.extra_info[f"{name}_x_always_paired_range"] = [round(min(paired), 2), round(max(paired), 2)]
+    benchmark.extra_info["asyncio-256_x_aiosqlite"] = round(
+        statistics.median(rates["asyncio-256-waiters"][1:])
+        / statistics.median(rates["aiosqlite-256-waiters-synchronous-full"][1:]), 2)
+
+
+# ----- durable-lag -----------------------------------------------------------------------------------------
+def _lag_round(directory: Path, without_gil: bool) -> list[float]:
+    """Appends at a steady pace while another thread spins in Python; returns each append's lag in ms."""
+    journal = Journal(directory, sync="group")
+    journal._flusher_without_gil = without_gil      # the flusher's switch: the base keeps the GIL per sync
+    journal.load()
+    journal._core_trace_syncs(4 * LAG_APPENDS_PER_ROUND)
+    spinning = True
+
+    def spin() -> None:
+        count = 0
+        while spinning:
+            count += 1
+
+    busy = threading.Thread(target=spin)
+    busy.start()
+    appended = []
+    try:
+        for record_id in range(LAG_APPENDS_PER_ROUND):
+            journal.add(record_id, USER_TYPE, BODY)
+            appended.append((journal.appended_bytes, time.monotonic_ns()))
+            paced = time.perf_counter() + LAG_PACE_S
+            while time.perf_counter() < paced:
+                pass
+        wait_for(lambda: journal.durable_bytes >= journal.appended_bytes, "the flusher")
+    finally:
+        spinning = False
+        busy.join()
+    trace = journal._core_sync_trace()
+    _close_and_check(journal, LAG_APPENDS_PER_ROUND, directory)
+    lags, index = [], 0
+    for target, appended_ns in appended:
+        while trace[index][0] < target:
+            index += 1
+        lags.append((trace[index][1] - appended_ns) / 1e6)
+    return lags
+
+
+@pytest.mark.benchmark(group="durable-lag")
+def test_group_mode_durable_lag_with_a_busy_thread(benchmark, case_dir):
+    lags: dict[str, list[float]] = {"flusher-without-gil": [], "flusher-with-gil": []}
+    state = {"round": 0}
+
+    def one_round() -> None:
+        state["round"] += 1
+        order = list(lags) if state["round"] % 2 else list(reversed(lags))
+        for name in order:
+            lags[name].extend(_lag_round(case_dir / f"{name}-{state['round']}", name == "flusher-without-gil"))
+
+    benchmark.extra_info.update({"implementation": journal_engine.IMPLEMENTATION,
+                                 "switch_interval_s": sys.getswitchinterval(), "pace_s": LAG_PACE_S})
+    benchmark.pedantic(one_round, rounds=LAG_ROUNDS, iterations=1)
+    for name, values in lags.items():
+        values.sort()
+        benchmark.extra_info[f"{name}_appends"] = len(values)
+        for label, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+            benchmark.extra_info[f"{name}_{label}_ms"] = round(values[min(len(values) - 1, int(fraction * len(values)))], 3)
+        benchmark.extra_info[f"{name}_max_ms"] = round(values[-1], 3)
+
+
+# ----- broker-loop-base ------------------------------------------------------------------------------------
+BROKER_ROUND = """
+import sys, time
+from journal_engine import Broker
+broker = Broker(sys.argv[1], store_options={"file_size": 64 * 1024 * 1024})
+broker.create_queue("bench")
+consumer = broker.create_consumer("bench")
+send, receive, ack = broker.send, consumer.receive, consumer.ack
+body = b"x" * 256
+started = time.perf_counter()
+for _ in range(int(sys.argv[2])):
+    send("bench", body)
+    ack(receive())
+broker.sync()
+print(time.perf_counter() - started)
+broker.close()
+"""
+
+
+@pytest.mark.benchmark(group="broker-loop-base")
+def test_broker_durable_loop_against_base(benchmark, case_dir):
+    base = os.environ.get("JOURNAL_BENCH_BASE")
+    if not base:
+        pytest.skip("set JOURNAL_BENCH_BASE to a built checkout to compare the broker loop against it")
+    checkouts = {"this": str(Path(journal_engine.__file__).resolve().parents[1]), "base": base}
+    seconds: dict[str, list[float]] = {name: [] for name in checkouts}
+    state = {"round": 0}
+
+    def one_round() -> None:
+        state["round"] += 1
+        order = list(checkouts) if state["round"] % 2 else list(reversed(checkouts))
+        for name in order:
+            directory = case_dir / f"{name}-{state['round']}"
+            env = dict(os.environ, PYTHONPATH=checkouts[name])
+            out = subprocess.run([sys.executable, "-c", BROKER_ROUND, str(directory), str(BROKER_MESSAGES)],
+                                 env=env, capture_output=True, text=True, check=True)
+            seconds[name].append(float(out.stdout.strip()))
+            shutil.rmtree(directory, ignore_errors=True)
+
+    benchmark.pedantic(one_round, rounds=BROKER_ROUNDS, iterations=1)
+    for name, values in seconds.items():
+        rates = [BROKER_MESSAGES / value for value in values]
+        q1, median, q3 = _quartiles(rates)
+        benchmark.extra_info[f"{name}_messages_per_s"] = round(median)
+        benchmark.extra_info[f"{name}_q1_q3"] = [round(q1), round(q3)]
+    paired = [this / base_s for this, base_s in zip(seconds["this"], seconds["base"])]
+    benchmark.extra_info["this_time_x_base_paired_median"] = round(statistics.median(paired), 3)
+    benchmark.extra_info["this_time_x_base_paired_range"] = [round(min(paired), 3), round(max(paired), 3)]
