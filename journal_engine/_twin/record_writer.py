@@ -151,6 +151,11 @@ class RecordWriter:
     # ----- single records ------------------------------------------------------------------------
     def update_delivery_count(self, queue_id: int, message_id: int, delivery_count: int, sync=None) -> bool:
         """Append an UPDATE_DELIVERY_COUNT unless unchanged or above the cap; True if written."""
+        key, previous = self._persisted_count_of(queue_id, message_id, delivery_count)
+        return self._write_count(key, previous, delivery_count, sync)
+
+    def _persisted_count_of(self, queue_id: int, message_id: int, delivery_count: int) -> tuple:
+        """The arguments checked: the reference's key and its last persisted count."""
         _check_u64(queue_id, "queue_id")
         _check_u64(message_id, "message_id")
         _check_count(delivery_count)
@@ -158,7 +163,7 @@ class RecordWriter:
         previous = self._persisted.get(key)
         if previous is None:
             raise UnknownRecordError.of_reference(queue_id, message_id)
-        return self._write_count(key, previous, delivery_count, sync)
+        return key, previous
 
     def update_scheduled_delivery_time(self, queue_id: int, message_id: int, scheduled_ms: int,
                                        delivery_count: int, sync=None) -> bool:
@@ -209,14 +214,8 @@ class RecordWriter:
         """A rollback's records as one group: update_delivery_count's UPDATE_DELIVERY_COUNT and
         update_scheduled_delivery_time's SET_SCHEDULED_DELIVERY_TIME, each under its own rule, so a
         crash keeps both or neither. Returns how many were written (0..2)."""
-        _check_u64(queue_id, "queue_id")
-        _check_u64(message_id, "message_id")
         _check_u64(scheduled_ms, "scheduled_ms")
-        _check_count(delivery_count)
-        key = (queue_id, message_id)
-        previous = self._persisted.get(key)
-        if previous is None:
-            raise UnknownRecordError.of_reference(queue_id, message_id)
+        key, previous = self._persisted_count_of(queue_id, message_id, delivery_count)
         group: list = []
         written = (self._write_count(key, previous, delivery_count, False, group)
                    + self._write_time(queue_id, message_id, scheduled_ms, delivery_count, False, group))

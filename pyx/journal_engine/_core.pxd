@@ -100,4 +100,5 @@ cdef class JournalCore:
     cdef void _publish_sync(self, Segment seg, Py_ssize_t written, uint64_t target,
                             Py_ssize_t batch) noexcept nogil
     cdef int _write_active(self, Py_ssize_t keep_gil_up_to=*) except -1
+    cdef void _written_out(self, Segment seg, Py_ssize_t end, uint64_t target) noexcept nogil
     cdef int _pad_to_sector(self) except -1

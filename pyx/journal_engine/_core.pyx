@@ -670,7 +670,7 @@ cdef class JournalCore:
         else the errno of a failed write or sync. Appends go on meanwhile: they take the mutex to
         place a frame; a record group (_grouped, set under the mutex) is never written in part."""
         cdef uint64_t target
-        cdef Py_ssize_t start, end, rest
+        cdef Py_ssize_t start, end
         cdef int err = 0
         pthread_mutex_lock(&self._mutex)
         if (self._writing or self._syncing or self._leader_open or self._grouped or self._failed
@@ -696,13 +696,7 @@ cdef class JournalCore:
         if err == 0:
             if end > start:
                 self.write_count += 1
-            seg.written = end
-            rest = seg.position - end
-            if rest:
-                memmove(self._buf, self._buf + (end - self._buf_start), rest)
-            self._buf_start = end
-            if target > self.written_bytes:
-                self.written_bytes = target
+            self._written_out(seg, end, target)
         self._writing = False
         pthread_cond_broadcast(&self._write_free)
         pthread_mutex_unlock(&self._mutex)
@@ -1033,19 +1027,23 @@ cdef class JournalCore:
         """Hand the active file's buffered frames to the OS; the caller holds the write baton."""
         cdef Segment seg = self._active
         cdef uint64_t target = self.appended_bytes
-        cdef Py_ssize_t start = seg.written, end = seg.position, rest
+        cdef Py_ssize_t start = seg.written, end = seg.position
         if end > start:
             seg.write_at(self._buf + (start - self._buf_start), end - start, start, keep_gil_up_to)
             self.write_count += 1
+        self._written_out(seg, end, target)
+        return 0
+
+    cdef void _written_out(self, Segment seg, Py_ssize_t end, uint64_t target) noexcept nogil:
+        """`seg` is with the OS up to `end` (and the journal up to `target` bytes): keep what was
+        appended during the write at the front of the buffer. The caller holds the write baton."""
+        cdef Py_ssize_t rest = seg.position - end
         seg.written = end
-        # keep what was appended during the write at the front of the buffer
-        rest = seg.position - end
         if rest:
             memmove(self._buf, self._buf + (end - self._buf_start), rest)
         self._buf_start = end
         if target > self.written_bytes:
             self.written_bytes = target
-        return 0
 
 
 def _fdatasync_path(path):
