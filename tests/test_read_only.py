@@ -104,6 +104,7 @@ def test_read_only_reads_an_interrupted_compaction_as_finished_without_finishing
         # simulate the crash at that point: the control file stays, nothing more is done
         journal._state = "closed"   # noqa: SLF001 — stop close() from finishing anything
         journal._core_close()
+        journal._pool.close()       # a crash stops the file pool's thread too: no file appears after it
         journal._directory_lock.release()
     assert (directory / "compaction.ctl").exists()
     before = snapshot(directory)
