@@ -98,11 +98,20 @@ def _references(rows: DataFrame) -> DataFrame:
 
 
 def delivery_count_histogram(records: DataFrame) -> DataFrame:
-    """How many references reached each persisted delivery count (0: none was persisted — delivered at
-    most once, or acknowledged on the first delivery). Columns: delivery_count, references."""
+    """How many references reached each delivery count: the highest one persisted, or, for a reference
+    that was dead-lettered (or expired), the count its copy records when that is higher — a rollback
+    that dead-letters writes its count into the copy, not as a record of its own (0: none was persisted
+    — delivered at most once, or acknowledged on the first delivery). Columns: delivery_count, references."""
     rows = committed(records_with_journal(records))
-    counts = (rows.where(F.col("record_type") == int(RecordType.UPDATE_DELIVERY_COUNT))
-              .groupBy("journal", F.col("record_id").alias("message_id"), "queue_id")
+    persisted = (rows.where(F.col("record_type") == int(RecordType.UPDATE_DELIVERY_COUNT))
+                 .select("journal", F.col("record_id").alias("message_id"), "queue_id",
+                         F.col("delivery_count").cast("bigint").alias("delivery_count")))
+    queues = _queues(rows).withColumnRenamed("queue_name", "original_queue")
+    moved = (_copies(rows).join(queues, ["store", "original_queue"])
+             .select("journal", F.col("original_message_id").alias("message_id"), "queue_id",
+                     F.col("original_delivery_count").alias("delivery_count")))
+    counts = (persisted.unionByName(moved)
+              .groupBy("journal", "message_id", "queue_id")
               .agg(F.max("delivery_count").alias("delivery_count")))
     return (_references(rows).join(counts, ["journal", "message_id", "queue_id"], "left")
             .fillna(0, ["delivery_count"])

@@ -161,7 +161,9 @@ def test_dead_letter_of_a_dead_letter_copy_keeps_the_original_routing_type(broke
 
 def test_dead_letter_move_is_one_store_transaction(tmp_path, clock, capsys):
     """§2.3 step 4: ADD_TX 45 (the copy), UPDATE_TX 32 (its reference), UPDATE_TX 33 (the original's
-    acknowledgement), COMMIT, then a DELETE of the original."""
+    acknowledgement), COMMIT, then a DELETE of the original. Unlike Artemis no UPDATE 34 comes first:
+    the count goes into the copy, and a crash between the two would leave the message counted up in
+    its queue, neither where it was nor moved."""
     directory = tmp_path / "b"
     broker = Broker(directory, clock=clock, store_options=SMALL)
     broker.address_settings.add("q", AddressSettings(max_delivery_attempts=1, dead_letter_address="DLA"))
@@ -181,7 +183,7 @@ def test_dead_letter_move_is_one_store_transaction(tmp_path, clock, capsys):
                                       ("UPDATE_TX", original_id, 33), ("COMMIT", 0, 0), ("DELETE", original_id, 0)]
     tx_ids = {after_send[start + i][3] for i in range(4)}
     assert len(tx_ids) == 1 and tx_ids != {0}
-    assert kinds[:start] == [("ADD", original_id, 45), ("UPDATE", original_id, 32), ("UPDATE", original_id, 34)]
+    assert kinds[:start] == [("ADD", original_id, 45), ("UPDATE", original_id, 32)]
 
 
 def test_dead_letter_copy_survives_a_restart_and_the_original_does_not(tmp_path, clock):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,9 +17,11 @@ import time
 
 import pytest
 
-from journal_engine import Journal, MessageStore
+from journal_engine import (AddressSettings, Broker, ClassicBrokerConfig, ClassicRedeliveryPolicy, Journal, ManualClock,
+                            MessageStore)
 from journal_engine.errors import DuplicateRecordError, RecordTooLargeError, UnknownRecordError
 from journal_engine.record_format import RecordKind
+from journal_engine.store.message_store import StoreTransaction
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import group_worker  # noqa: E402
@@ -156,3 +159,156 @@ def test_sigkill_at_random_moments_recovers_whole_sends_and_whole_rollbacks(tmp_
                 f"{sorted(queues)} only: its send was split")
         recovered_messages += len(references)
     assert recovered_messages > 0 and recovered_rollbacks > 0, "the kills found nothing written: the test saw nothing"
+
+
+# ----- a broker operation is one unit: the process dies before any one of its store calls ------------------
+# Deterministic: the process "dies" (a BaseException nothing on the way catches) on entry to the k-th store
+# write of one broker operation, for every k; everything appended before it is then made durable, the
+# directory copied as it is, and the copy recovered. It must hold the state before the operation or the
+# state after it, nothing in between. The store calls are the broker's units of writing: a record group,
+# a transaction's commit, a single record.
+
+NOW = 1_700_000_000_000
+SMALL = {"file_size": 256 * 1024}
+STORE_WRITES = ("store_queue", "update_queue_arguments", "delete_queue", "store_message", "store_reference",
+                "store_acknowledge", "delete_message", "update_delivery_count", "update_delivery_count_after_cancel",
+                "update_scheduled_delivery_time", "update_redelivery", "update_delivery_counts",
+                "update_scheduled_delivery_times", "before_delivery", "before_delivery_batch",
+                "store_message_references", "acknowledge")
+
+
+class Died(BaseException):
+    """The process died here."""
+
+
+def _broker(directory, **options) -> Broker:
+    broker = Broker(directory, clock=ManualClock(NOW), store_options=SMALL, **options)
+    broker.address_settings.add("orders", AddressSettings(redelivery_delay=100, max_delivery_attempts=2,
+                                                          dead_letter_address="DLA"))
+    broker.create_queue("orders")
+    broker.create_queue("DLQ", address="DLA")
+    return broker
+
+
+def _received(broker, queue: str = "orders", **options):
+    consumer = broker.create_consumer(queue, **options)
+    return consumer, consumer.receive(0)
+
+
+def artemis_rollback_that_dead_letters(directory):
+    broker = _broker(directory)
+    broker.send("orders", b"m")
+    consumer, message = _received(broker)
+    consumer.rollback(message)                  # count 1, due NOW + 100
+    broker.clock.advance(100)
+    message = consumer.receive(0)               # count 2 = max_delivery_attempts
+    return broker, lambda: consumer.rollback(message)
+
+
+def artemis_rollback_that_schedules(directory):
+    broker = _broker(directory)
+    broker.send("orders", b"m")
+    consumer, message = _received(broker)
+    return broker, lambda: consumer.rollback(message)
+
+
+def qpid_rollback_that_dead_letters(directory):
+    broker = _broker(directory)
+    broker.create_queue("q", arguments={"x-qpid-maximum-delivery-count": 2, "x-qpid-dlq-enabled": True})
+    broker.send("q", b"m")
+    consumer, message = _received(broker, "q")
+    consumer.rollback(message)                  # count 1: back at once
+    message = consumer.receive(0)
+    return broker, lambda: consumer.rollback(message)
+
+
+def classic_policy_rollback_that_schedules(directory):
+    broker = _broker(directory)
+    broker.send("orders", b"m")
+    consumer, message = _received(broker, redelivery_policy=ClassicRedeliveryPolicy(
+        maximum_redeliveries=3, initial_redelivery_delay=500))
+    return broker, lambda: consumer.rollback(message)
+
+
+def classic_poison_ack(directory):
+    broker = Broker(directory, clock=ManualClock(NOW), store_options=SMALL, config=ClassicBrokerConfig())
+    broker.create_queue("orders")
+    broker.send("orders", b"m")
+    consumer, message = _received(broker)
+    return broker, lambda: consumer.rollback(message)
+
+
+def scheduled_send_to_two_queues(directory):
+    broker = _broker(directory)
+    broker.create_queue("a", address="fan", routing_type="multicast")
+    broker.create_queue("b", address="fan", routing_type="multicast")
+    return broker, lambda: broker.send("fan", b"m", scheduled_delivery_time=NOW + 5000)
+
+
+OPERATIONS = [artemis_rollback_that_dead_letters, artemis_rollback_that_schedules, qpid_rollback_that_dead_letters,
+              classic_policy_rollback_that_schedules, classic_poison_ack, scheduled_send_to_two_queues]
+
+
+def _recovered(directory, copy) -> dict:
+    """Every stored reference (queue name -> sorted (message id, delivery count, scheduled time)) as recovery
+    finds it in a copy of ``directory`` taken now. A queue without one is left out: a dead-letter queue
+    created on first use is a step of its own, harmless when the move after it is lost."""
+    shutil.copytree(directory, copy)
+    with MessageStore(copy, **SMALL) as store:
+        state = store.load(now_ms=NOW)
+    return {queue.name: sorted((ref.message_id, ref.delivery_count, ref.scheduled_delivery_time)
+                               for ref in state.references[queue_id])
+            for queue_id, queue in state.queues.items() if state.references.get(queue_id)}
+
+
+def _die_at(monkeypatch, call: int) -> list:
+    """Make the ``call``-th store write from now on (0-based) raise Died before it writes anything."""
+    seen: list = []
+
+    def wrap(cls, name):
+        method = getattr(cls, name)
+
+        def dying(*args, **kwargs):
+            seen.append(name)
+            if len(seen) - 1 == call:
+                raise Died(name)
+            return method(*args, **kwargs)
+        monkeypatch.setattr(cls, name, dying)
+
+    for name in STORE_WRITES:
+        wrap(MessageStore, name)
+    wrap(StoreTransaction, "commit")
+    return seen
+
+
+@pytest.mark.parametrize("operation", OPERATIONS, ids=lambda operation: operation.__name__)
+def test_a_broker_operation_recovers_whole_or_not_at_all_wherever_the_process_dies(tmp_path, monkeypatch,
+                                                                                  operation):
+    broker, run = operation(tmp_path / "whole")
+    broker.sync()
+    before = _recovered(tmp_path / "whole", tmp_path / "before")
+    run()
+    broker.sync()
+    after = _recovered(tmp_path / "whole", tmp_path / "after")
+    broker.close()
+    assert before != after, "the operation wrote nothing: the test would see nothing"
+    call = 0
+    while True:
+        directory = tmp_path / f"dies-at-{call}"
+        broker, run = operation(directory)
+        broker.sync()
+        with monkeypatch.context() as patched:
+            seen = _die_at(patched, call)
+            try:
+                run()
+            except Died:
+                pass
+        broker.sync()                           # the worst case: everything appended before the death is durable
+        state = _recovered(directory, tmp_path / f"dies-at-{call}-copy")
+        broker.close()
+        assert state in (before, after), (
+            f"{operation.__name__}, died at store call {call} ({seen}): recovered {state}, "
+            f"neither the state before {before} nor after {after}")
+        if len(seen) <= call:                   # the operation ran to its end: every point was tried
+            break
+        call += 1

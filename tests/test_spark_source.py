@@ -95,7 +95,8 @@ def test_a_broker_directory_reads_as_every_record_the_python_reader_finds(broker
     # one row per record as written, live or not: six sends, the dead-letter copy, two transactional sends
     messages = [row for row in rows if row.record_type == RecordType.ADD_MESSAGE and "/messages/" in row.path]
     assert sorted(row.kind for row in messages) == ["ADD"] * 6 + ["ADD_TX"] * 3
-    assert sum(row.record_type == RecordType.UPDATE_DELIVERY_COUNT for row in rows) == 3
+    # three rollbacks of the poison message: two counts and times, then the move (its count in the copy)
+    assert sum(row.record_type == RecordType.UPDATE_DELIVERY_COUNT for row in rows) == 2
     assert sum(row.record_type == RecordType.SET_SCHEDULED_DELIVERY_TIME for row in rows) == 2
     assert {row.kind for row in rows} >= {"ADD", "UPDATE", "DELETE", "ADD_TX", "UPDATE_TX", "COMMIT", "ROLLBACK", "PAD"}
     assert {row.queue_name for row in rows if row.record_type == RecordType.QUEUE_BINDING_RECORD} == {"orders", "dead"}

@@ -74,7 +74,7 @@ class ClassicDeadLetters(DeadLetters):
 
     # ------------------------------------------------------------------------------- entry points
     def poison(self, ref: Reference, cause: str | None, now: int) -> None:
-        """A poison ack of a reference that has just left its consumer (its count persisted)."""
+        """A poison ack of a reference that has just left its consumer."""
         plugin = self.config.redelivery_plugin
         if plugin is None:
             self.send_to_dead_letter_queue(ref, cause, now, expired=False)

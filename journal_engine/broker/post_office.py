@@ -167,21 +167,32 @@ class PostOffice:
 
     # ------------------------------------------------------------------------------- references
     def store_new(self, data: MessageData, targets: list[QueueState], scheduled_time: int, tx) -> None:
-        """ADD_MESSAGE + an ADD_REF per durable target (+ the scheduled time), directly or in the store
-        transaction ``tx``. The caller checked the message is durable and there is a store."""
+        """ADD_MESSAGE + an ADD_REF per durable target, as one record group, or in the store transaction
+        ``tx``; with a scheduled time (+ its record per target) always in a transaction. The caller
+        checked the message is durable and there is a store."""
         durable_targets = [queue for queue in targets if queue.durable]
         if not durable_targets:
             return
         message_id = data.message_id
+        if tx is None and scheduled_time:
+            # the message, its references and their time in one unit, so that a crash never brings the
+            # message back due at once: a transaction, committed as a send's records are synced
+            store = self.store
+            tx = store.transaction()
+            try:
+                self.store_new(data, targets, scheduled_time, tx)
+                tx.commit(sync=store.sync_mode == "always")
+            except BaseException:
+                if tx.state == "open":
+                    tx.rollback(sync=False)
+                raise
+            return
         if tx is None:
             store = self.store
             store.store_message_references(message_id, data.address, data.body,
                                            [queue.queue_id for queue in durable_targets],
                                            properties=data.stored_properties(),
                                            durable=True, expiration=data.expiration, routing_type=data.routing_type)
-            if scheduled_time:
-                for queue in durable_targets:
-                    store.update_scheduled_delivery_time(queue.queue_id, message_id, scheduled_time, 0)
         else:
             tx.store_message(message_id, data.address, data.body, properties=data.stored_properties(), durable=True,
                              expiration=data.expiration, routing_type=data.routing_type)
@@ -192,12 +203,13 @@ class PostOffice:
         data.durable_refs = len(durable_targets)
 
     def schedule_again(self, ref: Reference, due_ms: int) -> None:
-        """A reference that left its consumer waits until ``due_ms`` (SET_SCHEDULED_DELIVERY_TIME 36 when
-        the message is stored, capped as the store caps it), then any consumer of its queue may take it."""
+        """A reference that left its consumer waits until ``due_ms``, then any consumer of its queue may
+        take it. When the message is stored, its delivery count (34) and SET_SCHEDULED_DELIVERY_TIME (36)
+        are written as one record group (each under the store's rule), so a crash keeps both or neither."""
         data = ref.data
         queue = ref.queue
         if data.durable_refs and queue.durable:
-            self.store.update_scheduled_delivery_time(queue.queue_id, data.message_id, due_ms, ref.delivery_count)
+            self.store.update_redelivery(queue.queue_id, data.message_id, ref.delivery_count, due_ms)
         self.timers.schedule(ref, due_ms)
 
     def enqueue(self, data: MessageData, targets: list[QueueState], scheduled_time: int) -> None:

@@ -1,15 +1,21 @@
 """Redelivery: what a failed delivery leads to, as Artemis's QueueImpl.checkRedelivery decides it (and,
 where a queue or a consumer says so, as Qpid Broker-J or ActiveMQ Classic do).
 
-A reference comes back from its consumer (a rollback, a session rolled back or closed). Its delivery
-count is persisted (UPDATE_DELIVERY_COUNT 34); when max_delivery_attempts > 0 and the count reached it,
-the reference is dead-lettered; else the redelivery delay of its queue's address applies (or the
-caller's override): with a delay the reference is scheduled at now + delay (SET_SCHEDULED_DELIVERY_TIME
-36, released to the HEAD of its queue by the timers when due); without one it goes back at once, in
-message order (addSorted). Why a module of its own: the delay computation and the schedule are one
-decision, taken the same way for every path that returns a reference.
+A reference comes back from its consumer (a rollback, a session rolled back or closed). When
+max_delivery_attempts > 0 and its delivery count reached it, the reference is dead-lettered; else the
+redelivery delay of its queue's address applies (or the caller's override): with a delay the reference
+is scheduled at now + delay, released to the HEAD of its queue by the timers when due; without one it
+goes back at once, in message order (addSorted). Why a module of its own: the delay computation and
+the schedule are one decision, taken the same way for every path that returns a reference.
 
-Three other rules replace the address settings' when they apply (count persisted first all the same):
+What reaches the store is one unit per outcome, so a crash keeps the rollback whole or not at all:
+back at once, the count (UPDATE_DELIVERY_COUNT 34); scheduled, the count and the time (36) as one
+record group (``post_office.schedule_again``); dead-lettered or dropped, the move's transaction or
+the acknowledgement alone. Artemis persists the count before it dead-letters, and a crash between
+the two leaves the message counted up in its queue, neither where it was nor moved; here the count
+goes with the reference into the dead-letter copy (``_JE_ORIG_DELIVERY_COUNT``).
+
+Three other rules replace the address settings' when they apply (written the same way):
 
 * a Qpid queue (``queue.qpid_policy``, from its queue-declare arguments, ``qpid``): at the maximum
   delivery count the message goes to ``<queue>_DLE`` (keeping its id), or is discarded without a DLQ;
@@ -93,30 +99,19 @@ class Redelivery:
             if policy is None and queue.qpid_policy is None and self._classic is None:
                 # Artemis's checkRedelivery, by the queue's address settings
                 post_office = self._post_office
-                data = ref.data
                 count = ref.delivery_count
                 repository = post_office.address_settings
                 cached = repository.cached          # an attribute, not a method: loaded first, then called
                 settings = cached(queue.address) or repository.get(queue.address)
-                stored = bool(data.durable_refs) and queue.durable
-                store = post_office.store
                 max_attempts = settings.max_delivery_attempts
-                dead = max_attempts > 0 and count >= max_attempts
-                delay = (redelivery_delay_ms(settings, count, delay_override, self._rng)
-                         if counted and not dead else 0)
-                if stored:
-                    if delay > 0:   # the count and the scheduled time as one group: a crash keeps both or neither
-                        store.update_redelivery(queue.queue_id, data.message_id, count, now + delay)
-                    elif counted:
-                        store.update_delivery_count(queue.queue_id, data.message_id, count)
-                    else:
-                        store.update_delivery_count_after_cancel(queue.queue_id, data.message_id, count)
-                if dead:
+                if max_attempts > 0 and count >= max_attempts:
                     self._dead_letters.dead_letter(ref, settings, now)
                     return
+                delay = redelivery_delay_ms(settings, count, delay_override, self._rng) if counted else 0
                 if delay > 0:
-                    post_office.timers.schedule(ref, now + delay)
+                    post_office.schedule_again(ref, now + delay)
                     return
+                self._persist_count(ref, counted)
             elif self._by_other_rules(ref, now, delay_override, policy, counted):
                 return
         except BaseException:
@@ -131,27 +126,32 @@ class Redelivery:
         if queue.waiters:
             queue.condition.notify()
 
+    def _persist_count(self, ref: Reference, counted: bool) -> None:
+        """The delivery count of a stored reference that goes back at once (UPDATE_DELIVERY_COUNT 34;
+        ``counted=False``: a count lowered by a close, under update_delivery_count_after_cancel's rule)."""
+        data = ref.data
+        queue = ref.queue
+        if data.durable_refs and queue.durable:
+            store = self._post_office.store
+            if counted:
+                store.update_delivery_count(queue.queue_id, data.message_id, ref.delivery_count)
+            else:
+                store.update_delivery_count_after_cancel(queue.queue_id, data.message_id, ref.delivery_count)
+
     def _by_other_rules(self, ref: Reference, now: int, delay_override: int | None,
                         policy: ClassicRedeliveryPolicy | None, counted: bool) -> bool:
         """Qpid's rule, a Classic consumer's policy or Classic's poison ack (module docstring): True when
         the reference was dead-lettered, dropped or scheduled. Not ``counted`` (a consumer went away):
         only Qpid's rule applies, to the lowered count."""
-        post_office = self._post_office
-        queue = ref.queue
-        data = ref.data
         count = ref.delivery_count
-        if data.durable_refs and queue.durable:
-            if counted:
-                post_office.store.update_delivery_count(queue.queue_id, data.message_id, count)
-            else:
-                post_office.store.update_delivery_count_after_cancel(queue.queue_id, data.message_id, count)
-        qpid = queue.qpid_policy
+        qpid = ref.queue.qpid_policy
         delay = delay_override or 0
         if qpid is not None:
             if qpid.reached(count):
                 self._qpid_dead_letter(ref, qpid.dlq_enabled, now)
                 return True
         elif not counted:
+            self._persist_count(ref, counted)
             return False
         elif policy is not None:
             if policy.exceeded(count):
@@ -163,8 +163,9 @@ class Redelivery:
             self._poison(ref, None, now)
             return True
         if delay > 0:
-            post_office.schedule_again(ref, now + delay)
+            self._post_office.schedule_again(ref, now + delay)
             return True
+        self._persist_count(ref, counted)
         return False
 
     def _poison(self, ref: Reference, cause: str | None, now: int) -> None:
