@@ -6,6 +6,7 @@ For a journal-level run, after a crash and recovery:
   * nothing that was never written appears (every body names its record and call, with a CRC);
   * transactions are all-or-nothing: committed ones applied whole, prepared ones returned whole,
     the others rolled back;
+  * record groups (append_group) are all-or-nothing: never a part of one recovered without the rest;
   * the recovered state is the state after some prefix of the calls begun, at least as long as
     the acknowledged ones;
   * a process crash leaves no damage (damage would be reported, never hidden) and recovery leaves
@@ -19,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..storage.journal import Journal
-from .model import Model, foreign_bodies, model_view, recovered_view
+from .model import Model, foreign_bodies, group_members, model_view, recovered_view, split_groups
 from .stores import open_store
 
 
@@ -57,6 +58,7 @@ def recover_and_check(directory: str, model: Model, lines: list[str], context: s
         check.violations.append(f"{context}: recovery found inconsistent records: {report.anomalies[:3]}")
     check.violations += repeatable_and_tidy(directory, recovered, context, lambda: _open(store, directory, file_size))
     check.violations += [f"{context}: {problem}" for problem in foreign_bodies(recovered[0], recovered[1])]
+    check.violations += [f"{context}: {problem}" for problem in split_groups(ops, recovered[0])]
 
     states = Model(copy.deepcopy(model.records), copy.deepcopy(model.pending))
     for op in ops[:acked_count]:
@@ -83,7 +85,8 @@ def recover_and_check(directory: str, model: Model, lines: list[str], context: s
         check.model = final.after_recovery()
     check.next_seq = max([int(op[0]) for op in ops], default=0) + 1
     check.next_id = 1 + max([int(op[2]) for op in ops if op[1] == "add"]
-                            + [int(op[3]) for op in ops if op[1] == "atx"], default=0)
+                            + [int(op[3]) for op in ops if op[1] == "atx"]
+                            + [member[1] for op in ops if op[1] == "grp" for member in group_members(op)], default=0)
     check.lost_unacknowledged = len(ops) - matched
     return check
 

@@ -48,6 +48,14 @@ class Model:
                     self.records.pop(record_id, None)
         elif name == "rbk":
             self.pending.pop(int(args[0]))
+        elif name == "grp":
+            for kind, record_id, record_type, size in group_members(op):
+                if kind == "add":
+                    self.records[record_id] = (record_type, make_body(record_id, seq, size), [])
+                elif kind == "upd":
+                    self.records[record_id][2].append((record_type, make_body(record_id, seq, size)))
+                else:
+                    del self.records[record_id]
         elif name not in ("syn", "cpt"):
             raise ValueError(f"unknown call in the workload's oracle: {op}")
 
@@ -55,6 +63,79 @@ class Model:
         """What load() leaves: prepared transactions kept, incomplete ones rolled back."""
         return Model(copy.deepcopy(self.records),
                      {tx: copy.deepcopy(entry) for tx, entry in self.pending.items() if entry[0] is not None})
+
+
+def group_members(op: list[str]) -> list[tuple[str, int, int, int]]:
+    """The records of a record-group call ``<seq> grp <sync> <kind>:<id>:<type>:<size> ...`` (kind: add,
+    upd or del), as (kind, record id, record type, body size)."""
+    members = []
+    for member in op[3:]:
+        kind, record_id, record_type, size = member.split(":")
+        members.append((kind, int(record_id), int(record_type), int(size)))
+    return members
+
+
+def as_separate_calls(op: list[str]) -> list[list[str]]:
+    """A record-group call as one call per record (the same sequence number), for a crash that may
+    split a group: a power cut keeps any part of an unsynced write, a group's frames as any others.
+    Any other call as it is."""
+    if op[1] != "grp":
+        return [op]
+    seq, sync = op[0], op[2]
+    return [[seq, kind, str(record_id), sync] if kind == "del" else
+            [seq, kind, str(record_id), str(record_type), str(size), sync]
+            for kind, record_id, record_type, size in group_members(op)]
+
+
+def split_groups(ops: list, records: dict) -> list[str]:
+    """Record groups are all-or-nothing: of each group call's records that no later call touches, the
+    recovered ones (``records``: id -> (type, body, updates)) show the group's effect on all or on
+    none. A sentence for each group recovered in part."""
+    problems = []
+    for index, op in enumerate(ops):
+        if op[1] != "grp":
+            continue
+        seq = int(op[0])
+        later = _touched(ops[index + 1:])
+        shown, missing = [], []
+        for kind, record_id, _type, _size in group_members(op):
+            if record_id not in later:
+                (shown if _shows(kind, record_id, seq, records) else missing).append(record_id)
+        if shown and missing:
+            problems.append(f"the record group of call {seq} was recovered in part: records {shown} hold it, "
+                            f"records {missing} do not")
+    return problems
+
+
+def _touched(ops: list) -> set:
+    """The record ids the calls ``ops`` write."""
+    touched = set()
+    for op in ops:
+        if op[1] in ("add", "upd", "del"):
+            touched.add(int(op[2]))
+        elif op[1] in ("atx", "utx", "dtx"):
+            touched.add(int(op[3]))
+        elif op[1] == "grp":
+            touched.update(member[1] for member in group_members(op))
+    return touched
+
+
+def _shows(kind: str, record_id: int, seq: int, records: dict) -> bool:
+    """Whether the recovered ``records`` hold the effect of call ``seq`` on ``record_id``."""
+    record = records.get(record_id)
+    if kind == "del":
+        return record is None
+    if record is None:
+        return False
+    bodies = [record[1]] if kind == "add" else [body for _type, body in record[2]]
+    return any(_call_of(body) == seq for body in bodies)
+
+
+def _call_of(body: bytes) -> int | None:
+    try:
+        return check_body(body)[1]
+    except ValueError:
+        return None
 
 
 def recovered_view(result) -> tuple[dict, dict, set]:

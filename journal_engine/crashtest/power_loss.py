@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from ..storage.journal import Journal
 from .checker import repeatable_and_tidy
-from .model import Model, foreign_bodies, model_view, recovered_view
+from .model import Model, as_separate_calls, foreign_bodies, model_view, recovered_view
 from .stores import FILE_SIZE
 
 SECTOR_SIZES = (512, 4096)
@@ -379,7 +379,7 @@ class OracleReader:
         if end > self.read:
             for line in bytes(text[self.read:end]).decode(errors="replace").split("\n")[:-1]:
                 if line.startswith("O "):
-                    self.ops.append(line.split()[1:])
+                    self.ops += as_separate_calls(line.split()[1:])
                 elif line.startswith("A "):
                     self.acked = max(self.acked, int(line.split()[1]))
             self.read = end

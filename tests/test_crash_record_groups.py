@@ -1,0 +1,68 @@
+"""The crash harness's record-group invariant (journal_engine.crashtest): the journal workload appends
+record groups (append_group) and announces each as one call; after a crash the checker fails when a
+part of a group is recovered without the rest. Here on hand-made journals: half a group is caught,
+a whole group and a lost one are not."""
+from __future__ import annotations
+
+import pytest
+
+from journal_engine import Journal
+from journal_engine.crashtest.bodies import make_body
+from journal_engine.crashtest.checker import recover_and_check
+from journal_engine.crashtest.journal_workload import FILE_SIZE
+from journal_engine.crashtest.model import Model, as_separate_calls, model_view
+from journal_engine.record_format import RecordKind
+
+# the oracle of a run: two records acknowledged, then a group (an add, an update, a delete) nobody waited for
+ORACLE = ["R", "O 1 add 1 1 10 True", "A 1", "O 2 add 2 1 10 True", "A 2",
+          "O 3 grp None add:3:2:20 upd:1:3:30 del:2:0:0"]
+GROUP = [(RecordKind.ADD, 3, 2, make_body(3, 3, 20)), (RecordKind.UPDATE, 1, 3, make_body(1, 3, 30)),
+         (RecordKind.DELETE, 2, 0, b"")]
+
+
+def _journal(directory, group) -> None:
+    """The acknowledged records, then ``group`` appended record by record as a crash could leave it."""
+    with Journal(directory, file_size=FILE_SIZE) as journal:
+        journal.load()
+        journal.add(1, 1, make_body(1, 1, 10), sync=True)
+        journal.add(2, 1, make_body(2, 2, 10), sync=True)
+        for kind, record_id, record_type, body in group:
+            if kind == RecordKind.ADD:
+                journal.add(record_id, record_type, body)
+            elif kind == RecordKind.UPDATE:
+                journal.update(record_id, record_type, body)
+            else:
+                journal.delete(record_id)
+        journal.sync()
+
+
+@pytest.mark.parametrize("part", [GROUP[:1], GROUP[:2], GROUP[1:], GROUP[2:]], ids=["add", "add+update",
+                                                                                   "update+delete", "delete"])
+def test_the_checker_catches_a_record_group_recovered_in_part(tmp_path, part):
+    _journal(tmp_path / "j", part)
+    check = recover_and_check(str(tmp_path / "j"), Model(), ORACLE, "hand-made", file_size=FILE_SIZE)
+    split = [violation for violation in check.violations if "record group of call 3 was recovered in part" in violation]
+    assert split, check.violations
+
+
+@pytest.mark.parametrize("part", [GROUP, []], ids=["whole", "none"])
+def test_a_whole_group_or_none_of_it_is_no_violation(tmp_path, part):
+    _journal(tmp_path / "j", part)
+    check = recover_and_check(str(tmp_path / "j"), Model(), ORACLE, "hand-made", file_size=FILE_SIZE)
+    assert check.violations == []
+    assert check.next_id == 4                        # the group's new record counts among the ids used
+
+
+def test_the_model_applies_a_group_whole_and_power_loss_sees_its_records_one_by_one():
+    ops = [line.split()[1:] for line in ORACLE if line.startswith("O ")]
+    model = Model()
+    for op in ops:
+        model.apply(op)
+    records = model_view(model)[0]
+    assert records == {1: (1, make_body(1, 1, 10), [(3, make_body(1, 3, 30))]), 3: (2, make_body(3, 3, 20), [])}
+    assert as_separate_calls(ops[2]) == [["3", "add", "3", "2", "20", "None"], ["3", "upd", "1", "3", "30", "None"],
+                                         ["3", "del", "2", "None"]]
+    separate = Model()
+    for op in ops[:2] + as_separate_calls(ops[2]):
+        separate.apply(op)
+    assert separate.records == model.records
