@@ -1,27 +1,33 @@
 """The Spark data source: a warm read of a 4M-record message journal, per core, against its peers.
 
-The journal holds 2M messages as the message store writes them (ADD_MESSAGE 45 with a 32-byte body, then
-ADD_REF 32): 4M records in ~40 files of 10 MiB. Each case reads every record with every column of the
-source's schema (the message store's fields decoded) and aggregates over them, so nothing can be skipped:
+The journal holds 2M messages as the message store writes them (ADD_MESSAGE 45 with a 32-byte body and
+one property, then ADD_REF 32): 4M records in 10 MiB files. Every case answers a question over every
+record (an aggregate, so nothing can be skipped), in rounds that take the cases in turn (so the
+machine's load falls on all of them alike); the first round is a warm-up (files in the page cache,
+Spark's JVM compiled, its Python workers started). The cases:
 
-* ``spark source``: ``spark.read.format("journal_engine")`` on local[*] (Python workers, Arrow batches);
-* ``spark source projection``: the same with the reader given five columns (PROJECTION), which are
-  then the only ones built and sent;
-* ``source reader, one process``: the source's own reader (the compiled decoders, Arrow batches)
-  without Spark, partition after partition in this process — what one core does;
-* ``python reader, one process``: the same records through the Python reader (scan_frames, then
-  record_format's decoder per record), what a program without the source would write;
-* ``spark parquet``: Spark reading the same rows from Parquet (written once, untimed); the same
-  five-column question on it is in ``extra_info["projection_s"]``.
+* ``spark source``: ``spark.read.format("journal_engine")``, all 22 columns (the message store's
+  fields decoded, the properties map built), on local[*];
+* ``spark source, 5 columns``: the same reader given five columns (PROJECTION), the only ones then
+  built in the Python workers and turned into rows by the JVM;
+* ``spark parquet`` and ``spark parquet, 5 columns``: Spark reading the same rows from Parquet (written
+  once, untimed) for the same two questions; Parquet reads only the columns a question uses;
+* ``source reader, one process``: the source's own reader (the compiled decoders, Arrow batches, all
+  columns) without Spark, partition after partition in this process;
+* ``python reader, one process``: the records through the Python reader (scan_frames, then
+  record_format's decoder per record), what a program without the source would write.
 
-Rates are records per second, and per core (divided by the cores the case used). The journal is kept
-under the bench directory between runs; the first round of each case is a warm-up. docs/benchmarks.md.
+Rates are records per second (the median round, with the fastest and slowest), per core (divided by
+the cores the case used: Spark's default parallelism, or 1), and per CPU-second (the CPU this process,
+Spark's JVM and its Python workers spent in the round, read from /proc: on a shared machine the
+figure that other jobs disturb least). docs/benchmarks.md.
 """
 from __future__ import annotations
 
 import mmap
 import os
 import shutil
+import statistics
 import time
 from pathlib import Path
 
@@ -37,7 +43,7 @@ pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installe
 
 MESSAGES = 2_000_000
 RECORDS = 2 * MESSAGES
-ROUNDS = 3
+ROUNDS = 3          # timed rounds, after one warm-up round
 GROUP = "spark: warm read of a 4M-record journal"
 AGGREGATE = ("count(*) AS records", "sum(body_size) AS body_bytes", "count(address) AS messages",
              "sum(queue_id) AS queue_ids", "sum(size(properties)) AS properties")
@@ -45,6 +51,7 @@ AGGREGATE = ("count(*) AS records", "sum(body_size) AS body_bytes", "count(addre
 PROJECTION = "record_id bigint, kind string, record_type int, queue_id bigint, address string"
 PROJECTED_AGGREGATE = ("count(*) AS records", "sum(record_id) AS ids", "count(address) AS messages",
                        "sum(queue_id) AS queue_ids", "count(kind) AS kinds")
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 @pytest.fixture(scope="module")
@@ -68,99 +75,119 @@ def message_journal(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def spark():
     from journal_engine.spark import session
-    started = session()
+    from journal_engine.spark.environment import ARROW_UNCHECKED_JAVA_OPTIONS
+    started = session(app_name="journal-engine-bench", java_options=ARROW_UNCHECKED_JAVA_OPTIONS)
     yield started
     started.stop()
 
 
-def cores(spark) -> int:
-    return spark.sparkContext.defaultParallelism
+class ProcessTreeCpu:
+    """CPU seconds (user + system) of this process and its descendants — Spark's JVM and its Python
+    workers — from /proc; a process seen once keeps its last reading (Linux only)."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, float] = {}
+
+    def __call__(self) -> float:
+        parents, spent = {}, {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as handle:
+                        fields = handle.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                parents[int(name)] = int(fields[1])
+                spent[int(name)] = (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+        children: dict[int, list[int]] = {}
+        for pid, parent in parents.items():
+            children.setdefault(parent, []).append(pid)
+        stack = [os.getpid()]
+        while stack:
+            pid = stack.pop()
+            if pid in spent:
+                self.last[pid] = spent[pid]
+            stack += children.get(pid, [])
+        return sum(self.last.values())
 
 
-def record(benchmark, records: int, cores_used: int) -> None:
-    benchmark.extra_info.update(records=records, cores=cores_used)
-    benchmark.extra_info["records_per_s"] = records / benchmark.stats.stats.median
-    benchmark.extra_info["records_per_s_per_core"] = records / benchmark.stats.stats.median / cores_used
-
-
-def aggregate(frame, expressions=AGGREGATE) -> tuple:
+def aggregate(frame, expressions=AGGREGATE, pads: int = 0) -> None:
     row = frame.selectExpr(*expressions).collect()[0]
-    assert (row.records, row.messages) == (RECORDS + pad_rows(frame), MESSAGES)
-    return tuple(row)
+    assert (row.records, row.messages) == (RECORDS + pads, MESSAGES)
 
 
-_pads: dict = {}
-
-
-def pad_rows(frame) -> int:
-    key = id(frame)
-    if key not in _pads:
-        _pads[key] = frame.where("kind = 'PAD'").count()
-    return _pads[key]
-
-
-@pytest.mark.benchmark(group=GROUP)
-def test_spark_source(benchmark, spark, message_journal):
-    frame = spark.read.format("journal_engine").load(str(message_journal))
-    benchmark.pedantic(aggregate, args=(frame,), rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    record(benchmark, RECORDS, cores(spark))
-
-
-@pytest.mark.benchmark(group=GROUP)
-def test_spark_source_projection(benchmark, spark, message_journal):
-    frame = spark.read.format("journal_engine").schema(PROJECTION).load(str(message_journal))
-    benchmark.pedantic(aggregate, args=(frame, PROJECTED_AGGREGATE), rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    record(benchmark, RECORDS, cores(spark))
-
-
-@pytest.mark.benchmark(group=GROUP)
-def test_source_reader_one_process(benchmark, message_journal):
+def read_with_source_reader(journal: Path) -> None:
     from journal_engine.spark.source import JournalReader
 
-    def read_all() -> int:
-        reader = JournalReader({"path": str(message_journal)})
-        rows = messages = 0
-        for partition in reader.partitions():
-            for batch in reader.read(partition):
-                rows += batch.num_rows
-                messages += len(batch.column("address")) - batch.column("address").null_count
-        assert messages == MESSAGES
-        return rows
-
-    benchmark.pedantic(read_all, rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    record(benchmark, RECORDS, 1)
+    reader = JournalReader({"path": str(journal)})
+    rows = messages = 0
+    for partition in reader.partitions():
+        for batch in reader.read(partition):
+            rows += batch.num_rows
+            messages += len(batch.column("address")) - batch.column("address").null_count
+    assert messages == MESSAGES and rows >= RECORDS
 
 
-@pytest.mark.benchmark(group=GROUP)
-def test_python_reader_one_process(benchmark, message_journal):
-    def read_all() -> int:
-        messages = 0
-        for data in list_directory(str(message_journal), as_if_compacted=True).data:
-            with open(data.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                frames = scan_frames(view, stamp_of(data.header.file_id), data.header.data_start)
-            for _offset, check, _kind, user_type, record_id, _tx_id, body in frames:
-                if check == 0:
-                    decoded = decode_store_body(user_type, record_id, body)
-                    messages += user_type == RecordType.ADD_MESSAGE and decoded is not None
-        assert messages == MESSAGES
-        return messages
-
-    benchmark.pedantic(read_all, rounds=1, iterations=1, warmup_rounds=0)
-    record(benchmark, RECORDS, 1)
+def read_with_python_reader(journal: Path) -> None:
+    messages = 0
+    for data in list_directory(str(journal), as_if_compacted=True).data:
+        with open(data.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            frames = scan_frames(view, stamp_of(data.header.file_id), data.header.data_start)
+        for _offset, check, _kind, user_type, record_id, _tx_id, body in frames:
+            if check == 0:
+                decoded = decode_store_body(user_type, record_id, body)
+                messages += user_type == RecordType.ADD_MESSAGE and decoded is not None
+    assert messages == MESSAGES
 
 
 @pytest.mark.benchmark(group=GROUP)
-def test_spark_parquet(benchmark, spark, message_journal, tmp_path):
+def test_warm_read_interleaved(benchmark, spark, message_journal, tmp_path):
+    source = spark.read.format("journal_engine").load(str(message_journal))
+    pads = source.where("kind = 'PAD'").count()
     parquet = tmp_path / "records.parquet"
-    spark.read.format("journal_engine").load(str(message_journal)).write.parquet(str(parquet))
-    frame = spark.read.parquet(str(parquet))
-    benchmark.pedantic(aggregate, args=(frame,), rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    record(benchmark, RECORDS, cores(spark))
-    benchmark.extra_info["projection_s"] = min(_timed(lambda: aggregate(frame.selectExpr(*[
-        column.split()[0] for column in PROJECTION.split(", ")]), PROJECTED_AGGREGATE)) for _ in range(ROUNDS))
+    source.write.parquet(str(parquet))
+    cores = spark.sparkContext.defaultParallelism
+    narrow = [field.split()[0] for field in PROJECTION.split(", ")]
+    cases = {   # name: (action, cores it uses)
+        "spark source": (lambda: aggregate(source, pads=pads), cores),
+        "spark source, 5 columns": (lambda: aggregate(
+            spark.read.format("journal_engine").schema(PROJECTION).load(str(message_journal)),
+            PROJECTED_AGGREGATE, pads), cores),
+        "spark parquet": (lambda: aggregate(spark.read.parquet(str(parquet)), pads=pads), cores),
+        "spark parquet, 5 columns": (lambda: aggregate(spark.read.parquet(str(parquet)).select(*narrow),
+                                                       PROJECTED_AGGREGATE, pads), cores),
+        "source reader, one process": (lambda: read_with_source_reader(message_journal), 1),
+        "python reader, one process": (lambda: read_with_python_reader(message_journal), 1),
+    }
+    cpu = ProcessTreeCpu()
+    seconds: dict[str, list[float]] = {name: [] for name in cases}
+    cpu_seconds: dict[str, list[float]] = {name: [] for name in cases}
 
+    warmed = []
 
-def _timed(action) -> float:
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
+    def one_round() -> None:
+        for name, (action, _cores) in cases.items():
+            if name == "python reader, one process" and not warmed:
+                continue     # it has nothing to warm up, and it takes longest
+            cpu_before, started = cpu(), time.perf_counter()
+            action()
+            seconds[name].append(time.perf_counter() - started)
+            cpu_seconds[name].append(cpu() - cpu_before)
+        warmed.append(True)
+
+    benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    results = {}
+    for name, (_action, cores_used) in cases.items():
+        timed, spent = seconds[name][-ROUNDS:], cpu_seconds[name][-ROUNDS:]   # the warm-up round left out
+        median = statistics.median(timed)
+        results[name] = {
+            "cores": cores_used, "median_s": median, "min_s": min(timed), "max_s": max(timed),
+            "records_per_s": RECORDS / median, "records_per_s_per_core": RECORDS / median / cores_used,
+            "cpu_s": statistics.median(spent), "records_per_cpu_s": RECORDS / statistics.median(spent),
+        }
+    benchmark.extra_info.update(records=RECORDS, rounds=ROUNDS, cases=results)
+    print(f"\n{GROUP} ({RECORDS:,} records, {ROUNDS} rounds after a warm-up)")
+    for name, result in results.items():
+        print(f"{name:28s} median {result['median_s']:7.2f} s (min {result['min_s']:.2f}, max {result['max_s']:.2f})"
+              f"  {result['records_per_s']:>11,.0f}/s  {result['records_per_s_per_core']:>11,.0f}/s/core"
+              f"  cpu {result['cpu_s']:6.2f} s  {result['records_per_cpu_s']:>11,.0f}/cpu-s")

@@ -21,6 +21,12 @@ from ..errors import ConfigError
 JAVA_VERSION_MIN = 17
 LOCAL_MASTER_DEFAULT = "local[*]"
 LOG4J2_CONFIGURATION = Path(__file__).with_name("log4j2.properties")
+#: Arrow Java's checks off: Spark turns a Python source's Arrow batches into rows through ArrowColumnVector,
+#: and with the checks on every value read re-checks the buffer's reference count and bounds (a quarter of
+#: the JVM's time in a full read of the journal_engine source; docs/benchmarks.md). Without them a batch
+#: whose offsets were wrong would crash the JVM instead of failing the task, so this is a choice for
+#: large reads (``session(java_options=ARROW_UNCHECKED_JAVA_OPTIONS)``), not the default.
+ARROW_UNCHECKED_JAVA_OPTIONS = "-Darrow.enable_unsafe_memory_access=true -Darrow.enable_null_check_for_get=false"
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
 
