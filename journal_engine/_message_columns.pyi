@@ -6,7 +6,9 @@ arrays: validity bitmaps, int64 values, int32 string offsets and data, and the i
 and values of a map<string, string> of properties. A body record_format rejects is listed in
 ``rejected``, its fields null.
 """
-from typing import final
+from array import array
+from collections.abc import Iterable, Mapping
+from typing import Any, final
 
 from _typeshed import ReadableBuffer
 
@@ -87,3 +89,58 @@ def decode_message_columns(kind: ReadableBuffer, record_type: ReadableBuffer, bo
                            bodies: ReadableBuffer, start: int, stop: int) -> MessageColumns:
     """The message store's fields of rows ``start``..``stop``: ``kind`` and ``record_type`` one byte a
     row, ``body_offsets`` int64 (rows + 1 entries) into ``bodies``, the FrameColumns layout."""
+
+@final
+class QueueReferences:
+    """One queue's recovered references as columns, in store order."""
+
+    @property
+    def message_ids(self) -> array[int]:
+        """array 'Q'."""
+    @property
+    def delivery_counts(self) -> array[int]:
+        """array 'I': the last persisted count of each reference."""
+    @property
+    def scheduled_times(self) -> array[int]:
+        """array 'Q': epoch ms, 0 for "deliver now"."""
+    @property
+    def ascending(self) -> bool:
+        """The message ids rise."""
+    @property
+    def timed(self) -> bool:
+        """Some reference has a scheduled time or its message an expiration."""
+    @property
+    def shared(self) -> bool:
+        """Some message has a live reference on another queue too."""
+    def __len__(self) -> int: ...
+
+@final
+class MessageRecovery:
+    """What ``recover_messages`` found; ``complete`` False: read the records one by one instead."""
+
+    @property
+    def complete(self) -> bool: ...
+    @property
+    def max_record_id(self) -> int: ...
+    @property
+    def bodies(self) -> dict[int, bytes]:
+        """Message id -> its ADD_MESSAGE body, for the messages with a live reference."""
+    @property
+    def message_queues(self) -> dict[int, set[int]]:
+        """Message id -> the queue ids of its live references."""
+    @property
+    def references(self) -> dict[int, QueueReferences]:
+        """Queue id -> its recovered references (every queue given, in their order)."""
+    @property
+    def unreferenced(self) -> list[int]:
+        """Message ids without a live reference, in store order."""
+
+def recover_messages(records: Mapping[int, Any], known_queues: Iterable[int], now_ms: int) -> MessageRecovery:
+    """The message store's recovery of its message journal's live records (id -> RecordInfo) in one
+    pass: the live references per queue as columns; incomplete when a record needs record_format's
+    own reading (an odd record, a rejected body, a reference to a queue not given)."""
+
+def decode_message_fields(message_id: int, body: bytes, path: Any = None
+                          ) -> tuple[str, bytes, dict[str, Any], bool, int, str | None]:
+    """(address, body, properties, durable, expiration, routing_type) of one ADD_MESSAGE body, as
+    record_format.decode_message reads them (its CorruptRecordError for a body it rejects)."""

@@ -72,6 +72,9 @@ class RecordWriter:
         Raises ``UnknownRecordError`` if the message is not live, ``DuplicateRecordError`` if the
         reference is tracked already.
         """
+    def add_references(self, queue_id: int, message_ids: Iterable[int], persisted_counts: Iterable[int]) -> None:
+        """``add_reference`` for many messages of one queue (recovery): uint64 ids and uint32 counts
+        (arrays 'Q' and 'I'); stops at the first reference ``add_reference`` refuses, with its error."""
     def remove_reference(self, queue_id: int, message_id: int) -> bool:
         """Stop tracking a reference; False if it was not tracked."""
     def has_reference(self, queue_id: int, message_id: int) -> bool: ...

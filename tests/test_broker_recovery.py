@@ -114,6 +114,39 @@ def test_close_and_reopen_restores_queues_messages_counts_and_schedules(tmp_path
     broker.close()
 
 
+def test_a_queue_of_plain_recovered_messages_is_made_when_first_used_and_behaves_the_same(tmp_path):
+    broker = Broker(tmp_path / "b", store_options=SMALL)
+    broker.create_queue("plain")
+    broker.create_queue("other")
+    for index in range(5):
+        broker.send("plain", b"p%d" % index, properties={"i": index} if index % 2 else None)
+    broker.send("other", b"o")
+    consumer = broker.create_consumer("plain")
+    consumer.rollback(consumer.receive(0))              # p0: delivery count 1, back at the head
+    broker.close()
+
+    broker = Broker(tmp_path / "b", store_options=SMALL)
+    plain = broker._post_office.queues["plain"]
+    assert plain._restore is not None                   # nothing made yet: the references wait as columns
+    assert broker.queue("plain").message_count == 5
+    broker.send("plain", b"new")                        # after the recovered ones
+    assert plain._restore is None
+    assert [m.body for m in broker.browse("plain")] == [b"p0", b"p1", b"p2", b"p3", b"p4", b"new"]
+    consumer = broker.create_consumer("plain")
+    received = list(iter(lambda: consumer.receive(0), None))
+    assert [(m.body, dict(m.properties), m.delivery_count, m.redelivered) for m in received] == [
+        (b"p0", {}, 2, True), (b"p1", {"i": 1}, 1, False), (b"p2", {}, 1, False), (b"p3", {"i": 3}, 1, False),
+        (b"p4", {}, 1, False), (b"new", {}, 1, False)]
+    for message in received[:3]:
+        consumer.ack(message)
+    broker.close()
+
+    broker = Broker(tmp_path / "b", store_options=SMALL)
+    assert [m.body for m in broker.browse("plain")] == [b"p3", b"p4", b"new"]
+    assert [m.body for m in broker.browse("other")] == [b"o"]
+    broker.close()
+
+
 def test_a_scheduled_time_that_passed_while_closed_is_deliverable_at_once(tmp_path):
     broker = Broker(tmp_path / "b", clock=ManualClock(NOW), store_options=SMALL)
     broker.address_settings.add("q", AddressSettings(redelivery_delay=60_000))

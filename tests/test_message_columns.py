@@ -159,3 +159,103 @@ def test_inconsistent_columns_are_refused():
             decode(kinds, types, offsets, bodies, 0, 2)
         with pytest.raises(ValueError, match="outside"):
             decode(kinds, types, offsets, bodies[:3], 0, 1)
+
+
+# ----- recovery: recover_messages and decode_message_fields ---------------------------------------------
+
+from journal_engine._twin.replay import RecordInfo  # noqa: E402  (the records load() gives, as the twin makes them)
+
+QUEUE_IDS = st.integers(1, 4)
+updates = st.one_of(
+    st.tuples(st.just(RecordType.ADD_REF), QUEUE_IDS.map(fmt.encode_queue_id)),
+    st.tuples(st.just(RecordType.ACKNOWLEDGE_REF), QUEUE_IDS.map(fmt.encode_queue_id)),
+    st.tuples(st.just(RecordType.UPDATE_DELIVERY_COUNT), st.builds(fmt.encode_delivery_count, QUEUE_IDS,
+                                                                   st.integers(0, fmt.U32_MAX))),
+    st.tuples(st.just(RecordType.SET_SCHEDULED_DELIVERY_TIME), st.builds(fmt.encode_scheduled_time, QUEUE_IDS,
+                                                                         st.integers(0, 2_000))),
+)
+plain_messages = st.builds(lambda address, body, expiration, routing: fmt.encode_message(
+    address, body, expiration=expiration, routing_type=routing), texts, st.binary(max_size=16),
+    st.sampled_from([0, 0, 0, 5]), st.sampled_from(list(fmt.ROUTING_TYPES)))
+
+
+@st.composite
+def message_records(draw):
+    """A message journal's live records: mostly well-formed messages whose references come and go;
+    now and then an odd one (another record type, a damaged body or update)."""
+    out = {}
+    for message_id in draw(st.lists(st.integers(0, 60), unique=True, max_size=8)):
+        record_type, body = RecordType.ADD_MESSAGE, draw(plain_messages | messages)
+        rows = draw(st.lists(updates, max_size=6))
+        odd = draw(st.sampled_from(["none"] * 8 + ["type", "body", "update"]))
+        if odd == "type":
+            record_type = RecordType.QUEUE_BINDING_RECORD
+        elif odd == "body":
+            record_type, body = draw(damaged(st.just((record_type, body))))
+        elif odd == "update" and rows:
+            rows[0] = draw(damaged(st.just(rows[0])))
+        out[message_id] = RecordInfo(message_id, record_type, body, rows)
+    return out
+
+
+def recovery_of(recovery) -> dict:
+    if not recovery.complete:
+        return {"complete": False}
+    return {"complete": True, "max": recovery.max_record_id, "bodies": recovery.bodies,
+            "queues": recovery.message_queues, "unreferenced": recovery.unreferenced,
+            "references": {queue_id: (list(refs.message_ids), list(refs.delivery_counts), list(refs.scheduled_times),
+                                      refs.ascending, refs.timed, refs.shared)
+                           for queue_id, refs in recovery.references.items()}}
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(message_records(), st.lists(QUEUE_IDS, unique=True), st.integers(0, 2_000))
+def test_recover_messages_compiled_equals_twin(records, known, now_ms):
+    fast = recovery_of(compiled.recover_messages(records, known, now_ms))
+    assert fast == recovery_of(twin.recover_messages(records, known, now_ms))
+    if fast["complete"]:
+        assert list(fast["references"]) == known
+        for message_id in fast["bodies"]:
+            assert fmt.decode_message(message_id, records[message_id].body)   # every message kept decodes
+
+
+def test_recover_messages_gathers_each_queues_live_references():
+    records = {
+        7: RecordInfo(7, RecordType.ADD_MESSAGE, fmt.encode_message("a", b"x"), [
+            (RecordType.ADD_REF, fmt.encode_queue_id(1)), (RecordType.ADD_REF, fmt.encode_queue_id(2)),
+            (RecordType.UPDATE_DELIVERY_COUNT, fmt.encode_delivery_count(2, 3)),
+            (RecordType.SET_SCHEDULED_DELIVERY_TIME, fmt.encode_scheduled_time(1, 500))]),
+        3: RecordInfo(3, RecordType.ADD_MESSAGE, fmt.encode_message("a", b"y", expiration=9), [
+            (RecordType.ADD_REF, fmt.encode_queue_id(2))]),
+        9: RecordInfo(9, RecordType.ADD_MESSAGE, fmt.encode_message("a", b"z"), [
+            (RecordType.ADD_REF, fmt.encode_queue_id(1)), (RecordType.ACKNOWLEDGE_REF, fmt.encode_queue_id(1))]),
+        4: RecordInfo(4, RecordType.ADD_MESSAGE, fmt.encode_message("a", b"w"), [
+            (RecordType.ADD_REF, fmt.encode_queue_id(3))]),
+    }
+    for module in (compiled, twin):
+        out = module.recover_messages(records, [1, 2, 3], 400)
+        assert out.complete and out.max_record_id == 9 and out.unreferenced == [9]
+        assert out.message_queues == {7: {1, 2}, 3: {2}, 4: {3}}
+        one, two, three = (out.references[q] for q in (1, 2, 3))
+        assert (list(one.message_ids), list(one.scheduled_times), one.timed, one.shared) == ([7], [500], True, True)
+        assert (list(two.message_ids), list(two.delivery_counts), two.ascending) == ([7, 3], [3, 0], False)
+        assert (two.timed, two.shared) == (True, True)      # message 3 expires; message 7 is on queue 1 too
+        assert (three.timed, three.shared, three.ascending) == (False, False, True)
+        assert module.recover_messages(records, [1, 2, 3], 500).references[1].scheduled_times[0] == 0   # fell due
+        assert not module.recover_messages(records, [1, 2], 400).complete       # queue 3 is not known
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(damaged(st.tuples(st.just(RecordType.ADD_MESSAGE), messages)))
+def test_decode_message_fields_reads_what_record_format_reads(record):
+    _record_type, body = record
+    try:
+        stored = fmt.decode_message(5, body, path="here")
+    except CorruptRecordError as exc:
+        for module in (compiled, twin):
+            with pytest.raises(CorruptRecordError) as raised:
+                module.decode_message_fields(5, body, "here")
+            assert str(raised.value) == str(exc)
+        return
+    fields = (stored.address, stored.body, stored.properties, stored.durable, stored.expiration, stored.routing_type)
+    assert compiled.decode_message_fields(5, body) == fields == twin.decode_message_fields(5, body)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from array import array
 
 from ..errors import CorruptRecordError
-from ..record_format import ROUTING_TYPES, RecordKind, RecordType, decode_store_body
+from ..record_format import (ROUTING_TYPES, RecordKind, RecordType, decode_delivery_count, decode_message, decode_queue_id,
+                             decode_scheduled_time, decode_store_body)
 
 #: routing type codes as the columns give them (record_format.ROUTING_TYPES; 0 is "none": a null)
 ROUTING_NAMES = {code: name for name, code in ROUTING_TYPES.items() if name is not None}
@@ -193,3 +194,103 @@ def decode_message_columns(kind, record_type, body_offsets, bodies, start: int, 
             out.decode(row - start, record_type[row], row, bytes(bodies[begin:end]))
         out.close(row - start)
     return out
+
+
+# ----- recovery: the message store's live records into per-queue columns ------------------------------
+
+class QueueReferences:
+    """One queue's recovered references as columns, in store order (see the compiled module)."""
+
+    __slots__ = ("message_ids", "delivery_counts", "scheduled_times", "ascending", "timed", "shared")
+
+    def __init__(self) -> None:
+        self.message_ids, self.delivery_counts, self.scheduled_times = array("Q"), array("I"), array("Q")
+        self.ascending, self.timed, self.shared = True, False, False
+
+    def __len__(self) -> int:
+        return len(self.message_ids)
+
+    def __repr__(self) -> str:
+        return f"<QueueReferences: {len(self.message_ids)} references>"
+
+
+class MessageRecovery:
+    """What recover_messages found; ``complete`` False: read the records one by one instead."""
+
+    __slots__ = ("complete", "max_record_id", "bodies", "message_queues", "references", "unreferenced")
+
+    def __init__(self) -> None:
+        self.complete, self.max_record_id = False, 0
+        self.bodies, self.message_queues, self.references, self.unreferenced = {}, {}, {}, []
+
+
+def _live_references(message_id: int, updates) -> dict | None:
+    """queue id -> [count, scheduled ms] of the live references, or None for anything load reports."""
+    live: dict[int, list] = {}
+    for user_type, body in updates:
+        if not isinstance(body, bytes):
+            return None
+        if user_type in _QUEUE_ID_TYPES:
+            queue_id = decode_queue_id(body, message_id=message_id, record_type=user_type)
+            if user_type == RecordType.ADD_REF:
+                if queue_id in live:
+                    return None
+                live[queue_id] = [0, 0]
+            elif live.pop(queue_id, None) is None:
+                return None
+        elif user_type == RecordType.UPDATE_DELIVERY_COUNT:
+            queue_id, count = decode_delivery_count(body, message_id=message_id)
+            if queue_id not in live:
+                return None
+            live[queue_id][0] = count
+        elif user_type == RecordType.SET_SCHEDULED_DELIVERY_TIME:
+            queue_id, scheduled_ms = decode_scheduled_time(body, message_id=message_id)
+            if queue_id not in live:
+                return None
+            live[queue_id][1] = scheduled_ms
+        else:
+            return None
+    return live
+
+
+def recover_messages(records, known_queues, now_ms: int) -> MessageRecovery:
+    """The message store's recovery of its message journal's live records (see the compiled module)."""
+    out = MessageRecovery()
+    gathered = {queue_id: QueueReferences() for queue_id in known_queues}
+    max_id = 0
+    try:
+        for rec in records.values():
+            message_id = rec.record_id
+            max_id = max(max_id, message_id)
+            if rec.record_type != RecordType.ADD_MESSAGE or not isinstance(rec.body, bytes):
+                return out
+            expiration = decode_message(message_id, rec.body).expiration
+            live = _live_references(message_id, rec.updates)
+            if live is None or any(queue_id not in gathered for queue_id in live):
+                return out
+            if not live:
+                out.unreferenced.append(message_id)
+                continue
+            for queue_id, (count, scheduled_ms) in live.items():
+                if scheduled_ms and scheduled_ms <= now_ms:
+                    scheduled_ms = 0        # it fell due while the store was closed: deliver now
+                refs = gathered[queue_id]
+                if refs.message_ids and message_id < refs.message_ids[-1]:
+                    refs.ascending = False
+                refs.timed = refs.timed or bool(scheduled_ms or expiration)
+                refs.shared = refs.shared or len(live) > 1
+                refs.message_ids.append(message_id)
+                refs.delivery_counts.append(count)
+                refs.scheduled_times.append(scheduled_ms)
+            out.bodies[message_id] = rec.body
+            out.message_queues[message_id] = set(live)
+    except CorruptRecordError:
+        return out
+    out.references, out.max_record_id, out.complete = gathered, max_id, True
+    return out
+
+
+def decode_message_fields(message_id: int, body, path=None) -> tuple:
+    """(address, body, properties, durable, expiration, routing_type) of one ADD_MESSAGE body."""
+    stored = decode_message(message_id, bytes(body), path=path)
+    return stored.address, stored.body, stored.properties, stored.durable, stored.expiration, stored.routing_type

@@ -75,6 +75,15 @@ class RecordWriter:
         self._shadow_reused(key)
         self._persisted[key] = persisted_count
 
+    def add_references(self, queue_id: int, message_ids, persisted_counts) -> None:
+        """add_reference for many messages of one queue (recovery), in order; stops at the first
+        reference add_reference refuses, with its error."""
+        messages, counts = u64_array(message_ids, "message_ids"), u32_array(persisted_counts, "persisted_counts")
+        if len(counts) != len(messages):
+            raise ValueError(f"{len(messages)} message ids and {len(counts)} persisted counts")
+        for message_id, count in zip(messages, counts):
+            self.add_reference(queue_id, message_id, count)
+
     def remove_reference(self, queue_id: int, message_id: int) -> bool:
         """Stop tracking a reference (acknowledged or its message deleted); False if it was unknown."""
         return self._persisted.pop((queue_id, message_id), None) is not None

@@ -10,14 +10,16 @@ its condition variable).
 """
 from __future__ import annotations
 
+import gc
 import sys
 import threading
-from operator import length_hint
+from functools import partial
+from operator import itemgetter, length_hint
 
 from ..errors import QueueExistsError
-from ..store.message_store import MessageStore
+from ..store.message_store import MessageStore, RecoveredReferences
 from .address_settings import AddressSettingsRepository
-from .message import MESSAGE_ID_PROPERTY, MessageData
+from .message import MESSAGE_ID_PROPERTY, MessageData, RecoveredMessageData
 from .queue import DONE, KILLED, NORMAL, READY, AddressState, QueueState, Reference
 from .timers import DeliveryTimers
 
@@ -95,6 +97,13 @@ class PostOffice:
         datas: dict[int, MessageData] = {}
         for queue_id, references in state.references.items():
             queue = self.queues_by_id[queue_id]
+            columns = references.columns if isinstance(references, RecoveredReferences) else None
+            if columns is not None and not columns.timed and not columns.shared:
+                # every reference ready, its message on no other queue: made when the queue is first used
+                queue.count += len(columns)
+                queue.messages_added += len(columns)
+                queue.restore_later(partial(self._recovered_references, queue, columns, state.messages))
+                continue
             for recovered in sorted(references, key=lambda r: r.message_id):
                 data = datas.get(recovered.message_id)
                 if data is None:
@@ -116,6 +125,21 @@ class PostOffice:
                     queue.ready.append(ref)
                     if data.expiration:
                         timers.watch_expiry(ref)
+
+    @staticmethod
+    def _recovered_references(queue: QueueState, columns, messages) -> list[Reference]:
+        """The References of a queue's recovered columns, in message order (as load sorts them)."""
+        pairs = zip(columns.message_ids, columns.delivery_counts)
+        if not columns.ascending:
+            pairs = sorted(pairs, key=itemgetter(0))
+        collecting = gc.isenabled()
+        gc.disable()        # two objects a message, none of them garbage: no collection pass over the heap between them
+        try:
+            return [Reference(RecoveredMessageData(message_id, 1, messages), queue, count)
+                    for message_id, count in pairs]
+        finally:
+            if collecting:
+                gc.enable()
 
     def _bind(self, queue: QueueState) -> None:
         self.queues[queue.name] = queue

@@ -63,7 +63,7 @@ class QueueState:
     __slots__ = ("name", "queue_id", "address", "routing_type", "filter", "selector", "needs_headers", "durable",
                  "auto_created", "ready", "count", "scheduled", "delivering", "consumers", "waiters", "condition",
                  "messages_added", "messages_acknowledged", "messages_killed", "messages_expired",
-                 "messages_dropped", "pending_sends", "deleted", "id_list", "qpid_policy")
+                 "messages_dropped", "pending_sends", "deleted", "id_list", "qpid_policy", "_restore")
 
     def __init__(self, name: str, queue_id: int, address: str, routing_type: str, filter: str | None,
                  durable: bool, lock: threading.Lock, *, auto_created: bool = False) -> None:
@@ -92,6 +92,23 @@ class QueueState:
         self.deleted = False
         self.id_list = [queue_id]       # what the store's send call takes for this queue alone
         self.qpid_policy = None         # a qpid.QpidQueuePolicy: Qpid's maximum delivery count and DLQ rule
+        self._restore = None            # recovered references not made yet (see restore_later)
+
+    def restore_later(self, make_references) -> None:
+        """Recovery: ``make_references()`` (the READY References, in order) makes the ready deque
+        when something first uses it, so a recovered queue costs no object per message until then.
+        Until that moment ``ready`` is unset; __getattr__ makes it."""
+        del self.ready
+        self._restore = make_references
+
+    def __getattr__(self, name: str):
+        # reached only for an unset slot: ``ready`` of a queue whose recovered references wait
+        restore = self._restore
+        if name != "ready" or restore is None:
+            raise AttributeError(name)
+        self._restore = None
+        self.ready = ready = deque(restore())
+        return ready
 
     def set_qpid_policy(self, policy) -> None:
         """Qpid's maximum delivery count and DLQ rule for this queue (a qpid.QpidQueuePolicy, or None)."""

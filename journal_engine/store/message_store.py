@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .. import _impl
@@ -27,8 +28,9 @@ from ..errors import (ConfigError, CorruptRecordError, DuplicateRecordError, Jou
 from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, COMPACT_MIN_FILES_DEFAULT,
                       COMPACT_PERCENTAGE_DEFAULT, FILE_SIZE_DEFAULT_BYTES, MAX_REDELIVERY_RECORDS_DEFAULT,
                       MIN_FILES_DEFAULT, SYNC_MODE_DEFAULT, check_max_redelivery_records)
-from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordKind, RecordType, StoredQueue, decode_delivery_count,
-                             decode_message, decode_queue, decode_queue_id, decode_scheduled_time, encode_message,
+from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordKind, RecordType, StoredMessage, StoredQueue,
+                             decode_delivery_count, decode_message, decode_queue, decode_queue_id, decode_scheduled_time,
+                             encode_message,
                              encode_plain_message, encode_queue, encode_queue_id, encode_scheduled_time)
 from ..storage.journal import Journal
 from .delivery_shadow import FILE_NAME as SHADOW_FILE_NAME
@@ -76,6 +78,70 @@ class RecoveredState:
     max_message_id: int = 0
     max_queue_id: int = 0
     counts_from_shadow: int = 0         # delivery counts a killed strict-mode process left in its shadow
+
+
+class RecoveredMessages(Mapping):
+    """``RecoveredState.messages`` of a compiled recovery: message id -> StoredMessage, each decoded
+    from the body the mapping holds when it is looked at (a recovered message costs no Python object
+    until the broker first needs it). Read-only."""
+
+    __slots__ = ("_bodies", "_path")
+
+    def __init__(self, bodies: dict, path) -> None:
+        self._bodies = bodies           # message id -> its ADD_MESSAGE body (checked at load)
+        self._path = path
+
+    def __getitem__(self, message_id: int) -> StoredMessage:
+        return StoredMessage(message_id, *self.fields(message_id))
+
+    def fields(self, message_id: int) -> tuple:
+        """(address, body, properties, durable, expiration, routing_type) of a message: its
+        StoredMessage's fields without the object (the broker's first use of a recovered message)."""
+        return _impl.decode_message_fields(message_id, self._bodies[message_id], self._path)
+
+    def __contains__(self, message_id) -> bool:
+        return message_id in self._bodies
+
+    def __iter__(self):
+        return iter(self._bodies)
+
+    def __len__(self) -> int:
+        return len(self._bodies)
+
+    def __repr__(self) -> str:
+        return f"<RecoveredMessages: {len(self._bodies)} messages>"
+
+
+class RecoveredReferences(Sequence):
+    """``RecoveredState.references[queue_id]`` of a compiled recovery: the queue's references in
+    store order, held as columns (``columns``: message ids, delivery counts, scheduled times, and
+    whether the ids rise, any is timed, any message is on another queue too); a RecoveredReference
+    is made when one is looked at. Equal to a list of the same RecoveredReferences."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns) -> None:
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(self.columns.message_ids)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        columns = self.columns
+        return RecoveredReference(columns.message_ids[index], columns.delivery_counts[index],
+                                  columns.scheduled_times[index])
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (list, tuple, RecoveredReferences)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None     # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 def _wall_clock_ms() -> int:
@@ -269,13 +335,63 @@ class MessageStore:
         if loaded.prepared:
             state.anomalies.append(f"{len(loaded.prepared)} prepared transactions in the message journal; "
                                    "the store writes none; left as they are")
-        restored = []          # (queue id, message id, count)
-        unreferenced = []
         shadow_path = os.path.join(self.directory, SHADOW_FILE_NAME)
         this_boot = shadow_boot_id()
         shadow_counts = read_shadow_counts(shadow_path, this_boot) if this_boot is not None else {}
+        recovery = None if shadow_counts else _impl.recover_messages(loaded.records, state.queues, now)
+        if recovery is not None and recovery.complete:
+            # the common case in one compiled pass: references as columns, messages decoded when read
+            restored, unreferenced, from_shadow = [], recovery.unreferenced, []
+            state.max_message_id = recovery.max_record_id
+            state.messages = RecoveredMessages(recovery.bodies, messages_path)
+            for queue_id, columns in recovery.references.items():
+                state.references[queue_id] = RecoveredReferences(columns)
+            self._message_queues = recovery.message_queues
+            restored_batches = [(queue_id, columns.message_ids, columns.delivery_counts)
+                                for queue_id, columns in recovery.references.items() if len(columns)]
+        else:
+            restored, unreferenced, from_shadow = self._load_record_by_record(state, loaded.records, now, shadow_counts,
+                                                                              skip_corrupt, messages_path)
+            restored_batches = []
+        self._queues = dict(state.queues)
+        if self.read_only:      # an inspection: what a writing load would do is reported, not done
+            self._state = "loaded"
+            state.counts_from_shadow = len(from_shadow)
+            return state
+        for queue_id, message_id, count in restored:
+            self._writer.add_reference(queue_id, message_id, count)
+        for queue_id, message_ids, counts in restored_batches:
+            self._writer.add_references(queue_id, message_ids, counts)
+        self._state = "loaded"
+        for queue_id, message_id, count in from_shadow:        # into the journal, durably, before the
+            self._writer.update_delivery_count(queue_id, message_id, count, False)     # shadow starts over
+        if from_shadow:
+            self._journal.sync()
+        state.counts_from_shadow = len(from_shadow)
+        if self.persist_delivery_count_before_delivery and not self.strict_delivery_sync and this_boot is not None:
+            try:
+                self._shadow = DeliveryShadow(shadow_path, self._journal.flush, this_boot=this_boot)
+            except OSError as exc:      # no room (StoreFullError), or no shared mappings on this file system
+                log.warning("no delivery-count shadow (%s): each dispatch writes the journal out instead", exc)
+            else:
+                self._writer.attach_shadow(self._shadow)
+        else:
+            void_shadow(shadow_path)
+        for message_id in unreferenced:
+            self._journal.delete(message_id, sync=False)
+        if unreferenced:
+            self._wait(self._journal, None)
+        state.deleted_messages = unreferenced
+        return state
+
+    def _load_record_by_record(self, state: RecoveredState, records, now: int, shadow_counts: dict,
+                               skip_corrupt: bool, messages_path) -> tuple[list, list, list]:
+        """Every message record through record_format (what the compiled pass leaves to it: odd
+        records, damaged bodies, counts from a shadow); (restored, unreferenced, from_shadow)."""
+        restored = []          # (queue id, message id, count)
+        unreferenced = []
         from_shadow = []       # (queue id, message id, count) the shadow holds and the journal does not
-        for message_id, rec in loaded.records.items():
+        for message_id, rec in records.items():
             state.max_message_id = max(state.max_message_id, message_id)
             if rec.record_type != RecordType.ADD_MESSAGE:
                 state.anomalies.append(f"message journal record {message_id} has type {rec.record_type}, "
@@ -312,34 +428,7 @@ class MessageStore:
                                            "the bindings journal does not hold; kept, not delivered")
                     state.unknown_queue_references.setdefault(queue_id, []).append(reference)
                 restored.append((queue_id, message_id, count))
-        self._queues = dict(state.queues)
-        if self.read_only:      # an inspection: what a writing load would do is reported, not done
-            self._state = "loaded"
-            state.counts_from_shadow = len(from_shadow)
-            return state
-        for queue_id, message_id, count in restored:
-            self._writer.add_reference(queue_id, message_id, count)
-        self._state = "loaded"
-        for queue_id, message_id, count in from_shadow:        # into the journal, durably, before the
-            self._writer.update_delivery_count(queue_id, message_id, count, False)     # shadow starts over
-        if from_shadow:
-            self._journal.sync()
-        state.counts_from_shadow = len(from_shadow)
-        if self.persist_delivery_count_before_delivery and not self.strict_delivery_sync and this_boot is not None:
-            try:
-                self._shadow = DeliveryShadow(shadow_path, self._journal.flush, this_boot=this_boot)
-            except OSError as exc:      # no room (StoreFullError), or no shared mappings on this file system
-                log.warning("no delivery-count shadow (%s): each dispatch writes the journal out instead", exc)
-            else:
-                self._writer.attach_shadow(self._shadow)
-        else:
-            void_shadow(shadow_path)
-        for message_id in unreferenced:
-            self._journal.delete(message_id, sync=False)
-        if unreferenced:
-            self._wait(self._journal, None)
-        state.deleted_messages = unreferenced
-        return state
+        return restored, unreferenced, from_shadow
 
     @staticmethod
     def _replay_references(message_id: int, updates, anomalies: list, path) -> dict:

@@ -23,7 +23,9 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcmp, memcpy, memmove, memset
+
+import array
 
 import journal_engine.record_format as _format
 
@@ -67,6 +69,7 @@ cdef int TAG_BYTES = _format.PropertyTag.BYTES
 
 #: routing type codes as the columns give them (record_format.ROUTING_TYPES; 0 is "none": a null)
 ROUTING_NAMES = {code: name for name, code in _format.ROUTING_TYPES.items() if name is not None}
+cdef tuple _ROUTING_NAME = tuple(ROUTING_NAMES.get(code) for code in range(ROUTING_CODE_MAX + 1))
 
 cdef Py_ssize_t TEXT_BYTES_MAX = 0x7FFFFFFF   # Arrow's string offsets are int32
 cdef const char *HEX_DIGITS = b"0123456789abcdef"
@@ -224,6 +227,108 @@ cdef struct Property:
     uint8_t tag
     const uint8_t *value      # TAG_STR / TAG_BYTES: the bytes; TAG_INT / TAG_FLOAT: the 8 bytes
     uint32_t value_size
+
+
+cdef bint _property(Property *prop, const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) noexcept nogil:
+    """Read one property at ``pos`` as record_format reads it; False when it would reject it."""
+    cdef Text text
+    if pos[0] + 2 > size:
+        return False
+    prop.key_size = _u16(body + pos[0])
+    pos[0] += 2
+    if prop.key_size > size - pos[0]:
+        return False
+    prop.key = body + pos[0]
+    pos[0] += prop.key_size
+    if not _utf8_valid(prop.key, prop.key_size) or pos[0] + 1 > size:
+        return False
+    prop.tag = body[pos[0]]
+    pos[0] += 1
+    prop.value = NULL
+    prop.value_size = 0
+    if prop.tag == TAG_NONE or prop.tag == TAG_TRUE or prop.tag == TAG_FALSE:
+        return True
+    if prop.tag == TAG_INT or prop.tag == TAG_FLOAT:
+        if pos[0] + 8 > size:
+            return False
+        prop.value = body + pos[0]
+        prop.value_size = 8
+        pos[0] += 8
+        return True
+    if prop.tag == TAG_STR:
+        text = _text(body, pos, size)
+        prop.value = text.data
+        prop.value_size = text.size
+        return text.ok
+    if prop.tag == TAG_BYTES:
+        if pos[0] + 4 > size:
+            return False
+        prop.value_size = _u32(body + pos[0])
+        if <uint64_t>prop.value_size > <uint64_t>(size - pos[0] - 4):
+            return False
+        prop.value = body + pos[0] + 4
+        pos[0] += 4 + prop.value_size
+        return True
+    return False
+
+
+cdef bint _skip_properties(const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) noexcept nogil:
+    """Read past a property map (a count, then the properties), checking it as record_format does."""
+    cdef Property prop
+    cdef uint32_t count, k
+    if pos[0] + 4 > size:
+        return False
+    count = _u32(body + pos[0])
+    pos[0] += 4
+    for k in range(count):
+        if not _property(&prop, body, pos, size):
+            return False
+    return True
+
+
+# where the fields of a message body (ADD_MESSAGE) lie
+cdef struct MessageFields:
+    int64_t expiration
+    Text address
+    Py_ssize_t body_at
+    uint32_t body_size
+    uint32_t property_count
+    Py_ssize_t properties_at        # the first property, after the count
+
+
+cdef bint _message_fields(const uint8_t *body, Py_ssize_t size, MessageFields *fields) noexcept nogil:
+    """Check a message body as record_format.decode_message does and say where its fields lie;
+    False when decode_message would reject it."""
+    cdef Py_ssize_t pos = MESSAGE_HEAD_BYTES
+    cdef uint32_t k
+    cdef Property prop
+    if size < MESSAGE_HEAD_BYTES or body[0] != MESSAGE_VERSION or body[2] > ROUTING_CODE_MAX:
+        return False
+    if body[1] & ~FLAG_DURABLE:
+        return False
+    fields.expiration = <int64_t>_u64(body + 4)
+    if fields.expiration < 0:
+        return False
+    fields.address = _text(body, &pos, size)
+    if not fields.address.ok or pos + 4 > size:
+        return False
+    fields.body_size = _u32(body + pos)
+    if <uint64_t>fields.body_size > <uint64_t>(size - pos - 4):
+        return False
+    fields.body_at = pos + 4
+    pos += 4 + fields.body_size
+    if pos + 4 > size:
+        return False
+    fields.property_count = _u32(body + pos)
+    pos += 4
+    fields.properties_at = pos
+    # each property takes at least 3 bytes (name length, tag): a count past that is a damaged body
+    if <uint64_t>fields.property_count * 3 > <uint64_t>(size - pos):
+        return False
+    for k in range(fields.property_count):
+        if not _property(&prop, body, &pos, size):
+            return False
+    return pos == size
 
 
 @cython.final
@@ -396,7 +501,7 @@ cdef class _Decoder:
         filter_text = _text(body, &pos, size)
         if not filter_text.ok:
             return False
-        if body[0] == QUEUE_WITH_ARGUMENTS_VERSION and not self.skip_properties(body, &pos, size):
+        if body[0] == QUEUE_WITH_ARGUMENTS_VERSION and not _skip_properties(body, &pos, size):
             return False        # the queue-declare arguments: checked as record_format reads them, not a column
         if pos != size:
             return False
@@ -409,45 +514,22 @@ cdef class _Decoder:
         return True
 
     cdef bint message(self, Py_ssize_t i, const uint8_t *body, Py_ssize_t size) except -1:
-        cdef Py_ssize_t pos = MESSAGE_HEAD_BYTES, count_at, k
-        cdef Text address
-        cdef uint32_t body_size, count, n
-        cdef int64_t expiration
+        cdef MessageFields fields
+        cdef Py_ssize_t pos, k
         cdef Property *prop
-        if size < MESSAGE_HEAD_BYTES or body[0] != MESSAGE_VERSION or body[2] > ROUTING_CODE_MAX:
+        if not _message_fields(body, size, &fields):
             return False
-        if body[1] & ~FLAG_DURABLE:
-            return False
-        expiration = <int64_t>_u64(body + 4)
-        if expiration < 0:
-            return False
-        address = _text(body, &pos, size)
-        if not address.ok or pos + 4 > size:
-            return False
-        body_size = _u32(body + pos)
-        if <uint64_t>body_size > <uint64_t>(size - pos - 4):
-            return False
-        pos += 4 + body_size
-        if pos + 4 > size:
-            return False
-        count = _u32(body + pos)
-        pos += 4
-        # each property takes at least 3 bytes (name length, tag): a count past that is a damaged body
-        if <uint64_t>count * 3 > <uint64_t>(size - pos):
-            return False
-        if count > self.scratch_capacity:
-            prop = <Property *>PyMem_Realloc(self.scratch, count * sizeof(Property))
+        if fields.property_count > self.scratch_capacity:
+            prop = <Property *>PyMem_Realloc(self.scratch, fields.property_count * sizeof(Property))
             if prop == NULL:
                 raise MemoryError()
             self.scratch = prop
-            self.scratch_capacity = count
-        for k in range(count):
-            if not self.property(&self.scratch[k], body, &pos, size):
-                return False
-        if pos != size:
-            return False
+            self.scratch_capacity = fields.property_count
+        pos = fields.properties_at
+        for k in range(fields.property_count):
+            _property(&self.scratch[k], body, &pos, size)       # checked by _message_fields
         # the body is good: write the row
-        self.expiration[i] = expiration
+        self.expiration[i] = fields.expiration
         _set_bit(self.expiration_valid, i)
         if body[1] & FLAG_DURABLE:
             _set_bit(self.durable, i)
@@ -455,67 +537,13 @@ cdef class _Decoder:
         if body[2]:
             self.routing_type[i] = body[2]
             _set_bit(self.routing_type_valid, i)
-        self.message_size[i] = body_size
+        self.message_size[i] = fields.body_size
         _set_bit(self.message_size_valid, i)
-        _append(&self.address_data, address.data, address.size)
+        _append(&self.address_data, fields.address.data, fields.address.size)
         _set_bit(self.address_valid, i)
         _set_bit(self.properties_valid, i)
-        self.properties(count)
+        self.properties(fields.property_count)
         return True
-
-    cdef bint skip_properties(self, const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) except -1:
-        """Read past a property map (a count, then the properties), checking it as record_format does."""
-        cdef Property prop
-        cdef uint32_t count, k
-        if pos[0] + 4 > size:
-            return False
-        count = _u32(body + pos[0])
-        pos[0] += 4
-        for k in range(count):
-            if not self.property(&prop, body, pos, size):
-                return False
-        return True
-
-    cdef bint property(self, Property *prop, const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) except -1:
-        cdef Text text
-        if pos[0] + 2 > size:
-            return False
-        prop.key_size = _u16(body + pos[0])
-        pos[0] += 2
-        if prop.key_size > size - pos[0]:
-            return False
-        prop.key = body + pos[0]
-        pos[0] += prop.key_size
-        if not _utf8_valid(prop.key, prop.key_size) or pos[0] + 1 > size:
-            return False
-        prop.tag = body[pos[0]]
-        pos[0] += 1
-        prop.value = NULL
-        prop.value_size = 0
-        if prop.tag == TAG_NONE or prop.tag == TAG_TRUE or prop.tag == TAG_FALSE:
-            return True
-        if prop.tag == TAG_INT or prop.tag == TAG_FLOAT:
-            if pos[0] + 8 > size:
-                return False
-            prop.value = body + pos[0]
-            prop.value_size = 8
-            pos[0] += 8
-            return True
-        if prop.tag == TAG_STR:
-            text = _text(body, pos, size)
-            prop.value = text.data
-            prop.value_size = text.size
-            return text.ok
-        if prop.tag == TAG_BYTES:
-            if pos[0] + 4 > size:
-                return False
-            prop.value_size = _u32(body + pos[0])
-            if <uint64_t>prop.value_size > <uint64_t>(size - pos[0] - 4):
-                return False
-            prop.value = body + pos[0] + 4
-            pos[0] += 4 + prop.value_size
-            return True
-        return False
 
     cdef int properties(self, Py_ssize_t count) except -1:
         """Append a message's properties as a dict of them would hold them: a name given twice keeps
@@ -621,3 +649,230 @@ def decode_message_columns(const unsigned char[::1] kind not None, const unsigne
                 decoder.out.rejected.append(i)
         decoder.close_row(i)
     return decoder.finish()
+
+
+# ----- recovery: the message store's live records into per-queue columns ------------------------------
+
+# a queue's recovered references while they are gathered
+cdef struct QueueGather:
+    Bytes message_ids           # uint64 per reference
+    Bytes delivery_counts       # uint32
+    Bytes scheduled_times       # uint64
+    uint64_t last_message_id
+    bint ascending
+    bint timed
+    bint shared
+
+
+# a live reference while a message's updates are replayed
+cdef struct LiveRef:
+    uint64_t queue_id
+    uint32_t delivery_count
+    uint64_t scheduled_time
+
+
+@cython.final
+cdef class QueueReferences:
+    """One queue's recovered references as columns, in store order: ``message_ids`` (array 'Q'),
+    ``delivery_counts`` ('I', the last persisted), ``scheduled_times`` ('Q', epoch ms, 0: now).
+    ``ascending``: the ids rise; ``timed``: some reference has a scheduled time or its message an
+    expiration; ``shared``: some message has a live reference on another queue too."""
+    cdef readonly object message_ids
+    cdef readonly object delivery_counts
+    cdef readonly object scheduled_times
+    cdef readonly bint ascending
+    cdef readonly bint timed
+    cdef readonly bint shared
+
+    def __len__(self):
+        return len(self.message_ids)
+
+    def __repr__(self):
+        return f"<QueueReferences: {len(self.message_ids)} references>"
+
+
+@cython.final
+cdef class MessageRecovery:
+    """What ``recover_messages`` found. ``complete`` False: some record needs record_format's own
+    reading (an odd record, a body it rejects, a reference to a queue not given), and nothing else
+    is filled in; the caller reads the records one by one instead."""
+    cdef readonly bint complete
+    cdef readonly object max_record_id
+    cdef readonly dict bodies               # message id -> its ADD_MESSAGE body, for messages with a live reference
+    cdef readonly dict message_queues       # message id -> set of the queue ids of its live references
+    cdef readonly dict references           # queue id -> QueueReferences
+    cdef readonly list unreferenced         # message ids without a live reference, in store order
+
+
+cdef inline int _put_u64(Bytes *buf, uint64_t value) except -1:
+    return _append(buf, &value, 8)
+
+
+cdef object _column(Bytes *buf, str typecode):
+    """A finished column as an array (its bytes copied once; the buffer freed)."""
+    column = array.array(typecode)
+    if buf.size:
+        column.frombytes(_take(buf))
+    else:
+        _take(buf)
+    return column
+
+
+def recover_messages(records, known_queues, long long now_ms):
+    """The message store's recovery of its message journal's live ``records`` (a mapping of record
+    id -> RecordInfo), in one pass without a Python object per reference.
+
+    ``known_queues``: the queue ids of the bindings journal, in its order. For every message it
+    replays the references (ADD_REF, ACKNOWLEDGE_REF, delivery counts, scheduled times) as
+    MessageStore.load does and gathers the live ones per queue; a scheduled time at or before
+    ``now_ms`` becomes 0. Any record that load would report or reject makes the result incomplete.
+    """
+    cdef MessageRecovery out = MessageRecovery.__new__(MessageRecovery)
+    cdef dict queue_index = {}
+    cdef Py_ssize_t queues = 0, q, k, n_live, live_capacity = 0, j
+    cdef QueueGather *gather = NULL
+    cdef LiveRef *live = NULL
+    cdef LiveRef *grown
+    cdef MessageFields fields
+    cdef uint64_t message_id, queue_id, max_id = 0
+    cdef const uint8_t *p
+    cdef Py_ssize_t size
+    cdef int user_type
+    cdef bint any_record = False
+    cdef object body, update_body
+    cdef set queue_set
+    cdef QueueReferences refs
+    out.complete = False
+    out.bodies = {}
+    out.message_queues = {}
+    out.references = {}
+    out.unreferenced = []
+    out.max_record_id = 0
+    for queue_key in known_queues:
+        queue_index[queue_key] = len(queue_index)
+    queues = len(queue_index)
+    gather = <QueueGather *>PyMem_Malloc(max(queues, 1) * sizeof(QueueGather))
+    if gather == NULL:
+        raise MemoryError()
+    memset(gather, 0, max(queues, 1) * sizeof(QueueGather))
+    for q in range(queues):
+        gather[q].ascending = True
+    try:
+        for rec in records.values():
+            message_id = rec.record_id
+            if not any_record or message_id > max_id:
+                max_id = message_id
+                any_record = True
+            if rec.record_type != TYPE_ADD_MESSAGE:
+                return out
+            body = rec.body
+            if not isinstance(body, bytes):
+                return out
+            if not _message_fields(<const uint8_t *>PyBytes_AS_STRING(body), len(body), &fields):
+                return out
+            n_live = 0
+            for user_type, update_body in rec.updates:
+                if not isinstance(update_body, bytes):
+                    return out
+                p = <const uint8_t *>PyBytes_AS_STRING(update_body)
+                size = len(update_body)
+                if user_type == TYPE_ADD_REF or user_type == TYPE_ACKNOWLEDGE_REF:
+                    if size != QUEUE_ID_BYTES:
+                        return out
+                elif user_type == TYPE_DELIVERY_COUNT:
+                    if size != DELIVERY_COUNT_BYTES:
+                        return out
+                elif user_type == TYPE_SCHEDULED_TIME:
+                    if size != SCHEDULED_TIME_BYTES:
+                        return out
+                else:
+                    return out
+                queue_id = _u64(p)
+                k = -1
+                for j in range(n_live):
+                    if live[j].queue_id == queue_id:
+                        k = j
+                        break
+                if user_type == TYPE_ADD_REF:
+                    if k >= 0:
+                        return out          # a second ADD_REF: an anomaly load reports
+                    if n_live == live_capacity:
+                        live_capacity = max(8, 2 * live_capacity)
+                        grown = <LiveRef *>PyMem_Realloc(live, live_capacity * sizeof(LiveRef))
+                        if grown == NULL:
+                            raise MemoryError()
+                        live = grown
+                    live[n_live].queue_id = queue_id
+                    live[n_live].delivery_count = 0
+                    live[n_live].scheduled_time = 0
+                    n_live += 1
+                elif k < 0:
+                    return out              # an update of a reference that is not live: an anomaly
+                elif user_type == TYPE_ACKNOWLEDGE_REF:
+                    memmove(&live[k], &live[k + 1], (n_live - k - 1) * sizeof(LiveRef))
+                    n_live -= 1
+                elif user_type == TYPE_DELIVERY_COUNT:
+                    live[k].delivery_count = _u32(p + 8)     # the last record in journal order wins
+                else:
+                    live[k].scheduled_time = _u64(p + 8)
+            if n_live == 0:
+                out.unreferenced.append(message_id)
+                continue
+            for j in range(n_live):
+                if live[j].queue_id not in queue_index:
+                    return out              # a queue the bindings journal does not hold: an anomaly
+            queue_set = set()
+            for j in range(n_live):
+                q = queue_index[live[j].queue_id]
+                queue_set.add(live[j].queue_id)
+                if live[j].scheduled_time and now_ms >= 0 and live[j].scheduled_time <= <uint64_t>now_ms:
+                    live[j].scheduled_time = 0      # it fell due while the store was closed: deliver now
+                if gather[q].message_ids.size and message_id < gather[q].last_message_id:
+                    gather[q].ascending = False
+                gather[q].last_message_id = message_id
+                if live[j].scheduled_time or fields.expiration:
+                    gather[q].timed = True
+                if n_live > 1:
+                    gather[q].shared = True
+                _put_u64(&gather[q].message_ids, message_id)
+                _append(&gather[q].delivery_counts, &live[j].delivery_count, 4)
+                _put_u64(&gather[q].scheduled_times, live[j].scheduled_time)
+            out.bodies[message_id] = body
+            out.message_queues[message_id] = queue_set
+        for queue_key, q in queue_index.items():
+            refs = QueueReferences.__new__(QueueReferences)
+            refs.message_ids = _column(&gather[q].message_ids, "Q")
+            refs.delivery_counts = _column(&gather[q].delivery_counts, "I")
+            refs.scheduled_times = _column(&gather[q].scheduled_times, "Q")
+            refs.ascending = gather[q].ascending
+            refs.timed = gather[q].timed
+            refs.shared = gather[q].shared
+            out.references[queue_key] = refs
+        out.max_record_id = max_id
+        out.complete = True
+        return out
+    finally:
+        for q in range(queues):
+            PyMem_Free(gather[q].message_ids.data)
+            PyMem_Free(gather[q].delivery_counts.data)
+            PyMem_Free(gather[q].scheduled_times.data)
+        PyMem_Free(gather)
+        PyMem_Free(live)
+
+
+def decode_message_fields(message_id, body, path=None):
+    """(address, body, properties, durable, expiration, routing_type) of one ADD_MESSAGE body, as
+    record_format.decode_message reads them: in C for a message without properties (record_format
+    reads the others, and gives the error of a body it rejects)."""
+    cdef MessageFields fields
+    cdef const uint8_t *p
+    if type(body) is not bytes:
+        body = bytes(body)
+    p = <const uint8_t *>PyBytes_AS_STRING(body)
+    if not _message_fields(p, len(body), &fields) or fields.property_count:
+        stored = _format.decode_message(message_id, body, path=path)
+        return (stored.address, stored.body, stored.properties, stored.durable, stored.expiration,
+                stored.routing_type)
+    return ((<const char *>fields.address.data)[:fields.address.size].decode("utf-8"),
+            PyBytes_FromStringAndSize(<const char *>p + fields.body_at, fields.body_size), {},
+            bool(p[1] & FLAG_DURABLE), fields.expiration, _ROUTING_NAME[p[2]])

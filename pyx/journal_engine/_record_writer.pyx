@@ -252,6 +252,22 @@ cdef class RecordWriter:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
         self._track(queue_id, message_id, persisted_count)
 
+    def add_references(self, unsigned long long queue_id, message_ids, persisted_counts):
+        """add_reference for many messages of one queue (recovery): ``message_ids`` and
+        ``persisted_counts`` are buffers of uint64 and uint32 (arrays 'Q' and 'I'). Stops at the
+        first reference add_reference would refuse, with its error; the ones before it are tracked."""
+        cdef const uint64_t[::1] messages = u64_array(message_ids, "message_ids")
+        cdef const uint32_t[::1] counts = u32_array(persisted_counts, "persisted_counts")
+        cdef Py_ssize_t i, n = messages.shape[0]
+        if counts.shape[0] != n:
+            raise ValueError(f"{n} message ids and {counts.shape[0]} persisted counts")
+        for i in range(n):
+            if not self._is_live(messages[i]):
+                raise UnknownRecordError.of_message(messages[i])
+            if self._find(queue_id, messages[i]) != NULL:
+                raise DuplicateRecordError(f"message {messages[i]} already has a live reference on queue {queue_id}")
+            self._track(queue_id, messages[i], counts[i])
+
     cdef int _track(self, uint64_t queue_id, uint64_t message_id, uint32_t persisted) except -1:
         """Add a reference to the table (the caller checked that it is not there)."""
         self._shadow_reused(queue_id, message_id)       # may let other threads in: before the room check
