@@ -144,3 +144,7 @@ def decode_message_fields(message_id: int, body: bytes, path: Any = None
                           ) -> tuple[str, bytes, dict[str, Any], bool, int, str | None]:
     """(address, body, properties, durable, expiration, routing_type) of one ADD_MESSAGE body, as
     record_format.decode_message reads them (its CorruptRecordError for a body it rejects)."""
+
+def decode_messages_fields(bodies: dict[int, bytes], message_ids: Iterable[int], path: Any = None
+                           ) -> list[tuple[str, bytes, dict[str, Any], bool, int, str | None]]:
+    """``decode_message_fields`` of many messages (each body from ``bodies``), in the order of ``message_ids``."""

@@ -294,3 +294,9 @@ def decode_message_fields(message_id: int, body, path=None) -> tuple:
     """(address, body, properties, durable, expiration, routing_type) of one ADD_MESSAGE body."""
     stored = decode_message(message_id, bytes(body), path=path)
     return stored.address, stored.body, stored.properties, stored.durable, stored.expiration, stored.routing_type
+
+
+def decode_messages_fields(bodies: dict, message_ids, path=None) -> list[tuple]:
+    """decode_message_fields of many messages at once, in the order of ``message_ids``."""
+    return [decode_message_fields(message_id, bodies[message_id], path) for message_id in message_ids]
+

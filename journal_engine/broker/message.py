@@ -11,7 +11,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["Message", "MessageData", "RecoveredMessageData", "HEADER_NAMES", "MESSAGE_ID_PROPERTY", "delivery_of"]
+__all__ = ["Message", "MessageData", "HEADER_NAMES", "MESSAGE_ID_PROPERTY", "delivery_of"]
 
 #: Header fields a queue filter can name besides the message's properties (Artemis's filter names).
 HEADER_NAMES = frozenset({"AMQAddress", "AMQDurable", "AMQExpiration", "AMQSize", "AMQMessageID"})
@@ -77,42 +77,6 @@ class MessageData:
 
     def __repr__(self) -> str:
         return f"MessageData(id={self.message_id}, address={self.address!r}, durable={self.durable})"
-
-
-class RecoveredMessageData(MessageData):
-    """A message recovered from the store, its content read the first time any of it is used from
-    the store's recovered messages (``fields(message_id)``: address, body, properties, durable,
-    expiration, routing type): a queue of a million recovered messages costs no decoding until they
-    are delivered or browsed. ``message_id`` and ``durable_refs`` are known at once."""
-
-    __slots__ = ("_recovered",)
-
-    def __init__(self, message_id: int, durable_refs: int, recovered) -> None:   # noqa: super not called
-        self.message_id = message_id
-        self.durable_refs = durable_refs
-        self._view = None
-        self._recovered = recovered
-
-    def __getattr__(self, name: str) -> Any:
-        # only reached for a slot not set yet: the content, before its first use
-        recovered = self._recovered
-        if recovered is None or name not in _CONTENT:
-            raise AttributeError(name)
-        self._recovered = None
-        (self.address, self.body, properties, self.durable, self.expiration,
-         self.routing_type) = recovered.fields(self.message_id)
-        if properties:
-            properties = dict(properties)
-            self.public_id = properties.pop(MESSAGE_ID_PROPERTY, self.message_id)
-            self.properties = properties or None
-        else:
-            self.public_id = self.message_id
-            self.properties = None
-        return getattr(self, name)
-
-
-#: what RecoveredMessageData reads on first use
-_CONTENT = frozenset({"address", "body", "properties", "durable", "expiration", "routing_type", "public_id"})
 
 
 class Message:

@@ -97,18 +97,10 @@ class QueueState:
     def restore_later(self, make_references) -> None:
         """Recovery: ``make_references()`` (the READY References, in order) makes the ready deque
         when something first uses it, so a recovered queue costs no object per message until then.
-        Until that moment ``ready`` is unset; __getattr__ makes it."""
+        Until that moment the queue is a _RestoringQueueState whose ``ready`` is unset."""
         del self.ready
         self._restore = make_references
-
-    def __getattr__(self, name: str):
-        # reached only for an unset slot: ``ready`` of a queue whose recovered references wait
-        restore = self._restore
-        if name != "ready" or restore is None:
-            raise AttributeError(name)
-        self._restore = None
-        self.ready = ready = deque(restore())
-        return ready
+        self.__class__ = _RestoringQueueState
 
     def set_qpid_policy(self, policy) -> None:
         """Qpid's maximum delivery count and DLQ rule for this queue (a qpid.QpidQueuePolicy, or None)."""
@@ -145,6 +137,23 @@ class QueueState:
 
     def __repr__(self) -> str:
         return f"QueueState({self.name!r}, address={self.address!r}, count={self.count})"
+
+
+class _RestoringQueueState(QueueState):
+    """A recovered queue whose references wait as columns (QueueState.restore_later): the first read
+    of ``ready`` makes them and turns the queue back into a plain QueueState, so the __getattr__ hook
+    (which slows every attribute read a little) is gone once the queue is in use."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str):
+        # reached only for an unset slot: ``ready``, before the recovered references are made
+        if name != "ready" or self._restore is None:
+            raise AttributeError(name)
+        self.ready = ready = deque(self._restore())
+        self._restore = None
+        self.__class__ = QueueState
+        return ready
 
 
 class AddressState:

@@ -99,6 +99,10 @@ class RecoveredMessages(Mapping):
         StoredMessage's fields without the object (the broker's first use of a recovered message)."""
         return _impl.decode_message_fields(message_id, self._bodies[message_id], self._path)
 
+    def fields_of(self, message_ids) -> list[tuple]:
+        """``fields`` of many messages at once, in the order of ``message_ids`` (one compiled call)."""
+        return _impl.decode_messages_fields(self._bodies, message_ids, self._path)
+
     def __contains__(self, message_id) -> bool:
         return message_id in self._bodies
 

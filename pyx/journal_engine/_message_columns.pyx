@@ -876,3 +876,10 @@ def decode_message_fields(message_id, body, path=None):
     return ((<const char *>fields.address.data)[:fields.address.size].decode("utf-8"),
             PyBytes_FromStringAndSize(<const char *>p + fields.body_at, fields.body_size), {},
             bool(p[1] & FLAG_DURABLE), fields.expiration, _ROUTING_NAME[p[2]])
+
+
+def decode_messages_fields(dict bodies not None, message_ids, path=None):
+    """decode_message_fields of many messages at once: a list of the field tuples of ``message_ids``
+    (in their order), each read from ``bodies`` (message id -> ADD_MESSAGE body)."""
+    return [decode_message_fields(message_id, bodies[message_id], path) for message_id in message_ids]
+
