@@ -258,4 +258,5 @@ def test_decode_message_fields_reads_what_record_format_reads(record):
             assert str(raised.value) == str(exc)
         return
     fields = (stored.address, stored.body, stored.properties, stored.durable, stored.expiration, stored.routing_type)
-    assert compiled.decode_message_fields(5, body) == fields == twin.decode_message_fields(5, body)
+    # repr: a NaN property equals nothing, not even itself
+    assert repr(compiled.decode_message_fields(5, body)) == repr(fields) == repr(twin.decode_message_fields(5, body))
