@@ -99,8 +99,13 @@ def split_groups(ops: list, records: dict) -> list[str]:
         later = _touched(ops[index + 1:])
         shown, missing = [], []
         for kind, record_id, _type, _size in group_members(op):
-            if record_id not in later:
-                (shown if _shows(kind, record_id, seq, records) else missing).append(record_id)
+            if record_id in later:
+                continue
+            if _shows(kind, record_id, seq, records):
+                if kind != "del":       # an absent record may be one whose own add was lost before the group
+                    shown.append(record_id)
+            else:
+                missing.append(record_id)
         if shown and missing:
             problems.append(f"the record group of call {seq} was recovered in part: records {shown} hold it, "
                             f"records {missing} do not")
