@@ -5,7 +5,7 @@ delivery count before delivering."""
 from __future__ import annotations
 
 from journal_engine.crashtest import Campaign, broker_workload
-from journal_engine.crashtest.campaign import _run_child
+from journal_engine.crashtest.children import run_child as _run_child
 
 
 def test_broker_kill_chains_keep_every_invariant(tmp_path):

@@ -48,12 +48,19 @@ def test_the_command_prints_violations_and_a_json_report(tmp_path):
     assert f"plot: {png}" in done.stdout and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_campaign_crashes_the_lmdb_store_and_reports_the_modes_it_skips(tmp_path):
+JOURNAL_ONLY = {"crash-point", "io-error", "bit-flip", "truncation", "full-disk", "broker-kill"}
+
+
+def test_the_campaign_crashes_the_lmdb_store_with_power_loss_and_libfiu_and_says_what_cannot_apply(tmp_path):
     report = Campaign(tmp_path / "scratch", size="smoke", seed=4, store="lmdb").run()
     assert report.violations == []
-    assert report.runs == {"kill": 6} and report.acknowledged > 0
-    assert set(report.skipped) == {"crash-point", "io-error", "bit-flip", "truncation", "power-loss", "libfiu",
-                                   "full-disk", "broker-kill"}
+    assert report.runs["kill"] == 6 and report.acknowledged > 0
+    assert report.runs["power-loss"] >= 15 * 2 and report.power_loss["crash_points"] == 15
+    assert set(report.not_applicable) == JOURNAL_ONLY and all(report.not_applicable.values())
+    if "libfiu" not in report.skipped:
+        assert report.runs["libfiu"] >= 10 and report.libfiu["refused_after"] > 0
+    assert set(report.runs) | set(report.skipped) == {"kill", "power-loss", "libfiu"}
+    assert {"kill", "power-loss", "libfiu", "campaign"} - set(report.skipped) <= set(report.phases)
 
 
 USER_STORE = '''
@@ -73,3 +80,28 @@ def test_the_command_crashes_a_user_store_given_by_import_path(tmp_path):
                           capture_output=True, text=True, timeout=600, check=False, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "on mystore:open_store" in done.stdout and done.stdout.strip().endswith("violations: 0")
+    assert "power loss" in done.stdout and "not applicable to this store" in done.stdout
+
+
+MAPPING_STORE = '''
+from journal_engine.store.lmdb_store import LmdbRecordStore
+
+
+def open_store(directory, sync):      # LMDB maps its lock file shared and writable
+    return LmdbRecordStore(directory, sync=sync)
+'''
+
+
+def test_power_loss_is_not_applicable_to_a_user_store_that_writes_through_a_shared_mapping(tmp_path, monkeypatch):
+    (tmp_path / "mappingstore.py").write_text(MAPPING_STORE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    campaign = Campaign(tmp_path / "scratch", size="smoke", seed=6, store="mappingstore:open_store")
+    campaign.scratch.mkdir(parents=True)
+    try:
+        for task in campaign.power_loss_tasks():
+            task.absorb(task.function(*task.args))
+    finally:
+        campaign.remove_scratch()
+    assert "power-loss" not in campaign.report.runs
+    assert "lock.mdb through a shared writable mapping" in campaign.report.not_applicable["power-loss"]

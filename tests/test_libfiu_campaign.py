@@ -75,3 +75,11 @@ def test_a_failed_write_out_at_a_file_roll_is_a_journal_error_and_stops_the_jour
     assert done.stdout.split("\n")[:2] == ["JournalFailedError True True 5", "refused"], done.stdout + done.stderr
     with Journal(tmp_path / "j", file_size=64 * 1024) as journal:
         assert journal.load().report.corrupt == []
+
+
+@needs_fiu
+def test_injected_io_errors_in_the_lmdb_store_surface_as_journal_errors_and_lose_nothing_acknowledged(tmp_path):
+    summary = fault_workload.fault_task(str(tmp_path), 0, 21, 30, store="lmdb")
+    assert summary["violations"] == []
+    assert summary["faults"] >= 30 and {"pwrite-eio", "fdatasync-eio"} <= set(summary["faults_by_kind"]), summary
+    assert summary["refused_after"] > 0 and summary["acknowledged"] > 0

@@ -200,3 +200,24 @@ def test_compiled_replay_equals_the_twins_record_for_record(tmp_path):
     assert {tx: [op[:3] + (compiled.body(op[3]),) for op in ops] for tx, (ops, *_rest) in compiled.transactions.items()} \
         == {tx: [op[:3] + (twin.body(op[3]),) for op in ops] for tx, (ops, *_rest) in twin.transactions.items()} \
         == {77: [(RecordKind.ADD_TX, 5_000, 1, b"never committed")]}
+
+
+@pytest.mark.parametrize("records, threads_wanted", [(150, False), (700, True)])
+def test_files_are_decoded_on_several_threads_only_when_there_are_enough_bytes(tmp_path, monkeypatch, records,
+                                                                              threads_wanted):
+    """A pool of threads costs more than it saves on a small journal (the crash harness loads
+    thousands of them): below SCAN_THREADS_MIN_BYTES recovery decodes on its own thread."""
+    from journal_engine.storage import scan
+    pools = []
+    real_pool = scan.ThreadPoolExecutor
+    monkeypatch.setattr(scan.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(scan, "ThreadPoolExecutor", lambda *args, **kwargs: pools.append(kwargs) or real_pool(*args, **kwargs))
+    with Journal(str(tmp_path), file_size=1024 * 1024, sync="none") as journal:
+        journal.load()
+        for record_id in range(records):
+            journal.add(record_id, 1, bytes([record_id % 251]) * 8000)
+    data = list_directory(str(tmp_path)).data
+    assert len(data) >= 2 and (sum(d.size for d in data) >= scan.SCAN_THREADS_MIN_BYTES) == threads_wanted
+    with Journal(str(tmp_path), read_only=True) as journal:
+        assert len(journal.load().records) == records
+    assert bool(pools) == threads_wanted

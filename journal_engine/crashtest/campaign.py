@@ -12,39 +12,47 @@ Fault modes (each named in the report with how often it ran):
     must never surface as a changed record, and a lost record must never go unreported; a file cut
     at (and one byte around) every frame boundary likewise;
   * ``power-loss``: a run recorded system call by system call, then every state a power cut could
-    leave rebuilt from the record at thousands of crash points (journal_engine.crashtest.power_loss),
-    in worker processes while the other modes run;
-  * ``libfiu``: EIO and ENOSPC from pwrite, EIO from write, fdatasync and fsync, and short writes,
-    injected into the system calls of real runs through libfiu's POSIX preload (fiu-run), cycle after
-    cycle on one directory, each cycle recovered and checked (journal_engine.crashtest.fault_workload);
+    leave rebuilt from the record at thousands of crash points (journal_engine.crashtest.power_loss);
+  * ``libfiu``: EIO and ENOSPC from pwrite, EIO from write, writev, fdatasync and fsync, and short
+    writes, injected into the system calls of real runs through libfiu's POSIX preload (fiu-run),
+    cycle after cycle on one directory, each cycle recovered and checked
+    (journal_engine.crashtest.fault_workload);
   * ``full-disk``: runs on a small tmpfs (mounted when the machine allows it, skipped with the reason
     otherwise) until the disk is full: a StoreFullError, never SIGBUS, nothing acknowledged lost;
   * ``broker-kill``: SIGKILL chains of the broker-level workload (sends, deliveries, rollbacks with
     redelivery delays, acknowledgements, dead letters), strict mode on and off
     (journal_engine.crashtest.broker_workload states its invariants).
 
+``kill``, ``power-loss`` and ``libfiu`` run on any store (the journal, the LMDB store, a user's
+store by import path): they see only the store's calls and its system calls. The others work on the
+journal's own steps and file format (or the broker on the journal) and are reported not applicable
+to another store, each with the reason; a mode the machine cannot run (no libfiu, no mount) is
+reported skipped with what is missing.
+
 Every run is reproducible from the campaign's seed: a violation names its context and the command
-that replays the campaign.
+that replays the campaign. The report times every phase (wall and CPU, with the children of its
+processes), so the cost of each mode stays visible.
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
-import sys
-import tempfile
-import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Callable
 
 from ..storage import durability
 from ..storage.journal import Journal
-from . import broker_workload, fault_workload, power_loss
+from . import broker_workload, children, fault_workload, power_loss
+from . import scratch as scratch_module
 from .checker import recover_and_check
 from .journal_workload import FILE_SIZE
 from .model import Model, foreign_bodies, recovered_view
@@ -64,6 +72,7 @@ SIZES = {   # kills, crash-point hits per point, io errors per point, bit flips,
 FULL_DISK_BYTES = 4 * 1024 * 1024     # the small tmpfs of the full-disk mode
 POWER_LOSS_CALLS = 600      # calls of each recorded run: a few thousand system calls, several files rolled
 CHAIN_LENGTH = 10
+FLIPS_PER_TASK = 1_000      # bit flips a worker checks in one task
 
 
 @dataclass
@@ -74,7 +83,8 @@ class Report:
     size: str
     store: str = "journal"
     runs: dict = field(default_factory=dict)          # fault mode -> how many runs
-    skipped: dict = field(default_factory=dict)       # fault mode -> why it did not run
+    skipped: dict = field(default_factory=dict)       # fault mode -> what this machine lacks for it
+    not_applicable: dict = field(default_factory=dict)   # fault mode -> why it cannot apply to this store
     crash_points_hit: dict = field(default_factory=dict)
     power_loss: dict = field(default_factory=dict)    # crash points, states (by kind), full checks, damage seen
     libfiu: dict = field(default_factory=dict)        # faults injected (by kind), refusals after them
@@ -87,9 +97,53 @@ class Report:
     lost_unacknowledged: int = 0
     violations: list = field(default_factory=list)
     duration_s: float = 0.0
+    cpu_s: float = 0.0                                # CPU of the campaign and every process it started
+    workers: int = 0                                  # processes the parts of the campaign ran in
+    phases: dict = field(default_factory=dict)        # phase -> tasks, wall_s, busy_s, cpu_s (see add_timing)
+    stale_scratch_removed: list = field(default_factory=list)   # scratch of killed campaigns, removed at start
 
     def count(self, mode: str, n: int = 1) -> None:
         self.runs[mode] = self.runs.get(mode, 0) + n
+
+    def merge(self, part: "Report") -> None:
+        """Add what a part of the campaign (run in a worker process) did and found."""
+        for mode, n in part.runs.items():
+            self.count(mode, n)
+        self.skipped.update(part.skipped)
+        self.not_applicable.update(part.not_applicable)
+        for mine, theirs in ((self.crash_points_hit, part.crash_points_hit), (self.full_disk, part.full_disk),
+                             (self.broker, part.broker), (self.damage, part.damage)):
+            add_counts(mine, theirs)
+        self.crash_positions += part.crash_positions
+        self.calls += part.calls
+        self.acknowledged += part.acknowledged
+        self.lost_unacknowledged += part.lost_unacknowledged
+        self.violations += part.violations
+
+    def add_timing(self, phase: str, started: float, ended: float, cpu_s: float) -> None:
+        """One task of `phase` ran from `started` to `ended` (time.monotonic(), the same clock in every
+        process) using `cpu_s` of CPU with its children: ``wall_s`` is the phase's span from its first
+        start to its last end, ``busy_s`` the sum of its tasks' wall times."""
+        entry = self.phases.setdefault(phase, {"tasks": 0, "first_start": started, "last_end": ended,
+                                               "busy_s": 0.0, "cpu_s": 0.0})
+        entry["tasks"] += 1
+        entry["first_start"] = min(entry["first_start"], started)
+        entry["last_end"] = max(entry["last_end"], ended)
+        entry["busy_s"] += ended - started
+        entry["cpu_s"] += cpu_s
+
+    def phase_table(self, campaign_start: float | None = None) -> dict:
+        """Per phase: tasks, wall_s (span), busy_s, cpu_s, and when it started and ended (seconds
+        after the campaign's start, when that is given)."""
+        table = {}
+        for phase, entry in self.phases.items():
+            row = {"tasks": entry["tasks"], "wall_s": round(entry["last_end"] - entry["first_start"], 2),
+                   "busy_s": round(entry["busy_s"], 2), "cpu_s": round(entry["cpu_s"], 2)}
+            if campaign_start is not None:
+                row["from_s"] = round(entry["first_start"] - campaign_start, 2)
+                row["to_s"] = round(entry["last_end"] - campaign_start, 2)
+            table[phase] = row
+        return table
 
     def reproduce(self) -> str:
         size = "" if self.size == "quick" else f" --{self.size}"
@@ -98,72 +152,81 @@ class Report:
 
     def as_dict(self) -> dict:
         return {"seed": self.seed, "size": self.size, "store": self.store, "runs": self.runs,
-                "skipped": self.skipped, "crash_points_hit": self.crash_points_hit,
+                "skipped": self.skipped, "not_applicable": self.not_applicable,
+                "crash_points_hit": self.crash_points_hit,
                 "power_loss": self.power_loss, "libfiu": self.libfiu, "full_disk": self.full_disk,
                 "broker": self.broker, "damage": self.damage,
                 "calls": self.calls, "acknowledged": self.acknowledged,
                 "lost_unacknowledged": self.lost_unacknowledged, "violations": self.violations,
-                "duration_s": round(self.duration_s, 3), "reproduce": self.reproduce()}
+                "duration_s": round(self.duration_s, 3), "cpu_s": round(self.cpu_s, 3), "workers": self.workers,
+                "phases": self.phase_table(self.phases.get("campaign", {}).get("first_start")),
+                "stale_scratch_removed": self.stale_scratch_removed, "reproduce": self.reproduce()}
 
 
-class _OracleReader(threading.Thread):
-    """Reads the workload's oracle until EOF, so the pipe never fills and no line is lost."""
+def add_counts(into: dict, counts: dict) -> None:
+    """Add `counts` (numbers, or dicts of them, nested) into `into`."""
+    for key, value in counts.items():
+        if isinstance(value, dict):
+            add_counts(into.setdefault(key, {}), value)
+        else:
+            into[key] = into.get(key, 0) + value
 
-    def __init__(self, stream) -> None:
-        super().__init__(daemon=True)
-        self.stream = stream
-        self.lines: list[str] = []
-        self.ready = threading.Event()
 
-    def run(self) -> None:
-        for raw in self.stream:
-            if not raw.endswith(b"\n"):
-                break   # a line cut by the kill is not an acknowledgement
-            line = raw.decode().rstrip("\n")
-            self.lines.append(line)
-            if line == "R":
-                self.ready.set()
-        self.ready.set()
+def cpu_seconds() -> float:
+    """CPU used so far by this process and by the children it has reaped."""
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
 
 
 def _run_workload(directory: str, mode: str, seed: int, first_seq: int, first_id: int, *, kill_after: float | None,
                   env: dict | None = None, max_calls: int = 20_000, store: str = "journal") -> tuple[list, int, str]:
     """Run the journal workload child; SIGKILL it `kill_after` seconds after its recovery (None: let it end)."""
-    return _run_child(["journal_engine.crashtest.journal_workload", directory, mode, str(seed), str(first_seq),
-                       str(first_id), str(max_calls), store], kill_after=kill_after, env=env)
+    return children.run_child(["journal_engine.crashtest.journal_workload", directory, mode, str(seed),
+                               str(first_seq), str(first_id), str(max_calls), store], kill_after=kill_after, env=env)
 
 
-def _run_child(module_and_args: list[str], *, kill_after: float | None, env: dict | None = None) -> tuple[list, int, str]:
-    """Run a workload module in a child, reading its oracle; SIGKILL it `kill_after` seconds after its ``R``."""
-    proc = subprocess.Popen([sys.executable, "-m"] + module_and_args,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
-    reader = _OracleReader(proc.stdout)
-    reader.start()
-    try:
-        if kill_after is not None:
-            reader.ready.wait(30)
-            time.sleep(kill_after)
-            proc.send_signal(signal.SIGKILL)
-        proc.wait(120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(10)
-    stderr = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    return reader.lines, proc.returncode, stderr
+@dataclass
+class _Task:
+    """A part of a campaign for a worker process: `function(*args)` there, `absorb(result)` here
+    (which may return tasks that follow from it)."""
+
+    phase: str
+    units: int                     # what the progress bar counts (kills, runs, flips...)
+    function: Callable
+    args: tuple
+    absorb: Callable
+
+
+def _timed(function: Callable, *args) -> tuple:
+    """Run one task in a worker: its result and (started, ended, CPU with its children)."""
+    started, cpu = time.monotonic(), cpu_seconds()
+    result = function(*args)
+    return result, (started, time.monotonic(), cpu_seconds() - cpu)
+
+
+def _part(scratch_dir: str, size: str, plan: dict, store: str, seed: int, method: str, *args) -> Report:
+    """A part of a campaign in a worker: one method of a Campaign seeded for it; its Report."""
+    campaign = Campaign(scratch_dir, size=size, seed=seed, store=store, workers=1)
+    campaign.plan = plan
+    getattr(campaign, method)(*args)
+    return campaign.report
 
 
 class Campaign:
-    """A campaign of one size over a scratch directory (``run()`` returns the Report)."""
+    """A campaign of one size over a scratch directory (``run()`` returns the Report).
 
-    def __init__(self, scratch, *, size: str = "quick", seed: int | None = None, progress=None,
+    ``run()`` cuts the campaign into independent parts (a kill chain, a recorded power-loss run, a
+    thousand bit flips...) and runs them in a pool of worker processes, one per core, longest first;
+    each part's seed is drawn from the campaign's, so a seed repeats the campaign whatever order the
+    parts finish in. The methods named for a fault mode (``kills()``, ``damage_at_rest()``...) run that
+    mode here, in this process."""
+
+    def __init__(self, scratch=None, *, size: str = "quick", seed: int | None = None, progress=None,
                  store: str = "journal", workers: int | None = None) -> None:
         if size not in SIZES:
             raise ValueError(f"size={size!r}: use one of {', '.join(SIZES)}")
         self.store = store
-        self.scratch = Path(scratch)
+        self.scratch = Path(scratch) if scratch is not None else Path(scratch_module.default_parents()[0])
         self.size = size
         self.seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
         self.plan = SIZES[size]
@@ -175,109 +238,165 @@ class Campaign:
         self._damaged_copy: str | None = None
 
     def run(self) -> Report:
-        started = time.monotonic()
-        self.scratch.mkdir(parents=True, exist_ok=True)
-        # power-loss states are rebuilt and checked in worker processes while this one runs the rest
-        with ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            power = self.start_power_loss(pool) if self.store == "journal" else []
-            faults = self.start_libfiu(pool) if self.store == "journal" else []
-            self.kills()
-            if self.store == "journal":
-                self.crash_points()
-                self.io_errors()
-                self.damage_at_rest()
-                self.full_disk()
-                self.broker_kills()
-                self.finish_libfiu(faults)
-                self.finish_power_loss(power)
-            else:   # the other modes work on the journal's own durability steps and file format
-                self.report.skipped = {mode: f"needs the journal's files and crash points; store {self.store!r}"
-                                       for mode in ("crash-point", "io-error", "bit-flip", "truncation",
-                                                    "power-loss", "libfiu", "full-disk", "broker-kill")}
-        for directory in self._cleanup:
-            if directory != str(self.scratch):
-                shutil.rmtree(directory, ignore_errors=True)
+        started, cpu = time.monotonic(), cpu_seconds()
+        parent = self.scratch
+        self.report.stale_scratch_removed = scratch_module.sweep_stale([parent] + scratch_module.default_parents())
+        self.scratch = Path(scratch_module.make_owned_dir(parent))
+        self._cleanup.append(str(self.scratch))
+        try:
+            with scratch_module.signals_interrupt():
+                self._run_tasks(self._tasks())
+        finally:
+            self.remove_scratch()
+            self.scratch = parent
         self.report.duration_s = time.monotonic() - started
+        self.report.cpu_s = cpu_seconds() - cpu
+        self.report.workers = self.workers
+        self.report.add_timing("campaign", started, started + self.report.duration_s, self.report.cpu_s)
         return self.report
+
+    def remove_scratch(self) -> None:
+        """Remove every scratch directory this campaign made (run() does at its end)."""
+        for directory in self._cleanup:
+            scratch_module.remove(directory)
+        self._cleanup.clear()
+
+    def _tasks(self) -> list[_Task]:
+        """Every part of the campaign, longest first (the pool then ends its two queues close together)."""
+        tasks = self.power_loss_tasks() + self.libfiu_tasks()
+        plan = self.plan
+        for chain in range((plan["kills"] + CHAIN_LENGTH - 1) // CHAIN_LENGTH):
+            tasks.append(self._part_task("kill", min(CHAIN_LENGTH, plan["kills"] - chain * CHAIN_LENGTH),
+                                         "kill_chain", chain, min(CHAIN_LENGTH, plan["kills"] - chain * CHAIN_LENGTH)))
+        if self.store != "journal":
+            self.report.not_applicable.update(self._not_applicable())
+            return tasks
+        for index in range(plan["truncations"]):
+            tasks.append(self._part_task("damage-build", 1, "damage_build", index,
+                                         absorb=functools.partial(self._after_damage_build, index)))
+        for chain in range((plan["broker_kills"] + CHAIN_LENGTH - 1) // CHAIN_LENGTH):
+            count = min(CHAIN_LENGTH, plan["broker_kills"] - chain * CHAIN_LENGTH)
+            tasks.append(self._part_task("broker-kill", count, "broker_chain", chain, count))
+        for point in durability.CRASH_POINTS:
+            tasks.append(self._part_task("crash-point", plan["point_hits"], "crash_point_hits", point))
+        for point in durability.CRASH_POINTS:
+            tasks.append(self._part_task("io-error", plan["io_errors"], "io_error_runs", point))
+        tasks.append(self._part_task("full-disk", plan["full_disks"], "full_disk"))
+        return tasks
+
+    def _not_applicable(self) -> dict:
+        internals = "named crash points and failure points are steps inside the journal's own code"
+        return {"crash-point": internals, "io-error": internals,
+                "bit-flip": "damage is placed in the journal's frames, and judged by what its recovery reports",
+                "truncation": "cuts are made at the journal's frame boundaries, and judged by what its recovery "
+                              "reports",
+                "full-disk": "the journal's pre-allocated files are what fills the small disk",
+                "broker-kill": "the broker-level workload runs the broker on the journal"}
+
+    def _part_task(self, phase: str, units: int, method: str, *args, absorb: Callable | None = None) -> _Task:
+        seed = self.rng.randrange(1 << 30)
+        return _Task(phase, units, _part, (str(self.scratch), self.size, self.plan, self.store, seed, method) + args,
+                     absorb or self.report.merge)
+
+    def _run_tasks(self, tasks: list[_Task]) -> None:
+        """Run the tasks in the pool, absorbing each result as it comes; on an interrupt, end the
+        workers (their children die with them) before the scratch is removed."""
+        ours_before = set(multiprocessing.active_children())
+        pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=children.die_with_parent, initargs=(os.getpid(),))
+        total: dict[str, int] = {}
+        done: dict[str, int] = {}
+        running: dict = {}
+
+        def submit(task: _Task) -> None:
+            running[pool.submit(_timed, task.function, *task.args)] = task
+            total[task.phase] = total.get(task.phase, 0) + task.units
+
+        try:
+            for task in tasks:
+                submit(task)
+            while running:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    task = running.pop(future)
+                    try:
+                        result, (started, ended, cpu) = future.result()
+                    except Exception as exc:     # a part that failed is a finding, not the campaign's end
+                        self.report.violations.append(f"{task.phase}: a part of the campaign failed: {exc!r}")
+                        continue
+                    self.report.add_timing(task.phase, started, ended, cpu)
+                    for follow in task.absorb(result) or ():
+                        submit(follow)
+                    done[task.phase] = done.get(task.phase, 0) + task.units
+                    self.progress(task.phase, done[task.phase], total[task.phase])
+        except BaseException:
+            workers = set(multiprocessing.active_children()) - ours_before
+            for worker in workers:
+                worker.kill()
+            for worker in workers:
+                worker.join(10)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
     def _simulated_scratch(self) -> str:
         """Where the modes whose faults are simulated work: a tmpfs when there is one (their syncs then
         cost nothing; the disk's own behaviour does not enter them), else the scratch directory."""
-        shm = "/dev/shm"
+        shm = scratch_module.SHARED_MEMORY
         if os.path.isdir(shm) and os.access(shm, os.W_OK):
-            return tempfile.mkdtemp(prefix="journal-engine-crash-test-", dir=shm)
+            directory = scratch_module.make_owned_dir(shm)
+            self._cleanup.append(directory)
+            return directory
         return str(self.scratch)
 
     # ----- libfiu: faults in the system calls of real runs (journal_engine.crashtest.fault_workload) ---
-    def start_libfiu(self, pool) -> list:
+    def libfiu_tasks(self) -> list[_Task]:
         if shutil.which("fiu-run") is None:
             self.report.skipped["libfiu"] = ("libfiu's fiu-run is not installed (Debian: apt-get install "
                                              "fiu-utils)")
             return []
-        scratch = self._simulated_scratch()
-        self._cleanup.append(scratch)
-        return [pool.submit(fault_workload.fault_task, scratch, run, self.rng.randrange(1 << 30),
-                            self.plan["libfiu_faults"])
+        directory = self._simulated_scratch()
+        return [_Task("libfiu", 1, fault_workload.fault_task,
+                      (directory, run, self.rng.randrange(1 << 30), self.plan["libfiu_faults"], self.store),
+                      self._add_libfiu)
                 for run in range(self.plan["libfiu_runs"])]
 
-    def finish_libfiu(self, futures: list) -> None:
-        totals = {"runs": 0, "faults": 0, "faults_by_kind": {}, "short_write_cycles": 0, "refused_after": 0,
-                  "accepted_after": 0, "calls": 0, "acknowledged": 0}
-        for done, future in enumerate(as_completed(futures), 1):
-            summary = future.result()
-            self.report.violations += summary.pop("violations", [])
-            if "faults" not in summary:
-                continue
-            totals["runs"] += 1
-            for key in ("faults", "short_write_cycles", "refused_after", "accepted_after", "calls", "acknowledged"):
-                totals[key] += summary[key]
-            for kind, count in summary["faults_by_kind"].items():
-                totals["faults_by_kind"][kind] = totals["faults_by_kind"].get(kind, 0) + count
-            self.progress("libfiu", done, len(futures))
-        if futures:
-            self.report.libfiu = totals
-            self.report.count("libfiu", totals["faults"])
-            self.report.calls += totals["calls"]
-            self.report.acknowledged += totals["acknowledged"]
+    def _add_libfiu(self, summary: dict) -> None:
+        self.report.violations += summary.pop("violations", [])
+        if "faults" not in summary:
+            return
+        self.report.count("libfiu", summary["faults"])
+        self.report.calls += summary["calls"]
+        self.report.acknowledged += summary["acknowledged"]
+        add_counts(self.report.libfiu, {"runs": 1, **{key: summary[key] for key in (
+            "faults", "faults_by_kind", "short_write_cycles", "refused_after", "accepted_after", "calls",
+            "acknowledged")}})
 
     # ----- simulated power loss (journal_engine.crashtest.power_loss) -----------------------------------
-    def start_power_loss(self, pool) -> list:
+    def power_loss_tasks(self) -> list[_Task]:
         if power_loss.recorder_library() is None:
             self.report.skipped["power-loss"] = ("the system-call recorder is not built "
                                                  "(python setup.py build_ext --inplace builds it)")
             return []
         plan = self.plan
-        scratch = self._simulated_scratch()
-        self._cleanup.append(scratch)
-        return [pool.submit(power_loss.power_loss_task, scratch, run, MODES[run % len(MODES)],
-                            self.rng.randrange(1 << 30), POWER_LOSS_CALLS, plan["power_points"],
-                            plan["power_states"])
+        directory = self._simulated_scratch()
+        return [_Task("power-loss", 1, power_loss.power_loss_task,
+                      (directory, run, MODES[run % len(MODES)], self.rng.randrange(1 << 30), POWER_LOSS_CALLS,
+                       plan["power_points"], plan["power_states"], None, self.store), self._add_power_loss)
                 for run in range(plan["power_runs"])]
 
-    def finish_power_loss(self, futures: list) -> None:
-        totals = {"recorded_runs": 0, "crash_points": 0, "states": 0, "full_checks": 0, "states_by_kind": {},
-                  "damage_reported_in_unsynced_tail": 0, "reordered_tail": 0, "lost_unacknowledged": 0}
-        for done, future in enumerate(as_completed(futures), 1):
-            try:
-                result = future.result()
-            except Exception as exc:      # a recorded run that failed is a finding, not a crash of the campaign
-                self.report.violations.append(f"power loss: a recorded run failed: {exc}")
-                continue
-            totals["recorded_runs"] += 1
-            totals["crash_points"] += result.crash_points
-            totals["states"] += result.states
-            totals["full_checks"] += result.full_checks
-            totals["damage_reported_in_unsynced_tail"] += result.damage_reported
-            totals["reordered_tail"] += result.reordered_tail
-            totals["lost_unacknowledged"] += result.lost_unacknowledged
-            for kind, count in result.states_by_kind.items():
-                totals["states_by_kind"][kind] = totals["states_by_kind"].get(kind, 0) + count
-            self.report.violations += result.violations
-            self.report.crash_positions += result.positions
-            self.progress("power-loss", done, len(futures))
-        if futures:
-            self.report.power_loss = totals
-            self.report.count("power-loss", totals["states"])
+    def _add_power_loss(self, result) -> None:
+        if result.not_applicable:
+            self.report.not_applicable["power-loss"] = result.not_applicable
+            return
+        self.report.violations += result.violations
+        self.report.crash_positions += result.positions
+        self.report.count("power-loss", result.states)
+        add_counts(self.report.power_loss, {
+            "recorded_runs": 1, "crash_points": result.crash_points, "states": result.states,
+            "full_checks": result.full_checks, "states_by_kind": result.states_by_kind,
+            "damage_reported_in_unsynced_tail": result.damage_reported, "reordered_tail": result.reordered_tail,
+            "lost_unacknowledged": result.lost_unacknowledged})
 
     # ----- workload runs checked by the oracle ----------------------------------------------------
     def _chain_step(self, directory: str, state: dict, mode: str, context: str, *, kill_after, env=None,
@@ -305,103 +424,110 @@ class Campaign:
         return returncode
 
     def kills(self) -> None:
-        total = self.plan["kills"]
-        done = 0
-        for chain in range((total + CHAIN_LENGTH - 1) // CHAIN_LENGTH):
-            directory = str(self.scratch / f"kill-{chain}")
-            state = {"model": Model(), "seq": 1, "id": 1}
-            for step in range(min(CHAIN_LENGTH, total - done)):
-                mode = self.rng.choice(MODES)
-                delay = self.rng.uniform(0.0, 0.08)
-                self._chain_step(directory, state, mode, f"kill chain {chain} step {step}", kill_after=delay)
-                done += 1
-                self.report.count("kill")
-                self.progress("kill", done, total)
-            shutil.rmtree(directory, ignore_errors=True)
+        """Every kill chain of the plan, here."""
+        for chain in range((self.plan["kills"] + CHAIN_LENGTH - 1) // CHAIN_LENGTH):
+            self.kill_chain(chain, min(CHAIN_LENGTH, self.plan["kills"] - chain * CHAIN_LENGTH))
+
+    def kill_chain(self, chain: int, count: int) -> None:
+        """`count` SIGKILLs on one directory: crash, recover and check, continue, crash again."""
+        directory = str(self.scratch / f"kill-{chain}")
+        state = {"model": Model(), "seq": 1, "id": 1}
+        for step in range(count):
+            mode = self.rng.choice(MODES)
+            delay = self.rng.uniform(0.0, 0.08)
+            self._chain_step(directory, state, mode, f"kill chain {chain} step {step}", kill_after=delay)
+            self.report.count("kill")
+            self.progress("kill", step + 1, count)
+        shutil.rmtree(directory, ignore_errors=True)
 
     def crash_points(self) -> None:
-        points = durability.CRASH_POINTS
-        total = len(points) * self.plan["point_hits"]
-        done = 0
-        for point in points:
-            hits = attempts = 0
-            directory = str(self.scratch / f"point-{point}")
-            state = {"model": Model(), "seq": 1, "id": 1}
-            while hits < self.plan["point_hits"] and attempts < self.plan["point_hits"] * 8:
-                attempts += 1
-                returncode = self._chain_step(directory, state, self.rng.choice(MODES), f"crash point {point}",
-                                              kill_after=None, env={durability.CRASH_ENV: point},
-                                              expect_exit=(0, 137))
-                if returncode == 137:
-                    hits += 1
-                    done += 1
-                    self.progress("crash-point", done, total)
-            self.report.crash_points_hit[point] = hits
-            self.report.count("crash-point", attempts)
-            if hits < self.plan["point_hits"]:
-                self.report.violations.append(f"crash point {point}: hit {hits} times in {attempts} runs, "
-                                              f"{self.plan['point_hits']} planned (the workload no longer reaches it)")
-            shutil.rmtree(directory, ignore_errors=True)
+        for point in durability.CRASH_POINTS:
+            self.crash_point_hits(point)
+
+    def crash_point_hits(self, point: str) -> None:
+        """Runs with JOURNAL_ENGINE_CRASH_AT=`point` until it was hit as often as planned."""
+        hits = attempts = 0
+        directory = str(self.scratch / f"point-{point}")
+        state = {"model": Model(), "seq": 1, "id": 1}
+        while hits < self.plan["point_hits"] and attempts < self.plan["point_hits"] * 8:
+            attempts += 1
+            returncode = self._chain_step(directory, state, self.rng.choice(MODES), f"crash point {point}",
+                                          kill_after=None, env={durability.CRASH_ENV: point},
+                                          expect_exit=(0, 137))
+            if returncode == 137:
+                hits += 1
+                self.progress("crash-point", hits, self.plan["point_hits"])
+        self.report.crash_points_hit[point] = hits
+        self.report.count("crash-point", attempts)
+        if hits < self.plan["point_hits"]:
+            self.report.violations.append(f"crash point {point}: hit {hits} times in {attempts} runs, "
+                                          f"{self.plan['point_hits']} planned (the workload no longer reaches it)")
+        shutil.rmtree(directory, ignore_errors=True)
 
     def io_errors(self) -> None:
         for point in durability.CRASH_POINTS:
-            directory = str(self.scratch / f"io-{point}")
-            state = {"model": Model(), "seq": 1, "id": 1}
-            for _ in range(self.plan["io_errors"]):
-                # the step fails once with EIO: the workload stops at a JournalError (exit 1, checked below)
-                # or never reaches the step (exit 0); either way nothing acknowledged may be lost
-                self._chain_step(directory, state, self.rng.choice(MODES), f"io error at {point}",
-                                 kill_after=None, env={durability.FAIL_ENV: point}, expect_exit=(0, 1))
-                self.report.count("io-error")
-            shutil.rmtree(directory, ignore_errors=True)
+            self.io_error_runs(point)
+
+    def io_error_runs(self, point: str) -> None:
+        directory = str(self.scratch / f"io-{point}")
+        state = {"model": Model(), "seq": 1, "id": 1}
+        for _ in range(self.plan["io_errors"]):
+            # the step fails once with EIO: the workload stops at a JournalError (exit 1, checked below)
+            # or never reaches the step (exit 0); either way nothing acknowledged may be lost
+            self._chain_step(directory, state, self.rng.choice(MODES), f"io error at {point}",
+                             kill_after=None, env={durability.FAIL_ENV: point}, expect_exit=(0, 1))
+            self.report.count("io-error")
+        shutil.rmtree(directory, ignore_errors=True)
 
     # ----- broker level: sends, deliveries, rollbacks, acks, dead letters, strict mode ----------------------
     def broker_kills(self) -> None:
         """Kill chains of the broker workload (journal_engine.crashtest.broker_workload), strict mode
         on in every other run; every recovery checked against the oracle and the recovery before."""
         total = self.plan["broker_kills"]
-        done = 0
+        for chain in range((total + CHAIN_LENGTH - 1) // CHAIN_LENGTH):
+            self.broker_chain(chain, min(CHAIN_LENGTH, total - chain * CHAIN_LENGTH))
+
+    def broker_chain(self, chain: int, count: int) -> None:
+        """`count` kills of the broker workload on one directory."""
         found = {"kills": 0, "strict_kills": 0, "sends": 0, "deliveries": 0, "rollbacks": 0, "acks": 0,
                  "dead_letters": 0}
-        for chain in range((total + CHAIN_LENGTH - 1) // CHAIN_LENGTH):
-            directory = str(self.scratch / f"broker-{chain}")
-            previous = {"queue": {}, "dead": {}}
-            clock_ms = 1_000_000
-            for step in range(min(CHAIN_LENGTH, total - done)):
-                strict = done % 2 == 1           # strict mode is the broker's switch: on and off in turn
-                sync = self.rng.choice(MODES)
-                seed = self.rng.randrange(1 << 30)
-                context = (f"broker chain {chain} step {step} (sync {sync}, strict {'on' if strict else 'off'}, "
-                           f"workload seed {seed})")
-                lines, returncode, stderr = _run_child(
-                    ["journal_engine.crashtest.broker_workload", directory, sync, "strict" if strict else "default",
-                     str(seed), str(clock_ms)], kill_after=self.rng.uniform(0.0, 0.15))
-                if returncode != -signal.SIGKILL:
-                    self.report.violations.append(f"{context}: the workload ended with exit {returncode}: "
-                                                  f"{stderr.strip().splitlines()[-1:]}")
-                clock_ms = max([clock_ms] + [int(line.split()[1]) for line in lines if line.startswith("T ")])
-                try:
-                    recovered = broker_workload.recovered_state(directory, sync, clock_ms)
-                except Exception as exc:
-                    self.report.violations.append(f"{context}: the broker failed to recover: {exc!r}")
-                    break
-                self.report.violations += broker_workload.check_broker(previous, lines, recovered, strict=strict,
-                                                                       context=context)
-                previous = recovered
-                for line in lines:
-                    parts = line.split()
-                    if parts[0] == "O":
-                        key = {"send": "sends", "ack": "acks", "rbk": "rollbacks", "dlq": "dead_letters"}[parts[2]]
-                        found[key] += 1
-                    elif parts[0] == "D":
-                        found["deliveries"] += 1
-                found["kills"] += 1
-                found["strict_kills"] += strict
-                done += 1
-                self.report.count("broker-kill")
-                self.progress("broker-kill", done, total)
-            shutil.rmtree(directory, ignore_errors=True)
-        self.report.broker = found
+        directory = str(self.scratch / f"broker-{chain}")
+        previous = {"queue": {}, "dead": {}}
+        clock_ms = 1_000_000
+        for step in range(count):
+            strict = step % 2 == 1           # strict mode is the broker's switch: on and off in turn
+            sync = self.rng.choice(MODES)
+            seed = self.rng.randrange(1 << 30)
+            context = (f"broker chain {chain} step {step} (sync {sync}, strict {'on' if strict else 'off'}, "
+                       f"workload seed {seed})")
+            lines, returncode, stderr = children.run_child(
+                ["journal_engine.crashtest.broker_workload", directory, sync, "strict" if strict else "default",
+                 str(seed), str(clock_ms)], kill_after=self.rng.uniform(0.0, 0.15))
+            if returncode != -signal.SIGKILL:
+                self.report.violations.append(f"{context}: the workload ended with exit {returncode}: "
+                                              f"{stderr.strip().splitlines()[-1:]}")
+            clock_ms = max([clock_ms] + [int(line.split()[1]) for line in lines if line.startswith("T ")])
+            try:
+                recovered = broker_workload.recovered_state(directory, sync, clock_ms)
+            except Exception as exc:
+                self.report.violations.append(f"{context}: the broker failed to recover: {exc!r}")
+                break
+            self.report.violations += broker_workload.check_broker(previous, lines, recovered, strict=strict,
+                                                                   context=context)
+            previous = recovered
+            for line in lines:
+                parts = line.split()
+                if parts[0] == "O":
+                    key = {"send": "sends", "ack": "acks", "rbk": "rollbacks", "dlq": "dead_letters"}[parts[2]]
+                    found[key] += 1
+                elif parts[0] == "D":
+                    found["deliveries"] += 1
+            found["kills"] += 1
+            found["strict_kills"] += strict
+            self.report.count("broker-kill")
+            self.progress("broker-kill", step + 1, count)
+        shutil.rmtree(directory, ignore_errors=True)
+        add_counts(self.report.broker, found)
 
     # ----- a real full disk: a small tmpfs --------------------------------------------------------------
     def full_disk(self) -> None:
@@ -445,38 +571,71 @@ class Campaign:
 
     # ----- damage at rest ------------------------------------------------------------------------------
     def damage_at_rest(self) -> None:
+        """Every bit flip and truncation of the plan, here."""
         for index in range(self.plan["truncations"]):
-            pristine = str(self.scratch / f"rest-{index}")
-            state = {"model": Model(), "seq": 1, "id": 1}
-            self._chain_step(pristine, state, "always", "building a journal for damage at rest", kill_after=None)
-            with Journal(pristine, read_only=True) as journal:
-                original = recovered_view(journal.load())
-            frames = _frame_bounds(pristine)
-            flips = self.plan["bit_flips"] // self.plan["truncations"]
-            for n in range(flips):
-                path, start, end = self.rng.choice(frames)
-                offset = self.rng.randrange(start, end)
-                self._damaged(pristine, original, path, f"bit flip {n} in {os.path.basename(path)} at {offset}",
-                              flip=(offset, 1 << self.rng.randrange(8)))
-                self.report.count("bit-flip")
-                if n % 50 == 0:
-                    self.progress("bit-flip", n + 1, flips)
-            cuts = sorted({(path, cut) for path, start, _end in frames for cut in (start - 1, start, start + 1)})
-            for n, (path, cut) in enumerate(cuts):
-                self._damaged(pristine, original, path, f"truncation of {os.path.basename(path)} at {cut}", cut=cut)
-                self.report.count("truncation")
-                if n % 50 == 0:
-                    self.progress("truncation", n + 1, len(cuts))
-            shutil.rmtree(pristine, ignore_errors=True)
+            self.damage_build(index)
+            self.damage_flips(index, 0, self.plan["bit_flips"] // self.plan["truncations"])
+            self.damage_cuts(index)
+            shutil.rmtree(self._pristine(index), ignore_errors=True)
 
-    def _damaged(self, pristine: str, original: tuple, path: str, context: str, *, flip=None, cut=None) -> None:
-        """Damage one file of a copy of `pristine`, recover it read-only, check, and put the file back
-        (a read-only load writes nothing, so one copy serves every damage)."""
-        work = str(self.scratch / "damaged")
-        if self._damaged_copy != pristine:
+    def _pristine(self, index: int) -> str:
+        return str(self.scratch / f"rest-{index}")
+
+    def damage_build(self, index: int) -> None:
+        """The closed journal that bit flips and truncations damage (copies of it)."""
+        state = {"model": Model(), "seq": 1, "id": 1}
+        self._chain_step(self._pristine(index), state, "always", "building a journal for damage at rest",
+                         kill_after=None)
+
+    def _after_damage_build(self, index: int, part: Report) -> list[_Task]:
+        self.report.merge(part)
+        flips = self.plan["bit_flips"] // self.plan["truncations"]
+        return [self._part_task("bit-flip", min(FLIPS_PER_TASK, flips - first), "damage_flips", index, first,
+                                min(FLIPS_PER_TASK, flips - first))
+                for first in range(0, flips, FLIPS_PER_TASK)] + [self._part_task("truncation", 1, "damage_cuts", index)]
+
+    def _original(self, index: int) -> tuple:
+        with Journal(self._pristine(index), read_only=True) as journal:
+            return recovered_view(journal.load())
+
+    def damage_flips(self, index: int, first: int, count: int) -> None:
+        """Flips `first` .. `first + count - 1` of pristine journal `index`: one bit of a random frame each."""
+        pristine = self._pristine(index)
+        original = self._original(index)
+        frames = _frame_bounds(pristine)
+        work = str(self.scratch / f"damaged-{index}-flips-{first}")
+        for n in range(first, first + count):
+            path, start, end = self.rng.choice(frames)
+            offset = self.rng.randrange(start, end)
+            self._damaged(pristine, work, original, path, f"bit flip {n} in {os.path.basename(path)} at {offset}",
+                          flip=(offset, 1 << self.rng.randrange(8)))
+            self.report.count("bit-flip")
+            if (n - first) % 50 == 0:
+                self.progress("bit-flip", n - first + 1, count)
+        shutil.rmtree(work, ignore_errors=True)
+
+    def damage_cuts(self, index: int) -> None:
+        """Pristine journal `index` cut at, and one byte on each side of, every frame boundary."""
+        pristine = self._pristine(index)
+        original = self._original(index)
+        frames = _frame_bounds(pristine)
+        work = str(self.scratch / f"damaged-{index}-cuts")
+        cuts = sorted({(path, cut) for path, start, _end in frames for cut in (start - 1, start, start + 1)})
+        for n, (path, cut) in enumerate(cuts):
+            self._damaged(pristine, work, original, path, f"truncation of {os.path.basename(path)} at {cut}", cut=cut)
+            self.report.count("truncation")
+            if n % 50 == 0:
+                self.progress("truncation", n + 1, len(cuts))
+        shutil.rmtree(work, ignore_errors=True)
+
+    def _damaged(self, pristine: str, work: str, original: tuple, path: str, context: str, *, flip=None,
+                 cut=None) -> None:
+        """Damage one file of a copy (`work`) of `pristine`, recover it read-only, check, and put the
+        file back (a read-only load writes nothing, so one copy serves every damage)."""
+        if self._damaged_copy != work:
             shutil.rmtree(work, ignore_errors=True)
             shutil.copytree(pristine, work)
-            self._damaged_copy = pristine
+            self._damaged_copy = work
         target = os.path.join(work, os.path.basename(path))
         with open(path, "rb") as handle:
             intact = handle.read()

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
 
 from .campaign import Campaign
+from .scratch import CampaignInterrupted
 
 
 def run(size: str, seed: int | None, json_path: str | None, scratch: str | None, store: str = "journal") -> int:
-    own_scratch = scratch is None
-    scratch = scratch or tempfile.mkdtemp(prefix="journal-engine-crash-test-")
+    """The command: 0 with no violation, 1 with any; 128 + the signal when SIGINT / SIGTERM / SIGHUP
+    stopped it (its scratch removed all the same)."""
     try:
         from rich.progress import Progress
     except ImportError:      # rich is optional for the library; the command falls back to plain lines
@@ -32,19 +33,28 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None,
                 report = Campaign(scratch, size=size, seed=seed, progress=show, store=store).run()
         else:
             report = Campaign(scratch, size=size, seed=seed, store=store).run()
-    finally:
-        if own_scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+    except CampaignInterrupted as stop:
+        print(f"crash-test {size}: {stop}; its scratch is removed", file=sys.stderr)
+        return 128 + stop.signum
+    except KeyboardInterrupt:
+        print(f"crash-test {size}: interrupted; its scratch is removed", file=sys.stderr)
+        return 128 + signal.SIGINT
     data = report.as_dict()
     if json_path:
         with open(json_path, "w", encoding="utf-8") as out:
             json.dump(data, out, indent=2)
     png_path = _write_png(report, json_path)
-    print(f"crash-test {size} on {store}, seed {report.seed}, {report.duration_s:.1f} s")
+    print(f"crash-test {size} on {store}, seed {report.seed}, {report.duration_s:.1f} s wall, "
+          f"{report.cpu_s:.1f} s CPU in {report.workers} worker processes and their children")
     for mode, count in sorted(report.runs.items()):
         print(f"  {mode:<12} {count:>7} runs")
     for mode, why in report.skipped.items():
         print(f"  {mode:<12} skipped: {why}")
+    for mode, why in report.not_applicable.items():
+        print(f"  {mode:<12} not applicable to this store: {why}")
+    if report.stale_scratch_removed:
+        print(f"  removed the scratch of {len(report.stale_scratch_removed)} killed campaigns: "
+              f"{', '.join(report.stale_scratch_removed)}")
     if report.power_loss:
         power = report.power_loss
         kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(power["states_by_kind"].items()))
@@ -72,6 +82,10 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None,
         print(f"  crash point {point:<30} hit {hits} times")
     print(f"  {report.calls} calls, {report.acknowledged} acknowledged, "
           f"{report.lost_unacknowledged} unacknowledged calls lost (allowed)")
+    print("  phase          tasks  from s    to s  wall s  busy s   CPU s")
+    for phase, row in data["phases"].items():
+        print(f"  {phase:<13} {row['tasks']:>6} {row.get('from_s', 0):>7.1f} {row.get('to_s', 0):>7.1f} "
+              f"{row['wall_s']:>7.1f} {row['busy_s']:>7.1f} {row['cpu_s']:>7.1f}")
     for violation in report.violations[:20]:
         print(f"VIOLATION {violation}")
     if len(report.violations) > 20:

@@ -7,9 +7,10 @@ library the preload already loaded). Each cycle:
   1. with no fault on, open the journal, recover it, and check the recovery against the oracle of
      the cycle before (journal_engine.crashtest.checker: everything acknowledged byte-exact, a prefix
      of the calls, repeatable, nothing never written);
-  2. turn one fault on at random -- EIO or ENOSPC from pwrite, EIO from write, EIO from fdatasync
-     or fsync, or short writes (pwrite returning fewer bytes than asked) -- with a probability per
-     call, and run the journal workload until an error escapes (or 200 calls pass);
+  2. turn one fault on at random -- EIO or ENOSPC from pwrite, EIO from write (and, on a store
+     that makes gathered writes, from writev), EIO from fdatasync or fsync, or short writes (pwrite
+     returning fewer bytes than asked) -- with a probability per call, and run the journal
+     workload until an error escapes (or 200 calls pass);
   3. turn it off; the error must be a JournalError that is also an OSError carrying the errno
      injected (a JournalFailedError may carry an earlier one: the journal stopped at that), and the
      store must then refuse a synced write with a JournalError, or make it durable (the checker then
@@ -19,7 +20,7 @@ library the preload already loaded). Each cycle:
 Nothing is printed while a fault is on (a failing write() would hit the output too); the summary is
 one JSON line on stdout at the end. Exit 0 with the summary, whatever it found.
 
-    python -m journal_engine.crashtest.fault_workload DIRECTORY SEED FAULTS MAX_CYCLES
+    python -m journal_engine.crashtest.fault_workload DIRECTORY SEED FAULTS MAX_CYCLES [STORE]
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ import sys
 from ..errors import JournalError, JournalFailedError
 from .bodies import make_body
 from .checker import recover_and_check
+from .children import bound_to_parent
 from .journal_workload import start_workload
 from .model import Model
 from .stores import FILE_SIZE, open_store
@@ -49,7 +51,14 @@ FAULTS = {
     "fdatasync-eio": ("posix/io/sync/fdatasync", errnos.EIO, 0.05),
     "fsync-eio": ("posix/io/sync/fsync", errnos.EIO, 0.3),
     "short-pwrite": ("posix/io/rw/pwrite/reduce", 0, 0.3),
+    "writev-eio": ("posix/io/rw/writev", errnos.EIO, 0.3),
 }
+GATHERED = {"writev-eio"}     # faults in gathered writes, which the journal never makes (LMDB does)
+
+
+def fault_kinds(store: str) -> list[str]:
+    """The faults a campaign injects into `store`: every one, but none the store's writes never meet."""
+    return sorted(set(FAULTS) - (GATHERED if store == "journal" else set()))
 CALLS_PER_CYCLE = 200
 
 
@@ -77,7 +86,7 @@ class _Oracle(io.StringIO):
         return self.getvalue().splitlines()
 
 
-def run(directory: str, seed: int, faults_wanted: int, max_cycles: int) -> dict:
+def run(directory: str, seed: int, faults_wanted: int, max_cycles: int, store: str = "journal") -> dict:
     fiu = _Libfiu()
     rng = random.Random(seed)
     model, seq, next_id = Model(), 1, 1
@@ -86,12 +95,12 @@ def run(directory: str, seed: int, faults_wanted: int, max_cycles: int) -> dict:
     for cycle in range(max_cycles):
         if summary["faults"] >= faults_wanted:
             break
-        kind = rng.choice(sorted(FAULTS))
+        kind = rng.choice(fault_kinds(store))
         point, error, probability = FAULTS[kind]
         mode = rng.choice(MODES)
         context = f"libfiu cycle {cycle} ({kind}, mode {mode})"
         oracle = _Oracle()
-        journal = open_store("journal", directory, mode)
+        journal = open_store(store, directory, mode)
         try:
             work = start_workload(journal, journal.load(), rng, mode, seq, next_id, out=oracle)
         except Exception as exc:   # with no fault on, recovery must open what the last fault left
@@ -118,7 +127,7 @@ def run(directory: str, seed: int, faults_wanted: int, max_cycles: int) -> dict:
         except JournalError:
             pass
         try:
-            check = recover_and_check(directory, model, oracle.lines(), context, file_size=FILE_SIZE)
+            check = recover_and_check(directory, model, oracle.lines(), context, file_size=FILE_SIZE, store=store)
         except Exception as exc:   # the fault left what recovery cannot open: the store corrupted itself
             summary["violations"].append(f"{context}: recovery with no fault on failed: {exc!r}")
             return summary
@@ -163,7 +172,7 @@ def _write_after(work, journal, failure: BaseException, context: str, summary: d
 
 def main(argv: list[str]) -> int:
     directory, seed, faults, cycles = argv[1], int(argv[2]), int(argv[3]), int(argv[4])
-    summary = run(directory, seed, faults, cycles)
+    summary = run(directory, seed, faults, cycles, argv[5] if len(argv) > 5 else "journal")
     sys.stdout.write(json.dumps(summary) + "\n")
     sys.stdout.flush()
     return 0
@@ -173,14 +182,15 @@ if __name__ == "__main__":
     sys.exit(main(sys.argv))
 
 
-def fault_task(scratch: str, run_index: int, seed: int, faults: int) -> dict:
-    """One child under fiu-run (a process pool's unit of work); its summary, or a violation."""
+def fault_task(scratch: str, run_index: int, seed: int, faults: int, store: str = "journal") -> dict:
+    """One child under fiu-run on `store` (a process pool's unit of work); its summary, or a violation."""
     directory = os.path.join(scratch, f"libfiu-{run_index}")
     shutil.rmtree(directory, ignore_errors=True)
     try:
         done = subprocess.run(["fiu-run", "-x", "-f", "", sys.executable, "-m",
                                "journal_engine.crashtest.fault_workload", directory, str(seed), str(faults),
-                               str(faults * 4)], capture_output=True, timeout=1800, check=False)
+                               str(faults * 4), store], capture_output=True, timeout=1800, check=False,
+                              **bound_to_parent())
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     lines = done.stdout.decode(errors="replace").strip().splitlines()

@@ -1,16 +1,20 @@
 /* The crash harness's recorder of file-system calls: an LD_PRELOAD library.
  *
  * Loaded into a workload process, it records, in the order they happen, every call that changes
- * what a power loss could leave of one directory: open (and whether it created the file), write and
- * pwrite with their bytes, ftruncate, fsync / fdatasync (their start and their return, so a write
- * made by another thread while a sync runs is not taken as covered by it), rename, unlink, close.
+ * what a power loss could leave of one directory: open (with its flags: a write to a descriptor
+ * opened with O_DSYNC / O_SYNC is durable when it returns), write, pwrite, writev and pwritev with
+ * their bytes, ftruncate, fsync / fdatasync (their start and their return, so a write made by
+ * another thread while a sync runs is not taken as covered by it), rename, unlink, close, and each
+ * shared writable mmap of a recorded file (whose writes no log can see).
  * Writes to one more descriptor (the workload's oracle on stdout) are recorded as marks, which puts
  * the oracle's "durable up to call N" lines in the same order as the system calls.
  * journal_engine/crashtest/power_loss.py reads the log and rebuilds crash states from it.
  *
  * The compiled core writes with pwrite/fdatasync from C and the Python twin through os.*: both land
- * here. Writes through a shared mapping are not seen (the journal writes none; the broker's
- * delivery-count shadow does, and is not a journal-level workload's file).
+ * here, and so does any library of another store that calls the C library (LMDB writes its pages
+ * with pwrite and writev, syncs with fdatasync and writes its meta page through an O_DSYNC
+ * descriptor). Writes through a shared mapping are not seen, only the mapping (the journal maps no
+ * file so; LMDB maps its lock file, which holds no data, and with MDB_WRITEMAP its data file).
  *
  * Environment (read once, at load):
  *   JOURNAL_ENGINE_IOLOG        the log file to write (nothing is recorded without it)
@@ -36,13 +40,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 enum { OP_OPEN = 1, OP_CLOSE = 2, OP_WRITE = 3, OP_SYNC_BEGIN = 4, OP_SYNC_END = 5, OP_RENAME = 6,
-       OP_UNLINK = 7, OP_TRUNCATE = 8, OP_MARK = 9 };
+       OP_UNLINK = 7, OP_TRUNCATE = 8, OP_MARK = 9, OP_MAP = 10 };
 
 struct entry_head { uint32_t op; int32_t fd; uint64_t a; uint64_t b; uint32_t len1; uint32_t len2; };
 
@@ -72,6 +77,11 @@ static int (*real_unlink)(const char *);
 static int (*real_unlinkat)(int, const char *, int);
 static int (*real_ftruncate)(int, off_t);
 static int (*real_ftruncate64)(int, off_t);
+static ssize_t (*real_writev)(int, const struct iovec *, int);
+static ssize_t (*real_pwritev)(int, const struct iovec *, int, off_t);
+static ssize_t (*real_pwritev64)(int, const struct iovec *, int, off_t);
+static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
+static void *(*real_mmap64)(void *, size_t, int, int, int, off_t);
 
 #define RESOLVE(name) real_##name = dlsym(RTLD_NEXT, #name)
 
@@ -79,6 +89,7 @@ __attribute__((constructor)) static void iorecord_init(void) {
     RESOLVE(open); RESOLVE(open64); RESOLVE(openat); RESOLVE(openat64); RESOLVE(close); RESOLVE(write);
     RESOLVE(pwrite); RESOLVE(pwrite64); RESOLVE(fsync); RESOLVE(fdatasync); RESOLVE(rename);
     RESOLVE(renameat); RESOLVE(unlink); RESOLVE(unlinkat); RESOLVE(ftruncate); RESOLVE(ftruncate64);
+    RESOLVE(writev); RESOLVE(pwritev); RESOLVE(pwritev64); RESOLVE(mmap); RESOLVE(mmap64);
     const char *log_path = getenv("JOURNAL_ENGINE_IOLOG");
     const char *dir = getenv("JOURNAL_ENGINE_IOLOG_DIR");
     const char *mark = getenv("JOURNAL_ENGINE_IOLOG_MARK_FD");
@@ -100,7 +111,7 @@ static void put(uint32_t op, int fd, uint64_t a, uint64_t b, const void *p1, siz
     struct entry_head head = { op, fd, a, b, (uint32_t)n1, (uint32_t)n2 };
     struct iovec parts[3] = { { &head, sizeof head }, { (void *)p1, n1 }, { (void *)p2, n2 } };
     size_t total = sizeof head + n1 + n2;
-    ssize_t done = writev(log_fd, parts, 3);
+    ssize_t done = real_writev(log_fd, parts, 3);
     if (done != (ssize_t)total) {   /* a log cut short would replay as a lie: stop the workload loudly */
         static const char message[] = "iorecord: the system-call log could not be written\n";
         real_write(2, message, sizeof message - 1);
@@ -211,14 +222,16 @@ int close(int fd) {
     return rc;
 }
 
+/* Where a write without an offset lands: the end of the file with O_APPEND, else the file position. */
+static off_t position_of(int fd) {
+    struct stat st;
+    return (watched[fd] == 2 && fstat(fd, &st) == 0) ? st.st_size : lseek(fd, 0, SEEK_CUR);
+}
+
 static ssize_t written(int fd, const void *data, size_t n, off_t offset, int positioned,
                        ssize_t (*call)(int, const void *, size_t, off_t)) {
     pthread_mutex_lock(&log_lock);
-    off_t at = offset;
-    if (!positioned) {
-        struct stat st;
-        at = (watched[fd] == 2 && fstat(fd, &st) == 0) ? st.st_size : lseek(fd, 0, SEEK_CUR);
-    }
+    off_t at = positioned ? offset : position_of(fd);
     ssize_t rc = positioned ? call(fd, data, n, offset) : real_write(fd, data, n);
     int saved = errno;
     if (rc > 0) put(OP_WRITE, fd, (uint64_t)at, 0, NULL, 0, data, (size_t)rc);
@@ -249,6 +262,75 @@ ssize_t pwrite(int fd, const void *data, size_t n, off_t offset) {
 ssize_t pwrite64(int fd, const void *data, size_t n, off_t offset) {
     if (log_fd < 0 || fd < 0 || fd >= MAX_FD || !watched[fd]) return real_pwrite64(fd, data, n, offset);
     return written(fd, data, n, offset, 1, real_pwrite64);
+}
+
+/* A gathered write: logged as one write of the bytes it wrote, in order. */
+static ssize_t gathered(int fd, const struct iovec *parts, int count, off_t offset, int positioned,
+                        ssize_t (*call)(int, const struct iovec *, int, off_t)) {
+    pthread_mutex_lock(&log_lock);
+    off_t at = positioned ? offset : position_of(fd);
+    ssize_t rc = positioned ? call(fd, parts, count, offset) : real_writev(fd, parts, count);
+    int saved = errno;
+    if (rc > 0) {
+        char *joined = malloc((size_t)rc);
+        if (joined == NULL) {
+            static const char message[] = "iorecord: out of memory for a gathered write\n";
+            real_write(2, message, sizeof message - 1);
+            _exit(70);
+        }
+        size_t copied = 0;
+        for (int i = 0; i < count && copied < (size_t)rc; i++) {
+            size_t n = parts[i].iov_len < (size_t)rc - copied ? parts[i].iov_len : (size_t)rc - copied;
+            memcpy(joined + copied, parts[i].iov_base, n);
+            copied += n;
+        }
+        put(OP_WRITE, fd, (uint64_t)at, 0, NULL, 0, joined, (size_t)rc);
+        free(joined);
+    }
+    pthread_mutex_unlock(&log_lock);
+    errno = saved;
+    return rc;
+}
+
+ssize_t writev(int fd, const struct iovec *parts, int count) {
+    if (log_fd < 0 || fd < 0 || fd >= MAX_FD || !watched[fd]) return real_writev(fd, parts, count);
+    return gathered(fd, parts, count, 0, 0, NULL);
+}
+
+ssize_t pwritev(int fd, const struct iovec *parts, int count, off_t offset) {
+    if (log_fd < 0 || fd < 0 || fd >= MAX_FD || !watched[fd]) return real_pwritev(fd, parts, count, offset);
+    return gathered(fd, parts, count, offset, 1, real_pwritev);
+}
+
+ssize_t pwritev64(int fd, const struct iovec *parts, int count, off_t offset) {
+    if (log_fd < 0 || fd < 0 || fd >= MAX_FD || !watched[fd]) return real_pwritev64(fd, parts, count, offset);
+    return gathered(fd, parts, count, offset, 1, real_pwritev64);
+}
+
+/* A shared, writable mapping of a recorded file: its writes are stores to memory, which no log can
+ * see; the replay learns which files were mapped so and says it cannot model them. */
+static void *mapped(void *address, size_t length, int prot, int flags, int fd, off_t offset,
+                    void *(*call)(void *, size_t, int, int, int, off_t)) {
+    void *result = call(address, length, prot, flags, fd, offset);
+    if (log_fd >= 0 && fd >= 0 && fd < MAX_FD && watched[fd] && result != MAP_FAILED && (prot & PROT_WRITE)
+        && (flags & MAP_SHARED)) {
+        int saved = errno;
+        pthread_mutex_lock(&log_lock);
+        put(OP_MAP, fd, (uint64_t)prot, (uint64_t)flags, NULL, 0, NULL, 0);
+        pthread_mutex_unlock(&log_lock);
+        errno = saved;
+    }
+    return result;
+}
+
+void *mmap(void *address, size_t length, int prot, int flags, int fd, off_t offset) {
+    if (real_mmap == NULL) RESOLVE(mmap);     /* a library's constructor may map before ours ran */
+    return mapped(address, length, prot, flags, fd, offset, real_mmap);
+}
+
+void *mmap64(void *address, size_t length, int prot, int flags, int fd, off_t offset) {
+    if (real_mmap64 == NULL) RESOLVE(mmap64);
+    return mapped(address, length, prot, flags, fd, offset, real_mmap64);
 }
 
 static int truncated(int fd, off_t length, int (*call)(int, off_t)) {

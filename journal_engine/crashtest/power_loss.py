@@ -44,12 +44,14 @@ from dataclasses import dataclass, field
 
 from ..storage.journal import Journal
 from .checker import repeatable_and_tidy
+from .children import bound_to_parent
 from .model import Model, as_separate_calls, foreign_bodies, model_view, recovered_view
-from .stores import FILE_SIZE
+from .stores import FILE_SIZE, VOLATILE_FILES, open_store
 
 SECTOR_SIZES = (512, 4096)
 _HEAD = struct.Struct("<IiQQII")
-OP_OPEN, OP_CLOSE, OP_WRITE, OP_SYNC_BEGIN, OP_SYNC_END, OP_RENAME, OP_UNLINK, OP_TRUNCATE, OP_MARK = range(1, 10)
+OP_OPEN, OP_CLOSE, OP_WRITE, OP_SYNC_BEGIN, OP_SYNC_END, OP_RENAME, OP_UNLINK, OP_TRUNCATE, OP_MARK, OP_MAP = range(1, 11)
+_SYNCED_WRITES = os.O_DSYNC | os.O_SYNC     # a write to a descriptor opened so is durable when it returns
 LOG_ENV, DIR_ENV, MARK_ENV, SKIP_ENV = ("JOURNAL_ENGINE_IOLOG", "JOURNAL_ENGINE_IOLOG_DIR",
                                         "JOURNAL_ENGINE_IOLOG_MARK_FD", "JOURNAL_ENGINE_IOLOG_SKIP")
 
@@ -88,8 +90,9 @@ def read_log(path: str) -> list[Entry]:
 
 
 def record_run(directory: str, log_path: str, mode: str, seed: int, calls: int, *, skip: str | None = None,
-               store_file_size: int = FILE_SIZE) -> str:
-    """Run the journal workload once under the recorder, from an empty `directory` (stderr returned).
+               store: str = "journal") -> str:
+    """Run the journal workload once under the recorder on `store` (journal_engine.crashtest.stores),
+    from an empty `directory` (stderr returned).
     `skip` ("file-sync" or "dir-sync") makes those syncs succeed without syncing: a journal built
     with that step left out, which the replay must catch."""
     library = recorder_library()
@@ -101,8 +104,8 @@ def record_run(directory: str, log_path: str, mode: str, seed: int, calls: int, 
     if skip:
         env[SKIP_ENV] = skip
     done = subprocess.run([sys.executable, "-m", "journal_engine.crashtest.journal_workload", directory, mode,
-                           str(seed), "1", "1", str(calls)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          env=env, timeout=600, check=False)
+                           str(seed), "1", "1", str(calls), store], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          env=env, timeout=600, check=False, **bound_to_parent())
     if done.returncode != 0:
         raise RuntimeError(f"the recorded workload failed with exit {done.returncode}: "
                            f"{done.stderr.decode(errors='replace')[-500:]}")
@@ -142,6 +145,7 @@ class DiskModel:
         self.durable_names: dict[str, _Inode] = {}  # what a power cut keeps for certain
         self.pending_names: list[tuple] = []       # (serial, op, name, target or inode) since the last dir fsync
         self.fds: dict[int, _Inode | None] = {}     # None: the directory itself
+        self.synced_fds: set[int] = set()           # descriptors opened with O_DSYNC or O_SYNC
         self.syncs: dict[int, tuple] = {}           # sync serial -> (inode or None, serial when it began)
         self.oracle = bytearray()
 
@@ -154,7 +158,11 @@ class DiskModel:
         op = entry.op
         if op == OP_WRITE:
             inode = self.fds.get(entry.fd)
-            if inode is not None:
+            if inode is not None and entry.fd in self.synced_fds:
+                _apply(inode.durable, entry.a, entry.data)
+                inode.pending = _superseded(inode.pending, entry.a, entry.a + len(entry.data))
+                inode.version += 1
+            elif inode is not None:
                 inode.pending.append((self.serial, entry.a, entry.data))
         elif op == OP_MARK:
             self.oracle += entry.data
@@ -191,8 +199,11 @@ class DiskModel:
             elif entry.a & os.O_TRUNC:
                 inode.pending.append((self.serial, 0, None))
             self.fds[entry.fd] = inode
+            if entry.a & _SYNCED_WRITES:
+                self.synced_fds.add(entry.fd)
         elif op == OP_CLOSE:
             self.fds.pop(entry.fd, None)
+            self.synced_fds.discard(entry.fd)
         elif op == OP_TRUNCATE:
             inode = self.fds.get(entry.fd)
             if inode is not None:
@@ -235,6 +246,33 @@ class DiskModel:
         for pending in self.pending_names[:kept]:
             _apply_name(names, pending)
         return names
+
+
+def _superseded(pending: list, start: int, end: int) -> list:
+    """Pending writes with the bytes `start`..`end` cut out: a synced write made them stale, and the
+    page cache never writes older bytes over newer ones."""
+    kept = []
+    for serial, offset, data in pending:
+        if data is None or offset + len(data) <= start or offset >= end:
+            kept.append((serial, offset, data))
+            continue
+        if offset < start:
+            kept.append((serial, offset, data[:start - offset]))
+        if offset + len(data) > end:
+            kept.append((serial, end, data[end - offset:]))
+    return kept
+
+
+def mapped_files(entries: list[Entry], directory: str) -> set[str]:
+    """The files of `directory` the run mapped shared and writable (their writes are not in the log)."""
+    paths: dict[int, str] = {}
+    mapped = set()
+    for entry in entries:
+        if entry.op == OP_OPEN:
+            paths[entry.fd] = entry.path
+        elif entry.op == OP_MAP and entry.fd in paths:
+            mapped.add(os.path.relpath(paths[entry.fd], os.path.realpath(directory)))
+    return mapped
 
 
 def _apply_name(names: dict, pending: tuple) -> None:
@@ -397,6 +435,7 @@ class ReplayResult:
     lost_unacknowledged: int = 0
     violations: list = field(default_factory=list)
     positions: list = field(default_factory=list)   # (log position, states checked) per crash point
+    not_applicable: str | None = None  # why the replay cannot model this store's writes (nothing replayed)
 
 
 class _Views:
@@ -523,12 +562,17 @@ class Allowed:
 
 
 def replay(log_path: str, directory: str, scratch: str, *, seed: int, points: int, states_per_point: int,
-           context: str, share: tuple[int, int] = (0, 1), file_size: int = FILE_SIZE) -> ReplayResult:
-    """Rebuild crash states from the log of a run on `directory` and check each; `share` (i, n) takes
-    every n-th crash point from the i-th, so n processes can split one log."""
+           context: str, share: tuple[int, int] = (0, 1), store: str = "journal") -> ReplayResult:
+    """Rebuild crash states from the log of a run of `store` on `directory` and check each; `share`
+    (i, n) takes every n-th crash point from the i-th, so n processes can split one log."""
     logging.disable(logging.ERROR)    # recovery logs each torn tail it meets: thousands here, all expected
     warnings.simplefilter("ignore", RuntimeWarning)
     entries = read_log(log_path)
+    unseen = sorted(mapped_files(entries, directory) - set(VOLATILE_FILES.get(store, ())))
+    if unseen:
+        return ReplayResult(not_applicable=f"store {store!r} writes {', '.join(unseen)} through a shared "
+                                           f"writable mapping, whose writes no system-call log sees")
+    recover = _Recovery(store)
     disk = DiskModel(directory)
     candidates = []
     for position, entry in enumerate(entries):   # a crash point: a moment with something not yet durable
@@ -559,13 +603,14 @@ def replay(log_path: str, directory: str, scratch: str, *, seed: int, points: in
             materialiser.base(names)
             changed = materialiser.overlay(names, state)
             label = f"{where}, state {state.kind} #{index}"
-            _check_state(state_dir, allowed, label, result, read_only=True, file_size=file_size)
-            if index == full_index:
+            if recover.read_only:
+                _check_state(state_dir, allowed, label, result, recover, read_only=True, full=False)
+            if index == full_index or not recover.read_only:
                 shutil.rmtree(full_dir, ignore_errors=True)
                 shutil.copytree(state_dir, full_dir)
-                _check_state(full_dir, allowed, label + " (writing load)", result, read_only=False,
-                             file_size=file_size)
-                result.full_checks += 1
+                _check_state(full_dir, allowed, label + " (writing load)", result, recover, read_only=False,
+                             full=index == full_index)
+                result.full_checks += index == full_index
             materialiser.undo(names, changed)
             result.states += 1
             result.states_by_kind[state.kind] = result.states_by_kind.get(state.kind, 0) + 1
@@ -577,29 +622,45 @@ def replay(log_path: str, directory: str, scratch: str, *, seed: int, points: in
     return result
 
 
-def _check_state(directory: str, allowed: Allowed, context: str, result: ReplayResult, *, read_only: bool,
-                 file_size: int) -> None:
-    """Recover one state and check it against what the calls allow."""
-    try:
+class _Recovery:
+    """How a state is recovered: the journal with a read-only load (the analysis a writing load makes,
+    nothing written, so one directory serves every state) and with a writing load; another store
+    only by opening it (on a copy of the state: opening may write)."""
+
+    def __init__(self, store: str) -> None:
+        self.store = store
+        self.read_only = store == "journal"
+
+    def open(self, directory: str, *, read_only: bool):
+        if self.store != "journal":
+            return open_store(self.store, directory, "always", for_recovery=True)
         if read_only:
-            with Journal(directory, read_only=True) as journal:
-                loaded = journal.load()
+            return Journal(directory, read_only=True)
+        return Journal(directory, file_size=FILE_SIZE, compact_min_files=0)
+
+
+def _check_state(directory: str, allowed: Allowed, context: str, result: ReplayResult, recover: _Recovery, *,
+                 read_only: bool, full: bool) -> None:
+    """Recover one state and check it against what the calls allow; `full`: also a second load and
+    no temporary file left."""
+    try:
+        with recover.open(directory, read_only=read_only) as store:
+            loaded = store.load()
+        if read_only:
             incomplete = set(loaded.report.incomplete_transactions)
         else:
-            with Journal(directory, file_size=file_size, compact_min_files=0) as journal:
-                loaded = journal.load()
-            incomplete = set(loaded.report.rolled_back)
+            incomplete = set(getattr(loaded.report, "rolled_back", ()))
     except Exception as exc:   # recovery must open whatever a power cut leaves
         result.violations.append(f"{context}: recovery failed: {exc!r}")
         return
     records, prepared, _ = recovered_view(loaded)
     view = (records, prepared, incomplete)
-    if loaded.report.corrupt:
+    if getattr(loaded.report, "corrupt", None):
         result.damage_reported += 1
     matched = [n for n, candidate in enumerate(allowed.views) if candidate == view]
     if not matched:   # a state the calls define holds only bodies they wrote; any other is checked body by body
         result.violations += [f"{context}: {problem}" for problem in foreign_bodies(records, prepared)]
-    if not matched and loaded.report.corrupt and allowed.explained_by_a_subset(view):
+    if not matched and getattr(loaded.report, "corrupt", None) and allowed.explained_by_a_subset(view):
         result.reordered_tail += 1    # later unsynced calls reached the disk, an earlier one did not: reported
         return
     if not matched:
@@ -611,21 +672,21 @@ def _check_state(directory: str, allowed: Allowed, context: str, result: ReplayR
                                  f"report corrupt={loaded.report.corrupt[:2]}")
         return
     result.lost_unacknowledged += len(allowed.views) - 1 - matched[-1]
-    if not read_only:
-        result.violations += repeatable_and_tidy(
-            directory, view, context, lambda: Journal(directory, file_size=file_size, compact_min_files=0))
+    if full:
+        result.violations += repeatable_and_tidy(directory, view, context,
+                                                 lambda: recover.open(directory, read_only=False))
 
 
 def power_loss_task(scratch: str, run: int, mode: str, seed: int, calls: int, points: int, states: int,
-                    skip: str | None = None) -> ReplayResult:
+                    skip: str | None = None, store: str = "journal") -> ReplayResult:
     """One recorded run and its crash states (a process pool's unit of work; the run's files removed)."""
     base = os.path.join(scratch, f"power-{run}")
     shutil.rmtree(base, ignore_errors=True)
-    directory = os.path.join(base, "journal")
+    directory = os.path.join(base, "store")
     log_path = os.path.join(base, "syscalls.log")
-    record_run(directory, log_path, mode, seed, calls, skip=skip)
     try:
+        record_run(directory, log_path, mode, seed, calls, skip=skip, store=store)
         return replay(log_path, directory, base, seed=seed, points=points, states_per_point=states,
-                      context=f"power loss run {run} (mode {mode}, workload seed {seed})")
+                      context=f"power loss run {run} (mode {mode}, workload seed {seed})", store=store)
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -19,6 +19,9 @@ import importlib
 FILE_SIZE = 256 * 1024      # the journal's files in campaigns: small, so files roll and compactions run often
 
 BUILT_IN = ("journal", "lmdb")
+# files of a store that hold no data, only locks and the like: what a power cut leaves in them does
+# not matter, and the store may map them shared and writable (LMDB's reader table is such a file)
+VOLATILE_FILES = {"lmdb": ("lock.mdb", "store.lock")}
 
 
 def open_store(spec: str, directory: str, sync: str, *, for_recovery: bool = False):

@@ -38,15 +38,27 @@ from ..errors import JournalIOError, StoreFullError
 
 CRASH_ENV = "JOURNAL_ENGINE_CRASH_AT"
 FAIL_ENV = "JOURNAL_ENGINE_FAIL_AT"       # "point[,point...]": each fails once with EIO in this process
-_crash_at = os.environ.get(CRASH_ENV)
+_crash_at: str | None = None            # set from the environment by arm_from_environment(), below
 # every crash point the storage declares, in the order a journal passes them (the crash harness hits each)
 CRASH_POINTS = ("create-before-rename", "activate-before-rename", "compact-outputs-written",
                 "compact-control-written", "compact-first-output-renamed", "compact-swapped")
 
 
-_injected: dict[str, list] = {     # crash point -> [errno, failures left]
-    point: [errno.EIO, 1] for point in filter(None, os.environ.get(FAIL_ENV, "").split(","))}
+_injected: dict[str, list] = {}          # crash point -> [errno, failures left]
 _injected_lock = threading.Lock()
+
+
+def arm_from_environment() -> None:
+    """Read the crash point and the failure points a test asked for from the environment again (they
+    are read at import; a process forked to run a workload under another environment calls this)."""
+    global _crash_at
+    _crash_at = os.environ.get(CRASH_ENV)
+    with _injected_lock:
+        _injected.clear()
+        _injected.update({point: [errno.EIO, 1] for point in filter(None, os.environ.get(FAIL_ENV, "").split(","))})
+
+
+arm_from_environment()
 
 
 def crash_point(name: str) -> None:

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .._impl import FrameColumns, scan_columns
-from ..limits import SCAN_THREADS_MAX
+from ..limits import SCAN_THREADS_MAX, SCAN_THREADS_MIN_BYTES
 from . import durability
 from .format import FileHeader, stamp_of
 from .segment_files import DataFile, list_directory, read_header
@@ -41,8 +41,9 @@ def scan_data_file(data: DataFile) -> FrameColumns:
 
 def scan_data_files(files: list[DataFile]) -> list[FrameColumns]:
     """`scan_data_file` of each file, in order; files are decoded on several threads at once (the
-    decoder runs without the GIL), which is what makes recovery of a large journal memory-bound."""
-    if len(files) < 2 or (os.cpu_count() or 1) < 2:
+    decoder runs without the GIL), which is what makes recovery of a large journal memory-bound --
+    but a small journal on this thread, where a pool of threads would cost more than it saves."""
+    if len(files) < 2 or (os.cpu_count() or 1) < 2 or sum(data.size for data in files) < SCAN_THREADS_MIN_BYTES:
         return [scan_data_file(data) for data in files]
     with ThreadPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1, SCAN_THREADS_MAX), thread_name_prefix="journal-scan") as pool:
         return list(pool.map(scan_data_file, files))

@@ -37,12 +37,15 @@ Durability, per sync mode (LMDB's own commit is the durable step; nothing else i
   commits the batch within ``buffer_timeout_us`` (at once when it holds more than
   ``buffer_size`` bytes), and every caller waiting meanwhile rides on the same commit.
   ``flush()`` is a commit too (LMDB cannot hand pages to the OS without its sync here).
-* "none": the environment is opened with ``sync=False, metasync=False`` (MDB_NOSYNC):
-  a commit only hands the pages to the operating system; the batch is committed when it
-  reaches ``buffer_size`` bytes, at flush(), sync() and close(); ``sync()`` commits and
-  then calls ``env.sync(True)`` (an fdatasync). LMDB documents that with MDB_NOSYNC a
-  system crash may lose the last transactions, or with a file system that reorders
-  writes corrupt the database; a killed process loses nothing that was committed.
+* "none": the environment is opened with ``sync=True, metasync=False`` (MDB_NOMETASYNC):
+  a commit syncs its data pages and hands the meta page to the operating system unsynced;
+  the batch is committed when it reaches ``buffer_size`` bytes, at flush(), sync() and
+  close(); ``sync()`` commits and then calls ``env.sync(True)`` (an fdatasync: the meta
+  page too). A power cut may lose the last commits, never more: a meta page on disk only
+  ever names pages already synced. (MDB_NOSYNC, which syncs nothing, let a meta page
+  reach the disk before the pages it names -- LMDB documents that a file system that
+  reorders writes then corrupts the database; the crash harness's power-loss mode found
+  acknowledged records lost so.) A killed process loses nothing that was committed.
 
 ``writemap=False`` (pages are written with pwrite, never dirtied in the shared map, so a
 stray write through a pointer cannot reach the file) and ``meminit=False``.
@@ -87,6 +90,7 @@ from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_SIZE_MIN_BYTES, BUFFER_T
                       BUFFER_TIMEOUT_US_MAX, RECORD_TYPE_MAX, SYNC_MODE_DEFAULT, SYNC_MODE_NAMES)
 from ..record_format import RecordKind
 from ..storage.directory_lock import DirectoryLock
+from ..storage.durability import fsync_directory
 from ..storage.journal import LoadResult, PreparedTransaction, TransactionRecord
 from ..storage.recovery import LoadReport
 from .._twin.group_commit import BatchGathering
@@ -258,10 +262,10 @@ class LmdbRecordStore:
         # by every locking reader): a snapshot for inspection, taken while no writer runs
         self._directory_lock = (None if self.read_only
                                 else DirectoryLock(self.directory, LOCK_FILE, "LmdbRecordStore"))
-        durable = sync != "none"
+        durable = sync != "none"     # "none": data pages synced at each commit, the meta page at sync()
         try:
             self._env = lmdb.open(self.directory, map_size=map_size, subdir=True, max_dbs=len(_DATABASES),
-                                  sync=durable, metasync=durable, writemap=False, meminit=False,
+                                  sync=True, metasync=durable, writemap=False, meminit=False,
                                   max_readers=max_readers, lock=not self.read_only, readonly=self.read_only,
                                   create=not self.read_only)
         except lmdb.Error as exc:
@@ -282,6 +286,15 @@ class LmdbRecordStore:
             raise IncompatibleFormatError(f"the LMDB environment does not hold this store's databases: {exc}",
                                           path=os.path.join(self.directory, "data.mdb"),
                                           hint="the LMDB store needs its own directory") from None
+        if not self.read_only:
+            # LMDB creates data.mdb and never syncs the directory: a power cut could lose the file's
+            # name with every commit in it (the crash harness's power-loss mode showed it)
+            try:
+                fsync_directory(self.directory)
+            except JournalError:
+                self._env.close()
+                self._release_lock_file()
+                raise
 
     # ----- life cycle -------------------------------------------------------------------------------
     def __enter__(self) -> "LmdbRecordStore":

@@ -1,0 +1,154 @@
+"""Workload children: start one, read its oracle as it runs, SIGKILL it on cue, reap it.
+
+A campaign starts over a thousand children. A fresh interpreter costs its start-up and the imports
+of the whole engine (about a third of a second of CPU each on a busy machine: more than most runs
+themselves); a process that has those modules imported and runs a single thread forks instead (the
+campaign's pool workers do), so a child costs a fork. A process with other threads (a test runner,
+the campaign's coordinating process) starts a fresh interpreter, since a fork copies locks other
+threads may hold.
+
+Every child dies with the process that started it (Linux ``PR_SET_PDEATHSIG``), so a campaign
+killed outright leaves no workload writing into its scratch.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+from ..storage import durability
+
+_PR_SET_PDEATHSIG = 1
+READY_TIMEOUT_S = 30.0        # a child that never finishes its recovery is killed after this
+RUN_TIMEOUT_S = 120.0         # and any child after this
+
+
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """Ask the kernel to SIGKILL this process when its parent ends (and end now if it already did)."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(137)
+
+
+def forking_is_safe() -> bool:
+    return threading.active_count() == 1 and hasattr(os, "fork")
+
+
+def bound_to_parent() -> dict:
+    """subprocess keyword arguments that make the new process die with this one (where a
+    ``preexec_fn`` is safe: in a process of one thread)."""
+    return {"preexec_fn": die_with_parent} if forking_is_safe() else {}
+
+
+def run_child(module_and_args: list[str], *, kill_after: float | None, env: dict | None = None
+              ) -> tuple[list[str], int, str]:
+    """Run ``python -m module args...`` (forked from this process where that is safe), reading its
+    oracle; SIGKILL it `kill_after` seconds after its ``R`` line (None: let it end).
+    Returns the complete lines it printed, its exit status (negative: the signal) and its stderr."""
+    with tempfile.TemporaryFile() as errors:
+        if forking_is_safe():
+            pid, out = _fork(module_and_args, env or {}, errors.fileno())
+            process = None
+        else:
+            process = subprocess.Popen([sys.executable, "-m"] + module_and_args, stdout=subprocess.PIPE,
+                                       stderr=errors, env={**os.environ, **(env or {})})
+            pid, out = process.pid, process.stdout.fileno()
+        try:
+            lines = _read_oracle(pid, out, kill_after)
+        finally:
+            if process is None:
+                os.close(out)
+                returncode = _reap(pid)
+            else:
+                process.stdout.close()
+                if process.poll() is None:
+                    process.kill()
+                returncode = process.wait()
+        errors.seek(0)
+        return lines, returncode, errors.read().decode(errors="replace")
+
+
+def _fork(module_and_args: list[str], env: dict, errors_fd: int) -> tuple[int, int]:
+    read_end, write_end = os.pipe()
+    parent = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        return pid, read_end
+    code = 1
+    try:     # the child: never returns into the caller's code
+        os.close(read_end)
+        os.dup2(write_end, 1)
+        os.dup2(errors_fd, 2)
+        os.close(write_end)
+        die_with_parent(parent)
+        os.environ.update(env)
+        durability.arm_from_environment()
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        name = module_and_args[0]
+        code = importlib.import_module(name).main([name] + module_and_args[1:])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:   # noqa: B902 -- as an interpreter would: the traceback on stderr, exit 1
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code if isinstance(code, int) else 0)
+
+
+def _read_oracle(pid: int, fd: int, kill_after: float | None) -> list[str]:
+    """Every complete line the child prints until it ends; a line cut by the kill is no acknowledgement."""
+    started = time.monotonic()
+    lines: list[str] = []
+    pending = b""
+    kill_at = None if kill_after is not None else started + RUN_TIMEOUT_S
+    killed = False
+    while True:
+        now = time.monotonic()
+        if kill_at is None and now - started > READY_TIMEOUT_S:
+            kill_at = now
+        if not killed and kill_at is not None and now >= kill_at:
+            os.kill(pid, signal.SIGKILL)
+            killed = True
+        if killed:
+            wait = 10.0
+        else:
+            wait = max(0.0, (kill_at if kill_at is not None else started + READY_TIMEOUT_S) - now)
+        readable, _, _ = select.select([fd], [], [], wait)
+        if not readable:
+            if killed:
+                break      # the pipe outlives the child only in a grandchild: nothing more to read
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for raw in complete:
+            line = raw.decode()
+            lines.append(line)
+            if line == "R" and kill_after is not None and kill_at is None:
+                kill_at = time.monotonic() + kill_after
+    return lines
+
+
+def _reap(pid: int) -> int:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)

@@ -1,0 +1,106 @@
+"""A campaign stopped by a signal leaves no scratch and no process behind, and the scratch of one
+killed outright (SIGKILL: no code of it runs again) is removed by the next campaign's start."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from journal_engine.crashtest import Campaign
+from journal_engine.crashtest import scratch as scratch_module
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+def _descendants(pid: int) -> set[int]:
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    parents[int(entry)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _owned_by(pid: int, parents: list[Path]) -> list[Path]:
+    owned = []
+    for parent in parents:
+        for path in parent.glob(scratch_module.PREFIX + "*"):
+            owner = path / scratch_module.OWNER_FILE
+            if path.is_dir() and owner.exists() and owner.read_text().split()[0] == str(pid):
+                owned.append(path)
+    return owned
+
+
+def _campaign_under_way(tmp_path: Path) -> tuple[subprocess.Popen, set[int], list[Path]]:
+    """A quick campaign started in a child, once its workers run and its scratch holds their files."""
+    scratch = tmp_path / "scratch"
+    campaign = subprocess.Popen([sys.executable, "-m", "journal_engine", "crash-test", "--seed", "3",
+                                 "--scratch", str(scratch)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    parents = [scratch] + [Path(p) for p in scratch_module.default_parents()]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        owned = _owned_by(campaign.pid, parents)
+        busy = [p for p in owned if len(os.listdir(p)) > 1]
+        if len(busy) >= 2 and len(_descendants(campaign.pid)) >= 3:
+            return campaign, _descendants(campaign.pid), owned
+        assert campaign.poll() is None, campaign.stderr.read().decode()
+        time.sleep(0.05)
+    campaign.kill()
+    pytest.fail("the campaign never got under way")
+
+
+def _all_gone(pids: set[int], timeout_s: float = 15) -> set[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = {pid for pid in pids if os.path.exists(f"/proc/{pid}") and
+                 not open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0] == b"Z"}
+        if not alive:
+            return set()
+        time.sleep(0.05)
+    return alive
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_campaign_stopped_by_a_signal_removes_its_scratch_and_ends_its_processes(tmp_path, signum):
+    campaign, processes, owned = _campaign_under_way(tmp_path)
+    campaign.send_signal(signum)
+    assert campaign.wait(60) == 128 + signum
+    assert "its scratch is removed" in campaign.stderr.read().decode()
+    assert _all_gone(processes) == set(), "a worker or workload outlived the campaign"
+    assert [p for p in owned if p.exists()] == []
+
+
+def test_the_scratch_of_a_campaign_killed_outright_is_removed_at_the_next_start(tmp_path):
+    campaign, processes, owned = _campaign_under_way(tmp_path)
+    campaign.send_signal(signal.SIGKILL)
+    campaign.wait(60)
+    campaign.stderr.close()
+    assert _all_gone(processes) == set(), "workers and workloads must die with the campaign"
+    left = [p for p in owned if p.exists()]
+    assert left, "a campaign killed outright cannot clean up: its scratch stays until the next start"
+    report = Campaign(tmp_path / "scratch", size="smoke", seed=4).run()
+    assert {str(p) for p in left} <= set(report.stale_scratch_removed)
+    assert [p for p in owned if p.exists()] == []
+    assert report.violations == []
+
+
+def test_scratch_of_a_live_owner_or_of_no_known_owner_is_left_alone(tmp_path):
+    mine = Path(scratch_module.make_owned_dir(tmp_path))
+    unowned = tmp_path / (scratch_module.PREFIX + "unowned")
+    unowned.mkdir()
+    gone = Path(scratch_module.make_owned_dir(tmp_path))
+    (gone / scratch_module.OWNER_FILE).write_text("999999999 1\n")     # no such process
+    assert scratch_module.sweep_stale([tmp_path]) == [str(gone)]
+    assert mine.exists() and unowned.exists() and not gone.exists()
