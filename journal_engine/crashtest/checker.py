@@ -15,7 +15,6 @@ For a journal-level run, after a crash and recovery:
 """
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import dataclass, field
 
@@ -60,7 +59,7 @@ def recover_and_check(directory: str, model: Model, lines: list[str], context: s
     check.violations += [f"{context}: {problem}" for problem in foreign_bodies(recovered[0], recovered[1])]
     check.violations += [f"{context}: {problem}" for problem in split_groups(ops, recovered[0])]
 
-    states = Model(copy.deepcopy(model.records), copy.deepcopy(model.pending))
+    states = model.copy()
     for op in ops[:acked_count]:
         states.apply(op)
     matched = None
@@ -77,9 +76,9 @@ def recover_and_check(directory: str, model: Model, lines: list[str], context: s
             f"{missing[:5]}")
         matched = len(ops)          # go on from the calls' state so one violation is not reported twice
         final_records, final_pending = recovered[0], {tx: entry for tx, entry in recovered[1].items()}
-        check.model = Model(copy.deepcopy(final_records), copy.deepcopy(final_pending))
+        check.model = Model(final_records, final_pending).copy()
     else:
-        final = Model(copy.deepcopy(model.records), copy.deepcopy(model.pending))
+        final = model.copy()
         for op in ops[:matched]:
             final.apply(op)
         check.model = final.after_recovery()
@@ -112,7 +111,7 @@ def _open(store: str, directory: str, file_size: int):
 
 
 def _missing_acknowledged(model: Model, acked_ops: list, recovered_records: dict) -> list:
-    state = Model(copy.deepcopy(model.records), copy.deepcopy(model.pending))
+    state = model.copy()
     for op in acked_ops:
         state.apply(op)
     return [(rid, "missing" if rid not in recovered_records else "different")

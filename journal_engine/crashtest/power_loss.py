@@ -451,19 +451,13 @@ class _Views:
         while self.applied < acked_count:
             self.model.apply(ops[self.applied])
             self.applied += 1
-        base = _copied(self.model)
-        state = _copied(base)
+        base = self.model.copy()
+        state = base.copy()
         views = [_snapshot(model_view(state))]
         for op in ops[acked_count:]:
             state.apply(op)
             views.append(_snapshot(model_view(state)))
         return Allowed(views, base, ops[acked_count:])
-
-
-def _copied(model: Model) -> Model:
-    """A copy deep enough for Model.apply (which appends to update lists and transaction entries)."""
-    return Model({rid: (rec[0], rec[1], list(rec[2])) for rid, rec in model.records.items()},
-                 {tx: [entry[0], list(entry[1])] for tx, entry in model.pending.items()})
 
 
 def _snapshot(view: tuple) -> tuple:
@@ -524,7 +518,7 @@ class Allowed:
             settled_at.setdefault(index, []).append(("tx", tx))
         small = Model({rid: rec for rid, rec in self.base.records.items() if rid in touched},
                       dict(self.base.pending))
-        start = _copied(small)
+        start = small.copy()
 
         def settled(state: Model, index: int) -> bool:
             for kind, key in settled_at.get(index, ()):
@@ -549,7 +543,7 @@ class Allowed:
                 index += 1
             if index == len(ops):
                 return True
-            kept = _copied(state)
+            kept = state.copy()
             try:
                 kept.apply(ops[index])
                 if settled(kept, index) and search(index + 1, kept):
