@@ -102,7 +102,7 @@ from journal_engine.store import lmdb_store
 
 
 def open_store(directory, sync):
-    """The LMDB store as it was: MDB_NOSYNC in sync mode "none", and no fsync of its directory."""
+    """The LMDB store as it was: MDB_NOSYNC in sync mode "none", data.mdb made by LMDB in place."""
     real_open = lmdb.open
 
     def open_nosync(*args, **kwargs):
@@ -111,7 +111,7 @@ def open_store(directory, sync):
         return real_open(*args, **kwargs)
 
     lmdb_store.lmdb.open = open_nosync
-    lmdb_store.fsync_directory = lambda directory: None
+    lmdb_store._create_environment = lambda directory, map_size: None
     return lmdb_store.LmdbRecordStore(directory, sync=sync)
 '''
 
@@ -131,9 +131,11 @@ def test_power_loss_states_of_the_lmdb_store_lose_nothing_acknowledged(tmp_path,
 
 
 def test_power_loss_catches_the_lmdb_store_as_it_was(tmp_path, monkeypatch):
-    """Before the harness ran on it, the LMDB store never synced its directory (data.mdb's name could
-    be lost with every commit in it) and ran sync mode "none" with MDB_NOSYNC (a meta page could
-    reach the disk before the pages it names): both lose acknowledged records in a power cut."""
+    """Before the harness ran on it, the LMDB store let LMDB make data.mdb in place, whose name no
+    directory sync made durable (lost with every commit in it) and whose first meta pages were
+    written unsynced (torn: no open accepts the file), and ran sync mode "none" with MDB_NOSYNC (a
+    meta page could reach the disk before the pages it names): each loses acknowledged records or
+    the store in a power cut."""
     (tmp_path / "lmdb_as_it_was.py").write_text(LMDB_AS_IT_WAS)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     found = {}

@@ -90,7 +90,7 @@ from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_SIZE_MIN_BYTES, BUFFER_T
                       BUFFER_TIMEOUT_US_MAX, RECORD_TYPE_MAX, SYNC_MODE_DEFAULT, SYNC_MODE_NAMES)
 from ..record_format import RecordKind
 from ..storage.directory_lock import DirectoryLock
-from ..storage.durability import fsync_directory
+from ..storage.durability import rename_durably, unlink
 from ..storage.journal import LoadResult, PreparedTransaction, TransactionRecord
 from ..storage.recovery import LoadReport
 from .._twin.group_commit import BatchGathering
@@ -99,6 +99,8 @@ from .interface import stored_backend
 log = logging.getLogger("journal_engine.store.lmdb")
 
 LOCK_FILE = "store.lock"
+DATA_FILE = "data.mdb"                          # LMDB's names in a directory environment
+NEW_DATA_FILE = "data.mdb.new"                  # a new environment until it is synced and renamed (below)
 FORMAT_TAG = b"journal_engine.lmdb-record-store/1"
 MAP_SIZE_DEFAULT_BYTES = 64 * 1024 * 1024
 MAP_SIZE_MIN_BYTES = 1024 * 1024
@@ -176,6 +178,31 @@ def _decode_prepared(tx_id: int, data: bytes, path: str) -> tuple[bytes, list]:
                                  field="prepared", hint="the LMDB store was written by another program") from None
     return xid, ops
 
+
+
+def _create_environment(directory: str, map_size: int) -> None:
+    """Make a new, empty environment durably: built as ``data.mdb.new`` (with its databases), synced,
+    then renamed to ``data.mdb`` and the directory synced. LMDB writes a new file's meta pages
+    unsynced, so a power cut before its first commit could leave a torn data.mdb that no open
+    accepts (the crash harness's power-loss mode found it); a torn ``data.mdb.new`` is simply
+    made again. (LMDB itself never syncs the directory: without the rename's directory sync a power
+    cut could lose data.mdb's name with every commit in it.)"""
+    new_path = os.path.join(directory, NEW_DATA_FILE)
+    for leftover in (new_path, new_path + "-lock"):
+        unlink(leftover, missing_ok=True)
+    try:
+        env = lmdb.open(new_path, map_size=map_size, subdir=False, max_dbs=len(_DATABASES), sync=True,
+                        metasync=True, writemap=False, meminit=False, lock=False)
+        try:
+            for name in _DATABASES:
+                env.open_db(name)
+            env.sync(True)
+        finally:
+            env.close()
+    except lmdb.Error as exc:
+        raise JournalIOError(f"could not create the LMDB environment: {exc}", path=new_path,
+                             hint="check the device and the permissions") from None
+    rename_durably(new_path, os.path.join(directory, DATA_FILE), directory)
 
 class _Transaction:
     __slots__ = ("ops", "xid")
@@ -264,10 +291,15 @@ class LmdbRecordStore:
                                 else DirectoryLock(self.directory, LOCK_FILE, "LmdbRecordStore"))
         durable = sync != "none"     # "none": data pages synced at each commit, the meta page at sync()
         try:
+            if not self.read_only and not os.path.exists(os.path.join(self.directory, DATA_FILE)):
+                _create_environment(self.directory, map_size)
             self._env = lmdb.open(self.directory, map_size=map_size, subdir=True, max_dbs=len(_DATABASES),
                                   sync=True, metasync=durable, writemap=False, meminit=False,
                                   max_readers=max_readers, lock=not self.read_only, readonly=self.read_only,
                                   create=not self.read_only)
+        except JournalError:
+            self._release_lock_file()
+            raise
         except lmdb.Error as exc:
             self._release_lock_file()
             raise IncompatibleFormatError(f"not an LMDB environment this store can open: {exc}",
@@ -286,15 +318,6 @@ class LmdbRecordStore:
             raise IncompatibleFormatError(f"the LMDB environment does not hold this store's databases: {exc}",
                                           path=os.path.join(self.directory, "data.mdb"),
                                           hint="the LMDB store needs its own directory") from None
-        if not self.read_only:
-            # LMDB creates data.mdb and never syncs the directory: a power cut could lose the file's
-            # name with every commit in it (the crash harness's power-loss mode showed it)
-            try:
-                fsync_directory(self.directory)
-            except JournalError:
-                self._env.close()
-                self._release_lock_file()
-                raise
 
     # ----- life cycle -------------------------------------------------------------------------------
     def __enter__(self) -> "LmdbRecordStore":
