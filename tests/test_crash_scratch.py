@@ -13,32 +13,20 @@ import pytest
 
 from journal_engine.crashtest import Campaign
 from journal_engine.crashtest import scratch as scratch_module
+from journal_engine.crashtest.children import descendants
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-
-
-def _descendants(pid: int) -> set[int]:
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as handle:
-                    parents[int(entry)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
 
 
 def _owned_by(pid: int, parents: list[Path]) -> list[Path]:
     owned = []
     for parent in parents:
         for path in parent.glob(scratch_module.PREFIX + "*"):
-            owner = path / scratch_module.OWNER_FILE
-            if path.is_dir() and owner.exists() and owner.read_text().split()[0] == str(pid):
+            try:
+                owner = (path / scratch_module.OWNER_FILE).read_text().split()
+            except OSError:
+                continue
+            if owner[:1] == [str(pid)]:      # an owner file being written reads empty: not yet
                 owned.append(path)
     return owned
 
@@ -50,12 +38,22 @@ def _campaign_under_way(tmp_path: Path) -> tuple[subprocess.Popen, set[int], lis
                                  "--scratch", str(scratch)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     parents = [scratch] + [Path(p) for p in scratch_module.default_parents()]
     deadline = time.monotonic() + 300
+    try:
+        return _wait_until_under_way(campaign, parents, deadline)
+    except BaseException:
+        campaign.kill()
+        campaign.wait()
+        raise
+
+
+def _wait_until_under_way(campaign: subprocess.Popen, parents: list[Path], deadline: float):
     while time.monotonic() < deadline:
         owned = _owned_by(campaign.pid, parents)
         busy = [p for p in owned if len(os.listdir(p)) > 1]
-        if busy and len(_descendants(campaign.pid)) >= 3:      # the workers and a child of theirs
-            return campaign, _descendants(campaign.pid), owned
-        assert campaign.poll() is None, campaign.stderr.read().decode()
+        if busy and len(descendants(campaign.pid)) >= 3:      # the workers and a child of theirs
+            return campaign, descendants(campaign.pid), owned
+        if campaign.poll() is not None:
+            pytest.fail(f"the campaign ended first: {campaign.stderr.read().decode()}")
         time.sleep(0.05)
     campaign.kill()
     pytest.fail("the campaign never got under way")

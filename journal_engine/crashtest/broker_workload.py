@@ -185,6 +185,9 @@ def check_broker(previous: dict, lines: list[str], recovered: dict, *, strict: b
 
 
 def main(argv: list[str]) -> int:
+    from .children import die_with_parent_as_told
+
+    die_with_parent_as_told()
     directory, sync, strict, seed, clock_ms = argv[1], argv[2], argv[3] == "strict", int(argv[4]), int(argv[5])
     run(directory, sync, strict, seed, clock_ms)
     return 0

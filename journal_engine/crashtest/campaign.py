@@ -331,8 +331,7 @@ class Campaign:
                     self.progress(task.phase, done[task.phase], total[task.phase])
         except BaseException:
             workers = set(multiprocessing.active_children()) - ours_before
-            for worker in workers:
-                worker.kill()
+            children.kill_with_descendants({worker.pid for worker in workers})
             for worker in workers:
                 worker.join(10)
             pool.shutdown(wait=False, cancel_futures=True)

@@ -27,6 +27,7 @@ import traceback
 from ..storage import durability
 
 _PR_SET_PDEATHSIG = 1
+PARENT_ENV = "JOURNAL_ENGINE_CRASH_TEST_PARENT"     # a pid the workload is to die with
 READY_TIMEOUT_S = 30.0        # a child that never finishes its recovery is killed after this
 RUN_TIMEOUT_S = 120.0         # and any child after this
 
@@ -40,14 +41,55 @@ def die_with_parent(parent_pid: int | None = None) -> None:
         os._exit(137)
 
 
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (its children, theirs, ...), from /proc; empty where there is none."""
+    parents = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    parents[int(entry)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def kill_with_descendants(pids: set[int]) -> None:
+    """SIGKILL the processes `pids` and every process below them (a campaign's workers, their
+    workloads, recorded runs and fiu-run children) all at once, so none is left writing into the
+    scratch (a child that outlived its worker would no longer be below it)."""
+    for pid in set(pids).union(*(descendants(pid) for pid in pids)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def forking_is_safe() -> bool:
     return threading.active_count() == 1 and hasattr(os, "fork")
 
 
 def bound_to_parent() -> dict:
-    """subprocess keyword arguments that make the new process die with this one (where a
-    ``preexec_fn`` is safe: in a process of one thread)."""
-    return {"preexec_fn": die_with_parent} if forking_is_safe() else {}
+    """Environment for a workload started as a new program: it calls die_with_parent_as_told() first
+    thing, so it dies with this process (a preexec_fn would do it earlier, but is unsafe in a process
+    with threads, which a worker has after some recoveries)."""
+    return {PARENT_ENV: str(os.getpid())}
+
+
+def die_with_parent_as_told() -> None:
+    """In a workload's main(): die with the process that started it, when that one asked."""
+    parent = os.environ.get(PARENT_ENV)
+    if parent:
+        die_with_parent(int(parent))
 
 
 def run_child(module_and_args: list[str], *, kill_after: float | None, env: dict | None = None
@@ -61,7 +103,7 @@ def run_child(module_and_args: list[str], *, kill_after: float | None, env: dict
             process = None
         else:
             process = subprocess.Popen([sys.executable, "-m"] + module_and_args, stdout=subprocess.PIPE,
-                                       stderr=errors, env={**os.environ, **(env or {})})
+                                       stderr=errors, env={**os.environ, **(env or {}), **bound_to_parent()})
             pid, out = process.pid, process.stdout.fileno()
         try:
             lines = _read_oracle(pid, out, kill_after)

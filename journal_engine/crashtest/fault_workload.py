@@ -37,7 +37,7 @@ import sys
 from ..errors import JournalError, JournalFailedError
 from .bodies import make_body
 from .checker import recover_and_check
-from .children import bound_to_parent
+from .children import bound_to_parent, die_with_parent_as_told
 from .journal_workload import start_workload
 from .model import Model
 from .stores import FILE_SIZE, open_store
@@ -171,6 +171,7 @@ def _write_after(work, journal, failure: BaseException, context: str, summary: d
 
 
 def main(argv: list[str]) -> int:
+    die_with_parent_as_told()
     directory, seed, faults, cycles = argv[1], int(argv[2]), int(argv[3]), int(argv[4])
     summary = run(directory, seed, faults, cycles, argv[5] if len(argv) > 5 else "journal")
     sys.stdout.write(json.dumps(summary) + "\n")
@@ -190,7 +191,7 @@ def fault_task(scratch: str, run_index: int, seed: int, faults: int, store: str 
         done = subprocess.run(["fiu-run", "-x", "-f", "", sys.executable, "-m",
                                "journal_engine.crashtest.fault_workload", directory, str(seed), str(faults),
                                str(faults * 4), store], capture_output=True, timeout=1800, check=False,
-                              **bound_to_parent())
+                              env={**os.environ, **bound_to_parent()})
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     lines = done.stdout.decode(errors="replace").strip().splitlines()

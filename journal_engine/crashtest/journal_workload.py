@@ -290,7 +290,9 @@ def main(argv: list[str]) -> int:
     """Exit 0 after the calls; 1 after an error, reported on the oracle as
     ``X <type> <is a JournalError> <is an OSError> <errno>`` (injected I/O errors end a run so)."""
     from journal_engine import JournalError
+    from .children import die_with_parent_as_told
 
+    die_with_parent_as_told()
     directory, mode, seed, first_seq, first_id = argv[1], argv[2], int(argv[3]), int(argv[4]), int(argv[5])
     max_calls = int(argv[6]) if len(argv) > 6 else 20000
     store = argv[7] if len(argv) > 7 else "journal"

@@ -105,7 +105,7 @@ def record_run(directory: str, log_path: str, mode: str, seed: int, calls: int, 
         env[SKIP_ENV] = skip
     done = subprocess.run([sys.executable, "-m", "journal_engine.crashtest.journal_workload", directory, mode,
                            str(seed), "1", "1", str(calls), store], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          env=env, timeout=600, check=False, **bound_to_parent())
+                          env={**env, **bound_to_parent()}, timeout=600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the recorded workload failed with exit {done.returncode}: "
                            f"{done.stderr.decode(errors='replace')[-500:]}")

@@ -17,11 +17,15 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 PREFIX = "journal-engine-crash-test-"
 OWNER_FILE = ".crash-test-owner"
 SHARED_MEMORY = "/dev/shm"
+# the children of killed workers die with them, but not at once: removal is retried meanwhile
+REMOVE_ATTEMPTS = 100
+REMOVE_RETRY_S = 0.05
 
 
 class CampaignInterrupted(BaseException):
@@ -65,10 +69,11 @@ def remove(path: str | os.PathLike) -> None:
     path = os.path.realpath(path)
     for mount_point in _mounts_beneath(path):
         subprocess.run(["umount", "-l", mount_point], capture_output=True, check=False)
-    for _ in range(3):   # a child killed a moment ago may still be closing a file in it
+    for _ in range(REMOVE_ATTEMPTS):   # a child killed a moment ago may not have died yet
         shutil.rmtree(path, ignore_errors=True)
         if not os.path.exists(path):
             return
+        time.sleep(REMOVE_RETRY_S)
 
 
 def default_parents() -> list[str]:
