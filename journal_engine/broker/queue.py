@@ -141,8 +141,8 @@ class QueueState:
 
 class _RestoringQueueState(QueueState):
     """A recovered queue whose references wait as columns (QueueState.restore_later): the first read
-    of ``ready`` makes them and turns the queue back into a plain QueueState, so the __getattr__ hook
-    (which slows every attribute read a little) is gone once the queue is in use."""
+    of ``ready`` (an unset slot, so the only read that reaches __getattr__) makes them and turns the
+    queue back into a plain QueueState."""
 
     __slots__ = ()
 
