@@ -42,6 +42,18 @@ class RecordKind(enum.IntEnum):
     COMMIT = 18
     ROLLBACK = 19
     PAD = 20
+    GROUP = 21    # heads a record group: its body is GROUP_BODY; the frames it covers carry GROUP_MEMBER
+
+
+#: the frame flag (u16 at offset 10) of a frame inside a record group; no other flag exists. A reader
+#: applies a member only after it checked the whole group (GROUP_BODY's count, length and CRC32C), so
+#: a group a power cut tore is recovered whole or not at all (docs/internals/format.md)
+GROUP_MEMBER = 1
+#: the kinds a record group holds
+GROUP_MEMBER_KINDS = frozenset((RecordKind.ADD, RecordKind.UPDATE, RecordKind.DELETE))
+#: the body of a GROUP frame: u32 number of member frames, u32 bytes of the member frames (from the end
+#: of the GROUP frame), u32 CRC32C of those bytes, u32 zero
+GROUP_BODY = struct.Struct("<IIII")
 
 
 class FrameCheck(enum.IntEnum):

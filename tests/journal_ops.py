@@ -10,7 +10,8 @@ pseudo-random bytes), so large records stay small in the list.
 
 Ops: ["add", id, type, body], ["update", id, type, body], ["delete", id],
 ["add_tx", tx, id, type, body], ["update_tx", tx, id, type, body], ["delete_tx", tx, id],
-["prepare", tx, xid], ["commit", tx], ["rollback", tx], ["sync"], ["reopen"].
+["prepare", tx, xid], ["commit", tx], ["rollback", tx], ["sync"], ["reopen"], and a record group
+["group", [kind, id, type, body], ...] with kind "add", "update" or "delete".
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import sys
 from typing import Any
 
 LIMITS_HEADER_BYTES = 64
+_GROUP_KINDS = {"add": 11, "update": 12, "delete": 16}     # record_format.RecordKind (tests/ import no engine here)
 
 
 def body_of(spec: Any) -> bytes:
@@ -76,6 +78,9 @@ def apply_ops(directory: str, options: dict, ops: list) -> list[dict]:
                 journal.commit(args[0])
             elif name == "rollback":
                 journal.rollback(args[0])
+            elif name == "group":    # ["group", [kind name, record id, type, body], ...]
+                journal.append_group([(_GROUP_KINDS[kind], record_id, user_type, body_of(body))
+                                      for kind, record_id, user_type, body in args])
             elif name == "sync":
                 journal.sync()
             elif name == "reopen":
@@ -127,6 +132,14 @@ def model_of(ops: list, loads_at_reopen: bool = True) -> dict:
             live[args[0]]["updates"].append([args[1], body_of(args[2]).hex()])
         elif name == "delete":
             del live[args[0]]
+        elif name == "group":
+            for kind, record_id, user_type, body in args:
+                if kind == "add":
+                    live[record_id] = {"type": user_type, "body": body_of(body).hex(), "updates": []}
+                elif kind == "update":
+                    live[record_id]["updates"].append([user_type, body_of(body).hex()])
+                else:
+                    del live[record_id]
         elif name in ("add_tx", "update_tx", "delete_tx"):
             tx = pending.setdefault(args[0], {"ops": [], "xid": None})
             if name == "delete_tx":

@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 
 from ..limits import FRAME_ALIGNMENT_BYTES, FRAME_HEADER_SIZE_BYTES
-from ..record_format import FrameCheck, RecordKind
+from ..record_format import GROUP_BODY, GROUP_MEMBER, GROUP_MEMBER_KINDS, FrameCheck, RecordKind
 
 _POLY = 0x82F63B78
 _TABLE = []
@@ -42,12 +42,26 @@ def frame_size(body_len: int) -> int:
     return (FRAME_HEADER_SIZE_BYTES + body_len + FRAME_ALIGNMENT_BYTES - 1) & ~(FRAME_ALIGNMENT_BYTES - 1)
 
 
-def encode_frame(kind: int, user_type: int, stamp: int, record_id: int, tx_id: int, body) -> bytes:
+def encode_frame(kind: int, user_type: int, stamp: int, record_id: int, tx_id: int, body, flags: int = 0) -> bytes:
     body = bytes(body)
     size = frame_size(len(body))
-    tail = _FRAME.pack(0, len(body), kind, user_type, 0, stamp, record_id, tx_id)[4:] + body
+    tail = _FRAME.pack(0, len(body), kind, user_type, flags, stamp, record_id, tx_id)[4:] + body
     tail += bytes(size - FRAME_HEADER_SIZE_BYTES - len(body))
     return struct.pack("<I", crc32c(tail[: FRAME_HEADER_SIZE_BYTES - 4 + len(body)])) + tail
+
+
+def encode_group_head(stamp: int, count: int, members: bytes) -> bytes:
+    """The GROUP frame over `count` member frames whose bytes are `members`."""
+    return encode_frame(RecordKind.GROUP, 0, stamp, 0, 0, GROUP_BODY.pack(count, len(members), crc32c(members), 0))
+
+
+def encode_group(stamp: int, records) -> bytes:
+    """A record group as bytes: its GROUP frame, then each ``(kind, user_type, record_id, body)`` as a
+    member frame (for tools and tests; the journal writes groups in place)."""
+    members = [encode_frame(kind, user_type, stamp, record_id, 0, body, GROUP_MEMBER)
+               for kind, user_type, record_id, body in records]
+    joined = b"".join(members)
+    return encode_group_head(stamp, len(members), joined) + joined
 
 
 def pad_frame(stamp: int, total: int) -> bytes:
@@ -63,7 +77,9 @@ def check_frame(buffer, pos: int, stamp: int) -> tuple[int, int]:
     crc, body_len, kind, _user, flags, frame_stamp, _rid, _tx = _FRAME.unpack(header)
     if frame_stamp != stamp:
         return (FrameCheck.FOREIGN if any(header) else FrameCheck.ZERO), 0
-    if kind < RecordKind.ADD or kind > RecordKind.PAD or flags:
+    if kind < RecordKind.ADD or kind > RecordKind.GROUP or flags & ~0xFF:
+        return FrameCheck.INVALID, 0
+    if flags and (flags != GROUP_MEMBER or kind not in GROUP_MEMBER_KINDS):
         return FrameCheck.INVALID, 0
     size = frame_size(body_len)
     if body_len > limit - pos or pos + size > limit:
@@ -71,6 +87,11 @@ def check_frame(buffer, pos: int, stamp: int) -> tuple[int, int]:
     if crc != crc32c(buffer[pos + 4:pos + FRAME_HEADER_SIZE_BYTES + body_len]):
         return FrameCheck.INVALID, 0
     return FrameCheck.VALID, size
+
+
+def is_group_member(buffer, pos: int) -> bool:
+    """Whether the frame at `pos` (checked valid) is flagged as a member of a record group."""
+    return buffer[pos + 10] == GROUP_MEMBER
 
 
 def decode_header(buffer, pos: int) -> tuple[int, int, int, int, int, int]:

@@ -13,9 +13,9 @@ from ..errors import (DuplicateRecordError, JournalClosedError, JournalFailedErr
                       StoreFullError, UnknownRecordError, UnknownTransactionError)
 from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, SYNC_MODE_NAMES,
                       UNSYNCED_OPEN_FILES_MAX)
-from .codec import encode_frame, frame_size, pad_frame
+from .codec import encode_frame, encode_group_head, frame_size, pad_frame
 from .group_commit import BatchGathering
-from ..record_format import RecordKind
+from ..record_format import GROUP_BODY, GROUP_MEMBER, RecordKind
 from .livemap import LiveMap
 
 MODE_NONE, MODE_GROUP, MODE_ALWAYS = 0, 1, 2
@@ -98,6 +98,8 @@ class JournalCore:
         self._kick_pending = False
         self._gathering = BatchGathering(self._lock, BUFFER_TIMEOUT_DEFAULT_US)
         self._grouped = None         # the thread appending a record group, holding the append lock
+        self._group_head = 0         # where the open group's GROUP frame lies in the active file
+        self._group_count = 0        # member frames appended to the open group so far
         self._sync_trace: list | None = None     # (durable_bytes, monotonic ns) per sync, when traced
         self._sync_trace_capacity = 0
 
@@ -289,7 +291,11 @@ class JournalCore:
                 if self._has_room(size):
                     break
             seg = self._active
-            self._buf += encode_frame(kind, user_type, seg.stamp, record_id, tx_id, body)
+            if self._grouped == threading.get_ident():
+                self._buf += encode_frame(kind, user_type, seg.stamp, record_id, tx_id, body, GROUP_MEMBER)
+                self._group_count += 1
+            else:
+                self._buf += encode_frame(kind, user_type, seg.stamp, record_id, tx_id, body)
             seg.position += size
             self.appended_bytes += size
             if kind == RecordKind.ADD:
@@ -335,29 +341,48 @@ class JournalCore:
 
     # ----- record groups: no write-out between their records ----------------------------------------
     def _begin_group(self, total: int) -> None:
-        """Reserve room for `total` bytes of frames and keep the append lock until _end_group (or
-        _abort_group): the group's records go in with no writer between them."""
+        """Reserve room for `total` bytes of member frames and their GROUP frame, and keep the append
+        lock until _end_group (or _abort_group): the group's records go in with no writer between
+        them, and the GROUP frame _end_group writes lets a reader take all of them or none."""
+        head = frame_size(GROUP_BODY.size)
         self._check_writable()
         if self._grouped == threading.get_ident():
             raise AssertionError("record groups do not nest")
-        if total > self._max_frame:
+        if total + head > self._max_frame:
             raise RecordTooLargeError(
-                f"a record group of {total} bytes of frames must fit one journal file, which holds at most "
-                f"{self._max_frame}", hint="raise file_size or write fewer records together")
+                f"a record group of {total + head} bytes of frames must fit one journal file, which holds at "
+                f"most {self._max_frame}", hint="raise file_size or write fewer records together")
         self._lock.acquire()
         try:
             while True:
                 self._check_writable()
-                if self._has_room(total):
+                if self._has_room(total + head):
                     break
         except BaseException:
             self._lock.release()
             raise
         self._grouped = threading.get_ident()
+        seg = self._active
+        self._group_head = seg.position     # the GROUP frame's place, written once the members are in
+        self._group_count = 0
+        self._buf += bytes(head)
+        seg.position += head
+        self.appended_bytes += head
 
     def _end_group(self, sync) -> None:
+        """The members are in the buffer: the GROUP frame goes in front of them (or, for a group
+        left empty, its room is given back)."""
+        head = frame_size(GROUP_BODY.size)
+        seg = self._active
+        at = self._group_head - self._buf_start
+        if self._group_count == 0:
+            del self._buf[at:at + head]
+            seg.position -= head
+            self.appended_bytes -= head
+        else:
+            self._buf[at:at + head] = encode_group_head(seg.stamp, self._group_count, bytes(self._buf[at + head:]))
         self._grouped = None
-        buffered = self._active.position - self._buf_start
+        buffered = seg.position - self._buf_start
         self._lock.release()
         self._after_append(sync, buffered)
 

@@ -8,8 +8,8 @@ import array
 import struct
 
 from ..limits import FRAME_ALIGNMENT_BYTES, FRAME_HEADER_SIZE_BYTES
-from .codec import check_frame, decode_header
-from ..record_format import FrameCheck, RecordKind
+from .codec import check_frame, crc32c, decode_header, frame_size, is_group_member
+from ..record_format import GROUP_BODY, GROUP_MEMBER, GROUP_MEMBER_KINDS, FrameCheck, RecordKind
 from .livemap import LiveMap
 
 #: what a reader reports of damage (a FrameCheck other than VALID) followed by valid frames
@@ -53,13 +53,45 @@ class RecordInfo:
 
 
 def _next_valid(buffer, pos: int, stamp: int) -> int:
+    """The first offset >= pos holding a valid frame of this file that can start a reading again
+    (not a record group's member), or -1."""
     limit = len(buffer)
     stamp_bytes = struct.pack("<I", stamp)
     while pos + FRAME_HEADER_SIZE_BYTES <= limit:
-        if buffer[pos + 12:pos + 16] == stamp_bytes and check_frame(buffer, pos, stamp)[0] == FrameCheck.VALID:
-            return pos
+        if buffer[pos + 12:pos + 16] == stamp_bytes:
+            check, size = check_frame(buffer, pos, stamp)
+            if check == FrameCheck.VALID:
+                if not is_group_member(buffer, pos):
+                    return pos
+                pos += size
+                continue
         pos += FRAME_ALIGNMENT_BYTES
     return -1
+
+
+def _group_end(buffer, pos: int, size: int, stamp: int) -> int:
+    """Where the record group headed by the valid GROUP frame at `pos` ends, or -1 when it is not
+    whole (count, length, stamps, member flags and CRC32C as the compiled decoder checks them)."""
+    body_len = struct.unpack_from("<I", buffer, pos + 4)[0]
+    if body_len != GROUP_BODY.size:
+        return -1
+    count, member_bytes, crc, zero = GROUP_BODY.unpack_from(buffer, pos + FRAME_HEADER_SIZE_BYTES)
+    start = pos + size
+    if zero or count == 0 or member_bytes % FRAME_ALIGNMENT_BYTES or member_bytes > len(buffer) - start:
+        return -1
+    end = start + member_bytes
+    if crc != crc32c(buffer[start:end]):
+        return -1
+    at, found = start, 0
+    while at < end:
+        if at + FRAME_HEADER_SIZE_BYTES > end:
+            return -1
+        body_len, kind, _user, flags, frame_stamp = struct.unpack_from("<IBBHI", buffer, at + 4)
+        if frame_stamp != stamp or flags != GROUP_MEMBER or kind not in GROUP_MEMBER_KINDS:
+            return -1
+        at += frame_size(body_len)
+        found += 1
+    return end if at == end and found == count else -1
 
 
 ROW_BITS = 32   # a location packs (file index << ROW_BITS) | row: where a record's body lies
@@ -235,8 +267,18 @@ def scan_columns(buffer, stamp: int, start: int) -> FrameColumns:
     cols = FrameColumns()
     bodies = []
     pos = start
+    group_end = start   # [.., group_end): members of a record group checked whole
     while True:
         check, size = check_frame(buffer, pos, stamp)
+        if check == FrameCheck.VALID:
+            if buffer[pos + 8] == RecordKind.GROUP:
+                end = _group_end(buffer, pos, size, stamp)
+                if end < 0:
+                    check = FrameCheck.INVALID      # a torn group: damage from its GROUP frame on
+                else:
+                    group_end = end
+            elif is_group_member(buffer, pos) and pos >= group_end:
+                check = FrameCheck.INVALID          # a member whose GROUP frame was lost: a torn group
         if check == FrameCheck.VALID:
             body_len, kind, user_type, _stamp, record_id, tx_id = decode_header(buffer, pos)
             body_start = pos + FRAME_HEADER_SIZE_BYTES

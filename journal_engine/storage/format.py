@@ -14,9 +14,12 @@ MAGIC = b"\x89JEJRNL\n"
 # synced header's sector again: a torn first batch cannot take the header with it) and records
 # the size the file was allocated at (so a file cut short is damage that load() reports).
 # Version 1 files (frames right after the header, no size) are still read.
-FORMAT_VERSION = 2
-READABLE_FORMAT_VERSIONS = (1, 2)
-_DATA_START_OF_VERSION = {1: FILE_HEADER_SIZE_BYTES, 2: DATA_START_BYTES}
+# Version 3 writes record groups under a GROUP frame, their members flagged (record_format.GROUP_MEMBER):
+# a reader of version 2 would take the flagged frames for damage and apply a torn group's surviving
+# part, so it must refuse the file instead; its header and layout are version 2's.
+FORMAT_VERSION = 3
+READABLE_FORMAT_VERSIONS = (1, 2, 3)
+_DATA_START_OF_VERSION = {1: FILE_HEADER_SIZE_BYTES, 2: DATA_START_BYTES, 3: DATA_START_BYTES}
 HEADER_FLAG_COMPACTED = 1   # written by compaction
 HEADER_FLAG_RECYCLED = 2    # reused a reclaimed file: bytes past the data may be an earlier life's frames
 HEADER_FLAG_FRESH = 4       # never held anything but zeros before this life

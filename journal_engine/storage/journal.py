@@ -298,6 +298,10 @@ class Journal(JournalCore):
         for tx_id in incomplete:
             self.rollback(tx_id, sync=True)
         report.rolled_back = incomplete
+        if last >= 0 and listing.data[last].header.version != FORMAT_VERSION:
+            # an older version's file is continued by nothing this version writes (a record group
+            # there would be misread by that version's reader): appends go to a new file
+            self._core_force_roll(lambda: self._next_segment(0))
         self._pool.start()
         if self.sync_mode == "group":
             self._start_flusher()

@@ -24,6 +24,12 @@ cdef enum FrameKind:
     KIND_COMMIT = 18
     KIND_ROLLBACK = 19
     KIND_PAD = 20
+    KIND_GROUP = 21
+
+# a record group (record_format.GROUP_MEMBER, GROUP_BODY): the member flag and the GROUP frame's body
+cdef enum:
+    GROUP_MEMBER = 1
+    GROUP_BODY_SIZE = 16
 
 # what validate_frame found at an offset
 cdef enum FrameCheck:
@@ -38,6 +44,13 @@ cdef inline Py_ssize_t frame_size(Py_ssize_t body_len) noexcept nogil:
 cdef Py_ssize_t write_frame(unsigned char *dst, uint8_t kind, uint8_t user_type, uint32_t stamp,
                             uint64_t record_id, uint64_t tx_id,
                             const unsigned char *body, Py_ssize_t body_len) noexcept nogil
+
+cdef Py_ssize_t write_flagged_frame(unsigned char *dst, uint8_t kind, uint8_t flags, uint8_t user_type,
+                                    uint32_t stamp, uint64_t record_id, uint64_t tx_id,
+                                    const unsigned char *body, Py_ssize_t body_len) noexcept nogil
+
+cdef Py_ssize_t write_group_head(unsigned char *dst, uint32_t stamp, uint32_t count,
+                                 Py_ssize_t member_bytes) noexcept nogil
 
 cdef Py_ssize_t write_pad(unsigned char *dst, uint32_t stamp, Py_ssize_t total) noexcept nogil
 

@@ -22,10 +22,12 @@ from journal_engine import limits as _limits, record_format as _format
 assert {kind.name: int(kind) for kind in _format.RecordKind} == {
     "ADD": KIND_ADD, "UPDATE": KIND_UPDATE, "ADD_TX": KIND_ADD_TX, "UPDATE_TX": KIND_UPDATE_TX,
     "DELETE_TX": KIND_DELETE_TX, "DELETE": KIND_DELETE, "PREPARE": KIND_PREPARE, "COMMIT": KIND_COMMIT,
-    "ROLLBACK": KIND_ROLLBACK, "PAD": KIND_PAD}, "record_format.RecordKind changed: rebuild the compiled core"
+    "ROLLBACK": KIND_ROLLBACK, "PAD": KIND_PAD, "GROUP": KIND_GROUP}, "record_format.RecordKind changed: rebuild the compiled core"
 assert {check.name: int(check) for check in _format.FrameCheck} == {
     "VALID": FRAME_VALID, "ZERO": FRAME_ZERO, "FOREIGN": FRAME_FOREIGN, "INVALID": FRAME_INVALID}, \
     "record_format.FrameCheck changed: rebuild the compiled core"
+assert (_format.GROUP_MEMBER, _format.GROUP_BODY.size) == (GROUP_MEMBER, GROUP_BODY_SIZE), \
+    "record_format's record group changed: rebuild the compiled core"
 assert (_limits.FRAME_HEADER_SIZE_BYTES, _limits.FRAME_ALIGNMENT_BYTES, _limits.FILE_HEADER_SIZE_BYTES) == (
     FRAME_HEADER_SIZE, FRAME_ALIGNMENT, FILE_HEADER_SIZE), "the frame limits changed: rebuild the compiled core"
 
@@ -33,11 +35,17 @@ assert (_limits.FRAME_HEADER_SIZE_BYTES, _limits.FRAME_ALIGNMENT_BYTES, _limits.
 cdef Py_ssize_t write_frame(unsigned char *dst, uint8_t kind, uint8_t user_type, uint32_t stamp,
                             uint64_t record_id, uint64_t tx_id,
                             const unsigned char *body, Py_ssize_t body_len) noexcept nogil:
+    return write_flagged_frame(dst, kind, 0, user_type, stamp, record_id, tx_id, body, body_len)
+
+
+cdef Py_ssize_t write_flagged_frame(unsigned char *dst, uint8_t kind, uint8_t flags, uint8_t user_type,
+                                    uint32_t stamp, uint64_t record_id, uint64_t tx_id,
+                                    const unsigned char *body, Py_ssize_t body_len) noexcept nogil:
     cdef Py_ssize_t size = frame_size(body_len)
     store_u32(dst + 4, <uint32_t>body_len)
     dst[8] = kind
     dst[9] = user_type
-    dst[10] = 0
+    dst[10] = flags
     dst[11] = 0
     store_u32(dst + 12, stamp)
     store_u64(dst + 16, record_id)
@@ -48,6 +56,19 @@ cdef Py_ssize_t write_frame(unsigned char *dst, uint8_t kind, uint8_t user_type,
         memset(dst + FRAME_HEADER_SIZE + body_len, 0, size - FRAME_HEADER_SIZE - body_len)
     store_u32(dst, je_crc32c(0, dst + 4, FRAME_HEADER_SIZE - 4 + body_len))
     return size
+
+
+cdef Py_ssize_t write_group_head(unsigned char *dst, uint32_t stamp, uint32_t count,
+                                 Py_ssize_t member_bytes) noexcept nogil:
+    """The GROUP frame at `dst` over the `count` member frames written right after it
+    (`member_bytes` of them, already in place): their number, length and CRC32C."""
+    cdef unsigned char *body = dst + FRAME_HEADER_SIZE
+    cdef Py_ssize_t head = frame_size(GROUP_BODY_SIZE)
+    store_u32(body, count)
+    store_u32(body + 4, <uint32_t>member_bytes)
+    store_u32(body + 8, je_crc32c(0, dst + head, member_bytes))
+    store_u32(body + 12, 0)
+    return write_frame(dst, KIND_GROUP, 0, stamp, 0, 0, body, GROUP_BODY_SIZE)
 
 
 cdef Py_ssize_t write_pad(unsigned char *dst, uint32_t stamp, Py_ssize_t total) noexcept nogil:
@@ -70,7 +91,9 @@ cdef FrameCheck validate_frame(const unsigned char *buf, Py_ssize_t pos, Py_ssiz
                 return FRAME_FOREIGN
         return FRAME_ZERO
     body_len = load_u32(p + 4)
-    if p[8] < KIND_ADD or p[8] > KIND_PAD or p[10] or p[11]:
+    if p[8] < KIND_ADD or p[8] > KIND_GROUP or p[11]:
+        return FRAME_INVALID
+    if p[10] and (p[10] != GROUP_MEMBER or not (p[8] == KIND_ADD or p[8] == KIND_UPDATE or p[8] == KIND_DELETE)):
         return FRAME_INVALID
     size = frame_size(body_len)
     if body_len > <uint32_t>(limit - pos) or pos + size > limit:
@@ -109,6 +132,24 @@ def encode_frame(int kind, int user_type, uint32_t stamp, uint64_t record_id, ui
     cdef unsigned char *dst = out
     write_frame(dst, <uint8_t>kind, <uint8_t>user_type, stamp, record_id, tx_id,
                 &view[0] if n else <unsigned char *>dst, n)
+    return bytes(out)
+
+
+def encode_group(uint32_t stamp, records):
+    """A record group as bytes: its GROUP frame, then each ``(kind, user_type, record_id, body)`` as a
+    member frame (for tools and tests; the journal writes groups in place)."""
+    cdef list members = [(kind, user_type, record_id, bytes(body)) for kind, user_type, record_id, body in records]
+    cdef Py_ssize_t head = frame_size(GROUP_BODY_SIZE), total = head, pos
+    cdef bytes body_bytes
+    for member in members:
+        total += frame_size(len(member[3]))
+    cdef bytearray out = bytearray(total)
+    cdef unsigned char *dst = out
+    pos = head
+    for kind, user_type, record_id, body_bytes in members:
+        pos += write_flagged_frame(dst + pos, <uint8_t>kind, GROUP_MEMBER, <uint8_t>user_type, stamp, record_id, 0,
+                                   <const unsigned char *>body_bytes, len(body_bytes))
+    write_group_head(dst, stamp, <uint32_t>len(members), total - head)
     return bytes(out)
 
 

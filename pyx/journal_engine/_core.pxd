@@ -69,6 +69,8 @@ cdef class JournalCore:
     cdef Py_ssize_t _gather_us          # ... but no longer than this (buffer_timeout_us)
     cdef bint _grouped                  # a record group is being appended: its room is reserved, and
                                         # nothing may write out or wait until _end_group
+    cdef Py_ssize_t _group_head         # where the open group's GROUP frame lies in the active file
+    cdef uint32_t _group_count          # member frames appended to the open group so far
     cdef Py_ssize_t _sealed_pending     # len(_sealed) + len(_sealed_paths), for the flusher without the GIL
     cdef uint64_t _roll_count           # file switches: the flusher's active file is still the active one
     cdef uint64_t *_sync_trace          # (durable_bytes, CLOCK_MONOTONIC ns) per sync, when traced

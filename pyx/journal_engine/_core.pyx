@@ -57,7 +57,8 @@ cdef enum WaitFor:
     WAIT_DURABLE = 3      # durable_bytes >= target, or no leader covers target any more
     WAIT_IDLE = 4         # no write-out, no sync, no leader between the two
 from journal_engine._codec cimport (
-    FRAME_HEADER_SIZE, write_frame, write_pad, frame_size, store_u32,
+    FRAME_HEADER_SIZE, write_frame, write_flagged_frame, write_group_head, write_pad, frame_size, store_u32,
+    GROUP_MEMBER, GROUP_BODY_SIZE,
     KIND_ADD, KIND_UPDATE, KIND_DELETE, KIND_ADD_TX, KIND_UPDATE_TX, KIND_DELETE_TX,
     KIND_PREPARE, KIND_COMMIT, KIND_ROLLBACK,
 )
@@ -472,8 +473,13 @@ cdef class JournalCore:
                 raise UnknownTransactionError(f"transaction {tx_id} has no records")
         self._make_room(size)           # returns holding the mutex: the flusher may not pad meanwhile
         seg = self._active
-        write_frame(self._buf + (seg.position - self._buf_start), kind, user_type, seg.stamp,
-                    record_id, tx_id, body, n)
+        if self._grouped:
+            write_flagged_frame(self._buf + (seg.position - self._buf_start), kind, GROUP_MEMBER, user_type,
+                                seg.stamp, record_id, tx_id, body, n)
+            self._group_count += 1
+        else:
+            write_frame(self._buf + (seg.position - self._buf_start), kind, user_type, seg.stamp,
+                        record_id, tx_id, body, n)
         seg.position += size
         self.appended_bytes += size
         pthread_mutex_unlock(&self._mutex)
@@ -524,25 +530,45 @@ cdef class JournalCore:
             self._check_writable()
 
     cdef int _begin_group(self, Py_ssize_t total) except -1:
-        """Reserve room for `total` bytes of frames (file and buffer), then append the group's
-        records with _append_raw and end with _end_group. In between nothing releases the GIL (no
-        file switch, no write-out, no wait), so no writer can hand part of the group to the OS:
-        a crash recovers all of it or none."""
+        """Reserve room for `total` bytes of member frames and their GROUP frame (file and buffer),
+        then append the group's records with _append_raw and end with _end_group. In between nothing
+        releases the GIL (no file switch, no write-out, no wait), so no writer can hand part of the
+        group to the OS: a killed process recovers all of it or none. Against a power cut, which
+        may keep any sector of the group's write and lose another, the GROUP frame _end_group
+        writes (count, length, CRC32C of the members) lets every reader apply all or none."""
+        cdef Py_ssize_t head = frame_size(GROUP_BODY_SIZE)
+        cdef Segment seg
         self._check_writable()
         if self._grouped:
             raise AssertionError("record groups do not nest")
-        if total > self._max_frame:
+        if total + head > self._max_frame:
             raise RecordTooLargeError(
-                f"a record group of {total} bytes of frames must fit one journal file, which holds at most "
-                f"{self._max_frame}", hint="raise file_size or write fewer records together")
-        self._make_room(total)
+                f"a record group of {total + head} bytes of frames must fit one journal file, which holds at "
+                f"most {self._max_frame}", hint="raise file_size or write fewer records together")
+        self._make_room(total + head)
         self._grouped = True            # set under the mutex: the flusher leaves a group's buffer alone
+        seg = self._active
+        self._group_head = seg.position     # the GROUP frame's place, written once the members are in
+        self._group_count = 0
+        seg.position += head
+        self.appended_bytes += head
         pthread_mutex_unlock(&self._mutex)
         return 0
 
     cdef int _end_group(self, object sync) except -1:
-        """The group is in the buffer: write-out and waiting as after any append."""
+        """The members are in the buffer: the GROUP frame goes in front of them (or, for a group
+        left empty, its room is given back), then write-out and waiting as after any append."""
+        cdef Py_ssize_t head = frame_size(GROUP_BODY_SIZE)
+        cdef Segment seg = self._active
+        pthread_mutex_lock(&self._mutex)
+        if self._group_count == 0:
+            seg.position -= head
+            self.appended_bytes -= head
+        else:
+            write_group_head(self._buf + (self._group_head - self._buf_start), seg.stamp, self._group_count,
+                             seg.position - self._group_head - head)
         self._grouped = False
+        pthread_mutex_unlock(&self._mutex)
         return self._after_append(sync)
 
     cdef int _abort_group(self, object exc) except -1:

@@ -21,8 +21,11 @@ from journal_engine._codec cimport (
     FRAME_HEADER_SIZE, FRAME_ALIGNMENT, FrameCheck, FRAME_VALID, FRAME_ZERO, FRAME_FOREIGN, FRAME_INVALID,
     validate_frame, load_u32, load_u64,
     KIND_ADD, KIND_UPDATE, KIND_DELETE, KIND_ADD_TX, KIND_UPDATE_TX, KIND_DELETE_TX,
-    KIND_PREPARE, KIND_COMMIT, KIND_ROLLBACK, KIND_PAD,
+    KIND_PREPARE, KIND_COMMIT, KIND_ROLLBACK, KIND_PAD, KIND_GROUP, GROUP_MEMBER, GROUP_BODY_SIZE,
+    frame_size, je_crc32c, je_crc32c_init,
 )
+
+je_crc32c_init()    # this module's copy of the CRC32C dispatch (crc32c_impl.h is compiled into each user)
 
 cdef array.array _LONGS = array.array("q")
 cdef array.array _ULONGS = array.array("Q")
@@ -84,14 +87,49 @@ cdef inline RecordInfo _new_record(uint64_t record_id, int record_type, bytes bo
 
 
 cdef Py_ssize_t _next_valid(const unsigned char *base, Py_ssize_t pos, Py_ssize_t limit, uint32_t stamp) noexcept nogil:
-    """The first offset >= pos holding a valid frame of this file, or -1."""
+    """The first offset >= pos holding a valid frame of this file that can start a reading again
+    (not a record group's member: one outside the group that checks it is a torn group's), or -1."""
     cdef Py_ssize_t size = 0
     while pos + FRAME_HEADER_SIZE <= limit:
         if load_u32(base + pos + 12) == stamp:
             if validate_frame(base, pos, limit, stamp, &size) == FRAME_VALID:
-                return pos
+                if base[pos + 10] != GROUP_MEMBER:
+                    return pos
+                pos += size
+                continue
         pos += FRAME_ALIGNMENT
     return -1
+
+
+cdef Py_ssize_t _group_end(const unsigned char *base, Py_ssize_t pos, Py_ssize_t size, Py_ssize_t limit,
+                           uint32_t stamp) noexcept nogil:
+    """Where the record group headed by the valid GROUP frame at `pos` (of `size` bytes) ends, or -1
+    when the group is not whole: its member frames must fill exactly the length the GROUP frame
+    gives, be as many as it says, carry this file's stamp and the member flag, and their bytes
+    match its CRC32C. A group a power cut tore (a sector of it never written, or an older one
+    left in place) fails here, and no record of it is applied."""
+    cdef const unsigned char *body = base + pos + FRAME_HEADER_SIZE
+    cdef Py_ssize_t start = pos + size, end, at
+    cdef uint32_t count, found = 0, member_bytes
+    if load_u32(base + pos + 4) != GROUP_BODY_SIZE or load_u32(body + 12) != 0:
+        return -1
+    count = load_u32(body)
+    member_bytes = load_u32(body + 4)
+    if count == 0 or member_bytes % FRAME_ALIGNMENT or member_bytes > <uint64_t>(limit - start):
+        return -1
+    end = start + member_bytes
+    if load_u32(body + 8) != je_crc32c(0, base + start, member_bytes):
+        return -1
+    at = start
+    while at < end:
+        if (at + FRAME_HEADER_SIZE > end or load_u32(base + at + 12) != stamp or base[at + 10] != GROUP_MEMBER
+                or not (base[at + 8] == KIND_ADD or base[at + 8] == KIND_UPDATE or base[at + 8] == KIND_DELETE)):
+            return -1
+        at += frame_size(load_u32(base + at + 4))
+        found += 1
+    if at != end or found != count:
+        return -1
+    return end
 
 
 DEF ROW_BITS = 32
@@ -546,6 +584,7 @@ cdef int _scan_rows(const unsigned char *base, Py_ssize_t limit, uint32_t stamp,
                     RowBuffers *rows, Py_ssize_t *end_offset, FrameCheck *end_check) noexcept nogil:
     """Every frame from ``start`` into ``rows`` (bodies not yet copied); -1 when memory ran out."""
     cdef Py_ssize_t pos = start, size = 0, nxt, n = 0
+    cdef Py_ssize_t group_end = start  # [.., group_end): members of a record group checked whole
     cdef long long body_total = 0
     cdef const unsigned char *p
     cdef FrameCheck check
@@ -554,6 +593,15 @@ cdef int _scan_rows(const unsigned char *base, Py_ssize_t limit, uint32_t stamp,
             rows.count = n
             return -1
         check = validate_frame(base, pos, limit, stamp, &size)
+        if check == FRAME_VALID:
+            if base[pos + 8] == KIND_GROUP:
+                nxt = _group_end(base, pos, size, limit, stamp)
+                if nxt < 0:
+                    check = FRAME_INVALID      # a torn group: damage from its GROUP frame on
+                else:
+                    group_end = nxt
+            elif base[pos + 10] == GROUP_MEMBER and pos >= group_end:
+                check = FRAME_INVALID          # a member whose GROUP frame was lost: a torn group
         if check == FRAME_VALID:
             p = base + pos
             rows.offset[n] = pos

@@ -50,6 +50,8 @@ OPS = [
     ["add_tx", 12, 102, 7, "7072657061726564"],       # prepared with an xid, decided after the reopen
     ["update_tx", 12, 1, 7, "70726570617265642d7570"],
     ["prepare", 12, "786964"],
+    ["group", ["add", 6, 45, "6d657373616765"], ["update", 6, 32, "0100000000000000"],  # a record group
+     ["update", 1, 34, "0100000000000000" "02000000"], ["delete", 2, 0, ""]],
     ["sync"],
     ["reopen"],
     ["add", 4, 4, [4, 40_000]],                       # with the next one, crosses into a second file
