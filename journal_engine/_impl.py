@@ -35,7 +35,7 @@ else:
         IMPLEMENTATION = "python"
 
 if IMPLEMENTATION == "cython":
-    from ._codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame
+    from ._codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame, encode_group
     from ._core import JournalCore, Segment
     from ._livemap import LiveMap
     from ._message_columns import (ROUTING_NAMES, MessageColumns, MessageRecovery, QueueReferences, decode_message_columns,
@@ -43,7 +43,7 @@ if IMPLEMENTATION == "cython":
     from ._replay import GAP_REASONS, FrameColumns, RecordInfo, ReplayState, scan_columns, scan_frames
     from ._record_writer import RecordWriter
 else:
-    from ._twin.codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame
+    from ._twin.codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame, encode_group
     from ._twin.core import JournalCore, Segment
     from ._twin.livemap import LiveMap
     from ._twin.message_columns import (ROUTING_NAMES, MessageColumns, MessageRecovery, QueueReferences,
@@ -53,6 +53,6 @@ else:
     from ._twin.replay import GAP_REASONS, FrameColumns, RecordInfo, ReplayState, scan_columns, scan_frames
 
 __all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", "ReplayState", "scan_frames", "scan_columns", "FrameColumns",
-           "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "check_frame", "RecordWriter",
+           "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "encode_group", "check_frame", "RecordWriter",
            "MessageColumns", "decode_message_columns", "ROUTING_NAMES", "GAP_REASONS", "MessageRecovery",
            "QueueReferences", "recover_messages", "decode_message_fields", "decode_messages_fields"]

@@ -52,21 +52,23 @@ class RecordInfo:
         return (RecordInfo, (self.record_id, self.record_type, self.body, self.updates))
 
 
-def _next_valid(buffer, pos: int, stamp: int) -> int:
-    """The first offset >= pos holding a valid frame of this file that can start a reading again
-    (not a record group's member), or -1."""
+def _next_valid(buffer, pos: int, stamp: int) -> tuple[int, bool]:
+    """(the first offset >= pos holding a valid frame of this file that can start a reading again,
+    or -1; whether a record group's member was passed over on the way: a torn group's data)."""
     limit = len(buffer)
     stamp_bytes = struct.pack("<I", stamp)
+    member_skipped = False
     while pos + FRAME_HEADER_SIZE_BYTES <= limit:
         if buffer[pos + 12:pos + 16] == stamp_bytes:
             check, size = check_frame(buffer, pos, stamp)
             if check == FrameCheck.VALID:
                 if not is_group_member(buffer, pos):
-                    return pos
+                    return pos, member_skipped
+                member_skipped = True
                 pos += size
                 continue
         pos += FRAME_ALIGNMENT_BYTES
-    return -1
+    return -1, member_skipped
 
 
 def _group_end(buffer, pos: int, size: int, stamp: int) -> int:
@@ -286,8 +288,10 @@ def scan_columns(buffer, stamp: int, start: int) -> FrameColumns:
             bodies.append(bytes(buffer[body_start:body_start + body_len]))
             pos += size
             continue
-        nxt = _next_valid(buffer, pos + FRAME_ALIGNMENT_BYTES, stamp)
+        nxt, member_skipped = _next_valid(buffer, pos + FRAME_ALIGNMENT_BYTES, stamp)
         if nxt < 0:
+            if member_skipped:
+                check = FrameCheck.INVALID      # past the end lies a torn group's part: a torn write
             break
         cols._append(pos, nxt - pos, int(check), 0, 0, 0, 0, 0)
         pos = nxt

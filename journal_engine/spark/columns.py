@@ -41,7 +41,8 @@ COLUMNS = (
     Column("offset", pa.int64(), "bigint", "where the frame (or the damaged region) starts in the file"),
     Column("frame_size", pa.int64(), "bigint", "bytes of the frame with its padding (a damaged region: its bytes)"),
     Column("kind", pa.string(), "string", "ADD, UPDATE, ADD_TX, UPDATE_TX, DELETE_TX, DELETE, PREPARE, COMMIT, "
-                                          "ROLLBACK or PAD; null on a damage row"),
+                                          "ROLLBACK, PAD or GROUP (heads a record group checked whole); null on "
+                                          "a damage row"),
     Column("record_id", pa.int64(), "bigint", "the record id (the message id in the message journal, the queue id "
                                               "in the bindings journal); ids past 2^63 - 1 read negative"),
     Column("record_type", pa.int32(), "int", "the user record type: 45 message, 32 reference, 33 acknowledgement, "

@@ -86,15 +86,18 @@ cdef inline RecordInfo _new_record(uint64_t record_id, int record_type, bytes bo
     return rec
 
 
-cdef Py_ssize_t _next_valid(const unsigned char *base, Py_ssize_t pos, Py_ssize_t limit, uint32_t stamp) noexcept nogil:
-    """The first offset >= pos holding a valid frame of this file that can start a reading again
-    (not a record group's member: one outside the group that checks it is a torn group's), or -1."""
+cdef Py_ssize_t _next_valid(const unsigned char *base, Py_ssize_t pos, Py_ssize_t limit, uint32_t stamp,
+                            bint *member_skipped) noexcept nogil:
+    """The first offset >= pos holding a valid frame of this file that can start a reading again,
+    or -1. A record group's member is passed over (one outside the GROUP frame that checks it is
+    a torn group's), and ``member_skipped`` says one was: data of a torn write lies there."""
     cdef Py_ssize_t size = 0
     while pos + FRAME_HEADER_SIZE <= limit:
         if load_u32(base + pos + 12) == stamp:
             if validate_frame(base, pos, limit, stamp, &size) == FRAME_VALID:
                 if base[pos + 10] != GROUP_MEMBER:
                     return pos
+                member_skipped[0] = True
                 pos += size
                 continue
         pos += FRAME_ALIGNMENT
@@ -585,6 +588,7 @@ cdef int _scan_rows(const unsigned char *base, Py_ssize_t limit, uint32_t stamp,
     """Every frame from ``start`` into ``rows`` (bodies not yet copied); -1 when memory ran out."""
     cdef Py_ssize_t pos = start, size = 0, nxt, n = 0
     cdef Py_ssize_t group_end = start  # [.., group_end): members of a record group checked whole
+    cdef bint member_skipped
     cdef long long body_total = 0
     cdef const unsigned char *p
     cdef FrameCheck check
@@ -616,8 +620,11 @@ cdef int _scan_rows(const unsigned char *base, Py_ssize_t limit, uint32_t stamp,
             n += 1
             pos += size
             continue
-        nxt = _next_valid(base, pos + FRAME_ALIGNMENT, limit, stamp)
+        member_skipped = False
+        nxt = _next_valid(base, pos + FRAME_ALIGNMENT, limit, stamp, &member_skipped)
         if nxt < 0:
+            if member_skipped:
+                check = FRAME_INVALID          # past the end lies a torn group's part: a torn write
             break
         rows.offset[n] = pos
         rows.size[n] = nxt - pos
