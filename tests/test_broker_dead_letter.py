@@ -183,7 +183,7 @@ def test_dead_letter_move_is_one_store_transaction(tmp_path, clock, capsys):
                                       ("UPDATE_TX", original_id, 33), ("COMMIT", 0, 0), ("DELETE", original_id, 0)]
     tx_ids = {after_send[start + i][3] for i in range(4)}
     assert len(tx_ids) == 1 and tx_ids != {0}
-    assert kinds[:start] == [("ADD", original_id, 45), ("UPDATE", original_id, 32)]
+    assert kinds[:start] == [("GROUP", 0, 0), ("ADD", original_id, 45), ("UPDATE", original_id, 32)]   # the send
 
 
 def test_dead_letter_copy_survives_a_restart_and_the_original_does_not(tmp_path, clock):

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..storage.journal import Journal
-from .model import Model, foreign_bodies, group_members, model_view, recovered_view, split_groups
+from .model import Model, durable_ids, foreign_bodies, group_members, model_view, recovered_view, split_groups
 from .stores import open_store
 
 
@@ -57,7 +57,8 @@ def recover_and_check(directory: str, model: Model, lines: list[str], context: s
         check.violations.append(f"{context}: recovery found inconsistent records: {report.anomalies[:3]}")
     check.violations += repeatable_and_tidy(directory, recovered, context, lambda: _open(store, directory, file_size))
     check.violations += [f"{context}: {problem}" for problem in foreign_bodies(recovered[0], recovered[1])]
-    check.violations += [f"{context}: {problem}" for problem in split_groups(ops, recovered[0])]
+    check.violations += [f"{context}: {problem}"
+                         for problem in split_groups(ops, recovered[0], durable_ids(model, ops, acked))]
 
     states = model.copy()
     for op in ops[:acked_count]:

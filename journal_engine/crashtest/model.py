@@ -80,22 +80,31 @@ def group_members(op: list[str]) -> list[tuple[str, int, int, int]]:
     return members
 
 
-def as_separate_calls(op: list[str]) -> list[list[str]]:
-    """A record-group call as one call per record (the same sequence number), for a crash that may
-    split a group: a power cut keeps any part of an unsynced write, a group's frames as any others.
-    Any other call as it is."""
-    if op[1] != "grp":
-        return [op]
-    seq, sync = op[0], op[2]
-    return [[seq, kind, str(record_id), sync] if kind == "del" else
-            [seq, kind, str(record_id), str(record_type), str(size), sync]
-            for kind, record_id, record_type, size in group_members(op)]
+def durable_ids(model: Model, ops: list, acked: int) -> set:
+    """The records whose add was durable: live in ``model`` (the state the run began from) or added by a
+    call of ``ops`` acknowledged (seq <= ``acked``), directly, by a committed transaction or in a group."""
+    ids = set(model.records)
+    for op in ops:
+        if int(op[0]) > acked:
+            break
+        if op[1] == "add":
+            ids.add(int(op[2]))
+        elif op[1] == "atx":
+            ids.add(int(op[3]))
+        elif op[1] == "grp":
+            ids.update(member[1] for member in group_members(op) if member[0] == "add")
+    return ids
 
 
-def split_groups(ops: list, records: dict) -> list[str]:
+def split_groups(ops: list, records: dict, durable: set = frozenset()) -> list[str]:
     """Record groups are all-or-nothing: of each group call's records that no later call touches, the
     recovered ones (``records``: id -> (type, body, updates)) show the group's effect on all or on
-    none. A sentence for each group recovered in part."""
+    none. A sentence for each group recovered in part.
+
+    A delete's effect (the record absent) is evidence only for a record in ``durable`` (its add was
+    durable before the group was written): an absent record whose add was never acknowledged may
+    have been lost with it, before the group. A record id is added once, so a durable one absent
+    after recovery was deleted by the group (no later call touches it)."""
     problems = []
     for index, op in enumerate(ops):
         if op[1] != "grp":
@@ -107,7 +116,7 @@ def split_groups(ops: list, records: dict) -> list[str]:
             if record_id in later:
                 continue
             if _shows(kind, record_id, seq, records):
-                if kind != "del":       # an absent record may be one whose own add was lost before the group
+                if kind != "del" or record_id in durable:
                     shown.append(record_id)
             else:
                 missing.append(record_id)

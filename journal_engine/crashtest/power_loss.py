@@ -27,7 +27,9 @@ ones (journal_engine.crashtest.checker's rule): only records whose sync returned
 must survive. One relaxation, for what a process crash cannot do: where unsynced sectors reached the
 disk out of order, so that a later call survived an earlier one, recovery must report the damage
 (``report.corrupt``) and the state must be the acknowledged one with some of the later calls applied,
-each whole (a transaction by its commit, whole or not at all); nothing acknowledged may be missing.
+each whole (a transaction by its commit, a record group by its GROUP frame: whole or not at all);
+nothing acknowledged may be missing. A record group is one call here as in the kill modes, and a
+state holding part of one is reported as such (model.split_groups).
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ from dataclasses import dataclass, field
 from ..storage.journal import Journal
 from .checker import repeatable_and_tidy
 from .children import bound_to_parent
-from .model import Model, as_separate_calls, foreign_bodies, model_view, recovered_view
+from .model import Model, foreign_bodies, group_members, model_view, recovered_view, split_groups
 from .stores import FILE_SIZE, VOLATILE_FILES, open_store
 
 SECTOR_SIZES = (512, 4096)
@@ -417,7 +419,7 @@ class OracleReader:
         if end > self.read:
             for line in bytes(text[self.read:end]).decode(errors="replace").split("\n")[:-1]:
                 if line.startswith("O "):
-                    self.ops += as_separate_calls(line.split()[1:])
+                    self.ops.append(line.split()[1:])
                 elif line.startswith("A "):
                     self.acked = max(self.acked, int(line.split()[1]))
             self.read = end
@@ -466,10 +468,11 @@ def _snapshot(view: tuple) -> tuple:
             {tx: [entry[0], list(entry[1])] for tx, entry in prepared.items()}, set(incomplete))
 
 
-# calls whose effect a reordered tail can drop on its own: each is one frame, or one commit, rollback or
-# prepare record that decides its transaction whole (a lost rollback leaves a prepared transaction
-# prepared); the others (transactional writes, syncs, compactions) change no record by themselves
-_EFFECTS = ("add", "upd", "del", "cmt", "rbk", "prp")
+# calls whose effect a reordered tail can drop on its own: each is one frame, one record group (whole:
+# its GROUP frame checks it), or one commit, rollback or prepare record that decides its transaction
+# whole (a lost rollback leaves a prepared transaction prepared); the others (transactional writes,
+# syncs, compactions) change no record by themselves
+_EFFECTS = ("add", "upd", "del", "grp", "cmt", "rbk", "prp")
 
 
 @dataclass
@@ -497,6 +500,9 @@ class Allowed:
             name = op[1]
             if name in ("add", "upd", "del"):
                 last_record[int(op[2])] = index
+            elif name == "grp":
+                for member in group_members(op):
+                    last_record[member[1]] = index
             elif name in ("atx", "utx", "dtx", "prp", "cmt", "rbk"):
                 tx = int(op[2])
                 last_tx[tx] = index
@@ -651,6 +657,9 @@ def _check_state(directory: str, allowed: Allowed, context: str, result: ReplayR
     view = (records, prepared, incomplete)
     if getattr(loaded.report, "corrupt", None):
         result.damage_reported += 1
+    # a group is one unit under power loss too: a torn write must not leave a part of one
+    result.violations += [f"{context}: {problem}" for problem in
+                          split_groups(allowed.unacknowledged, records, set(allowed.base.records))]
     matched = [n for n, candidate in enumerate(allowed.views) if candidate == view]
     if not matched:   # a state the calls define holds only bodies they wrote; any other is checked body by body
         result.violations += [f"{context}: {problem}" for problem in foreign_bodies(records, prepared)]
