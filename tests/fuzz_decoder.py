@@ -5,7 +5,7 @@ the input, frames or garbage. Every reader of the format runs on it — FileHead
 ReplayState.replay_file, and a whole load() of a directory holding it — and may raise only the
 errors the format promises (CorruptRecordError and the like); a crash of the interpreter, a hang or
 any other exception is a finding. Seeds: frames of every kind, including the short PREPARE bodies
-that once read 4 GiB past a mapping.
+that once read 4 GiB past a mapping, and record groups.
 
     python tests/fuzz_decoder.py -runs=20000 -max_len=8192      # bounded, as tests/test_fuzz.py runs it
 """
@@ -20,7 +20,7 @@ import atheris
 
 with atheris.instrument_imports():
     from journal_engine import Journal, JournalError
-    from journal_engine._impl import ReplayState, crc32c, encode_frame, scan_frames
+    from journal_engine._impl import ReplayState, crc32c, encode_frame, encode_group, scan_frames
     from journal_engine.record_format import RecordKind
     from journal_engine.storage.format import FileHeader, data_name, stamp_of
 
@@ -64,6 +64,9 @@ def seeds() -> list[bytes]:
         for body in (b"", b"\x01", b"\x01\x00\x00", b"\x01\x00\x00\x00xid", b"x" * 40):
             frame = encode_frame(kind, 7, stamp_of(5), 42, 9 if kind >= 13 else 0, body)
             out.append(struct.pack(">I", 5) + frame * 3)
+    group = encode_group(stamp_of(5), [(RecordKind.ADD, 7, 42, b"x" * 40), (RecordKind.UPDATE, 7, 42, b"u"),
+                                       (RecordKind.DELETE, 0, 42, b"")])
+    out.append(struct.pack(">I", 5) + group + encode_frame(RecordKind.ADD, 7, stamp_of(5), 43, 0, b"after") + group)
     return out
 
 

@@ -126,7 +126,7 @@ cdef Py_ssize_t _group_end(const unsigned char *base, Py_ssize_t pos, Py_ssize_t
     at = start
     while at < end:
         if (at + FRAME_HEADER_SIZE > end or load_u32(base + at + 12) != stamp or base[at + 10] != GROUP_MEMBER
-                or not (base[at + 8] == KIND_ADD or base[at + 8] == KIND_UPDATE or base[at + 8] == KIND_DELETE)):
+                or base[at + 11] or not (base[at + 8] == KIND_ADD or base[at + 8] == KIND_UPDATE or base[at + 8] == KIND_DELETE)):
             return -1
         at += frame_size(load_u32(base + at + 4))
         found += 1
