@@ -174,8 +174,9 @@ def test_power_cut_dropping_an_early_frame_of_a_transaction_but_keeping_its_comm
     cols = scan.columns
     first = [row for row in range(cols.count) if cols.record_id[row] == 2][0]
     zero(scan.path, cols.offset[first], cols.offset[first] + SECTOR)
-    with pytest.warns(RuntimeWarning, match="committed with 2 records, 1 found"):
+    with pytest.warns(RuntimeWarning) as warned:
         records, report = load(tmp_path)
+    assert any("committed with 2 records, 1 found" in str(warning.message) for warning in warned)
     assert sorted(records) == [1]
     assert any("committed with 2 records, 1 found" in entry[2] for entry in report.corrupt)
 
