@@ -16,6 +16,10 @@ Groups:
   broker-loop-base   the broker's durable send -> receive -> ack loop (group mode) on this checkout and on
                      a base checkout ($JOURNAL_BENCH_BASE, built; skipped without it), in alternating
                      subprocess rounds: what the write path's changes cost the broker.
+  record-groups-base what a record group's GROUP frame costs (format version 3): groups/s of append_group
+                     (a send: a 256 B message and two 8 B references, sync none, flushed at the end) and
+                     records/s at one record per sync (sync always, 256 B), on this checkout and on
+                     $JOURNAL_BENCH_BASE in alternating subprocess rounds, CPU and wall time.
 Each round checks afterwards (untimed) that every record landed.
 """
 from __future__ import annotations
@@ -310,3 +314,70 @@ def test_broker_durable_loop_against_base(benchmark, case_dir):
     paired = [this / base_s for this, base_s in zip(seconds["this"], seconds["base"])]
     benchmark.extra_info["this_time_x_base_paired_median"] = round(statistics.median(paired), 3)
     benchmark.extra_info["this_time_x_base_paired_range"] = [round(min(paired), 3), round(max(paired), 3)]
+
+
+# ----- record-groups-base ------------------------------------------------------------------------------------
+GROUP_APPENDS = 20_000
+SYNCED_APPENDS = 1_000
+GROUP_ROUNDS = 8
+
+RECORD_GROUP_ROUND = """
+import sys, time
+from journal_engine import Journal
+from journal_engine.record_format import RecordKind
+directory, groups, synced = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+body, reference = b"m" * 256, (1).to_bytes(8, "little")
+journal = Journal(directory + "/groups", sync="none", file_size=64 << 20, compact_min_files=0)
+journal.load()
+cpu, wall = time.process_time(), time.perf_counter()
+for message_id in range(1, groups + 1):
+    journal.append_group([(RecordKind.ADD, message_id, 45, body), (RecordKind.UPDATE, message_id, 32, reference),
+                          (RecordKind.UPDATE, message_id, 32, reference)])
+journal.flush()
+group_cpu, group_wall = time.process_time() - cpu, time.perf_counter() - wall
+journal.close()
+journal = Journal(directory + "/synced", sync="always", file_size=64 << 20, compact_min_files=0)
+journal.load()
+wall = time.perf_counter()
+for record_id in range(1, synced + 1):
+    journal.add(record_id, 45, body)
+synced_wall = time.perf_counter() - wall
+journal.close()
+with Journal(directory + "/groups") as journal:
+    assert len(journal.load().records) == groups
+print(group_cpu, group_wall, synced_wall)
+"""
+
+
+@pytest.mark.benchmark(group="record-groups-base")
+def test_record_groups_against_base(benchmark, case_dir):
+    base = os.environ.get("JOURNAL_BENCH_BASE")
+    if not base:
+        pytest.skip("set JOURNAL_BENCH_BASE to a built checkout to compare record groups against it")
+    checkouts = {"this": str(Path(journal_engine.__file__).resolve().parents[1]), "base": base}
+    samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in checkouts}
+    state = {"round": 0}
+
+    def one_round() -> None:
+        state["round"] += 1
+        order = list(checkouts) if state["round"] % 2 else list(reversed(checkouts))
+        for name in order:
+            directory = case_dir / f"{name}-{state['round']}"
+            env = dict(os.environ, PYTHONPATH=checkouts[name])
+            out = subprocess.run([sys.executable, "-c", RECORD_GROUP_ROUND, str(directory), str(GROUP_APPENDS),
+                                  str(SYNCED_APPENDS)], env=env, capture_output=True, text=True, check=True)
+            samples[name].append(tuple(float(value) for value in out.stdout.split()))
+            shutil.rmtree(directory, ignore_errors=True)
+
+    benchmark.pedantic(one_round, rounds=GROUP_ROUNDS, iterations=1)
+    measures = {"groups_per_cpu_s": (0, GROUP_APPENDS), "groups_per_s": (1, GROUP_APPENDS),
+                "synced_records_per_s": (2, SYNCED_APPENDS)}
+    for measure, (index, count) in measures.items():
+        for name, values in samples.items():
+            q1, median, q3 = _quartiles([count / value[index] for value in values])
+            benchmark.extra_info[f"{name}_{measure}"] = round(median)
+            benchmark.extra_info[f"{name}_{measure}_q1_q3"] = [round(q1), round(q3)]
+        paired = [this[index] / base_s[index] for this, base_s in zip(samples["this"], samples["base"])]
+        benchmark.extra_info[f"{measure}_this_time_x_base_paired_median"] = round(statistics.median(paired), 3)
+        benchmark.extra_info[f"{measure}_this_time_x_base_paired_range"] = [round(min(paired), 3),
+                                                                             round(max(paired), 3)]
