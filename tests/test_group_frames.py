@@ -198,3 +198,39 @@ def test_format_version_2_journal_is_continued_in_a_new_version_3_file(tmp_path)
         versions[os.path.basename(scan.path)] = (scan.header.version, RecordKind.GROUP in kinds)
     assert (FORMAT_VERSION, True) in versions.values()
     assert all(version == FORMAT_VERSION for version, has_group in versions.values() if has_group)
+
+
+def test_verify_and_print_show_a_torn_group_as_a_torn_tail_and_none_of_its_records(tmp_path, capsys):
+    """The tools read through the same decoder: the torn group is where the torn tail begins, and
+    `print` shows no record of it."""
+    import json
+
+    from journal_engine.cli import main
+    path, start, end = write_group_after_synced_record(tmp_path)
+    zero(path, start + SECTOR, write_end(end))
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path), "--json"]) == 1
+    (problem,) = json.loads(capsys.readouterr().out)["problems"]
+    assert (problem["path"], problem["offset"]) == (path, start) and problem["problem"].startswith("torn tail")
+    assert main(["print", str(tmp_path), "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line.get("record_id") for line in lines if "kind" in line] == [1]
+    assert [(line["offset"], line["check"]) for line in lines if "check" in line] == [(start, "INVALID")]
+
+
+def test_compaction_rewrites_grouped_records_as_plain_frames_that_load_the_same(tmp_path):
+    """Compaction writes no groups (its outputs become data whole, when its control file commits):
+    the live records of groups come out as plain frames, never as members without their GROUP frame."""
+    with Journal(tmp_path, file_size=64 * 1024, sync="none", compact_min_files=0) as journal:
+        journal.load()
+        for index in range(300):
+            journal.append_group([(ADD, index, 45, bytes([index % 256]) * 200), (UPDATE, index, 32, b"q" * 8)]
+                                 + ([(DELETE, index - 1, 0, b"")] if index % 2 else []))
+        journal.sync()
+        journal.compact()
+    records, report = load(tmp_path)
+    assert report.clean and sorted(records) == [index for index in range(300) if index % 2]
+    assert all(records[index].updates == [(32, b"q" * 8)] for index in records)
+    compacted = [scan for scan in scan_directory(tmp_path) if scan.header.flags & 1]
+    assert compacted and all(scan.columns.kind[row] != RecordKind.GROUP
+                             for scan in compacted for row in range(scan.columns.count))
