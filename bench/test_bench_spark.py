@@ -4,7 +4,9 @@ The journal holds 2M messages as the message store writes them (ADD_MESSAGE 45 w
 one property, then ADD_REF 32): 4M records in 10 MiB files. Every case answers a question over every
 record (an aggregate, so nothing can be skipped), in rounds that take the cases in turn (so the
 machine's load falls on all of them alike); the first round is a warm-up (files in the page cache,
-Spark's JVM compiled, its Python workers started). The cases:
+Spark's JVM compiled, its Python workers started). Each round asks its question anew — a new
+DataFrame, planned again (Spark keeps a Python source's plan with its DataFrame) — as a new question
+would. The cases:
 
 * ``spark source``: ``spark.read.format("journal_engine")``, all 22 columns (the message store's
   fields decoded, the properties map built), on local[*];
@@ -19,8 +21,10 @@ Spark's JVM compiled, its Python workers started). The cases:
 
 Rates are records per second (the median round, with the fastest and slowest), per core (divided by
 the cores the case used: Spark's default parallelism, or 1), and per CPU-second (the CPU this process,
-Spark's JVM and its Python workers spent in the round, read from /proc: on a shared machine the
-figure that other jobs disturb least). docs/benchmarks.md.
+Spark's JVM and its Python processes — the workers and the planning process Spark starts per query —
+spent in the round, read from /proc: on a shared machine the figure that other jobs disturb least,
+and the per-core rate of a machine with nothing else to do). The CPU is also given split between the
+JVM and the Python processes, with the load average when the case ran. docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -83,22 +87,25 @@ def spark():
 
 class ProcessTreeCpu:
     """CPU seconds (user + system) of this process and its descendants — Spark's JVM and its Python
-    workers — from /proc; a process seen once keeps its last reading (Linux only)."""
+    processes — from /proc; a process seen once keeps its last reading (Linux only). Calling it gives
+    (all, the JVM's): the JVM is the process named java."""
 
     def __init__(self) -> None:
-        self.last: dict[int, float] = {}
+        self.last: dict[int, tuple[str, float]] = {}
 
-    def __call__(self) -> float:
+    def __call__(self) -> tuple[float, float]:
         parents, spent = {}, {}
         for name in os.listdir("/proc"):
             if name.isdigit():
                 try:
                     with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as handle:
-                        fields = handle.read().rsplit(")", 1)[1].split()
+                        stat = handle.read()
                 except OSError:
                     continue
+                fields = stat.rsplit(")", 1)[1].split()
                 parents[int(name)] = int(fields[1])
-                spent[int(name)] = (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+                spent[int(name)] = (stat[stat.find("(") + 1:stat.rfind(")")],
+                                    (int(fields[11]) + int(fields[12])) / _TICKS_PER_S)
         children: dict[int, list[int]] = {}
         for pid, parent in parents.items():
             children.setdefault(parent, []).append(pid)
@@ -108,7 +115,8 @@ class ProcessTreeCpu:
             if pid in spent:
                 self.last[pid] = spent[pid]
             stack += children.get(pid, [])
-        return sum(self.last.values())
+        return (sum(seconds for _name, seconds in self.last.values()),
+                sum(seconds for name, seconds in self.last.values() if name == "java"))
 
 
 def aggregate(frame, expressions=AGGREGATE, pads: int = 0) -> None:
@@ -149,7 +157,8 @@ def test_warm_read_interleaved(benchmark, spark, message_journal, tmp_path):
     cores = spark.sparkContext.defaultParallelism
     narrow = [field.split()[0] for field in PROJECTION.split(", ")]
     cases = {   # name: (action, cores it uses)
-        "spark source": (lambda: aggregate(source, pads=pads), cores),
+        "spark source": (lambda: aggregate(spark.read.format("journal_engine").load(str(message_journal)),
+                                           pads=pads), cores),
         "spark source, 5 columns": (lambda: aggregate(
             spark.read.format("journal_engine").schema(PROJECTION).load(str(message_journal)),
             PROJECTED_AGGREGATE, pads), cores),
@@ -162,6 +171,8 @@ def test_warm_read_interleaved(benchmark, spark, message_journal, tmp_path):
     cpu = ProcessTreeCpu()
     seconds: dict[str, list[float]] = {name: [] for name in cases}
     cpu_seconds: dict[str, list[float]] = {name: [] for name in cases}
+    jvm_seconds: dict[str, list[float]] = {name: [] for name in cases}
+    loads: dict[str, list[float]] = {name: [] for name in cases}
 
     warmed = []
 
@@ -169,10 +180,13 @@ def test_warm_read_interleaved(benchmark, spark, message_journal, tmp_path):
         for name, (action, _cores) in cases.items():
             if name == "python reader, one process" and not warmed:
                 continue     # it has nothing to warm up, and it takes longest
-            cpu_before, started = cpu(), time.perf_counter()
+            (cpu_before, jvm_before), started = cpu(), time.perf_counter()
             action()
             seconds[name].append(time.perf_counter() - started)
-            cpu_seconds[name].append(cpu() - cpu_before)
+            cpu_after, jvm_after = cpu()
+            cpu_seconds[name].append(cpu_after - cpu_before)
+            jvm_seconds[name].append(jvm_after - jvm_before)
+            loads[name].append(os.getloadavg()[0])
         warmed.append(True)
 
     benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1, warmup_rounds=1)
@@ -184,10 +198,13 @@ def test_warm_read_interleaved(benchmark, spark, message_journal, tmp_path):
             "cores": cores_used, "median_s": median, "min_s": min(timed), "max_s": max(timed),
             "records_per_s": RECORDS / median, "records_per_s_per_core": RECORDS / median / cores_used,
             "cpu_s": statistics.median(spent), "records_per_cpu_s": RECORDS / statistics.median(spent),
+            "jvm_cpu_s": statistics.median(jvm_seconds[name][-ROUNDS:]),
+            "load_average": [round(load, 2) for load in loads[name][-ROUNDS:]],
         }
-    benchmark.extra_info.update(records=RECORDS, rounds=ROUNDS, cases=results)
-    print(f"\n{GROUP} ({RECORDS:,} records, {ROUNDS} rounds after a warm-up)")
+    benchmark.extra_info.update(records=RECORDS, rounds=ROUNDS, cores=cores, cases=results)
+    print(f"\n{GROUP} ({RECORDS:,} records, {ROUNDS} rounds after a warm-up, Spark on {cores} cores)")
     for name, result in results.items():
-        print(f"{name:28s} median {result['median_s']:7.2f} s (min {result['min_s']:.2f}, max {result['max_s']:.2f})"
+        print(f"{name:32s} median {result['median_s']:7.2f} s (min {result['min_s']:.2f}, max {result['max_s']:.2f})"
               f"  {result['records_per_s']:>11,.0f}/s  {result['records_per_s_per_core']:>11,.0f}/s/core"
-              f"  cpu {result['cpu_s']:6.2f} s  {result['records_per_cpu_s']:>11,.0f}/cpu-s")
+              f"  cpu {result['cpu_s']:6.2f} s (jvm {result['jvm_cpu_s']:5.2f})  {result['records_per_cpu_s']:>11,.0f}/cpu-s"
+              f"  load {'/'.join(f'{load:.1f}' for load in result['load_average'])}")

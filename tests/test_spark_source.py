@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 
 import pytest
 from spark_journals import copy, python_rows, write_broker, write_journal
@@ -234,3 +236,29 @@ def test_a_schema_given_to_the_reader_is_a_projection(spark, broker_dir, broker_
         sorted(str(tuple(row[name] for name in wanted)) for row in broker_rows)
     with pytest.raises(Exception, match="not a column of the journal_engine source"):
         spark.read.format("journal_engine").schema("colour string").load(str(broker_dir)).count()
+
+
+def test_a_worker_reading_the_source_does_not_import_pandas(broker_dir):
+    # Spark starts a Python process per query to plan it, and workers to read: pandas would be a second
+    # of each one's start (pa.array imports it); the source builds its arrays from buffers instead
+    program = ("import sys\n"
+               "from journal_engine.spark.source import JournalReader\n"
+               "from journal_engine.spark.columns import single_row\n"
+               f"reader = JournalReader({{'path': {str(broker_dir)!r}}})\n"
+               "rows = sum(batch.num_rows for part in reader.partitions() for batch in reader.read(part))\n"
+               "single_row(path='p', offset=1, damage='d')\n"
+               "print(rows, 'pandas' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                            check=True)
+    rows, pandas_imported = result.stdout.split()
+    assert int(rows) == len(python_rows(str(broker_dir / "messages"))) + len(python_rows(str(broker_dir / "bindings")))
+    assert pandas_imported == "False"
+
+
+
+def test_a_dataframe_asked_a_filtered_then_an_unfiltered_question_gives_every_row(spark, broker_dir, broker_rows):
+    # Spark 4.3 keeps the reader a DataFrame's filters were pushed to and reads its later queries with it;
+    # the source takes no filters, so a `where` cannot leak into the next question (docs/spark.md, Filters)
+    records = spark.read.format("journal_engine").load(str(broker_dir))
+    assert records.where("kind = 'PAD'").count() == sum(row.kind == "PAD" for row in broker_rows)
+    assert records.count() == len(broker_rows)

@@ -8,6 +8,11 @@ Arrow or numpy, never once per row in Python — except for the rare damage rows
 Spark takes a batch only when its Arrow schema is exactly the declared one, so strings and binaries
 use int32 offsets (a file's bodies are at most ``limits.FILE_SIZE_MAX_BYTES``, 2 GiB) and the map of
 properties has non-null keys.
+
+Every array is made from its buffers (``pa.Array.from_buffers``), never with ``pa.array``: given Python
+objects or a numpy array, ``pa.array`` imports pandas, which is most of the start of each Python
+process Spark forks for the source (a planning process per query, the workers) — a second of CPU
+each on a busy machine, for a library the source does not use.
 """
 from __future__ import annotations
 
@@ -94,9 +99,23 @@ def needs_store_fields(columns) -> bool:
     that do not decode)."""
     return any(column.name in _MESSAGE_COLUMNS or column.name == "damage" for column in columns)
 
-_KIND_NAMES = pa.array([RecordKind(code).name if code in RecordKind._value2member_map_ else None
-                        for code in range(256)], pa.string())
-_ROUTING = pa.array([ROUTING_NAMES.get(code) for code in range(256)], pa.string())
+
+def text_array(values) -> pa.Array:
+    """An Arrow string array of ``values`` (str, or None for null), made from its buffers."""
+    encoded = [b"" if value is None else value.encode("utf-8") for value in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(text) for text in encoded], out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise OverflowError(f"{offsets[-1]} bytes of text pass Arrow's 2 GiB string limit")
+    valid = np.packbits(np.array([value is not None for value in values], dtype=bool), bitorder="little")
+    return pa.Array.from_buffers(pa.string(), len(encoded), [_bitmap(valid.tobytes(), len(encoded)),
+                                                              pa.py_buffer(offsets.astype(np.int32)),
+                                                              pa.py_buffer(b"".join(encoded))])
+
+
+def number_array(arrow_type: pa.DataType, values: np.ndarray) -> pa.Array:
+    """An Arrow array of numbers without nulls, over a numpy array of the same width."""
+    return pa.Array.from_buffers(arrow_type, len(values), [None, pa.py_buffer(values)])
 _FRAME_COLUMNS = ("path", "file_id", "sequence", "offset", "frame_size", "kind", "record_id", "record_type",
                   "tx_id", "body_size", "body")
 
@@ -160,19 +179,18 @@ def frame_arrays(columns, path: str | None, file_id: int | None, sequence: int |
     """The frame part of the schema for every row of a FrameColumns (damage rows: nulls but the place);
     ``wanted``: the names to build (None: all)."""
     rows = columns.count
-    check = pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(columns.check)])
-    valid_rows = pc.equal(check, 0)
-    valid = None if pc.all(valid_rows).as_py() is not False else valid_rows.buffers()[1]
+    damaged = np.frombuffer(columns.check, dtype=np.uint8)[:rows] != 0
+    valid = pa.py_buffer(np.packbits(~damaged, bitorder="little").tobytes()) if damaged.any() else None
     body_offsets = np.frombuffer(columns.body_offsets, dtype=np.int64)
     if body_offsets[-1] > np.iinfo(np.int32).max:
         raise OverflowError(f"{path}: {body_offsets[-1]} bytes of bodies in one file pass Arrow's 2 GiB limit")
     kind = pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(columns.kind)])
     builders = {
         "path": lambda: constant_strings(path, rows) if path is not None else pa.nulls(rows, pa.string()),
-        "file_id": lambda: (pa.array(np.full(rows, file_id, dtype=np.int64)) if file_id is not None
+        "file_id": lambda: (number_array(pa.int64(), np.full(rows, file_id, dtype=np.int64)) if file_id is not None
                             else pa.nulls(rows, pa.int64())),
-        "sequence": lambda: (pa.array(np.full(rows, sequence, dtype=np.int64)) if sequence is not None
-                             else pa.nulls(rows, pa.int64())),
+        "sequence": lambda: (number_array(pa.int64(), np.full(rows, sequence, dtype=np.int64))
+                             if sequence is not None else pa.nulls(rows, pa.int64())),
         "offset": lambda: (_wrap(pa.int64(), rows, columns.offset) if columns.offset is not None
                            else pa.nulls(rows, pa.int64())),
         "frame_size": lambda: (_wrap(pa.int64(), rows, columns.size) if columns.size is not None
@@ -247,7 +265,7 @@ def batches(frames: dict[str, pa.Array], messages: dict[str, pa.Array], damage: 
     for start in range(0, rows, batch_rows):
         length = min(batch_rows, rows - start)
         if damage:
-            texts = pa.array([damage.get(row) for row in range(start, start + length)], pa.string())
+            texts = text_array([damage.get(row) for row in range(start, start + length)])
         else:
             texts = pa.nulls(length, pa.string())
         arrays = []
@@ -261,6 +279,20 @@ def batches(frames: dict[str, pa.Array], messages: dict[str, pa.Array], damage: 
 
 
 def single_row(columns=COLUMNS, **values) -> pa.RecordBatch:
-    """One row of ``columns`` (a damage row the columns do not hold, such as a file cut short)."""
-    return pa.RecordBatch.from_pylist([{column.name: values.get(column.name) for column in columns}],
+    """One row of ``columns`` (a damage row the columns do not hold, such as a file cut short): the
+    values given are strings or 64-bit numbers, every other column is null."""
+    def one(column: Column) -> pa.Array:
+        value = values.get(column.name)
+        if value is None:
+            return pa.nulls(1, column.arrow_type)
+        if column.arrow_type == pa.string():
+            return text_array([value])
+        return number_array(column.arrow_type, np.array([value], dtype=np.int64))
+
+    return pa.RecordBatch.from_arrays([one(column) for column in columns],
                                       schema=pa.schema([pa.field(column.name, column.arrow_type) for column in columns]))
+
+
+_KIND_NAMES = text_array([RecordKind(code).name if code in RecordKind._value2member_map_ else None
+                          for code in range(256)])
+_ROUTING = text_array([ROUTING_NAMES.get(code) for code in range(256)])

@@ -20,6 +20,10 @@ Options:
 
 A schema given to the reader (``.schema("record_id bigint, kind string")``), a subset of the documented
 one, is a projection: only those columns are built and sent to Spark, which is most of a read's cost.
+
+The reader takes no filters (``pushFilters``): Spark 4.3 keeps the reader a query's filters were pushed
+to and reads later queries of the same DataFrame with it, so a ``where`` would leak into the next
+question (docs/spark.md, Filters).
 """
 from __future__ import annotations
 
