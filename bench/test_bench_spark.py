@@ -47,7 +47,8 @@ pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installe
 
 MESSAGES = 2_000_000
 RECORDS = 2 * MESSAGES
-ROUNDS = 3          # timed rounds, after one warm-up round
+#: timed rounds, after one warm-up round (JOURNAL_BENCH_SPARK_ROUNDS: fewer on a busy machine)
+ROUNDS = int(os.environ.get("JOURNAL_BENCH_SPARK_ROUNDS", "3"))
 GROUP = "spark: warm read of a 4M-record journal"
 AGGREGATE = ("count(*) AS records", "sum(body_size) AS body_bytes", "count(address) AS messages",
              "sum(queue_id) AS queue_ids", "sum(size(properties)) AS properties")
@@ -187,6 +188,8 @@ def test_warm_read_interleaved(benchmark, spark, message_journal, tmp_path):
             cpu_seconds[name].append(cpu_after - cpu_before)
             jvm_seconds[name].append(jvm_after - jvm_before)
             loads[name].append(os.getloadavg()[0])
+            print(f"round {len(warmed)} {name}: {seconds[name][-1]:.2f} s, cpu {cpu_seconds[name][-1]:.2f} s "
+                  f"(jvm {jvm_seconds[name][-1]:.2f}), load {loads[name][-1]:.1f}", flush=True)
         warmed.append(True)
 
     benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1, warmup_rounds=1)

@@ -116,6 +116,8 @@ def text_array(values) -> pa.Array:
 def number_array(arrow_type: pa.DataType, values: np.ndarray) -> pa.Array:
     """An Arrow array of numbers without nulls, over a numpy array of the same width."""
     return pa.Array.from_buffers(arrow_type, len(values), [None, pa.py_buffer(values)])
+
+
 _FRAME_COLUMNS = ("path", "file_id", "sequence", "offset", "frame_size", "kind", "record_id", "record_type",
                   "tx_id", "body_size", "body")
 
