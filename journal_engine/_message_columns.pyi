@@ -126,8 +126,9 @@ class MessageRecovery:
     def bodies(self) -> dict[int, bytes]:
         """Message id -> its ADD_MESSAGE body, for the messages with a live reference."""
     @property
-    def message_queues(self) -> dict[int, set[int]]:
-        """Message id -> the queue ids of its live references."""
+    def message_queues(self) -> dict[int, int | tuple[int, ...]]:
+        """Message id -> the queue id of its one live reference, or a tuple of the queue ids of
+        several (the message store's MessageQueues holds it as it is)."""
     @property
     def references(self) -> dict[int, QueueReferences]:
         """Queue id -> its recovered references (every queue given, in their order)."""

@@ -5,8 +5,9 @@ The one reader of the frame format: recovery, compaction and the tools all go th
 rules (the decision table in docs/internals/recovery.md) live in one place. Offsets are bytes from
 the start of a file; ``stamp`` is the low 32 bits of the file id.
 """
-from collections.abc import ItemsView, Iterable, Iterator, KeysView, ValuesView
-from typing import Any
+from array import array
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from typing import Any, final
 
 from _typeshed import ReadableBuffer
 from typing_extensions import disjoint_base
@@ -103,6 +104,42 @@ class LiveRecords:
     def _values(self) -> Iterator[RecordInfo]: ...
     def _items(self) -> Iterator[tuple[int, RecordInfo]]: ...
     def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class RecordColumns:
+    """Live records as columns, in the order they were added, for a reader that wants no Python
+    object per record. Record ``i``: ``record_id[i]`` ('Q'), ``record_type[i]`` ('B'), its body
+    ``buffers[body_buffer[i]][body_start[i]:body_end[i]]`` ('I', 'q', 'q'); its updates are rows
+    ``update_first[i]`` to ``update_first[i + 1]`` ('q', ``len + 1`` entries) of ``update_type``,
+    ``update_buffer``, ``update_start``, ``update_end``."""
+
+    @property
+    def record_id(self) -> array[int]: ...
+    @property
+    def record_type(self) -> array[int]: ...
+    @property
+    def body_buffer(self) -> array[int]: ...
+    @property
+    def body_start(self) -> array[int]: ...
+    @property
+    def body_end(self) -> array[int]: ...
+    @property
+    def update_first(self) -> array[int]: ...
+    @property
+    def update_type(self) -> array[int]: ...
+    @property
+    def update_buffer(self) -> array[int]: ...
+    @property
+    def update_start(self) -> array[int]: ...
+    @property
+    def update_end(self) -> array[int]: ...
+    @property
+    def buffers(self) -> list[bytes]: ...
+    def __len__(self) -> int: ...
+
+def record_columns(records: Mapping[int, RecordInfo]) -> RecordColumns | None:
+    """Live records as RecordColumns: straight from the replay's columns for ``LoadResult.records``
+    (no RecordInfo made), else one buffer per body; None when a body is not bytes."""
 
 @disjoint_base
 class FrameColumns:

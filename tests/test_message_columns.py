@@ -235,7 +235,7 @@ def test_recover_messages_gathers_each_queues_live_references():
     for module in (compiled, twin):
         out = module.recover_messages(records, [1, 2, 3], 400)
         assert out.complete and out.max_record_id == 9 and out.unreferenced == [9]
-        assert out.message_queues == {7: {1, 2}, 3: {2}, 4: {3}}
+        assert out.message_queues == {7: (1, 2), 3: 2, 4: 3}
         one, two, three = (out.references[q] for q in (1, 2, 3))
         assert (list(one.message_ids), list(one.scheduled_times), one.timed, one.shared) == ([7], [500], True, True)
         assert (list(two.message_ids), list(two.delivery_counts), two.ascending) == ([7, 3], [3, 0], False)

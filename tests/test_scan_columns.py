@@ -202,6 +202,40 @@ def test_compiled_replay_equals_the_twins_record_for_record(tmp_path):
         == {77: [(RecordKind.ADD_TX, 5_000, 1, b"never committed")]}
 
 
+def _records_of_columns(columns) -> list:
+    """(id, type, body, updates) of every record of RecordColumns, read through its columns."""
+    buffers = columns.buffers
+    out = []
+    for i in range(len(columns)):
+        updates = [(columns.update_type[u],
+                    buffers[columns.update_buffer[u]][columns.update_start[u]:columns.update_end[u]])
+                   for u in range(columns.update_first[i], columns.update_first[i + 1])]
+        out.append((columns.record_id[i], columns.record_type[i],
+                    buffers[columns.body_buffer[i]][columns.body_start[i]:columns.body_end[i]], updates))
+    return out
+
+
+@pytest.mark.twin
+def test_record_columns_of_the_live_set_equal_those_of_its_records(tmp_path):
+    """The message store's recovery reads the live set as columns (no RecordInfo made): they hold
+    what the RecordInfos hold, in the same order, also for records re-added and updated across files."""
+    from journal_engine import _replay
+    _write_mixed(tmp_path, seed=5, count=600)
+    with Journal(tmp_path, file_size=SMALL, sync="none") as journal:
+        journal.load()
+        journal.delete(0)
+        journal.add(0, 7, b"again")
+        journal.update(0, 9, b"later")
+        journal.update(0, 10, b"")
+    compiled, twin = _replay_directory(_replay, tmp_path), _replay_directory(twin_replay, tmp_path)
+    from_live = _records_of_columns(_replay.record_columns(compiled.records))
+    expected = [(rec.record_id, rec.record_type, rec.body, rec.updates) for rec in twin.records.values()]
+    assert from_live == expected == _records_of_columns(_replay.record_columns(twin.records))
+    assert from_live[-1] == (0, 7, b"again", [(9, b"later"), (10, b"")])
+    assert _replay.record_columns({1: twin_replay.RecordInfo(1, 2, bytearray(b"x"))}) is None   # not bytes
+    assert len(_replay.record_columns({})) == 0
+
+
 @pytest.mark.parametrize("records, threads_wanted", [(150, False), (700, True)])
 def test_files_are_decoded_on_several_threads_only_when_there_are_enough_bytes(tmp_path, monkeypatch, records,
                                                                               threads_wanted):

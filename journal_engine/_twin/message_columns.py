@@ -283,7 +283,7 @@ def recover_messages(records, known_queues, now_ms: int) -> MessageRecovery:
                 refs.delivery_counts.append(count)
                 refs.scheduled_times.append(scheduled_ms)
             out.bodies[message_id] = rec.body
-            out.message_queues[message_id] = set(live)
+            out.message_queues[message_id] = next(iter(live)) if len(live) == 1 else tuple(live)
     except CorruptRecordError:
         return out
     out.references, out.max_record_id, out.complete = gathered, max_id, True

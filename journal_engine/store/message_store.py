@@ -38,6 +38,7 @@ from .delivery_shadow import DeliveryShadow
 from .delivery_shadow import boot_id as shadow_boot_id
 from .delivery_shadow import read_counts as read_shadow_counts
 from .delivery_shadow import void as void_shadow
+from .message_queues import MessageQueues
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,7 @@ class MessageStore:
         self._lock = threading.Lock()          # the Python-side bookkeeping below; the writer needs none
         self._shadow: DeliveryShadow | None = None     # strict mode: dispatch counts in shared memory
         self._queues: dict[int, StoredQueue] = {}
-        self._message_queues: dict[int, set] = {}     # live message id -> queue ids of its live references
+        self._message_queues = MessageQueues()     # live message id -> queue ids of its live references
         self._state = "new"
 
     # ----- life cycle ----------------------------------------------------------------------------------
@@ -350,7 +351,7 @@ class MessageStore:
             state.messages = RecoveredMessages(recovery.bodies, messages_path)
             for queue_id, columns in recovery.references.items():
                 state.references[queue_id] = RecoveredReferences(columns)
-            self._message_queues = recovery.message_queues
+            self._message_queues = MessageQueues(recovery.message_queues)
             restored_batches = [(queue_id, columns.message_ids, columns.delivery_counts)
                                 for queue_id, columns in recovery.references.items() if len(columns)]
         else:
@@ -413,7 +414,7 @@ class MessageStore:
                 unreferenced.append(message_id)
                 continue
             state.messages[message_id] = message
-            self._message_queues[message_id] = set(live)
+            self._message_queues.add_message(message_id, list(live))
             for queue_id, (count, scheduled_ms) in live.items():
                 if scheduled_ms and scheduled_ms <= now:
                     scheduled_ms = 0          # it fell due while the store was closed: deliver now
@@ -511,11 +512,10 @@ class MessageStore:
             if queue_id not in self._queues:
                 raise UnknownRecordError(f"queue {queue_id} is not stored")
             acked = 0
-            for message_id, queue_ids in list(self._message_queues.items()):
+            for message_id, queue_ids in self._message_queues.items():
                 if queue_id in queue_ids:
-                    self._acknowledge_locked(queue_id, message_id)
                     acked += 1
-                    if not queue_ids:
+                    if not self._acknowledge_locked(queue_id, message_id):
                         self._delete_locked(message_id)
             self._bindings.delete(queue_id, sync=False)
             del self._queues[queue_id]
@@ -541,7 +541,7 @@ class MessageStore:
             if message_id in self._message_queues:
                 raise DuplicateRecordError(f"message {message_id} is already stored")
             self._journal.add(message_id, RecordType.ADD_MESSAGE, data, sync=False)
-            self._message_queues[message_id] = set()
+            self._message_queues.add_message(message_id)
         self._wait(self._journal, sync)
 
     def store_reference(self, queue_id: int, message_id: int, *, sync: bool | None = None) -> None:
@@ -550,14 +550,13 @@ class MessageStore:
         with self._lock:
             if queue_id not in self._queues:
                 raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
-            queue_ids = self._message_queues.get(message_id)
-            if queue_ids is None:
+            if message_id not in self._message_queues:
                 raise UnknownRecordError(f"message {message_id} is not stored; store_message() it first")
-            if queue_id in queue_ids:
+            if self._message_queues.holds(message_id, queue_id):
                 raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
             self._journal.update(message_id, RecordType.ADD_REF, encode_queue_id(queue_id), sync=False)
             self._writer.add_reference(queue_id, message_id, 0)
-            queue_ids.add(queue_id)
+            self._message_queues.add(message_id, queue_id)
         self._wait(self._journal, sync)
 
     def store_acknowledge(self, queue_id: int, message_id: int, *, sync: bool | None = None) -> None:
@@ -568,13 +567,13 @@ class MessageStore:
             self._acknowledge_locked(queue_id, message_id)
         self._wait(self._journal, sync)
 
-    def _acknowledge_locked(self, queue_id: int, message_id: int) -> None:
-        queue_ids = self._message_queues.get(message_id)
-        if queue_ids is None or queue_id not in queue_ids:
+    def _acknowledge_locked(self, queue_id: int, message_id: int) -> int:
+        """ACKNOWLEDGE_REF of a live reference; how many live references the message has left."""
+        if not self._message_queues.holds(message_id, queue_id):
             raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
         self._journal.update(message_id, RecordType.ACKNOWLEDGE_REF, encode_queue_id(queue_id), sync=False)
         self._writer.remove_reference(queue_id, message_id)
-        queue_ids.discard(queue_id)
+        return self._message_queues.remove(message_id, queue_id)
 
     def delete_message(self, message_id: int, *, sync: bool | None = None) -> None:
         """Delete a message and whatever references it still has (Artemis: not synced)."""
@@ -584,13 +583,13 @@ class MessageStore:
         self._wait(self._journal, sync)
 
     def _delete_locked(self, message_id: int) -> None:
-        queue_ids = self._message_queues.get(message_id)
+        queue_ids = self._message_queues.queues(message_id)
         if queue_ids is None:
             raise UnknownRecordError(f"message {message_id} is not stored")
         self._journal.delete(message_id, sync=False)
         for queue_id in queue_ids:
             self._writer.remove_reference(queue_id, message_id)
-        del self._message_queues[message_id]
+        self._message_queues.delete(message_id)
 
     def has_message(self, message_id: int) -> bool:
         """Whether the message is stored and not deleted (with or without live references)."""
@@ -599,7 +598,7 @@ class MessageStore:
     def reference_queues(self, message_id: int) -> set:
         """The queue ids holding a live reference of the message."""
         with self._lock:
-            queue_ids = self._message_queues.get(message_id)
+            queue_ids = self._message_queues.queues(message_id)
             if queue_ids is None:
                 raise UnknownRecordError(f"message {message_id} is not stored")
             return set(queue_ids)
@@ -819,9 +818,9 @@ class MessageStore:
                         self._writer.store_message_reference(message_id, queue_id, data)
                 except BaseException:
                     if journal.is_live(message_id):
-                        message_queues[message_id] = set()    # the message record went in, its reference not
+                        message_queues.add_message(message_id)    # the message record went in, its reference not
                     raise
-                message_queues[message_id] = {queue_id}
+                message_queues.add_message_on(message_id, queue_id)
             else:
                 stored_queues = self._queues
                 for queue_id in queue_ids:
@@ -836,7 +835,7 @@ class MessageStore:
                 journal.append_group([(_ADD, message_id, _ADD_MESSAGE, data)]
                                      + [(_UPDATE, message_id, _ADD_REF, _QUEUE_ID_BYTES(queue_id))
                                         for queue_id in queue_ids], sync=False)
-                message_queues[message_id] = references
+                message_queues.add_message(message_id, list(queue_ids))
                 writer = self._writer
                 for queue_id in queue_ids:
                     writer.add_reference(queue_id, message_id, 0)
@@ -854,14 +853,16 @@ class MessageStore:
         lock = self._lock
         lock.acquire()
         try:
-            queue_ids = self._message_queues.get(message_id)
+            message_queues = self._message_queues
+            queue_ids = message_queues.queues(message_id)
             if queue_ids is None or queue_id not in queue_ids:
                 raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
             deleted = len(queue_ids) == 1
             self._writer.acknowledge_reference(queue_id, message_id, deleted)   # 33 (+ DELETE), compiled
-            queue_ids.discard(queue_id)
             if deleted:
-                del self._message_queues[message_id]
+                message_queues.delete(message_id)
+            else:
+                message_queues.remove(message_id, queue_id)
         finally:
             lock.release()
         if sync or (sync is None and journal.sync_mode == "always"):
@@ -929,10 +930,9 @@ class StoreTransaction:
         with store._lock:
             if queue_id not in store._queues:
                 raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
-            queue_ids = store._message_queues.get(message_id)
-            if queue_ids is None and message_id not in self._messages:
+            if message_id not in store._message_queues and message_id not in self._messages:
                 raise UnknownRecordError(f"message {message_id} is not stored; store_message() it first")
-            if (queue_ids is not None and queue_id in queue_ids) or key in self._references:
+            if store._message_queues.holds(message_id, queue_id) or key in self._references:
                 raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
             store._journal.update_tx(self.tx_id, message_id, RecordType.ADD_REF, encode_queue_id(queue_id))
             self._references[key] = None
@@ -944,8 +944,7 @@ class StoreTransaction:
         store = self.store
         key = (queue_id, message_id)
         with store._lock:
-            queue_ids = store._message_queues.get(message_id)
-            live = (queue_ids is not None and queue_id in queue_ids) or key in self._references
+            live = store._message_queues.holds(message_id, queue_id) or key in self._references
             if not live:
                 raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
             if key in self._acknowledgements:
@@ -962,8 +961,7 @@ class StoreTransaction:
         store = self.store
         key = (queue_id, message_id)
         with store._lock:
-            queue_ids = store._message_queues.get(message_id)
-            if not ((queue_ids is not None and queue_id in queue_ids) or key in self._references):
+            if not (store._message_queues.holds(message_id, queue_id) or key in self._references):
                 raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
             store._journal.update_tx(self.tx_id, message_id, RecordType.SET_SCHEDULED_DELIVERY_TIME,
                                      encode_scheduled_time(queue_id, scheduled_ms))
@@ -984,15 +982,13 @@ class StoreTransaction:
             store._journal.commit(self.tx_id, sync=False)
             self.state = "committed"
             for message_id in self._messages:
-                store._message_queues[message_id] = set()
+                store._message_queues.add_message(message_id)
             for queue_id, message_id in self._references:
                 store._writer.add_reference(queue_id, message_id, 0)
-                store._message_queues[message_id].add(queue_id)
+                store._message_queues.add(message_id, queue_id)
             for queue_id, message_id in self._acknowledgements:
                 store._writer.remove_reference(queue_id, message_id)
-                queue_ids = store._message_queues.get(message_id)
-                if queue_ids is not None:
-                    queue_ids.discard(queue_id)
+                store._message_queues.remove(message_id, queue_id)
         if sync if sync is not None else store._journal.sync_mode != "none":
             store._journal.sync()
 

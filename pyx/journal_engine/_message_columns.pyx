@@ -25,9 +25,11 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memmove, memset
 
+from cpython cimport array
 import array
 
 import journal_engine.record_format as _format
+from journal_engine._replay import record_columns as _record_columns
 
 cdef extern from "Python.h":
     char *PyOS_double_to_string(double val, char format_code, int precision, int flags, int *ptype) except NULL
@@ -699,7 +701,7 @@ cdef class MessageRecovery:
     cdef readonly bint complete
     cdef readonly object max_record_id
     cdef readonly dict bodies               # message id -> its ADD_MESSAGE body, for messages with a live reference
-    cdef readonly dict message_queues       # message id -> set of the queue ids of its live references
+    cdef readonly dict message_queues       # message id -> its live references' queue id (one), or a tuple of them
     cdef readonly dict references           # queue id -> QueueReferences
     cdef readonly list unreferenced         # message ids without a live reference, in store order
 
@@ -719,63 +721,83 @@ cdef object _column(Bytes *buf, str typecode):
 
 
 def recover_messages(records, known_queues, long long now_ms):
-    """The message store's recovery of its message journal's live ``records`` (a mapping of record
-    id -> RecordInfo), in one pass without a Python object per reference.
+    """The message store's recovery of its message journal's live ``records`` (``LoadResult.records``
+    or any mapping of record id -> RecordInfo), in one pass without a Python object per reference.
 
-    ``known_queues``: the queue ids of the bindings journal, in its order. For every message it
-    replays the references (ADD_REF, ACKNOWLEDGE_REF, delivery counts, scheduled times) as
+    The journal's own mapping is read as its columns (``_replay.record_columns``): no RecordInfo is
+    made. ``known_queues``: the queue ids of the bindings journal, in its order. For every message
+    it replays the references (ADD_REF, ACKNOWLEDGE_REF, delivery counts, scheduled times) as
     MessageStore.load does and gathers the live ones per queue; a scheduled time at or before
     ``now_ms`` becomes 0. Any record that load would report or reject makes the result incomplete.
     """
     cdef MessageRecovery out = MessageRecovery.__new__(MessageRecovery)
     cdef dict queue_index = {}
-    cdef Py_ssize_t queues = 0, q, k, n_live, live_capacity = 0, j
+    cdef Py_ssize_t queues = 0, q, k, n_live, live_capacity = 0, j, i, n, u, u_end, b
     cdef QueueGather *gather = NULL
     cdef LiveRef *live = NULL
     cdef LiveRef *grown
+    cdef const char **bases = NULL
     cdef MessageFields fields
     cdef uint64_t message_id, queue_id, max_id = 0
     cdef const uint8_t *p
-    cdef Py_ssize_t size
+    cdef const uint8_t *body
+    cdef Py_ssize_t size, body_size
     cdef int user_type
-    cdef bint any_record = False
-    cdef object body, update_body
-    cdef set queue_set
+    cdef object columns, key
+    cdef dict bodies, message_queues
     cdef QueueReferences refs
     out.complete = False
-    out.bodies = {}
-    out.message_queues = {}
+    out.bodies = bodies = {}
+    out.message_queues = message_queues = {}
     out.references = {}
     out.unreferenced = []
     out.max_record_id = 0
+    columns = _record_columns(records)
+    if columns is None:
+        return out
+    cdef const uint64_t *ids = <const uint64_t *>(<array.array>columns.record_id).data.as_voidptr
+    cdef const uint8_t *types = <const uint8_t *>(<array.array>columns.record_type).data.as_voidptr
+    cdef const uint32_t *body_buffer = <const uint32_t *>(<array.array>columns.body_buffer).data.as_voidptr
+    cdef const int64_t *body_start = <const int64_t *>(<array.array>columns.body_start).data.as_voidptr
+    cdef const int64_t *body_end = <const int64_t *>(<array.array>columns.body_end).data.as_voidptr
+    cdef const int64_t *update_first = <const int64_t *>(<array.array>columns.update_first).data.as_voidptr
+    cdef const uint8_t *update_type = <const uint8_t *>(<array.array>columns.update_type).data.as_voidptr
+    cdef const uint32_t *update_buffer = <const uint32_t *>(<array.array>columns.update_buffer).data.as_voidptr
+    cdef const int64_t *update_start = <const int64_t *>(<array.array>columns.update_start).data.as_voidptr
+    cdef const int64_t *update_end = <const int64_t *>(<array.array>columns.update_end).data.as_voidptr
+    cdef list buffers = columns.buffers
+    n = len(columns)
     for queue_key in known_queues:
         queue_index[queue_key] = len(queue_index)
     queues = len(queue_index)
     gather = <QueueGather *>PyMem_Malloc(max(queues, 1) * sizeof(QueueGather))
-    if gather == NULL:
+    bases = <const char **>PyMem_Malloc(max(len(buffers), 1) * sizeof(const char *))
+    if gather == NULL or bases == NULL:
+        PyMem_Free(gather)
+        PyMem_Free(bases)
         raise MemoryError()
     memset(gather, 0, max(queues, 1) * sizeof(QueueGather))
     for q in range(queues):
         gather[q].ascending = True
+    for b in range(len(buffers)):
+        bases[b] = PyBytes_AS_STRING(<bytes>buffers[b])
     try:
-        for rec in records.values():
-            message_id = rec.record_id
-            if not any_record or message_id > max_id:
+        for i in range(n):
+            message_id = ids[i]
+            if i == 0 or message_id > max_id:
                 max_id = message_id
-                any_record = True
-            if rec.record_type != TYPE_ADD_MESSAGE:
+            if types[i] != TYPE_ADD_MESSAGE:
                 return out
-            body = rec.body
-            if not isinstance(body, bytes):
-                return out
-            if not _message_fields(<const uint8_t *>PyBytes_AS_STRING(body), len(body), &fields):
+            body = <const uint8_t *>bases[body_buffer[i]] + body_start[i]
+            body_size = body_end[i] - body_start[i]
+            if not _message_fields(body, body_size, &fields):
                 return out
             n_live = 0
-            for user_type, update_body in rec.updates:
-                if not isinstance(update_body, bytes):
-                    return out
-                p = <const uint8_t *>PyBytes_AS_STRING(update_body)
-                size = len(update_body)
+            u_end = update_first[i + 1]
+            for u in range(update_first[i], u_end):
+                user_type = update_type[u]
+                p = <const uint8_t *>bases[update_buffer[u]] + update_start[u]
+                size = update_end[u] - update_start[u]
                 if user_type == TYPE_ADD_REF or user_type == TYPE_ACKNOWLEDGE_REF:
                     if size != QUEUE_ID_BYTES:
                         return out
@@ -821,10 +843,8 @@ def recover_messages(records, known_queues, long long now_ms):
             for j in range(n_live):
                 if live[j].queue_id not in queue_index:
                     return out              # a queue the bindings journal does not hold: an anomaly
-            queue_set = set()
             for j in range(n_live):
                 q = queue_index[live[j].queue_id]
-                queue_set.add(live[j].queue_id)
                 if live[j].scheduled_time and now_ms >= 0 and live[j].scheduled_time <= <uint64_t>now_ms:
                     live[j].scheduled_time = 0      # it fell due while the store was closed: deliver now
                 if gather[q].message_ids.size and message_id < gather[q].last_message_id:
@@ -837,8 +857,12 @@ def recover_messages(records, known_queues, long long now_ms):
                 _put_u64(&gather[q].message_ids, message_id)
                 _append(&gather[q].delivery_counts, &live[j].delivery_count, 4)
                 _put_u64(&gather[q].scheduled_times, live[j].scheduled_time)
-            out.bodies[message_id] = body
-            out.message_queues[message_id] = queue_set
+            key = message_id
+            bodies[key] = PyBytes_FromStringAndSize(<const char *>body, body_size)
+            if n_live == 1:     # one queue, the common case: its id, no container (see store/message_queues.py)
+                message_queues[key] = live[0].queue_id
+            else:
+                message_queues[key] = tuple([live[j].queue_id for j in range(n_live)])
         for queue_key, q in queue_index.items():
             refs = QueueReferences.__new__(QueueReferences)
             refs.message_ids = _column(&gather[q].message_ids, "Q")
@@ -858,6 +882,7 @@ def recover_messages(records, known_queues, long long now_ms):
             PyMem_Free(gather[q].scheduled_times.data)
         PyMem_Free(gather)
         PyMem_Free(live)
+        PyMem_Free(bases)
 
 
 def decode_message_fields(message_id, body, path=None):

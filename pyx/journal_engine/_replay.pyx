@@ -30,6 +30,7 @@ je_crc32c_init()    # this module's copy of the CRC32C dispatch (crc32c_impl.h i
 cdef array.array _LONGS = array.array("q")
 cdef array.array _ULONGS = array.array("Q")
 cdef array.array _BYTES = array.array("B")
+cdef array.array _UINTS = array.array("I")
 
 #: what a reader reports of damage (a FrameCheck other than VALID) followed by valid frames
 GAP_REASONS = {
@@ -470,6 +471,131 @@ cdef class _EntryIterator:
         if self._what == 1:
             return rec
         return (rec.record_id, rec)
+
+
+@cython.final
+cdef class RecordColumns:
+    """Live records as columns, in the order they were added, for a reader that wants no Python
+    object per record (the message store's recovery). Record ``i``: ``record_id[i]`` (array 'Q'),
+    ``record_type[i]`` ('B'), its body ``buffers[body_buffer[i]][body_start[i]:body_end[i]]``
+    ('I', 'q', 'q'), and its updates the rows ``update_first[i]`` to ``update_first[i + 1]`` ('q')
+    of ``update_type``, ``update_buffer``, ``update_start``, ``update_end``. ``buffers``: bytes
+    objects the columns own (a journal's: the bodies of each file it read)."""
+    cdef readonly array.array record_id, record_type, body_buffer, body_start, body_end
+    cdef readonly array.array update_first, update_type, update_buffer, update_start, update_end
+    cdef readonly list buffers
+
+    def __len__(self):
+        return len(self.record_id)
+
+    def __repr__(self):
+        return f"<RecordColumns: {len(self.record_id)} records, {len(self.update_type)} updates>"
+
+
+cdef RecordColumns _empty_columns(Py_ssize_t records, Py_ssize_t updates, list buffers):
+    cdef RecordColumns out = RecordColumns.__new__(RecordColumns)
+    out.record_id = array.clone(_ULONGS, records, False)
+    out.record_type = array.clone(_BYTES, records, False)
+    out.body_buffer = array.clone(_UINTS, records, False)
+    out.body_start = array.clone(_LONGS, records, False)
+    out.body_end = array.clone(_LONGS, records, False)
+    out.update_first = array.clone(_LONGS, records + 1, False)
+    out.update_type = array.clone(_BYTES, updates, False)
+    out.update_buffer = array.clone(_UINTS, updates, False)
+    out.update_start = array.clone(_LONGS, updates, False)
+    out.update_end = array.clone(_LONGS, updates, False)
+    out.buffers = buffers
+    return out
+
+
+cdef RecordColumns _live_columns(ReplayState state):
+    """The live entries of a replay as RecordColumns, pointing into the bodies of its files."""
+    cdef Py_ssize_t entry, n = 0, updates = 0, i = 0, u = 0, row
+    cdef uint64_t location, last
+    cdef FrameColumns cols
+    cdef RecordColumns out
+    cdef list chains = state._next_update
+    for entry in range(state._entries):     # first pass: how many records and updates
+        if state._entry_add.data.as_ulonglongs[entry] == NO_LOCATION:
+            continue
+        n += 1
+        location = state._entry_first.data.as_ulonglongs[entry]
+        if location != NO_LOCATION:
+            last = state._entry_last.data.as_ulonglongs[entry]
+            while True:
+                updates += 1
+                if location == last:
+                    break
+                location = (<array.array>chains[<Py_ssize_t>(location >> ROW_BITS)]).data.as_ulonglongs[location & ROW_MASK]
+    out = _empty_columns(n, updates, [(<FrameColumns>cols).bodies for cols in state.files])
+    for entry in range(state._entries):
+        location = state._entry_add.data.as_ulonglongs[entry]
+        if location == NO_LOCATION:
+            continue
+        cols = <FrameColumns>state.files[<Py_ssize_t>(location >> ROW_BITS)]
+        row = <Py_ssize_t>(location & ROW_MASK)
+        out.record_id.data.as_ulonglongs[i] = state._entry_id.data.as_ulonglongs[entry]
+        out.record_type.data.as_uchars[i] = cols._record_type.data.as_uchars[row]
+        out.body_buffer.data.as_uints[i] = <unsigned int>(location >> ROW_BITS)
+        out.body_start.data.as_longlongs[i] = cols._body_offsets.data.as_longlongs[row]
+        out.body_end.data.as_longlongs[i] = cols._body_offsets.data.as_longlongs[row + 1]
+        out.update_first.data.as_longlongs[i] = u
+        location = state._entry_first.data.as_ulonglongs[entry]
+        if location != NO_LOCATION:
+            last = state._entry_last.data.as_ulonglongs[entry]
+            while True:
+                cols = <FrameColumns>state.files[<Py_ssize_t>(location >> ROW_BITS)]
+                row = <Py_ssize_t>(location & ROW_MASK)
+                out.update_type.data.as_uchars[u] = cols._record_type.data.as_uchars[row]
+                out.update_buffer.data.as_uints[u] = <unsigned int>(location >> ROW_BITS)
+                out.update_start.data.as_longlongs[u] = cols._body_offsets.data.as_longlongs[row]
+                out.update_end.data.as_longlongs[u] = cols._body_offsets.data.as_longlongs[row + 1]
+                u += 1
+                if location == last:
+                    break
+                location = (<array.array>chains[<Py_ssize_t>(location >> ROW_BITS)]).data.as_ulonglongs[row]
+        i += 1
+    out.update_first.data.as_longlongs[n] = u
+    return out
+
+
+def record_columns(records):
+    """Live records (``LoadResult.records``, or any mapping of id -> RecordInfo) as
+    :class:`RecordColumns`: straight from the replay's columns for the journal's own mapping, else
+    one buffer per body; None when a body is not bytes."""
+    cdef Py_ssize_t n, updates = 0, i = 0, u = 0
+    cdef RecordColumns out
+    cdef list buffers = []
+    if isinstance(records, LiveRecords):
+        return _live_columns((<LiveRecords>records)._state)
+    recs = list(records.values())
+    for rec in recs:
+        updates += len(rec.updates)
+    n = len(recs)
+    out = _empty_columns(n, updates, buffers)
+    for rec in recs:
+        body = rec.body
+        if type(body) is not bytes:
+            return None
+        out.record_id.data.as_ulonglongs[i] = rec.record_id
+        out.record_type.data.as_uchars[i] = rec.record_type
+        out.body_buffer.data.as_uints[i] = len(buffers)
+        out.body_start.data.as_longlongs[i] = 0
+        out.body_end.data.as_longlongs[i] = len(body)
+        out.update_first.data.as_longlongs[i] = u
+        buffers.append(body)
+        for update_type, update_body in rec.updates:
+            if type(update_body) is not bytes:
+                return None
+            out.update_type.data.as_uchars[u] = update_type
+            out.update_buffer.data.as_uints[u] = len(buffers)
+            out.update_start.data.as_longlongs[u] = 0
+            out.update_end.data.as_longlongs[u] = len(update_body)
+            buffers.append(update_body)
+            u += 1
+        i += 1
+    out.update_first.data.as_longlongs[n] = u
+    return out
 
 
 class _LiveValues(ValuesView):
