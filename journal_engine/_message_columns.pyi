@@ -7,7 +7,7 @@ and values of a map<string, string> of properties. A body record_format rejects 
 ``rejected``, its fields null.
 """
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, KeysView, Mapping
 from typing import Any, final
 
 from _typeshed import ReadableBuffer
@@ -115,6 +115,21 @@ class QueueReferences:
     def __len__(self) -> int: ...
 
 @final
+class MessageBodies:
+    """Message id -> ADD_MESSAGE body of a recovery: a read-only mapping over the journal's columns,
+    a body copied out only when it is looked at."""
+
+    def __getitem__(self, message_id: int, /) -> bytes: ...
+    def get(self, message_id: int, default: bytes | None = None) -> bytes | None: ...
+    def __contains__(self, message_id: object, /) -> bool: ...
+    def __iter__(self) -> Iterator[int]: ...
+    def __len__(self) -> int: ...
+    def keys(self) -> KeysView[int]: ...
+    def items(self) -> list[tuple[int, bytes]]: ...
+    def values(self) -> list[bytes]: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
 class MessageRecovery:
     """What ``recover_messages`` found; ``complete`` False: read the records one by one instead."""
 
@@ -123,7 +138,7 @@ class MessageRecovery:
     @property
     def max_record_id(self) -> int: ...
     @property
-    def bodies(self) -> dict[int, bytes]:
+    def bodies(self) -> MessageBodies:
         """Message id -> its ADD_MESSAGE body, for the messages with a live reference."""
     @property
     def message_queues(self) -> dict[int, int | tuple[int, ...]]:
@@ -146,6 +161,7 @@ def decode_message_fields(message_id: int, body: bytes, path: Any = None
     """(address, body, properties, durable, expiration, routing_type) of one ADD_MESSAGE body, as
     record_format.decode_message reads them (its CorruptRecordError for a body it rejects)."""
 
-def decode_messages_fields(bodies: dict[int, bytes], message_ids: Iterable[int], path: Any = None
+def decode_messages_fields(bodies: Mapping[int, bytes], message_ids: Iterable[int], path: Any = None
                            ) -> list[tuple[str, bytes, dict[str, Any], bool, int, str | None]]:
-    """``decode_message_fields`` of many messages (each body from ``bodies``), in the order of ``message_ids``."""
+    """``decode_message_fields`` of many messages (each body from ``bodies``), in the order of
+    ``message_ids``; a recovery's MessageBodies is read straight from the journal's columns."""

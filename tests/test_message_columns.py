@@ -217,6 +217,11 @@ def test_recover_messages_compiled_equals_twin(records, known, now_ms):
         assert list(fast["references"]) == known
         for message_id in fast["bodies"]:
             assert fmt.decode_message(message_id, records[message_id].body)   # every message kept decodes
+        # the first use of the recovered messages: decoded straight from the columns the recovery keeps
+        ids = list(fast["bodies"])[::-1]
+        assert repr(compiled.decode_messages_fields(fast["bodies"], ids)) \
+            == repr(twin.decode_messages_fields({message_id: records[message_id].body for message_id in ids}, ids)) \
+            == repr(compiled.decode_messages_fields(dict(fast["bodies"].items()), ids))
 
 
 def test_recover_messages_gathers_each_queues_live_references():

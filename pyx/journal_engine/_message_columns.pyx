@@ -28,6 +28,8 @@ from libc.string cimport memcmp, memcpy, memmove, memset
 from cpython cimport array
 import array
 
+from collections.abc import Mapping
+
 import journal_engine.record_format as _format
 from journal_engine._replay import record_columns as _record_columns
 
@@ -694,13 +696,66 @@ cdef class QueueReferences:
 
 
 @cython.final
+cdef class MessageBodies:
+    """``MessageRecovery.bodies``: message id -> its ADD_MESSAGE body, a read-only mapping over the
+    journal's columns (``RecordColumns``, which it keeps): a body is copied out only when it is looked
+    at, and :func:`decode_messages_fields` reads many straight from the columns."""
+    cdef dict rows              # message id -> its row in columns
+    cdef object columns         # RecordColumns
+
+    cdef const uint8_t *_body(self, Py_ssize_t row, Py_ssize_t *size) except NULL:
+        cdef object columns = self.columns
+        cdef Py_ssize_t start = (<array.array>columns.body_start).data.as_longlongs[row]
+        cdef bytes buffer = <bytes>(<list>columns.buffers)[(<array.array>columns.body_buffer).data.as_uints[row]]
+        size[0] = (<array.array>columns.body_end).data.as_longlongs[row] - start
+        return <const uint8_t *>PyBytes_AS_STRING(buffer) + start
+
+    def __getitem__(self, message_id):
+        cdef Py_ssize_t size
+        cdef const uint8_t *body = self._body(self.rows[message_id], &size)
+        return PyBytes_FromStringAndSize(<const char *>body, size)
+
+    def get(self, message_id, default=None):
+        return self[message_id] if message_id in self.rows else default
+
+    def __contains__(self, message_id):
+        return message_id in self.rows
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __len__(self):
+        return len(self.rows)
+
+    def keys(self):
+        return self.rows.keys()
+
+    def items(self):
+        return [(message_id, self[message_id]) for message_id in self.rows]
+
+    def values(self):
+        return [self[message_id] for message_id in self.rows]
+
+    def __eq__(self, other):
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return len(self) == len(other) and all(key in other and other[key] == self[key] for key in self.rows)
+
+    def __repr__(self):
+        return f"<MessageBodies: {len(self.rows)} messages>"
+
+
+Mapping.register(MessageBodies)
+
+
+@cython.final
 cdef class MessageRecovery:
     """What ``recover_messages`` found. ``complete`` False: some record needs record_format's own
     reading (an odd record, a body it rejects, a reference to a queue not given), and nothing else
     is filled in; the caller reads the records one by one instead."""
     cdef readonly bint complete
     cdef readonly object max_record_id
-    cdef readonly dict bodies               # message id -> its ADD_MESSAGE body, for messages with a live reference
+    cdef readonly object bodies             # MessageBodies: message id -> its ADD_MESSAGE body, for messages with a live reference
     cdef readonly dict message_queues       # message id -> its live references' queue id (one), or a tuple of them
     cdef readonly dict references           # queue id -> QueueReferences
     cdef readonly list unreferenced         # message ids without a live reference, in store order
@@ -744,10 +799,12 @@ def recover_messages(records, known_queues, long long now_ms):
     cdef Py_ssize_t size, body_size
     cdef int user_type
     cdef object columns, key
-    cdef dict bodies, message_queues
+    cdef dict rows, message_queues
+    cdef MessageBodies bodies
     cdef QueueReferences refs
     out.complete = False
-    out.bodies = bodies = {}
+    out.bodies = bodies = MessageBodies.__new__(MessageBodies)
+    bodies.rows = rows = {}
     out.message_queues = message_queues = {}
     out.references = {}
     out.unreferenced = []
@@ -766,6 +823,7 @@ def recover_messages(records, known_queues, long long now_ms):
     cdef const int64_t *update_start = <const int64_t *>(<array.array>columns.update_start).data.as_voidptr
     cdef const int64_t *update_end = <const int64_t *>(<array.array>columns.update_end).data.as_voidptr
     cdef list buffers = columns.buffers
+    bodies.columns = columns
     n = len(columns)
     for queue_key in known_queues:
         queue_index[queue_key] = len(queue_index)
@@ -858,7 +916,7 @@ def recover_messages(records, known_queues, long long now_ms):
                 _append(&gather[q].delivery_counts, &live[j].delivery_count, 4)
                 _put_u64(&gather[q].scheduled_times, live[j].scheduled_time)
             key = message_id
-            bodies[key] = PyBytes_FromStringAndSize(<const char *>body, body_size)
+            rows[key] = i       # its body stays in the journal's buffers, read when the message is first used
             if n_live == 1:     # one queue, the common case: its id, no container (see store/message_queues.py)
                 message_queues[key] = live[0].queue_id
             else:
@@ -903,8 +961,31 @@ def decode_message_fields(message_id, body, path=None):
             bool(p[1] & FLAG_DURABLE), fields.expiration, _ROUTING_NAME[p[2]])
 
 
-def decode_messages_fields(dict bodies not None, message_ids, path=None):
+def decode_messages_fields(bodies not None, message_ids, path=None):
     """decode_message_fields of many messages at once: a list of the field tuples of ``message_ids``
-    (in their order), each read from ``bodies`` (message id -> ADD_MESSAGE body)."""
-    return [decode_message_fields(message_id, bodies[message_id], path) for message_id in message_ids]
+    (in their order), each read from ``bodies`` (message id -> ADD_MESSAGE body: a dict, or the
+    MessageBodies of a recovery, read straight from the journal's columns). Messages of one address
+    share its str."""
+    cdef list out = []
+    cdef MessageBodies columns
+    cdef MessageFields fields
+    cdef const uint8_t *p
+    cdef Py_ssize_t size
+    cdef object address = ""           # the str of address_bytes
+    cdef bytes address_bytes = b""
+    if type(bodies) is not MessageBodies:
+        return [decode_message_fields(message_id, bodies[message_id], path) for message_id in message_ids]
+    columns = <MessageBodies>bodies
+    for message_id in message_ids:
+        p = columns._body(columns.rows[message_id], &size)
+        if not _message_fields(p, size, &fields) or fields.property_count:
+            out.append(decode_message_fields(message_id, PyBytes_FromStringAndSize(<const char *>p, size), path))
+            continue
+        if (fields.address.size != len(address_bytes)
+                or memcmp(fields.address.data, PyBytes_AS_STRING(address_bytes), fields.address.size)):
+            address_bytes = PyBytes_FromStringAndSize(<const char *>fields.address.data, fields.address.size)
+            address = address_bytes.decode("utf-8")
+        out.append((address, PyBytes_FromStringAndSize(<const char *>p + fields.body_at, fields.body_size), {},
+                    bool(p[1] & FLAG_DURABLE), fields.expiration, _ROUTING_NAME[p[2]]))
+    return out
 
