@@ -285,13 +285,11 @@ broker.close()
 """
 
 
-@pytest.mark.benchmark(group="broker-loop-base")
-def test_broker_durable_loop_against_base(benchmark, case_dir):
-    base = os.environ.get("JOURNAL_BENCH_BASE")
-    if not base:
-        pytest.skip("set JOURNAL_BENCH_BASE to a built checkout to compare the broker loop against it")
+def _against_base(benchmark, case_dir, base: str, script: str, arguments: list[str], rounds: int) -> dict[str, list[str]]:
+    """Run `script` (python -c, a scratch directory then `arguments`) on this checkout and on `base`,
+    alternating which goes first from round to round; each side's stdout per round."""
     checkouts = {"this": str(Path(journal_engine.__file__).resolve().parents[1]), "base": base}
-    seconds: dict[str, list[float]] = {name: [] for name in checkouts}
+    outputs: dict[str, list[str]] = {name: [] for name in checkouts}
     state = {"round": 0}
 
     def one_round() -> None:
@@ -300,12 +298,22 @@ def test_broker_durable_loop_against_base(benchmark, case_dir):
         for name in order:
             directory = case_dir / f"{name}-{state['round']}"
             env = dict(os.environ, PYTHONPATH=checkouts[name])
-            out = subprocess.run([sys.executable, "-c", BROKER_ROUND, str(directory), str(BROKER_MESSAGES)],
+            out = subprocess.run([sys.executable, "-c", script, str(directory), *arguments],
                                  env=env, capture_output=True, text=True, check=True)
-            seconds[name].append(float(out.stdout.strip()))
+            outputs[name].append(out.stdout.strip())
             shutil.rmtree(directory, ignore_errors=True)
 
-    benchmark.pedantic(one_round, rounds=BROKER_ROUNDS, iterations=1)
+    benchmark.pedantic(one_round, rounds=rounds, iterations=1)
+    return outputs
+
+
+@pytest.mark.benchmark(group="broker-loop-base")
+def test_broker_durable_loop_against_base(benchmark, case_dir):
+    base = os.environ.get("JOURNAL_BENCH_BASE")
+    if not base:
+        pytest.skip("set JOURNAL_BENCH_BASE to a built checkout to compare the broker loop against it")
+    outputs = _against_base(benchmark, case_dir, base, BROKER_ROUND, [str(BROKER_MESSAGES)], BROKER_ROUNDS)
+    seconds = {name: [float(out) for out in values] for name, values in outputs.items()}
     for name, values in seconds.items():
         rates = [BROKER_MESSAGES / value for value in values]
         q1, median, q3 = _quartiles(rates)
@@ -354,22 +362,9 @@ def test_record_groups_against_base(benchmark, case_dir):
     base = os.environ.get("JOURNAL_BENCH_BASE")
     if not base:
         pytest.skip("set JOURNAL_BENCH_BASE to a built checkout to compare record groups against it")
-    checkouts = {"this": str(Path(journal_engine.__file__).resolve().parents[1]), "base": base}
-    samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in checkouts}
-    state = {"round": 0}
-
-    def one_round() -> None:
-        state["round"] += 1
-        order = list(checkouts) if state["round"] % 2 else list(reversed(checkouts))
-        for name in order:
-            directory = case_dir / f"{name}-{state['round']}"
-            env = dict(os.environ, PYTHONPATH=checkouts[name])
-            out = subprocess.run([sys.executable, "-c", RECORD_GROUP_ROUND, str(directory), str(GROUP_APPENDS),
-                                  str(SYNCED_APPENDS)], env=env, capture_output=True, text=True, check=True)
-            samples[name].append(tuple(float(value) for value in out.stdout.split()))
-            shutil.rmtree(directory, ignore_errors=True)
-
-    benchmark.pedantic(one_round, rounds=GROUP_ROUNDS, iterations=1)
+    outputs = _against_base(benchmark, case_dir, base, RECORD_GROUP_ROUND, [str(GROUP_APPENDS), str(SYNCED_APPENDS)],
+                            GROUP_ROUNDS)
+    samples = {name: [tuple(float(value) for value in out.split()) for out in values] for name, values in outputs.items()}
     measures = {"groups_per_cpu_s": (0, GROUP_APPENDS), "groups_per_s": (1, GROUP_APPENDS),
                 "synced_records_per_s": (2, SYNCED_APPENDS)}
     for measure, (index, count) in measures.items():
