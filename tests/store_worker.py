@@ -8,7 +8,9 @@ to the journal). MODE is "default", "strict" (persist_delivery_count_before_deli
     Stores queue 1, message 1 and its reference (synced) unless recovery found them, then
     delivers the message once: count = persisted + 1, ``before_delivery``, and prints
     ``delivered <count>`` once that call has returned: the broker would now hand the
-    message out. Then it waits to be killed.
+    message out. Then it waits to be killed. ``--unsynced-message``: the message and its
+    reference are stored with sync=False (only the queue is synced), so with ``--sync none``
+    they are still in the write buffer when the delivery begins.
 
 ``churn DIRECTORY MODE CAP SEED``
     Recovers, prints ``R <json of recovered counts>``, then delivers, rolls back and
@@ -93,15 +95,18 @@ def open_store(backend: str, directory: str, mode: str, cap: int, **options) -> 
     return MessageStore(directory, backend=backend, max_redelivery_records=cap, **MODES[mode], **options)
 
 
-def deliver_once(backend: str, directory: str, mode: str, cap: int, sync: str = "group") -> None:
+def deliver_once(backend: str, directory: str, mode: str, cap: int, sync: str = "group",
+                 unsynced_message: bool = False) -> None:
     store = open_store(backend, directory, mode, cap, sync=sync)
     state = store.load()
     if 1 not in state.queues:
         store.store_queue(1, "orders", "orders")
+        store.sync()
     if 1 not in state.messages:
-        store.store_message(1, "orders", b"hello", properties={"kind": "test"})
-        store.store_reference(1, 1, sync=True)
-        store.sync()                    # the queue binding too, whatever the mode
+        store.store_message(1, "orders", b"hello", properties={"kind": "test"}, sync=False)
+        store.store_reference(1, 1, sync=not unsynced_message)
+        if not unsynced_message:
+            store.sync()                # the queue binding too, whatever the mode
     count = store.persisted_delivery_count(1, 1) + 1
     store.before_delivery(1, 1, count)
     say(f"delivered {count}")
@@ -287,6 +292,8 @@ def _parser() -> argparse.ArgumentParser:
     once.add_argument("cap", type=int)
     once.add_argument("--sync", choices=["always", "group", "none"], default="group",
                       help='"none": the count record stays in the write buffer (no flusher)')
+    once.add_argument("--unsynced-message", action="store_true",
+                      help="store the message and its reference without waiting for the disk")
     churning = commands.add_parser("churn")
     churning.add_argument("directory")
     churning.add_argument("mode", choices=sorted(MODES))
@@ -308,7 +315,7 @@ def main(argv: list[str]) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "deliver-once":
-        deliver_once(args.backend, args.directory, args.mode, args.cap, args.sync)
+        deliver_once(args.backend, args.directory, args.mode, args.cap, args.sync, args.unsynced_message)
     elif args.command == "churn":
         churn(args.backend, args.directory, args.mode, args.cap, args.seed)
     elif args.command == "dispatch-threads":

@@ -802,6 +802,7 @@ def test_strict_mode_puts_the_count_in_the_shadow_without_a_write_or_a_sync(open
     store, _ = open_store(sync="none", persist_delivery_count_before_delivery=True)
     _one_message(store)
     records_store = store._journal
+    records_store.flush()           # the message is with the OS already: its dispatch needs no write
     syncs, written = records_store.stats()["syncs"], records_store.written_bytes
     assert store.before_delivery(1, 1, 1) is True
     shadow = os.path.join(store.directory, delivery_shadow.FILE_NAME)
@@ -1126,6 +1127,22 @@ def test_strict_mode_count_left_only_in_the_shadow_comes_back_unless_the_machine
         assert [ref.delivery_count for ref in state.references[1]] == [0 if rebooted else 1]
     shadow.unlink()             # the recovered count is in the journal now, synced
     assert _next_delivery("journal", directory) == ((1, False) if rebooted else (2, True))
+
+
+def test_strict_mode_without_sync_a_killed_process_keeps_a_message_it_delivered(backend, tmp_path):
+    """sync="none": the message and its reference are still in the write buffer when the delivery
+    begins. The count goes to the shadow, but a count without its message is nothing: before_delivery
+    writes the reference out first, so the delivered message comes back, counted."""
+    directory = tmp_path / "store"
+    process = _run_child(backend, "deliver-once", directory, "strict", 10, "--sync", "none", "--unsynced-message")
+    try:
+        line = process.stdout.readline().decode()
+        assert line == "delivered 1\n", (line, process.stderr.read().decode() if process.poll() else "")
+    finally:
+        _kill(process)
+    with MessageStore(directory, backend=backend, file_size=SMALL_FILE) as store:
+        state = store.load(now_ms=NOW_MS)
+        assert [(ref.message_id, ref.delivery_count) for ref in state.references.get(1, [])] == [(1, 1)]
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -254,6 +254,9 @@ class MessageStore:
         self._writer = _impl.RecordWriter(self._journal, max_redelivery_records)
         self._lock = threading.Lock()          # the Python-side bookkeeping below; the writer needs none
         self._shadow: DeliveryShadow | None = None     # strict mode: dispatch counts in shared memory
+        # the journal's appended_bytes after the last reference added: a count put in the shadow must
+        # not outlive a killed process whose reference was still in the write buffer
+        self._referenced_upto = 0
         self._queues: dict[int, StoredQueue] = {}
         self._message_queues = MessageQueues()     # live message id -> queue ids of its live references
         self._state = "new"
@@ -557,6 +560,7 @@ class MessageStore:
             self._journal.update(message_id, RecordType.ADD_REF, encode_queue_id(queue_id), sync=False)
             self._writer.add_reference(queue_id, message_id, 0)
             self._message_queues.add(message_id, queue_id)
+            self._referenced_upto = self._journal.appended_bytes
         self._wait(self._journal, sync)
 
     def store_acknowledge(self, queue_id: int, message_id: int, *, sync: bool | None = None) -> None:
@@ -661,7 +665,8 @@ class MessageStore:
         With persist_delivery_count_before_delivery the count record (capped and deduplicated as
         update_delivery_count) is appended, and the count reaches the operating system before this
         returns, so a killed process loses nothing: as an entry of the delivery-count shadow (a
-        shared mapping, store/delivery_shadow.py; no system call), or where the system has no boot
+        shared mapping, store/delivery_shadow.py; no system call, except one write-out when a
+        reference added since the last write-out is still in the buffer), or where the system has no boot
         id, by writing the journal out. With strict_delivery_sync the record is on disk instead (a
         shared group-commit fdatasync), so a power cut loses nothing either. Without the option it
         does nothing. Returns True if a record was written.
@@ -674,6 +679,10 @@ class MessageStore:
         if cap >= 0 and delivery_count > cap:
             return False          # Artemis writes nothing above the cap, so there is nothing to wait for
         if self._shadow is not None:        # the count into the shadow's page cache: no system call
+            if self._journal.written_bytes < self._referenced_upto:
+                # ...unless a reference added since the last write-out is still in this process's
+                # buffer: a killed process would lose the message it counts, delivered or not
+                self._journal.flush()
             return self._writer.record_dispatch(queue_id, message_id, delivery_count)
         written = self._writer.update_delivery_count(queue_id, message_id, delivery_count, False)
         # also when unchanged: the record that persisted this count may still be in the write buffer
@@ -821,6 +830,7 @@ class MessageStore:
                         message_queues.add_message(message_id)    # the message record went in, its reference not
                     raise
                 message_queues.add_message_on(message_id, queue_id)
+                self._referenced_upto = journal.appended_bytes
             else:
                 stored_queues = self._queues
                 for queue_id in queue_ids:
@@ -839,6 +849,7 @@ class MessageStore:
                 writer = self._writer
                 for queue_id in queue_ids:
                     writer.add_reference(queue_id, message_id, 0)
+                self._referenced_upto = journal.appended_bytes
         finally:
             lock.release()
         if sync or (sync is None and journal.sync_mode == "always"):
@@ -986,6 +997,8 @@ class StoreTransaction:
             for queue_id, message_id in self._references:
                 store._writer.add_reference(queue_id, message_id, 0)
                 store._message_queues.add(message_id, queue_id)
+            if self._references:
+                store._referenced_upto = store._journal.appended_bytes
             for queue_id, message_id in self._acknowledgements:
                 store._writer.remove_reference(queue_id, message_id)
                 store._message_queues.remove(message_id, queue_id)
