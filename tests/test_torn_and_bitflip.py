@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import journal_engine
 from journal_engine import CorruptRecordError, Journal, RecordKind
 from journal_engine._impl import scan_frames
 from journal_engine.limits import DATA_START_BYTES
@@ -235,6 +236,10 @@ def test_every_bit_flip_is_detected_and_nothing_else_is_lost(flip_journal, scrat
     original = replay_model(table)
     rng = random.Random(11)
     positions = flip_positions(table, rng)
+    if journal_engine.IMPLEMENTATION == "python":
+        # the twin loads a journal some thirty times slower: it takes every third position (each chosen
+        # frame's header, body and padding still come up); the compiled core takes every one
+        positions = positions[::3]
     ends = {path: max(row[2] for row in table if row[0] == path) for path, _o in positions}
     undetected = []
     expected_without = {}
