@@ -30,11 +30,18 @@ def _owned_by(pid: int, parents: list[Path]) -> list[Path]:
     return owned
 
 
+def _sigint_as_from_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _campaign_under_way(tmp_path: Path) -> tuple[subprocess.Popen, set[int], list[Path]]:
     """A quick campaign started in a child, once its workers run and its scratch holds their files."""
     scratch = tmp_path / "scratch"
+    # SIGINT as a terminal delivers it, also when this test runs where it is ignored (a background job
+    # of a shell without job control), which the child would inherit and keep
     campaign = subprocess.Popen([sys.executable, "-m", "journal_engine", "crash-test", "--seed", "3",
-                                 "--scratch", str(scratch)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                 "--scratch", str(scratch)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                preexec_fn=_sigint_as_from_a_terminal)
     parents = [scratch] + [Path(p) for p in scratch_module.default_parents()]
     deadline = time.monotonic() + 300
     try:
