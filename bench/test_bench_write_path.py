@@ -11,11 +11,14 @@ Groups:
                      coroutines >= 20x the base.
   durable-lag        group mode, nobody waiting, another thread busy in Python the whole time: for each of
                      >= 10,000 appends, the time until a sync made it durable (the core's sync trace, taken
-                     without the GIL); the flusher syncing without the GIL against the same flusher taking
-                     the GIL for each sync, in alternating rounds. Target: p99 <= 1 ms.
-  broker-loop-base   the broker's durable send -> receive -> ack loop (group mode) on this checkout and on
-                     a base checkout ($JOURNAL_BENCH_BASE, built; skipped without it), in alternating
-                     subprocess rounds: what the write path's changes cost the broker.
+                     without the GIL), split into the device's fdatasync, the flusher's wait for a CPU
+                     after it was due, and the engine's share; on the benchmark disk and on tmpfs; the
+                     flusher syncing without the GIL against the same flusher taking the GIL for each
+                     sync, in alternating rounds. Target: p99 <= 1 ms.
+  broker-loop-base   the broker's durable send -> receive -> ack loop (group mode) on this checkout, on this
+                     checkout with the flusher taking the GIL for each sync, and on a base checkout
+                     ($JOURNAL_BENCH_BASE, built; left out without it), in rotating subprocess rounds:
+                     what the flusher and the write path's changes cost the broker.
   record-groups-base what a record group's GROUP frame costs (format version 3): groups/s of append_group
                      (a send: a 256 B message and two 8 B references, sync none, flushed at the end) and
                      records/s at one record per sync (sync always, 256 B), on this checkout and on
@@ -31,6 +34,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -207,12 +211,39 @@ def test_durable_confirmed_appends(benchmark, case_dir):
 
 
 # ----- durable-lag -----------------------------------------------------------------------------------------
-def _lag_round(directory: Path, without_gil: bool) -> list[float]:
-    """Appends at a steady pace while another thread spins in Python; returns each append's lag in ms."""
+TMPFS = Path("/dev/shm")
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    values = sorted(values)
+    at = {label: values[min(len(values) - 1, int(fraction * len(values)))]
+          for label, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
+    return {**{label: round(value, 3) for label, value in at.items()}, "max": round(values[-1], 3)}
+
+
+def _overlap_ns(start: int, end: int, spans: list[tuple[int, int]]) -> int:
+    return sum(max(0, min(end, span_end) - max(start, span_start)) for span_start, span_end in spans)
+
+
+def _schedstat(native_id: int) -> tuple[int, int]:
+    """(ns waited on a run queue, times run) of a thread of this process (Linux schedstat)."""
+    with open(f"/proc/self/task/{native_id}/schedstat") as stat:
+        _cpu_ns, waited_ns, runs = map(int, stat.read().split())
+    return waited_ns, runs
+
+
+def _lag_round(directory: Path, without_gil: bool) -> dict[str, list[float]]:
+    """Appends at a steady pace while another thread spins in Python. For each append, from the
+    core's sync trace: its lag (until the sync covering it was published), the part of it the
+    device's fdatasync took, the part the flusher waited for a CPU after it was due to run (its
+    window's end, or its kick), and the rest: the engine's share (the window, the pad and write,
+    the hand-overs). Also each fdatasync's time, and the flusher thread's run-queue wait."""
+    shutil.rmtree(directory, ignore_errors=True)
     journal = Journal(directory, sync="group")
     journal._flusher_without_gil = without_gil      # the flusher's switch: the base keeps the GIL per sync
     journal.load()
     journal._core_trace_syncs(4 * LAG_APPENDS_PER_ROUND)
+    flusher_id = journal._flusher.native_id
     spinning = True
 
     def spin() -> None:
@@ -223,6 +254,7 @@ def _lag_round(directory: Path, without_gil: bool) -> list[float]:
     busy = threading.Thread(target=spin)
     busy.start()
     appended = []
+    waited_before, runs_before = _schedstat(flusher_id)
     try:
         for record_id in range(LAG_APPENDS_PER_ROUND):
             journal.add(record_id, USER_TYPE, BODY)
@@ -231,45 +263,72 @@ def _lag_round(directory: Path, without_gil: bool) -> list[float]:
             while time.perf_counter() < paced:
                 pass
         wait_for(lambda: journal.durable_bytes >= journal.appended_bytes, "the flusher")
+        waited_after, runs_after = _schedstat(flusher_id)
     finally:
         spinning = False
         busy.join()
     trace = journal._core_sync_trace()
     _close_and_check(journal, LAG_APPENDS_PER_ROUND, directory)
-    lags, index = [], 0
+    disk = [(sync_ns, end_ns) for _target, _due, _woken, _batch, sync_ns, end_ns in trace]
+    wake = [(due_ns, woken_ns) for _target, due_ns, woken_ns, _batch, _sync, _end in trace]
+    result: dict[str, list[float]] = {"lag": [], "engine": [], "fdatasync": [(end - start) / 1e6 for start, end in disk],
+                                      "wake_up": [(woken - due) / 1e6 for due, woken in wake]}
+    index = 0
     for target, appended_ns in appended:
         while trace[index][0] < target:
             index += 1
-        lags.append((trace[index][1] - appended_ns) / 1e6)
-    return lags
+        end_ns = trace[index][5]
+        floors = (_overlap_ns(appended_ns, end_ns, disk[max(0, index - 2):index + 1])
+                  + _overlap_ns(appended_ns, end_ns, wake[max(0, index - 2):index + 1]))
+        result["lag"].append((end_ns - appended_ns) / 1e6)
+        result["engine"].append((end_ns - appended_ns - floors) / 1e6)
+    result["run_queue_ms_per_run"] = [(waited_after - waited_before) / 1e6 / max(1, runs_after - runs_before)]
+    result["runs_per_sync"] = [(runs_after - runs_before) / max(1, len(trace))]
+    return result
 
 
 @pytest.mark.benchmark(group="durable-lag")
 def test_group_mode_durable_lag_with_a_busy_thread(benchmark, case_dir):
-    lags: dict[str, list[float]] = {"flusher-without-gil": [], "flusher-with-gil": []}
+    """The disk where the benchmarks write and tmpfs (an fdatasync of about nothing: the engine's
+    own share shows), each with the flusher syncing without the GIL and with the base's flusher
+    taking it for each sync; every round runs the four cases, the order alternating."""
+    devices = {"disk": case_dir}
+    if TMPFS.is_dir():
+        devices["tmpfs"] = Path(tempfile.mkdtemp(prefix="journal-lag-", dir=TMPFS))
+    cases = [(device, flusher) for device in devices for flusher in ("flusher-without-gil", "flusher-with-gil")]
+    gathered: dict[tuple[str, str], dict[str, list[float]]] = {case: {} for case in cases}
     state = {"round": 0}
 
     def one_round() -> None:
         state["round"] += 1
-        order = list(lags) if state["round"] % 2 else list(reversed(lags))
-        for name in order:
-            lags[name].extend(_lag_round(case_dir / f"{name}-{state['round']}", name == "flusher-without-gil"))
+        for device, flusher in (cases if state["round"] % 2 else list(reversed(cases))):
+            result = _lag_round(devices[device] / f"{flusher}-{state['round']}", flusher == "flusher-without-gil")
+            for name, values in result.items():
+                gathered[device, flusher].setdefault(name, []).extend(values)
 
-    benchmark.extra_info.update({"implementation": journal_engine.IMPLEMENTATION,
+    benchmark.extra_info.update({"implementation": journal_engine.IMPLEMENTATION, "load_average": os.getloadavg(),
                                  "switch_interval_s": sys.getswitchinterval(), "pace_s": LAG_PACE_S})
-    benchmark.pedantic(one_round, rounds=LAG_ROUNDS, iterations=1)
-    for name, values in lags.items():
-        values.sort()
-        benchmark.extra_info[f"{name}_appends"] = len(values)
-        for label, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
-            benchmark.extra_info[f"{name}_{label}_ms"] = round(values[min(len(values) - 1, int(fraction * len(values)))], 3)
-        benchmark.extra_info[f"{name}_max_ms"] = round(values[-1], 3)
+    try:
+        benchmark.pedantic(one_round, rounds=LAG_ROUNDS, iterations=1)
+    finally:
+        if "tmpfs" in devices:
+            shutil.rmtree(devices["tmpfs"], ignore_errors=True)
+    benchmark.extra_info["load_average_after"] = os.getloadavg()
+    for (device, flusher), result in gathered.items():
+        prefix = f"{device}_{flusher}"
+        benchmark.extra_info[f"{prefix}_appends"] = len(result["lag"])
+        for name in ("lag", "engine", "fdatasync", "wake_up"):
+            benchmark.extra_info[f"{prefix}_{name}_ms"] = _percentiles(result[name])
+        benchmark.extra_info[f"{prefix}_run_queue_ms_per_run"] = round(statistics.median(result["run_queue_ms_per_run"]), 3)
+        benchmark.extra_info[f"{prefix}_runs_per_sync"] = round(statistics.median(result["runs_per_sync"]), 2)
 
 
 # ----- broker-loop-base ------------------------------------------------------------------------------------
 BROKER_ROUND = """
 import sys, time
 from journal_engine import Broker
+from journal_engine.storage.journal import Journal
+Journal._flusher_without_gil = sys.argv[3] == "without-gil"
 broker = Broker(sys.argv[1], store_options={"file_size": 64 * 1024 * 1024})
 broker.create_queue("bench")
 consumer = broker.create_consumer("bench")
@@ -285,43 +344,43 @@ broker.close()
 """
 
 
-def _against_base(benchmark, case_dir, base: str, script: str, arguments: list[str], rounds: int) -> dict[str, list[str]]:
-    """Run `script` (python -c, a scratch directory then `arguments`) on this checkout and on `base`,
-    alternating which goes first from round to round; each side's stdout per round."""
-    checkouts = {"this": str(Path(journal_engine.__file__).resolve().parents[1]), "base": base}
-    outputs: dict[str, list[str]] = {name: [] for name in checkouts}
+@pytest.mark.benchmark(group="broker-loop-base")
+def test_broker_durable_loop_against_base(benchmark, case_dir):
+    """This checkout with its flusher syncing without the GIL, the same with the flusher taking the GIL
+    for each sync (as before it learned not to), and a base checkout ($JOURNAL_BENCH_BASE, built) when
+    given: subprocess rounds, the order rotating, each round's times paired against this one's."""
+    this = str(Path(journal_engine.__file__).resolve().parents[1])
+    variants = {"this": (this, "without-gil"), "this-flusher-with-gil": (this, "with-gil")}
+    if os.environ.get("JOURNAL_BENCH_BASE"):
+        variants["base"] = (os.environ["JOURNAL_BENCH_BASE"], "without-gil")
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
     state = {"round": 0}
 
     def one_round() -> None:
+        names = list(variants)
+        shift = state["round"] % len(names)
         state["round"] += 1
-        order = list(checkouts) if state["round"] % 2 else list(reversed(checkouts))
-        for name in order:
+        for name in names[shift:] + names[:shift]:
+            checkout, flusher = variants[name]
             directory = case_dir / f"{name}-{state['round']}"
-            env = dict(os.environ, PYTHONPATH=checkouts[name])
-            out = subprocess.run([sys.executable, "-c", script, str(directory), *arguments],
+            env = dict(os.environ, PYTHONPATH=checkout)
+            out = subprocess.run([sys.executable, "-c", BROKER_ROUND, str(directory), str(BROKER_MESSAGES), flusher],
                                  env=env, capture_output=True, text=True, check=True)
             outputs[name].append(out.stdout.strip())
             shutil.rmtree(directory, ignore_errors=True)
 
-    benchmark.pedantic(one_round, rounds=rounds, iterations=1)
-    return outputs
-
-
-@pytest.mark.benchmark(group="broker-loop-base")
-def test_broker_durable_loop_against_base(benchmark, case_dir):
-    base = os.environ.get("JOURNAL_BENCH_BASE")
-    if not base:
-        pytest.skip("set JOURNAL_BENCH_BASE to a built checkout to compare the broker loop against it")
-    outputs = _against_base(benchmark, case_dir, base, BROKER_ROUND, [str(BROKER_MESSAGES)], BROKER_ROUNDS)
-    seconds = {name: [float(out) for out in values] for name, values in outputs.items()}
+    benchmark.extra_info["load_average"] = os.getloadavg()
+    benchmark.pedantic(one_round, rounds=BROKER_ROUNDS, iterations=1)
+    benchmark.extra_info["load_average_after"] = os.getloadavg()
     for name, values in seconds.items():
         rates = [BROKER_MESSAGES / value for value in values]
         q1, median, q3 = _quartiles(rates)
         benchmark.extra_info[f"{name}_messages_per_s"] = round(median)
         benchmark.extra_info[f"{name}_q1_q3"] = [round(q1), round(q3)]
-    paired = [this / base_s for this, base_s in zip(seconds["this"], seconds["base"])]
-    benchmark.extra_info["this_time_x_base_paired_median"] = round(statistics.median(paired), 3)
-    benchmark.extra_info["this_time_x_base_paired_range"] = [round(min(paired), 3), round(max(paired), 3)]
+        if name != "this":
+            paired = [this_s / other_s for this_s, other_s in zip(seconds["this"], values)]
+            benchmark.extra_info[f"this_time_x_{name}_paired_median"] = round(statistics.median(paired), 3)
+            benchmark.extra_info[f"this_time_x_{name}_paired_range"] = [round(min(paired), 3), round(max(paired), 3)]
 
 
 # ----- record-groups-base ------------------------------------------------------------------------------------

@@ -133,14 +133,16 @@ class JournalCore:
         """Wake the flusher thread waiting in ``_core_flusher_wait``."""
     def _core_flusher_wait(self, timeout_s: float, without_gil: bool = True) -> None:
         """The flusher thread's loop, without the GIL: for a kick, then (unless urgent or closing)
-        for ``timeout_s`` seconds or an urgent kick, then (``without_gil``) a sync of what was
-        appended, and again; it returns when the caller must sync with the GIL (an urgent kick,
-        sealed files, a record group or another sync in progress, a failure, closing)."""
+        until ``timeout_s`` seconds after its last sync began or an urgent kick, then
+        (``without_gil``) a sync of what was appended, and again; it returns when the caller must
+        sync with the GIL (an urgent kick, sealed files, a record group or another sync in
+        progress, a failure, closing)."""
     def _core_trace_syncs(self, capacity: int) -> None:
-        """Record ``(durable_bytes, CLOCK_MONOTONIC ns)`` at the end of each of the next ``capacity``
-        syncs (the lag benchmark); 0 stops and frees the record."""
-    def _core_sync_trace(self) -> list[tuple[int, int]]:
-        """The syncs recorded since ``_core_trace_syncs``, in order."""
+        """Record each of the next ``capacity`` syncs (the lag benchmark); 0 stops and frees the record."""
+    def _core_sync_trace(self) -> list[tuple[int, int, int, int, int, int]]:
+        """The syncs recorded since ``_core_trace_syncs``, in order: ``(durable_bytes, due_ns,
+        woken_ns, batch_ns, sync_ns, end_ns)`` on CLOCK_MONOTONIC (the syncer due to run, running,
+        batch padded, fdatasync begun, sync published)."""
 
     # ----- the record API -----------------------------------------------------------------------
     def is_live(self, record_id: int) -> bool:

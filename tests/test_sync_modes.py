@@ -161,10 +161,21 @@ def test_group_mode_unsynced_appends_become_durable_without_a_sync_call(open_jou
             time.sleep(0.002)
 
 
+def _flusher_synced_a_first_append(journal) -> None:
+    """An append after a quiet spell: the flusher syncs it at once, and its window (buffer_timeout_us
+    from that sync's start) begins."""
+    journal.add(10_000, 1, b"first")
+    deadline = time.monotonic() + 5
+    while journal.durable_bytes < journal.appended_bytes:
+        assert time.monotonic() < deadline, "the flusher did not sync an append made after a quiet spell"
+        time.sleep(0.001)
+
+
 def test_group_mode_buffer_size_forces_an_early_flush(open_journal):
-    """With a 10 s timeout only the buffer_size bound can make the flusher sync within a second."""
+    """Within a 10 s window only the buffer_size bound can make the flusher sync within a second."""
     journal, _ = open_journal(file_size=1024 * 1024, sync="group", buffer_timeout_us=10_000_000,
                               buffer_size=SECTOR_SIZE_BYTES * 4)
+    _flusher_synced_a_first_append(journal)
     base = journal.stats()["syncs"]
     for rid in range(400):   # ~100 KiB: far past the 16 KiB buffer
         journal.add(rid, 1, bytes(224), sync=False)
@@ -176,7 +187,9 @@ def test_group_mode_buffer_size_forces_an_early_flush(open_journal):
 
 def test_group_mode_sync_true_waits_but_default_does_not(open_journal):
     journal, _ = open_journal(file_size=SMALL, sync="group", buffer_timeout_us=10_000_000)
-    journal.add(1, 1, b"no wait")
+    _flusher_synced_a_first_append(journal)
+    journal.add(1, 1, b"no wait")           # within the flusher's 10 s window
+    time.sleep(0.05)
     stats = journal.stats()
     assert stats["durable_bytes"] < stats["appended_bytes"]
     journal.add(2, 1, b"wait", sync=True)

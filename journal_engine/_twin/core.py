@@ -100,7 +100,8 @@ class JournalCore:
         self._grouped = None         # the thread appending a record group, holding the append lock
         self._group_head = 0         # where the open group's GROUP frame lies in the active file
         self._group_count = 0        # member frames appended to the open group so far
-        self._sync_trace: list | None = None     # (durable_bytes, monotonic ns) per sync, when traced
+        self._flusher_sync_s = 0.0   # time.monotonic() at the flusher's last sync start: its window's start
+        self._sync_trace: list | None = None     # _core_sync_trace's tuples, when traced
         self._sync_trace_capacity = 0
 
     # ----- set-up by the Python layer -------------------------------------------------
@@ -475,29 +476,32 @@ class JournalCore:
             self._kicked.notify()
 
     def _core_flusher_wait(self, timeout_s: float, without_gil: bool = True) -> None:
-        """The flusher thread's wait: for a kick, then (unless the kick was urgent, or the journal
-        closes) for timeout_s or an urgent kick. The caller syncs: Python code cannot leave the GIL,
-        so the twin has no equivalent of the compiled flusher's sync without it (`without_gil`)."""
+        """The flusher thread's wait, in the compiled core's order: for the rest of its window (the
+        least time between the starts of two of its syncs; only an urgent kick or closing ends it
+        early), then for a kick. The caller syncs: Python code cannot leave the GIL, so the twin has
+        no equivalent of the compiled flusher's sync without it (`without_gil`)."""
         with self._kicked:
+            opens = self._flusher_sync_s + max(timeout_s, 0.0)
+            while self._ready and self._flusher_state != FLUSHER_URGENT:
+                left = opens - time.monotonic()
+                if left <= 0:
+                    break
+                self._kicked.wait(left)
             while not self._kick_pending and self._ready:
                 self._kicked.wait()
             self._kick_pending = False
-            if timeout_s > 0 and self._ready and self._flusher_state != FLUSHER_URGENT:
-                deadline = time.monotonic() + timeout_s
-                while not self._kick_pending and self._ready:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._kicked.wait(left)
-                self._kick_pending = False
+            if self._ready and self._flusher_state != FLUSHER_URGENT:
+                self._flusher_sync_s = time.monotonic()     # the next window runs from this sync's start
 
     def _core_trace_syncs(self, capacity: int) -> None:
-        """Record (durable_bytes, monotonic ns) at each of the next `capacity` syncs' ends; 0 stops."""
+        """Record each of the next `capacity` syncs (_core_sync_trace); 0 stops."""
         self._sync_trace = [] if capacity > 0 else None
         self._sync_trace_capacity = capacity
 
     def _core_sync_trace(self) -> list:
-        """The syncs recorded since _core_trace_syncs: [(durable_bytes, monotonic ns)] in order."""
+        """The syncs recorded since _core_trace_syncs, in order: (durable_bytes, due_ns, woken_ns,
+        batch_ns, sync_ns, end_ns) on the monotonic clock, as the compiled core's; every sync here is
+        a leader's, due and running at its batch."""
         return list(self._sync_trace or [])
 
     def _take_write(self) -> None:
@@ -601,6 +605,7 @@ class JournalCore:
             took_write = True
             with self._lock:
                 self._pad_to_sector()
+                batch_ns = time.monotonic_ns()
                 batch = self._gathering.take()
                 target = self.appended_bytes
                 with self._cond:
@@ -625,6 +630,7 @@ class JournalCore:
             if self.durable_bytes >= target:
                 return
             self._syncing = True
+        sync_ns = time.monotonic_ns()
         try:
             with self._lock:
                 synced = list(self._sealed)
@@ -641,7 +647,8 @@ class JournalCore:
             with self._lock:
                 self.sync_count += 1
                 if self._sync_trace is not None and len(self._sync_trace) < self._sync_trace_capacity:
-                    self._sync_trace.append((max(self.durable_bytes, target), time.monotonic_ns()))
+                    self._sync_trace.append((max(self.durable_bytes, target), batch_ns, batch_ns, batch_ns,
+                                             sync_ns, time.monotonic_ns()))
                 self._gathering.served(batch)
                 for old in synced:
                     old.synced = old.written

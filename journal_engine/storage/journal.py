@@ -122,8 +122,10 @@ class Journal(JournalCore):
     * ``sync``: ``"always"`` (every append waits for fdatasync), ``"group"`` (default: appends
       return at once, a background flusher syncs within ``buffer_timeout_us``, ``sync=True``
       callers share one fdatasync) or ``"none"`` (nothing waits; the operating system writes back).
-    * ``buffer_timeout_us``: microseconds, 0..10 s; default 500. In group mode, how long an
-      unsynced append may wait for the flusher, and how long a sync leader waits to gather more.
+    * ``buffer_timeout_us``: microseconds, 0..10 s; default 500. In group mode, the least time
+      between the starts of two of the flusher's syncs (Artemis's journal-buffer-timeout): an append
+      after a quiet spell is synced at once, one in a steady stream waits for the flusher at most
+      this long (plus the sync already on the disk); and how long a sync leader waits to gather more.
     * ``buffer_size``: bytes of the append buffer (allocated once at open), at least 4096;
       default 490 KiB. More unsynced bytes than this make the flusher sync at once.
     * ``compact_min_files``: compaction starts only past this many data files; 0 turns automatic
@@ -343,9 +345,10 @@ class Journal(JournalCore):
         return segment
 
     def _run_flusher(self) -> None:
-        """Group mode: nothing appended stays unsynced longer than buffer_timeout_us. The core
-        kicks this thread when an append finds it idle (state 0 -> 1) and again when more than
-        buffer_size waits (state 2), which ends the wait early. In any mode it also serves the
+        """Group mode: nothing appended waits for a sync longer than buffer_timeout_us (the least time
+        between two of the flusher's syncs) plus the sync on the disk. The core kicks this thread
+        when an append finds it idle (state 0 -> 1) and again when more than buffer_size waits
+        (state 2), which ends the wait early. In any mode it also serves the
         async callers: after each sync, every future now durable is resolved, one hand-over per
         event loop; while futures wait it syncs again at once (appends made during a sync form
         the next batch)."""

@@ -40,6 +40,7 @@ cdef class JournalCore:
     cdef pthread_cond_t _gathered       # signalled when a gathering sync has its batch
     cdef pthread_cond_t _kicked         # the flusher thread's wake-up (_kick_pending set)
     cdef bint _kick_pending
+    cdef bint _flusher_in_window       # the flusher sleeps out its window: a non-urgent kick waits for its end
     cdef bint _gathering
     cdef bint _writing                  # the write baton: one thread pads and writes out at a time
     cdef bint _syncing                  # the sync baton: one thread fdatasyncs at a time
@@ -73,7 +74,10 @@ cdef class JournalCore:
     cdef uint32_t _group_count          # member frames appended to the open group so far
     cdef Py_ssize_t _sealed_pending     # len(_sealed) + len(_sealed_paths), for the flusher without the GIL
     cdef uint64_t _roll_count           # file switches: the flusher's active file is still the active one
-    cdef uint64_t *_sync_trace          # (durable_bytes, CLOCK_MONOTONIC ns) per sync, when traced
+    cdef uint64_t _flusher_sync_ns      # CLOCK_MONOTONIC start of the flusher's last sync: its window's start
+    cdef uint64_t _flusher_due_ns       # ... and when it was due to run (the trace's wake-up)
+    cdef uint64_t _kick_ns              # when the last kick that woke the flusher was signalled
+    cdef uint64_t *_sync_trace          # (durable_bytes, due_ns, woken_ns, batch_ns, sync_ns, end_ns) per sync
     cdef Py_ssize_t _sync_trace_capacity
     cdef Py_ssize_t _sync_trace_count
 
@@ -92,15 +96,16 @@ cdef class JournalCore:
     cdef int _end_group(self, object sync) except -1
     cdef int _abort_group(self, object exc) except -1
     cdef int _notify(self, int which) except -1
-    cdef int _kick(self) except -1
+    cdef int _kick(self, bint urgent) except -1
     cdef int _sleep(self, uint64_t target, int what) except -1
     cdef int _sleep_nogil(self, uint64_t target, int what) except -1
     cdef int _wait_for(self, uint64_t target, bint durable) except -1
     cdef int _lead_sync(self) except -1
     cdef int _gather(self) except -1
-    cdef int _sync_one_file(self, Segment seg, uint64_t target, Py_ssize_t batch) except -1
+    cdef int _sync_one_file(self, Segment seg, uint64_t target, Py_ssize_t batch,
+                            uint64_t *times) except -1
     cdef void _publish_sync(self, Segment seg, Py_ssize_t written, uint64_t target,
-                            Py_ssize_t batch) noexcept nogil
+                            Py_ssize_t batch, const uint64_t *times) noexcept nogil
     cdef int _write_active(self, Py_ssize_t keep_gil_up_to=*) except -1
     cdef void _written_out(self, Segment seg, Py_ssize_t end, uint64_t target) noexcept nogil
     cdef int _pad_to_sector(self) except -1

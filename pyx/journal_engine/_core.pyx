@@ -20,7 +20,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.errno cimport errno, EINTR
-from libc.string cimport memmove, memset
+from libc.string cimport memcpy, memmove, memset
 from posix.fcntl cimport open as c_open, O_RDWR
 from posix.unistd cimport close as c_close, pwrite, fdatasync, usleep
 from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME, CLOCK_MONOTONIC
@@ -41,6 +41,11 @@ cdef extern from "pthread.h" nogil:
     int pthread_cond_broadcast(pthread_cond_t *)
     int pthread_cond_signal(pthread_cond_t *)
     int pthread_cond_timedwait(pthread_cond_t *, pthread_mutex_t *, const timespec *)
+    ctypedef struct pthread_condattr_t:
+        pass
+    int pthread_condattr_init(pthread_condattr_t *)
+    int pthread_condattr_setclock(pthread_condattr_t *, int)
+    int pthread_condattr_destroy(pthread_condattr_t *)
 
 # which waiters a hand-over wakes: write-baton waiters and durability waiters sleep on
 # separate condition variables, so a flush does not wake every thread waiting for a sync
@@ -71,6 +76,7 @@ from journal_engine.limits import (BUFFER_SIZE_DEFAULT_BYTES, SECTOR_SIZE_BYTES,
                                    UNSYNCED_OPEN_FILES_MAX)
 
 DEF SECTOR = 4096
+DEF TRACE_FIELDS = 6                # a traced sync: durable_bytes, due_ns, woken_ns, batch_ns, sync_ns, end_ns
 DEF FLUSH_KEEPS_GIL_UP_TO = 65536   # a flush's caller waits for its write anyway
 DEF LEADER_KEEPS_GIL_UP_TO = 1 << 20   # a sync leader's batch (at most ~buffer_size): taking the GIL
                                         # back after the write could wait a whole switch interval
@@ -164,6 +170,12 @@ cdef class Segment:
             c_close(self.fd)
 
 
+cdef inline uint64_t _monotonic_ns() noexcept nogil:
+    cdef timespec now
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return <uint64_t>now.tv_sec * 1000000000 + now.tv_nsec
+
+
 cdef inline void _deadline_in(timespec *deadline, long long nanoseconds) noexcept nogil:
     """deadline = now + nanoseconds, on the clock pthread_cond_timedwait uses."""
     clock_gettime(CLOCK_REALTIME, deadline)
@@ -182,13 +194,18 @@ cdef class JournalCore:
     """Appends frames to the active file and makes them durable in groups."""
 
     def __cinit__(self, *args, **kwargs):
+        cdef pthread_condattr_t on_monotonic
         self._sealed = []
         self._sealed_paths = []
         pthread_mutex_init(&self._mutex, NULL)
         pthread_cond_init(&self._write_free, NULL)
         pthread_cond_init(&self._sync_done, NULL)
         pthread_cond_init(&self._gathered, NULL)
-        pthread_cond_init(&self._kicked, NULL)
+        # the flusher's window is counted from its last sync's start on CLOCK_MONOTONIC
+        pthread_condattr_init(&on_monotonic)
+        pthread_condattr_setclock(&on_monotonic, CLOCK_MONOTONIC)
+        pthread_cond_init(&self._kicked, &on_monotonic)
+        pthread_condattr_destroy(&on_monotonic)
         self._live = LiveMap()
         self._pending_tx = {}
         self._replaceable = frozenset()
@@ -605,65 +622,89 @@ cdef class JournalCore:
         if self._mode == MODE_GROUP:
             if self._flusher_state == FLUSHER_IDLE:
                 self._flusher_state = FLUSHER_TIMING
-                self._kick()
+                self._kick(False)
             elif (self._flusher_state == FLUSHER_TIMING and
                   <Py_ssize_t>(self.appended_bytes - self.durable_bytes) > self._buffer_size):
                 self._flusher_state = FLUSHER_URGENT
-                self._kick()
+                self._kick(True)
         elif buffered >= self._buffer_size and not self._writing:
             self._wait_for(self.appended_bytes, False)   # mode "none": hand full buffers to the OS
         return 0
 
-    cdef int _kick(self) except -1:
-        """Wake the flusher thread (Journal._run_flusher), which waits in _core_flusher_wait."""
+    cdef int _kick(self, bint urgent) except -1:
+        """Tell the flusher thread (Journal._run_flusher, in _core_flusher_wait) that data waits. A
+        flusher inside its window looks at the kick when the window ends: only an urgent kick (or
+        a flusher waiting for one) is worth waking it, and a futex wake-up, for."""
         pthread_mutex_lock(&self._mutex)        # see _notify: no GIL round trip
         self._kick_pending = True
-        pthread_cond_signal(&self._kicked)
+        if urgent or not self._flusher_in_window:
+            self._kick_ns = _monotonic_ns()     # when a flusher waiting for it was due to run (the trace)
+            pthread_cond_signal(&self._kicked)
         pthread_mutex_unlock(&self._mutex)
         return 0
 
     def _core_kick(self):
-        self._kick()
+        """Wake the flusher now: async callers wait (the state is urgent), or the journal closes."""
+        self._kick(True)
 
     def _core_flusher_wait(self, double timeout_s, bint without_gil=True):
-        """The group-mode flusher thread's loop, in one stretch without the GIL: wait for a kick, then
-        (unless the kick was urgent, or the journal closes) for timeout_s or an urgent kick, then pad,
-        write out and fdatasync what was appended (_flush_without_gil), and wait again. It returns
-        to the caller, taking the GIL back, only when the flusher needs it: an urgent kick (a full
-        buffer, or async callers waiting), a file switch or sealed files to sync, a record group or
-        another sync in progress, a failure, or closing. A thread busy in Python lets the GIL go only
-        every switch interval: data appended while nobody waits is durable within timeout_s plus
-        a sync, whatever other threads do. With without_gil False it returns after the wait, and
-        the caller syncs (the flusher before it learned to sync without the GIL: a benchmark's base)."""
+        """The group-mode flusher thread's loop, in one stretch without the GIL: wait for the window,
+        then for a kick (data appended), then pad, write out and fdatasync it (_flush_without_gil),
+        and again.
+
+        The window is the least time between the starts of two of its syncs (Artemis's timed
+        buffer): data appended after a quiet spell is synced at once, a steady stream once every
+        timeout_s at most, and an append never waits for the flusher longer than timeout_s plus the
+        sync already on the disk. Each wait costs a wake-up, and on a busy machine a wake-up waits
+        for a CPU, so a sync costs at most one: appends during the window do not wake the flusher
+        (_kick), the window's end finds them; a sync that outlasts the window is followed by the
+        next at once, without sleeping. It returns to the caller, taking the GIL back, only when
+        the flusher needs it: an urgent kick (a full buffer, or async callers waiting), a file
+        switch or sealed files to sync, a record group or another sync in progress, a failure, or
+        closing. A thread busy in Python lets the GIL go only every switch interval; this loop
+        never waits for it. With without_gil False it returns after the wait, and the caller syncs
+        (the flusher before it learned to sync without the GIL: a benchmark's base)."""
         cdef timespec deadline
-        cdef int rc = 0, err = 0
+        cdef int err = 0
         cdef Segment seg = self._active
         cdef uint64_t rolls = self._roll_count
+        cdef uint64_t window_ns = <uint64_t>(timeout_s * 1e9) if timeout_s > 0 else 0
+        cdef uint64_t opens_ns, due_ns
         if seg is None:
             return
         with nogil:
+            pthread_mutex_lock(&self._mutex)
             while True:
-                rc = 0
-                pthread_mutex_lock(&self._mutex)
+                opens_ns = self._flusher_sync_ns + window_ns
+                deadline.tv_sec = <time_t>(opens_ns // 1000000000)
+                deadline.tv_nsec = <long>(opens_ns % 1000000000)
+                due_ns = 0
+                self._flusher_in_window = True
+                while self._ready and self._flusher_state != FLUSHER_URGENT and _monotonic_ns() < opens_ns:
+                    due_ns = opens_ns
+                    if pthread_cond_timedwait(&self._kicked, &self._mutex, &deadline) == ETIMEDOUT:
+                        break
+                self._flusher_in_window = False
                 while not self._kick_pending and self._ready:
                     pthread_cond_wait(&self._kicked, &self._mutex)
+                    due_ns = self._kick_ns
                 self._kick_pending = False
-                if timeout_s > 0 and self._ready and self._flusher_state != FLUSHER_URGENT:
-                    _deadline_in(&deadline, <long long>(timeout_s * 1e9))
-                    while not self._kick_pending and self._ready and rc != ETIMEDOUT:
-                        rc = pthread_cond_timedwait(&self._kicked, &self._mutex, &deadline)
-                    self._kick_pending = False
                 if not self._ready or self._flusher_state == FLUSHER_URGENT:
-                    pthread_mutex_unlock(&self._mutex)
                     break
+                self._flusher_sync_ns = _monotonic_ns()   # the next window runs from this sync's start
+                # the trace's wake-up: when the flusher was due (its window's end, or the kick it
+                # slept for) and when it ran
+                self._flusher_due_ns = due_ns if due_ns and due_ns < self._flusher_sync_ns else self._flusher_sync_ns
                 if not without_gil:
-                    pthread_mutex_unlock(&self._mutex)
                     break
                 self._flusher_state = FLUSHER_IDLE    # appends from now on kick again
                 pthread_mutex_unlock(&self._mutex)
                 err = self._flush_without_gil(seg, rolls)
                 if err != 0:
+                    pthread_mutex_lock(&self._mutex)
                     break
+                pthread_mutex_lock(&self._mutex)
+            pthread_mutex_unlock(&self._mutex)
         if err > 0:
             exc = OSError(err, os.strerror(err), seg.path)
             self._core_fail(exc)
@@ -696,6 +737,7 @@ cdef class JournalCore:
         else the errno of a failed write or sync. Appends go on meanwhile: they take the mutex to
         place a frame; a record group (_grouped, set under the mutex) is never written in part."""
         cdef uint64_t target
+        cdef uint64_t times[4]          # due, woken, batch, sync: the trace's
         cdef Py_ssize_t start, end
         cdef int err = 0
         pthread_mutex_lock(&self._mutex)
@@ -709,6 +751,9 @@ cdef class JournalCore:
         self._writing = True
         self._syncing = True
         self._pad_locked(seg)
+        times[0] = self._flusher_due_ns
+        times[1] = self._flusher_sync_ns
+        times[2] = _monotonic_ns()
         target = self.appended_bytes
         if target > self._sync_inflight:
             self._sync_inflight = target
@@ -726,6 +771,7 @@ cdef class JournalCore:
         self._writing = False
         pthread_cond_broadcast(&self._write_free)
         pthread_mutex_unlock(&self._mutex)
+        times[3] = _monotonic_ns()
         if err == 0 and fdatasync(seg.fd) != 0:
             err = errno
         if err != 0:
@@ -734,16 +780,16 @@ cdef class JournalCore:
             pthread_cond_broadcast(&self._sync_done)
             pthread_mutex_unlock(&self._mutex)
             return err
-        self._publish_sync(seg, end, target, self._last_batch)
+        self._publish_sync(seg, end, target, self._last_batch, times)
         return 0
 
     def _core_trace_syncs(self, Py_ssize_t capacity):
-        """Record (durable_bytes, CLOCK_MONOTONIC ns) at each of the next `capacity` syncs' ends, as
-        the durable lag is measured (bench/); 0 stops and frees the record."""
+        """Record each of the next `capacity` syncs (_core_sync_trace), as the durable lag is measured
+        (bench/); 0 stops and frees the record."""
         cdef uint64_t *trace = NULL
         cdef uint64_t *old
         if capacity > 0:
-            trace = <uint64_t *>PyMem_Malloc(2 * capacity * sizeof(uint64_t))
+            trace = <uint64_t *>PyMem_Malloc(TRACE_FIELDS * capacity * sizeof(uint64_t))
             if trace == NULL:
                 raise MemoryError()
         pthread_mutex_lock(&self._mutex)
@@ -756,12 +802,20 @@ cdef class JournalCore:
             PyMem_Free(old)
 
     def _core_sync_trace(self):
-        """The syncs recorded since _core_trace_syncs: [(durable_bytes, monotonic ns)] in order."""
+        """The syncs recorded since _core_trace_syncs, in order: (durable_bytes, due_ns, woken_ns,
+        batch_ns, sync_ns, end_ns) on CLOCK_MONOTONIC: when its syncer was due to run (the flusher:
+        its window's end or the kick it slept for), when it ran, padded the batch (closed it), began
+        the fdatasync, published the sync. A leader's sync is due and runs at its batch."""
         cdef Py_ssize_t i, count
+        cdef uint64_t *entry
         pthread_mutex_lock(&self._mutex)
         count = self._sync_trace_count      # entries below it are written once and never change
         pthread_mutex_unlock(&self._mutex)
-        return [(self._sync_trace[2 * i], self._sync_trace[2 * i + 1]) for i in range(count)]
+        result = []
+        for i in range(count):
+            entry = self._sync_trace + TRACE_FIELDS * i
+            result.append((entry[0], entry[1], entry[2], entry[3], entry[4], entry[5]))
+        return result
 
     cdef int _notify(self, int which) except -1:
         """Wake the sleepers of a baton just released or a counter just advanced.
@@ -925,6 +979,7 @@ cdef class JournalCore:
         cdef Py_ssize_t batch
         cdef list synced
         cdef bint took_write = False
+        cdef uint64_t times[4]          # due, woken, batch, sync: the trace's (a leader is due at its batch)
         self._leader_open = True    # durable waiters now wait for this batch; flushes still write out
         try:
             self._gather()          # without the write baton: a flush during the gather is not held up
@@ -937,6 +992,7 @@ cdef class JournalCore:
                 self._check_writable()
             took_write = True
             self._pad_to_sector()
+            times[0] = times[1] = times[2] = _monotonic_ns()
             batch = self._sync_requests
             self._sync_requests = 0
             target = self.appended_bytes
@@ -963,7 +1019,8 @@ cdef class JournalCore:
             self._sleep(0, WAIT_SYNC_BATON)
             self._check_writable()
         if not self._sealed and not self._sealed_paths and seg.fd >= 0:
-            return self._sync_one_file(seg, target, batch)
+            return self._sync_one_file(seg, target, batch, times)
+        times[3] = _monotonic_ns()
         try:
             synced = list(self._sealed)
             paths = self._sealed_paths
@@ -987,10 +1044,11 @@ cdef class JournalCore:
             self._syncing = False
             self._notify(WAKE_SYNCERS)
             raise JournalFailedError.after("sync", exc) from exc
-        self._publish_sync(seg, seg.written, target, batch)
+        self._publish_sync(seg, seg.written, target, batch, times)
         return 0
 
-    cdef int _sync_one_file(self, Segment seg, uint64_t target, Py_ssize_t batch) except -1:
+    cdef int _sync_one_file(self, Segment seg, uint64_t target, Py_ssize_t batch,
+                            uint64_t *times) except -1:
         """The common sync (one file, none sealed), the caller holding the sync baton: fdatasync,
         then publish what became durable and release the baton, all without the GIL, so waiters
         go on even while other threads keep the GIL busy; only the caller itself waits for it."""
@@ -998,11 +1056,12 @@ cdef class JournalCore:
         cdef Py_ssize_t written = seg.written      # what the fdatasync is sure to cover
         cdef int rc, err = 0
         with nogil:
+            times[3] = _monotonic_ns()
             rc = fdatasync(fd)
             if rc != 0:
                 err = errno
             else:
-                self._publish_sync(seg, written, target, batch)
+                self._publish_sync(seg, written, target, batch, times)
         if rc != 0:
             exc = OSError(err, os.strerror(err), seg.path)
             self._core_fail(exc)
@@ -1012,17 +1071,20 @@ cdef class JournalCore:
         return 0
 
     cdef void _publish_sync(self, Segment seg, Py_ssize_t written, uint64_t target,
-                            Py_ssize_t batch) noexcept nogil:
+                            Py_ssize_t batch, const uint64_t *times) noexcept nogil:
         """A sync's end: `target` durable (and `seg` up to `written`), the sync baton released, its
-        waiters woken. Under the mutex, with or without the GIL: waiters look at these under it."""
-        cdef timespec now
+        waiters woken. Under the mutex, with or without the GIL: waiters look at these under it.
+        `times` (CLOCK_MONOTONIC ns: when its syncer was due to run, ran, padded the batch, began
+        the fdatasync) go to the trace."""
+        cdef uint64_t *entry
         pthread_mutex_lock(&self._mutex)
         self.sync_count += 1
         self._last_batch = batch
         if self._sync_trace != NULL and self._sync_trace_count < self._sync_trace_capacity:
-            clock_gettime(CLOCK_MONOTONIC, &now)
-            self._sync_trace[2 * self._sync_trace_count] = target
-            self._sync_trace[2 * self._sync_trace_count + 1] = <uint64_t>now.tv_sec * 1000000000 + now.tv_nsec
+            entry = self._sync_trace + TRACE_FIELDS * self._sync_trace_count
+            entry[0] = target
+            memcpy(entry + 1, times, 4 * sizeof(uint64_t))
+            entry[5] = _monotonic_ns()
             self._sync_trace_count += 1
         if seg.synced < written:
             seg.synced = written
