@@ -392,6 +392,7 @@ def test_broker_durable_loop_against_base(benchmark, case_dir):
             paired = [this_s / other_s for this_s, other_s in zip(measured["this"], measured[name])]
             benchmark.extra_info[f"this_{measure}_x_{name}_paired_median"] = round(statistics.median(paired), 3)
             benchmark.extra_info[f"this_{measure}_x_{name}_paired_range"] = [round(min(paired), 3),
+                                                                             round(max(paired), 3)]
 
 
 # ----- record-groups-base ------------------------------------------------------------------------------------

@@ -461,19 +461,25 @@ class JournalCore:
         if self._mode == MODE_GROUP:
             if self._flusher_state == FLUSHER_IDLE:
                 self._flusher_state = FLUSHER_TIMING
-                self._core_kick()
+                self._kick(False)
             elif (self._flusher_state == FLUSHER_TIMING
                   and self.appended_bytes - self.durable_bytes > self._buffer_size):
-                self._flusher_state = FLUSHER_URGENT
-                self._core_kick()
+                self._kick(True)
         elif buffered >= self._buffer_size and not self._writing:
             self._wait_for(self.appended_bytes, False)
 
-    def _core_kick(self) -> None:
-        """Wake the flusher thread (Journal._run_flusher), which waits in _core_flusher_wait."""
+    def _kick(self, urgent: bool) -> None:
+        """Tell the flusher thread (Journal._run_flusher, in _core_flusher_wait) that data waits; an
+        urgent kick sets the state under the flusher's lock, so the flusher never loses it."""
         with self._kicked:
             self._kick_pending = True
+            if urgent:
+                self._flusher_state = FLUSHER_URGENT
             self._kicked.notify()
+
+    def _core_kick(self) -> None:
+        """Wake the flusher now: async callers wait (the state is urgent), or the journal closes."""
+        self._kick(True)
 
     def _core_flusher_wait(self, timeout_s: float, without_gil: bool = True) -> None:
         """The flusher thread's wait, in the compiled core's order: for the rest of its window (the

@@ -394,26 +394,31 @@ class Journal(JournalCore):
 
     async def add_async(self, record_id: int, record_type: int, body) -> None:
         """``add()``, returning once the record is durable."""
+        self._flusher_state = 2         # urgent before the append: see _durable
         self.add(record_id, record_type, body, sync=False)
         await self._durable(self.appended_bytes)
 
     async def update_async(self, record_id: int, record_type: int, body) -> None:
         """``update()``, returning once the update is durable."""
+        self._flusher_state = 2         # urgent before the append: see _durable
         self.update(record_id, record_type, body, sync=False)
         await self._durable(self.appended_bytes)
 
     async def delete_async(self, record_id: int) -> None:
         """``delete()``, returning once the delete is durable."""
+        self._flusher_state = 2         # urgent before the append: see _durable
         self.delete(record_id, sync=False)
         await self._durable(self.appended_bytes)
 
     async def append_group_async(self, records) -> None:
         """``append_group()``, returning once the whole group is durable."""
+        self._flusher_state = 2         # urgent before the append: see _durable
         self.append_group(records, sync=False)
         await self._durable(self.appended_bytes)
 
     async def commit_async(self, tx_id: int) -> None:
         """``commit()``, returning once the commit is durable."""
+        self._flusher_state = 2         # urgent before the append: see _durable
         self.commit(tx_id, sync=False)
         await self._durable(self.appended_bytes)
 
@@ -429,7 +434,9 @@ class Journal(JournalCore):
         future = self._durable_futures.waiter()
         if self._flusher is None:
             self._start_flusher()
-        self._flusher_state = 2         # urgent: the flusher syncs now, not after buffer_timeout_us
+        # urgent: the flusher returns to resolve the futures after the next sync, not after its window.
+        # The async calls mark the state urgent before they append, too: a flusher woken by their
+        # append as by any would otherwise sync it on its own, and the futures would wait for another.
         self._core_kick()
         await future
 

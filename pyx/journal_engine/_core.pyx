@@ -634,9 +634,12 @@ cdef class JournalCore:
     cdef int _kick(self, bint urgent) except -1:
         """Tell the flusher thread (Journal._run_flusher, in _core_flusher_wait) that data waits. A
         flusher inside its window looks at the kick when the window ends: only an urgent kick (or
-        a flusher waiting for one) is worth waking it, and a futex wake-up, for."""
+        a flusher waiting for one) is worth waking it, and a futex wake-up, for. An urgent kick
+        sets the state under the mutex, where the flusher reads it and sets it idle: never lost."""
         pthread_mutex_lock(&self._mutex)        # see _notify: no GIL round trip
         self._kick_pending = True
+        if urgent:
+            self._flusher_state = FLUSHER_URGENT
         if urgent or not self._flusher_in_window:
             self._kick_ns = _monotonic_ns()     # when a flusher waiting for it was due to run (the trace)
             pthread_cond_signal(&self._kicked)
