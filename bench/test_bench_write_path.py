@@ -347,6 +347,37 @@ broker.close()
 """
 
 
+def _rotating_rounds(benchmark, case_dir, variants: dict[str, tuple[str, list[str]]], script: str,
+                     arguments: list[str], rounds: int) -> dict[str, list[str]]:
+    """Run `script` (python -c, a scratch directory, `arguments`, then the variant's own arguments) once
+    per variant and round, each variant with its checkout on PYTHONPATH, the order rotating from
+    round to round; each variant's stdout per round."""
+    outputs: dict[str, list[str]] = {name: [] for name in variants}
+    state = {"round": 0}
+
+    def one_round() -> None:
+        names = list(variants)
+        shift = state["round"] % len(names)
+        state["round"] += 1
+        for name in names[shift:] + names[:shift]:
+            checkout, own_arguments = variants[name]
+            directory = case_dir / f"{name}-{state['round']}"
+            env = dict(os.environ, PYTHONPATH=checkout)
+            out = subprocess.run([sys.executable, "-c", script, str(directory), *arguments, *own_arguments],
+                                 env=env, capture_output=True, text=True, check=True)
+            outputs[name].append(out.stdout.strip())
+            shutil.rmtree(directory, ignore_errors=True)
+
+    benchmark.pedantic(one_round, rounds=rounds, iterations=1)
+    return outputs
+
+
+def _against_base(benchmark, case_dir, base: str, script: str, arguments: list[str], rounds: int) -> dict[str, list[str]]:
+    """`script` on this checkout and on `base`, alternating which goes first; each side's stdout per round."""
+    this = str(Path(journal_engine.__file__).resolve().parents[1])
+    return _rotating_rounds(benchmark, case_dir, {"this": (this, []), "base": (base, [])}, script, arguments, rounds)
+
+
 @pytest.mark.benchmark(group="broker-loop-base")
 def test_broker_durable_loop_against_base(benchmark, case_dir):
     """This checkout with its flusher syncing without the GIL, the same with the flusher taking the GIL
@@ -355,31 +386,14 @@ def test_broker_durable_loop_against_base(benchmark, case_dir):
     the wall time, the CPU time of the whole process (every thread: the loop, the flusher, the file
     pool): on a machine short of CPUs the wall time mostly measures the wait for one."""
     this = str(Path(journal_engine.__file__).resolve().parents[1])
-    variants = {"this": (this, "without-gil"), "this-flusher-with-gil": (this, "with-gil")}
+    variants = {"this": (this, ["without-gil"]), "this-flusher-with-gil": (this, ["with-gil"])}
     if os.environ.get("JOURNAL_BENCH_BASE"):
-        variants["base"] = (os.environ["JOURNAL_BENCH_BASE"], "without-gil")
-    seconds: dict[str, list[float]] = {name: [] for name in variants}
-    cpu_seconds: dict[str, list[float]] = {name: [] for name in variants}
-    state = {"round": 0}
-
-    def one_round() -> None:
-        names = list(variants)
-        shift = state["round"] % len(names)
-        state["round"] += 1
-        for name in names[shift:] + names[:shift]:
-            checkout, flusher = variants[name]
-            directory = case_dir / f"{name}-{state['round']}"
-            env = dict(os.environ, PYTHONPATH=checkout)
-            out = subprocess.run([sys.executable, "-c", BROKER_ROUND, str(directory), str(BROKER_MESSAGES), flusher],
-                                 env=env, capture_output=True, text=True, check=True)
-            wall_s, cpu_s = map(float, out.stdout.split())
-            seconds[name].append(wall_s)
-            cpu_seconds[name].append(cpu_s)
-            shutil.rmtree(directory, ignore_errors=True)
-
+        variants["base"] = (os.environ["JOURNAL_BENCH_BASE"], ["without-gil"])
     benchmark.extra_info["load_average"] = os.getloadavg()
-    benchmark.pedantic(one_round, rounds=BROKER_ROUNDS, iterations=1)
+    outputs = _rotating_rounds(benchmark, case_dir, variants, BROKER_ROUND, [str(BROKER_MESSAGES)], BROKER_ROUNDS)
     benchmark.extra_info["load_average_after"] = os.getloadavg()
+    seconds = {name: [float(out.split()[0]) for out in values] for name, values in outputs.items()}
+    cpu_seconds = {name: [float(out.split()[1]) for out in values] for name, values in outputs.items()}
     for name, values in seconds.items():
         rates = [BROKER_MESSAGES / value for value in values]
         q1, median, q3 = _quartiles(rates)
