@@ -21,6 +21,7 @@ from journal_engine import (AddressSettings, Broker, ClassicBrokerConfig, Classi
                             MessageStore)
 from journal_engine.errors import DuplicateRecordError, RecordTooLargeError, UnknownRecordError
 from journal_engine.record_format import RecordKind
+from journal_engine.storage.format import FREE_SUFFIX, TMP_SUFFIX
 from journal_engine.store.message_store import StoreTransaction
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -255,7 +256,9 @@ def _recovered(directory, copy) -> dict:
     """Every stored reference (queue name -> sorted (message id, delivery count, scheduled time)) as recovery
     finds it in a copy of ``directory`` taken now. A queue without one is left out: a dead-letter queue
     created on first use is a step of its own, harmless when the move after it is lost."""
-    shutil.copytree(directory, copy)
+    # files the journal's pool thread prepares and renames at any moment (``*.tmp`` once ready, a free
+    # ``*.jef`` once taken into use) are left out: they hold no record yet, and may vanish mid-copy
+    shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("*" + TMP_SUFFIX, "*" + FREE_SUFFIX))
     with MessageStore(copy, **SMALL) as store:
         state = store.load(now_ms=NOW)
     return {queue.name: sorted((ref.message_id, ref.delivery_count, ref.scheduled_delivery_time)
