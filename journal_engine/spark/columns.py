@@ -108,14 +108,7 @@ def text_array(values) -> pa.Array:
     if offsets[-1] > np.iinfo(np.int32).max:
         raise OverflowError(f"{offsets[-1]} bytes of text pass Arrow's 2 GiB string limit")
     valid = np.packbits(np.array([value is not None for value in values], dtype=bool), bitorder="little")
-    return pa.Array.from_buffers(pa.string(), len(encoded), [_bitmap(valid.tobytes(), len(encoded)),
-                                                              pa.py_buffer(offsets.astype(np.int32)),
-                                                              pa.py_buffer(b"".join(encoded))])
-
-
-def number_array(arrow_type: pa.DataType, values: np.ndarray) -> pa.Array:
-    """An Arrow array of numbers without nulls, over a numpy array of the same width."""
-    return pa.Array.from_buffers(arrow_type, len(values), [None, pa.py_buffer(values)])
+    return _strings(len(encoded), offsets.astype(np.int32), b"".join(encoded), valid.tobytes())
 
 
 _FRAME_COLUMNS = ("path", "file_id", "sequence", "offset", "frame_size", "kind", "record_id", "record_type",
@@ -189,9 +182,9 @@ def frame_arrays(columns, path: str | None, file_id: int | None, sequence: int |
     kind = pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(columns.kind)])
     builders = {
         "path": lambda: constant_strings(path, rows) if path is not None else pa.nulls(rows, pa.string()),
-        "file_id": lambda: (number_array(pa.int64(), np.full(rows, file_id, dtype=np.int64)) if file_id is not None
+        "file_id": lambda: (_wrap(pa.int64(), rows, np.full(rows, file_id, dtype=np.int64)) if file_id is not None
                             else pa.nulls(rows, pa.int64())),
-        "sequence": lambda: (number_array(pa.int64(), np.full(rows, sequence, dtype=np.int64))
+        "sequence": lambda: (_wrap(pa.int64(), rows, np.full(rows, sequence, dtype=np.int64))
                              if sequence is not None else pa.nulls(rows, pa.int64())),
         "offset": lambda: (_wrap(pa.int64(), rows, columns.offset) if columns.offset is not None
                            else pa.nulls(rows, pa.int64())),
@@ -289,7 +282,7 @@ def single_row(columns=COLUMNS, **values) -> pa.RecordBatch:
             return pa.nulls(1, column.arrow_type)
         if column.arrow_type == pa.string():
             return text_array([value])
-        return number_array(column.arrow_type, np.array([value], dtype=np.int64))
+        return _wrap(column.arrow_type, 1, np.array([value], dtype=np.int64))
 
     return pa.RecordBatch.from_arrays([one(column) for column in columns],
                                       schema=pa.schema([pa.field(column.name, column.arrow_type) for column in columns]))
