@@ -531,6 +531,9 @@ class JournalCore:
                     return
                 seen.limit = seen.position
                 self._write_active()
+                # durable before the next file takes a byte (the compiled core says why)
+                seen.datasync()
+                seen.synced = seen.written
                 new_segment = factory() if factory is not None else self._segment_source(needed)
                 assert seen.position == seen.written, "frames appended to a sealed file"
                 self._active = new_segment

@@ -899,6 +899,10 @@ cdef class JournalCore:
                 return
             seen.limit = seen.position     # appenders that still see it find it full and wait here
             self._write_active()
+            # durable before the next file takes a byte: a power cut could otherwise keep the next
+            # file's writes and lose this one's tail, which ends in zeros like a file sealed early
+            seen.datasync()
+            seen.synced = seen.written
             new_segment = factory() if factory is not None else self._segment_source(needed)
             if seen.position > seen.written:   # appended while the new file was being fetched: impossible
                 raise AssertionError("frames appended to a sealed file")
