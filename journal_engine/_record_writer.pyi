@@ -72,6 +72,8 @@ class RecordWriter:
         Raises ``UnknownRecordError`` if the message is not live, ``DuplicateRecordError`` if the
         reference is tracked already.
         """
+    def reserve_references(self, count: int) -> None:
+        """Room for ``count`` more references at once (one rehash; recovery knows how many it restores)."""
     def add_references(self, queue_id: int, message_ids: Iterable[int], persisted_counts: Iterable[int]) -> None:
         """``add_reference`` for many messages of one queue (recovery): uint64 ids and uint32 counts
         (arrays 'Q' and 'I'); stops at the first reference ``add_reference`` refuses, with its error."""

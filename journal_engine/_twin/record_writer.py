@@ -75,6 +75,9 @@ class RecordWriter:
         self._shadow_reused(key)
         self._persisted[key] = persisted_count
 
+    def reserve_references(self, count: int) -> None:
+        """Room for `count` more references: the compiled table rehashes once; a dict needs no hint."""
+
     def add_references(self, queue_id: int, message_ids, persisted_counts) -> None:
         """add_reference for many messages of one queue (recovery), in order; stops at the first
         reference add_reference refuses, with its error."""

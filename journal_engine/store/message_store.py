@@ -366,6 +366,7 @@ class MessageStore:
             self._state = "loaded"
             state.counts_from_shadow = len(from_shadow)
             return state
+        self._writer.reserve_references(len(restored) + sum(len(batch[1]) for batch in restored_batches))
         for queue_id, message_id, count in restored:
             self._writer.add_reference(queue_id, message_id, count)
         for queue_id, message_ids, counts in restored_batches:

@@ -24,6 +24,9 @@ from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
+cdef extern from *:
+    void __builtin_prefetch(const void *addr) noexcept nogil
+
 from journal_engine._codec cimport (KIND_ADD, KIND_DELETE, KIND_UPDATE, frame_size, je_crc32c, je_crc32c_init,
                                     store_u32, store_u64)
 from journal_engine._core cimport JournalCore
@@ -62,6 +65,7 @@ cdef enum:
     SLOT_USED = 1
     SLOT_DELETED = 2
     INITIAL_CAPACITY = 1024
+    PREFETCH_AHEAD = 16                 # add_references: keys between a slot's prefetch and its probe
     SHADOW_ENTRY = 32                   # record_format.SHADOW_ENTRY_BYTES (checked at import)
     SHADOW_HEADER = 64                  # record_format.SHADOW_HEADER_BYTES
     SEEN_BITS_LOG2 = 20                 # a 128 KiB bitmap: "maybe has a shadow entry in this epoch"
@@ -204,13 +208,14 @@ cdef class RecordWriter:
                 return slot
             i = (i + 1) & mask
 
-    cdef int _grow(self) except -1:
-        """Rehash into a table that keeps the load (used + deleted) at or below one half."""
+    cdef int _grow(self, Py_ssize_t room=0) except -1:
+        """Rehash into a table that keeps the load (used + deleted) at or below one half, with
+        `room` more references inside that half (add_references makes room for all of its own)."""
         cdef RefSlot *old = self._slots
         cdef Py_ssize_t old_capacity = self._capacity
         cdef Py_ssize_t capacity = INITIAL_CAPACITY
         cdef Py_ssize_t i
-        while capacity < 4 * (self._used + 1):
+        while capacity < 4 * (self._used + 1) or capacity < 2 * (self._used + room + 1):
             capacity *= 2
         self._slots = NULL
         try:
@@ -219,6 +224,10 @@ cdef class RecordWriter:
             self._slots = old
             raise
         for i in range(old_capacity):
+            if i + PREFETCH_AHEAD < old_capacity and old[i + PREFETCH_AHEAD].state == SLOT_USED:
+                __builtin_prefetch(&self._slots[_hash(old[i + PREFETCH_AHEAD].queue_id,
+                                                      old[i + PREFETCH_AHEAD].message_id)
+                                                & <uint64_t>(self._capacity - 1)])
             if old[i].state == SLOT_USED:
                 self._place(old[i].queue_id, old[i].message_id, old[i].persisted)
         PyMem_Free(old)
@@ -242,6 +251,33 @@ cdef class RecordWriter:
                 return
             i = (i + 1) & mask
 
+    cdef bint _insert(self, uint64_t queue_id, uint64_t message_id, uint32_t persisted) noexcept:
+        """Insert a key into a table with room, in one walk of its probe path; False (nothing
+        changed) when the key is there already."""
+        cdef Py_ssize_t mask = self._capacity - 1
+        cdef Py_ssize_t i = <Py_ssize_t>(_hash(queue_id, message_id) & <uint64_t>mask)
+        cdef RefSlot *slot
+        cdef RefSlot *free_slot = NULL
+        while True:
+            slot = &self._slots[i]
+            if slot.state == SLOT_EMPTY:
+                break
+            if slot.state == SLOT_DELETED:
+                if free_slot == NULL:
+                    free_slot = slot
+            elif slot.queue_id == queue_id and slot.message_id == message_id:
+                return False
+            i = (i + 1) & mask
+        if free_slot != NULL:
+            slot = free_slot
+            self._deleted -= 1
+        slot.queue_id = queue_id
+        slot.message_id = message_id
+        slot.persisted = persisted
+        slot.state = SLOT_USED
+        self._used += 1
+        return True
+
     def add_reference(self, unsigned long long queue_id, unsigned long long message_id,
                       unsigned int persisted_count=0):
         """Start tracking a live reference; persisted_count is what recovery restored (0 if none).
@@ -252,6 +288,12 @@ cdef class RecordWriter:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
         self._track(queue_id, message_id, persisted_count)
 
+    def reserve_references(self, Py_ssize_t count):
+        """Make room for `count` more references at once (recovery knows how many it restores): one
+        rehash instead of one per doubling."""
+        if count > 0 and 2 * (self._used + self._deleted + count) > self._capacity:
+            self._grow(count)
+
     def add_references(self, unsigned long long queue_id, message_ids, persisted_counts):
         """add_reference for many messages of one queue (recovery): ``message_ids`` and
         ``persisted_counts`` are buffers of uint64 and uint32 (arrays 'Q' and 'I'). Stops at the
@@ -261,12 +303,21 @@ cdef class RecordWriter:
         cdef Py_ssize_t i, n = messages.shape[0]
         if counts.shape[0] != n:
             raise ValueError(f"{n} message ids and {counts.shape[0]} persisted counts")
+        self.reserve_references(n)
         for i in range(n):
+            if i + PREFETCH_AHEAD < n:  # the slot a later key probes first: its cache miss overlaps this one's work
+                __builtin_prefetch(&self._slots[_hash(queue_id, messages[i + PREFETCH_AHEAD])
+                                                & <uint64_t>(self._capacity - 1)])
             if not self._is_live(messages[i]):
                 raise UnknownRecordError.of_message(messages[i])
-            if self._find(queue_id, messages[i]) != NULL:
+            if self._shadow_attached:   # refused before it voids any shadow entry, as add_reference is
+                if self._find(queue_id, messages[i]) != NULL:
+                    raise DuplicateRecordError(f"message {messages[i]} already has a live reference on queue {queue_id}")
+                self._shadow_reused(queue_id, messages[i])     # may let other threads in: before the room check
+            if 2 * (self._used + self._deleted + 1) > self._capacity:
+                self._grow()
+            if not self._insert(queue_id, messages[i], counts[i]):
                 raise DuplicateRecordError(f"message {messages[i]} already has a live reference on queue {queue_id}")
-            self._track(queue_id, messages[i], counts[i])
 
     cdef int _track(self, uint64_t queue_id, uint64_t message_id, uint32_t persisted) except -1:
         """Add a reference to the table (the caller checked that it is not there)."""
