@@ -130,15 +130,15 @@ class PostOffice:
     def _recovered_references(queue: QueueState, columns, messages) -> list[Reference]:
         """The References of a queue's recovered columns, in message order (as load sorts them): every
         message decoded in one call of the store (``fields_of``), then its MessageData and Reference."""
-        pairs = zip(columns.message_ids, columns.delivery_counts)
-        if not columns.ascending:
-            pairs = sorted(pairs, key=itemgetter(0))
-        message_ids, counts = zip(*pairs) if len(columns) else ((), ())
         references = []
         append = references.append
         collecting = gc.isenabled()
         gc.disable()        # objects that are no garbage, a few per message: no collection passes between them
         try:
+            message_ids, counts = columns.message_ids, columns.delivery_counts    # arrays: no tuple per message
+            if not columns.ascending:
+                pairs = sorted(zip(message_ids, counts), key=itemgetter(0))
+                message_ids, counts = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
             for message_id, count, (address, body, properties, durable, expiration, routing_type) in zip(
                     message_ids, counts, messages.fields_of(message_ids)):
                 public_id = properties.pop(MESSAGE_ID_PROPERTY, None) if properties else None

@@ -28,10 +28,11 @@ from libc.string cimport memcmp, memcpy, memmove, memset
 from cpython cimport array
 import array
 
-from collections.abc import Mapping
+from collections.abc import KeysView, Mapping
 
 import journal_engine.record_format as _format
 from journal_engine._replay import record_columns as _record_columns
+from journal_engine._livemap cimport LiveMap
 
 cdef extern from "Python.h":
     char *PyOS_double_to_string(double val, char format_code, int precision, int flags, int *ptype) except NULL
@@ -700,8 +701,18 @@ cdef class MessageBodies:
     """``MessageRecovery.bodies``: message id -> its ADD_MESSAGE body, a read-only mapping over the
     journal's columns (``RecordColumns``, which it keeps): a body is copied out only when it is looked
     at, and :func:`decode_messages_fields` reads many straight from the columns."""
-    cdef dict rows              # message id -> its row in columns
+    cdef LiveMap index          # message id -> its row in columns (a C table: no Python int per message)
+    cdef object order           # array 'Q': the message ids in the order recovery found them
     cdef object columns         # RecordColumns
+
+    cdef Py_ssize_t _row(self, message_id) except -1:
+        """The row of `message_id`; KeyError when it is none of the messages (whatever its type)."""
+        cdef int64_t row = -1
+        if isinstance(message_id, int) and 0 <= message_id <= 0xFFFFFFFFFFFFFFFF:
+            row = self.index.get_bytes(<uint64_t>message_id)
+        if row < 0:
+            raise KeyError(message_id)
+        return <Py_ssize_t>row
 
     cdef const uint8_t *_body(self, Py_ssize_t row, Py_ssize_t *size) except NULL:
         cdef object columns = self.columns
@@ -712,37 +723,37 @@ cdef class MessageBodies:
 
     def __getitem__(self, message_id):
         cdef Py_ssize_t size
-        cdef const uint8_t *body = self._body(self.rows[message_id], &size)
+        cdef const uint8_t *body = self._body(self._row(message_id), &size)
         return PyBytes_FromStringAndSize(<const char *>body, size)
 
     def get(self, message_id, default=None):
-        return self[message_id] if message_id in self.rows else default
+        return self[message_id] if message_id in self else default
 
     def __contains__(self, message_id):
-        return message_id in self.rows
+        return isinstance(message_id, int) and message_id in self.index
 
     def __iter__(self):
-        return iter(self.rows)
+        return iter(self.order)
 
     def __len__(self):
-        return len(self.rows)
+        return len(self.order)
 
     def keys(self):
-        return self.rows.keys()
+        return KeysView(self)
 
     def items(self):
-        return [(message_id, self[message_id]) for message_id in self.rows]
+        return [(message_id, self[message_id]) for message_id in self.order]
 
     def values(self):
-        return [self[message_id] for message_id in self.rows]
+        return [self[message_id] for message_id in self.order]
 
     def __eq__(self, other):
         if not isinstance(other, Mapping):
             return NotImplemented
-        return len(self) == len(other) and all(key in other and other[key] == self[key] for key in self.rows)
+        return len(self) == len(other) and all(key in other and other[key] == self[key] for key in self.order)
 
     def __repr__(self):
-        return f"<MessageBodies: {len(self.rows)} messages>"
+        return f"<MessageBodies: {len(self.order)} messages>"
 
 
 Mapping.register(MessageBodies)
@@ -775,6 +786,42 @@ cdef object _column(Bytes *buf, str typecode):
     return column
 
 
+cdef struct QueueTable:
+    # queue id -> its index among the known queues: an open-addressing table, so that the loop over
+    # every message finds a reference's queue without making a Python int (a dict lookup would)
+    uint64_t *keys
+    Py_ssize_t *index          # -1: an empty slot
+    Py_ssize_t mask
+
+
+cdef inline Py_ssize_t _queue_slot(const QueueTable *table, uint64_t queue_id) noexcept nogil:
+    cdef Py_ssize_t i = <Py_ssize_t>(((queue_id * <uint64_t>0x9E3779B97F4A7C15) >> 32) & <uint64_t>table.mask)
+    while table.index[i] >= 0 and table.keys[i] != queue_id:
+        i = (i + 1) & table.mask
+    return i
+
+
+cdef int _queue_table(QueueTable *table, dict queue_index) except -1:
+    """Fill `table` (its arrays allocated here, freed by the caller) from queue id -> index."""
+    cdef Py_ssize_t capacity = 8, i
+    cdef uint64_t queue_id
+    while capacity < 2 * len(queue_index):
+        capacity *= 2
+    table.keys = <uint64_t *>PyMem_Malloc(capacity * sizeof(uint64_t))
+    table.index = <Py_ssize_t *>PyMem_Malloc(capacity * sizeof(Py_ssize_t))
+    table.mask = capacity - 1
+    if table.keys == NULL or table.index == NULL:
+        raise MemoryError()
+    for i in range(capacity):
+        table.index[i] = -1
+    for queue_key, q in queue_index.items():
+        queue_id = queue_key
+        i = _queue_slot(table, queue_id)
+        table.keys[i] = queue_id
+        table.index[i] = q
+    return 0
+
+
 def recover_messages(records, known_queues, long long now_ms):
     """The message store's recovery of its message journal's live ``records`` (``LoadResult.records``
     or any mapping of record id -> RecordInfo), in one pass without a Python object per reference.
@@ -789,6 +836,7 @@ def recover_messages(records, known_queues, long long now_ms):
     cdef dict queue_index = {}
     cdef Py_ssize_t queues = 0, q, k, n_live, live_capacity = 0, j, i, n, u, u_end, b
     cdef QueueGather *gather = NULL
+    cdef QueueTable queue_table
     cdef LiveRef *live = NULL
     cdef LiveRef *grown
     cdef const char **bases = NULL
@@ -799,12 +847,16 @@ def recover_messages(records, known_queues, long long now_ms):
     cdef Py_ssize_t size, body_size
     cdef int user_type
     cdef object columns, key
-    cdef dict rows, message_queues
+    cdef dict message_queues
+    cdef LiveMap index
+    cdef Bytes order
     cdef MessageBodies bodies
     cdef QueueReferences refs
     out.complete = False
     out.bodies = bodies = MessageBodies.__new__(MessageBodies)
-    bodies.rows = rows = {}
+    bodies.index = LiveMap()
+    bodies.order = array.array("Q")
+    memset(&order, 0, sizeof(Bytes))
     out.message_queues = message_queues = {}
     out.references = {}
     out.unreferenced = []
@@ -825,6 +877,7 @@ def recover_messages(records, known_queues, long long now_ms):
     cdef list buffers = columns.buffers
     bodies.columns = columns
     n = len(columns)
+    bodies.index = index = LiveMap(n)      # sized once: no rehash while it fills
     for queue_key in known_queues:
         queue_index[queue_key] = len(queue_index)
     queues = len(queue_index)
@@ -839,7 +892,10 @@ def recover_messages(records, known_queues, long long now_ms):
         gather[q].ascending = True
     for b in range(len(buffers)):
         bases[b] = PyBytes_AS_STRING(<bytes>buffers[b])
+    queue_table.keys = NULL
+    queue_table.index = NULL
     try:
+        _queue_table(&queue_table, queue_index)
         for i in range(n):
             message_id = ids[i]
             if i == 0 or message_id > max_id:
@@ -899,10 +955,10 @@ def recover_messages(records, known_queues, long long now_ms):
                 out.unreferenced.append(message_id)
                 continue
             for j in range(n_live):
-                if live[j].queue_id not in queue_index:
+                if queue_table.index[_queue_slot(&queue_table, live[j].queue_id)] < 0:
                     return out              # a queue the bindings journal does not hold: an anomaly
             for j in range(n_live):
-                q = queue_index[live[j].queue_id]
+                q = queue_table.index[_queue_slot(&queue_table, live[j].queue_id)]
                 if live[j].scheduled_time and now_ms >= 0 and live[j].scheduled_time <= <uint64_t>now_ms:
                     live[j].scheduled_time = 0      # it fell due while the store was closed: deliver now
                 if gather[q].message_ids.size and message_id < gather[q].last_message_id:
@@ -915,8 +971,9 @@ def recover_messages(records, known_queues, long long now_ms):
                 _put_u64(&gather[q].message_ids, message_id)
                 _append(&gather[q].delivery_counts, &live[j].delivery_count, 4)
                 _put_u64(&gather[q].scheduled_times, live[j].scheduled_time)
+            index.put(message_id, i)    # its body stays in the journal's buffers, read when the message is first used
+            _put_u64(&order, message_id)
             key = message_id
-            rows[key] = i       # its body stays in the journal's buffers, read when the message is first used
             if n_live == 1:     # one queue, the common case: its id, no container (see store/message_queues.py)
                 message_queues[key] = live[0].queue_id
             else:
@@ -930,6 +987,7 @@ def recover_messages(records, known_queues, long long now_ms):
             refs.timed = gather[q].timed
             refs.shared = gather[q].shared
             out.references[queue_key] = refs
+        bodies.order = _column(&order, "Q")
         out.max_record_id = max_id
         out.complete = True
         return out
@@ -941,6 +999,9 @@ def recover_messages(records, known_queues, long long now_ms):
         PyMem_Free(gather)
         PyMem_Free(live)
         PyMem_Free(bases)
+        PyMem_Free(queue_table.keys)
+        PyMem_Free(order.data)
+        PyMem_Free(queue_table.index)
 
 
 def decode_message_fields(message_id, body, path=None):
@@ -977,7 +1038,7 @@ def decode_messages_fields(bodies not None, message_ids, path=None):
         return [decode_message_fields(message_id, bodies[message_id], path) for message_id in message_ids]
     columns = <MessageBodies>bodies
     for message_id in message_ids:
-        p = columns._body(columns.rows[message_id], &size)
+        p = columns._body(columns._row(message_id), &size)
         if not _message_fields(p, size, &fields) or fields.property_count:
             out.append(decode_message_fields(message_id, PyBytes_FromStringAndSize(<const char *>p, size), path))
             continue
