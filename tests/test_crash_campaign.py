@@ -10,6 +10,7 @@ import sys
 
 from journal_engine.crashtest import Campaign
 from journal_engine.storage import durability, recovery
+from journal_engine.storage import journal as journal_module
 
 
 def test_a_smoke_campaign_runs_every_fault_mode_and_finds_no_violation(tmp_path):
@@ -33,6 +34,27 @@ def test_the_campaign_catches_a_file_cut_short_that_recovery_does_not_report(tmp
     silent = [v for v in campaign.report.violations if "report says clean" in v and "truncation" in v]
     assert silent, "the harness did not notice records lost without a report"
 
+
+
+def test_the_campaign_catches_damage_at_rest_passed_off_as_a_torn_tail(tmp_path, monkeypatch):
+    """A recovery that calls every damage of the journal a torn write: a bit flip in a synced record
+    then loses it under the verdict "torn tail", which the bit-flip check must not count as detected
+    (a flip the real recovery reads as a torn tail is one in the seal pad after the last synced frame:
+    nothing lost)."""
+    real = journal_module.analyze
+
+    def damage_read_as_a_torn_tail(*args, **kwargs):
+        analysis = real(*args, **kwargs)
+        if analysis.report.corrupt and not analysis.report.torn_tail:
+            path, offset, _reason = analysis.report.corrupt.pop(0)
+            analysis.report.torn_tail = (path, offset)
+        return analysis
+
+    monkeypatch.setattr(journal_module, "analyze", damage_read_as_a_torn_tail)
+    campaign = Campaign(tmp_path / "scratch", size="smoke", seed=3)
+    campaign.damage_at_rest()
+    passed_off = [v for v in campaign.report.violations if "only a torn tail was reported" in v and "bit flip" in v]
+    assert passed_off, campaign.report.damage
 
 def test_the_command_prints_violations_and_a_json_report(tmp_path):
     report_path = tmp_path / "report.json"

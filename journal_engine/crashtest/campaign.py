@@ -676,9 +676,14 @@ class Campaign:
             outcome("changed, reported clean")
         elif result.report.corrupt or result.report.anomalies:
             outcome("reported as damage")
+        elif result.report.torn_tail and changed:
+            # a record lost under the verdict "torn write": damage at rest passed off as an unsynced tail
+            self.report.violations.append(f"{context}: the recovered state changed and only a torn tail was "
+                                          f"reported at {result.report.torn_tail}")
+            outcome("changed, reported as a torn tail")
         elif result.report.torn_tail:
-            # the last frame of the last file damaged looks like a torn write: reported as a torn tail
-            outcome("reported as a torn tail")
+            # the seal pad after the last synced frame: its loss loses nothing, and a torn write leaves it so
+            outcome("torn tail in the last pad, no record changed")
         else:
             outcome("no record changed" if not changed else "changed, reported")
 
