@@ -165,3 +165,7 @@ def decode_messages_fields(bodies: Mapping[int, bytes], message_ids: Iterable[in
                            ) -> list[tuple[str, bytes, dict[str, Any], bool, int, str | None]]:
     """``decode_message_fields`` of many messages (each body from ``bodies``), in the order of
     ``message_ids``; a recovery's MessageBodies is read straight from the journal's columns."""
+
+def release_from_collector(objects: Iterable[object]) -> None:
+    """Take objects that can never be part of a reference cycle out of the cycle collector's view
+    (still freed by reference counting)."""

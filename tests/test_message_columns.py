@@ -6,7 +6,9 @@ then the same bodies cut short, grown, or with a byte changed — each compared 
 """
 from __future__ import annotations
 
+import gc
 import struct
+import weakref
 from array import array
 
 import pytest
@@ -265,3 +267,35 @@ def test_decode_message_fields_reads_what_record_format_reads(record):
     fields = (stored.address, stored.body, stored.properties, stored.durable, stored.expiration, stored.routing_type)
     # repr: a NaN property equals nothing, not even itself
     assert repr(compiled.decode_message_fields(5, body)) == repr(fields) == repr(twin.decode_message_fields(5, body))
+
+
+class _Plain:
+    __slots__ = ("value", "__weakref__")
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+
+@pytest.mark.parametrize("module", [compiled, twin], ids=["compiled", "twin"])
+def test_objects_released_from_the_collector_are_untracked_and_still_freed(module):
+    objects = [_Plain(b"body %d" % n) for n in range(3)]
+    assert all(gc.is_tracked(obj) for obj in objects)
+    module.release_from_collector(objects)
+    assert not any(gc.is_tracked(obj) for obj in objects)
+    watched = weakref.ref(objects[1])
+    del objects[1]
+    assert watched() is None, "an object out of the collector's view must still be freed by reference counting"
+
+
+def test_a_recovered_queues_message_data_is_out_of_the_collectors_view(tmp_path):
+    from journal_engine import Broker
+    with Broker(tmp_path / "broker") as broker:
+        broker.create_queue("q")
+        for n in range(5):
+            broker.send("q", b"m%d" % n, properties={"n": n})
+    with Broker(tmp_path / "broker") as broker:
+        message = broker.create_consumer("q").receive(0)
+        references = list(broker._post_office.queues["q"].ready)
+        assert message is not None and len(references) == 4
+        assert not any(gc.is_tracked(reference.data) for reference in references)
+        assert all(gc.is_tracked(reference) for reference in references)   # a reference can be in a cycle: kept
