@@ -233,23 +233,23 @@ cdef class RecordWriter:
         PyMem_Free(old)
         return 0
 
+    cdef void _fill(self, RefSlot *slot, uint64_t queue_id, uint64_t message_id, uint32_t persisted) noexcept:
+        """Put a reference into a free (empty or deleted) slot."""
+        if slot.state == SLOT_DELETED:
+            self._deleted -= 1
+        slot.queue_id = queue_id
+        slot.message_id = message_id
+        slot.persisted = persisted
+        slot.state = SLOT_USED
+        self._used += 1
+
     cdef void _place(self, uint64_t queue_id, uint64_t message_id, uint32_t persisted) noexcept:
         """Insert a key known to be absent into a table with room."""
         cdef Py_ssize_t mask = self._capacity - 1
         cdef Py_ssize_t i = <Py_ssize_t>(_hash(queue_id, message_id) & <uint64_t>mask)
-        cdef RefSlot *slot
-        while True:
-            slot = &self._slots[i]
-            if slot.state != SLOT_USED:
-                if slot.state == SLOT_DELETED:
-                    self._deleted -= 1
-                slot.queue_id = queue_id
-                slot.message_id = message_id
-                slot.persisted = persisted
-                slot.state = SLOT_USED
-                self._used += 1
-                return
+        while self._slots[i].state == SLOT_USED:
             i = (i + 1) & mask
+        self._fill(&self._slots[i], queue_id, message_id, persisted)
 
     cdef bint _insert(self, uint64_t queue_id, uint64_t message_id, uint32_t persisted) noexcept:
         """Insert a key into a table with room, in one walk of its probe path; False (nothing
@@ -268,14 +268,7 @@ cdef class RecordWriter:
             elif slot.queue_id == queue_id and slot.message_id == message_id:
                 return False
             i = (i + 1) & mask
-        if free_slot != NULL:
-            slot = free_slot
-            self._deleted -= 1
-        slot.queue_id = queue_id
-        slot.message_id = message_id
-        slot.persisted = persisted
-        slot.state = SLOT_USED
-        self._used += 1
+        self._fill(free_slot if free_slot != NULL else slot, queue_id, message_id, persisted)
         return True
 
     def add_reference(self, unsigned long long queue_id, unsigned long long message_id,
