@@ -987,6 +987,26 @@ def _write_raw(backend: str, store_dir: Path, records_by_store: dict) -> None:
             record_store.close()
 
 
+def test_the_id_of_a_lost_queue_with_live_references_is_not_handed_out_again(backend, store_dir):
+    """References on a queue whose binding is gone (a process killed in sync mode "none" with the binding
+    still in its buffer and the messages written): max_queue_id covers them, so the next queue created
+    takes another id, and does not adopt those messages at the next load."""
+    queue_id = records.encode_queue_id
+    _write_raw(backend, store_dir, {
+        BINDINGS_DIRECTORY: [],
+        MESSAGES_DIRECTORY: [("add", 1, 45, records.encode_message("orders", b"lost queue")),
+                             ("update", 1, 32, queue_id(1))]})
+    with MessageStore(store_dir, backend=backend, file_size=SMALL_FILE) as store:
+        state = store.load(now_ms=NOW_MS)
+        assert state.queues == {} and state.unknown_queue_references == {1: [RecoveredReference(1)]}
+        assert state.max_queue_id == 1
+        store.store_queue(state.max_queue_id + 1, "orders", "orders")
+    with MessageStore(store_dir, backend=backend, file_size=SMALL_FILE) as store:
+        state = store.load(now_ms=NOW_MS)
+        assert state.references == {2: []}
+        assert state.unknown_queue_references == {1: [RecoveredReference(1)]}
+
+
 def test_unknown_queue_and_reference_ids_are_reported_not_fatal(backend, store_dir):
     queue_id = records.encode_queue_id
     _write_raw(backend, store_dir, {

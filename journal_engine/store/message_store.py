@@ -299,10 +299,12 @@ class MessageStore:
     def _now_ms(self) -> int:
         return self._clock.now_ms() if self._clock is not None else _wall_clock_ms()
 
-    def _wait(self, journal: Journal, sync) -> None:
-        """Wait for durability when asked, or when the journal's mode is "always"."""
+    def _wait(self, journal: Journal, sync) -> bool:
+        """Wait for durability when asked, or when the journal's mode is "always"; whether it waited."""
         if sync if sync is not None else journal.sync_mode == "always":
             journal.sync()
+            return True
+        return False
 
     # ----- recovery -------------------------------------------------------------------------------------
     def load(self, *, now_ms: int | None = None, skip_corrupt: bool = False) -> RecoveredState:
@@ -361,6 +363,12 @@ class MessageStore:
             restored, unreferenced, from_shadow = self._load_record_by_record(state, loaded.records, now, shadow_counts,
                                                                               skip_corrupt, messages_path)
             restored_batches = []
+        if state.unknown_queue_references:
+            # the id of a queue whose binding is gone while references on it live (a process killed in
+            # sync mode "none" before its bindings journal was written, when the message journal had
+            # been) stays taken: a queue created later with that id would adopt those references at
+            # the next load, messages never sent to it
+            state.max_queue_id = max(state.max_queue_id, max(state.unknown_queue_references))
         self._queues = dict(state.queues)
         if self.read_only:      # an inspection: what a writing load would do is reported, not done
             self._state = "loaded"
@@ -479,7 +487,9 @@ class MessageStore:
     def store_queue(self, queue_id: int, name: str, address: str, *, routing_type: str = "anycast",
                     filter: str | None = None, arguments: dict | None = None, sync: bool | None = None) -> None:
         """Record a durable queue binding (type 21), with its queue-declare ``arguments`` if any. Waits
-        for the disk unless sync=False or sync="none"."""
+        for the disk unless sync=False or sync="none"; written out to the operating system at once
+        either way, so that a killed process never keeps messages sent to the queue and loses the
+        queue (the message journal writes out, and syncs a full file, on its own schedule)."""
         self._check_loaded()
         body = encode_queue(name, address, routing_type=routing_type, filter=filter, arguments=arguments)
         with self._lock:
@@ -487,7 +497,8 @@ class MessageStore:
                 raise DuplicateRecordError(f"queue {queue_id} is already stored")
             self._bindings.add(queue_id, RecordType.QUEUE_BINDING_RECORD, body, sync=False)
             self._queues[queue_id] = StoredQueue(queue_id, name, address, routing_type, filter, arguments or None)
-        self._wait(self._bindings, sync if sync is not None else self.sync_mode != "none")
+        if not self._wait(self._bindings, sync if sync is not None else self.sync_mode != "none"):
+            self._bindings.flush()
 
     def update_queue_arguments(self, queue_id: int, arguments: dict | None, *, sync: bool | None = None) -> None:
         """Replace a stored queue's queue-declare ``arguments`` (None or {}: none). The binding is
@@ -742,16 +753,17 @@ class MessageStore:
 
     # ----- durability and inspection -------------------------------------------------------------------
     def sync(self) -> None:
-        """Return once everything written before the call is durable (both journals)."""
+        """Return once everything written before the call is durable (both journals): the bindings
+        first, so that no reference becomes durable before the queue it names."""
         self._check_loaded()
-        self._journal.sync()
         self._bindings.sync()
+        self._journal.sync()
 
     def flush(self) -> None:
         """Return once everything written before the call survives a killed process (not a power cut)."""
         self._check_loaded()
-        self._journal.flush()
         self._bindings.flush()
+        self._journal.flush()
 
     def compact(self) -> None:
         """Compact the message journal now: only the latest 34 and 36 per reference survive."""
