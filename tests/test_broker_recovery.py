@@ -3,6 +3,8 @@ middle of redeliveries (tests/broker_worker.py); the strict delivery-count mode'
 flag; broker.xml configuration."""
 from __future__ import annotations
 
+import gc
+
 import json
 import os
 import random
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from journal_engine import AddressSettings, Broker, ConfigError, ManualClock
+from journal_engine.broker.queue import Reference
 
 NOW = 1_700_000_000_000
 SMALL = {"file_size": 256 * 1024}
@@ -337,3 +340,24 @@ def test_a_classic_activemq_xml_runs_classic_rules_and_a_doctype_is_refused(tmp_
     assert broker.classic_config is not None and broker.classic_config.source == "config"
     with pytest.raises(ConfigError, match="DOCTYPE"):
         Broker(config='<!DOCTYPE x [<!ENTITY a "b">]><configuration/>')
+
+
+def test_a_closed_broker_frees_its_references_without_the_cycle_collector(tmp_path):
+    """A reference and its queue refer to each other; close() lets go of them, so a closed broker's
+    messages are freed at once instead of waiting for a collection (which, for a million recovered
+    messages, held their memory and slowed the next Broker(dir) of the same process twofold)."""
+    with Broker(tmp_path / "b") as broker:
+        broker.create_queue("q")
+        for n in range(500):
+            broker.send("q", b"m%d" % n)
+    gc.collect()
+    gc.disable()
+    try:
+        broker = Broker(tmp_path / "b")
+        assert len(broker.browse("q")) == 500       # the queue's references are made
+        broker.close()
+        del broker
+        left = sum(1 for obj in gc.get_objects() if isinstance(obj, Reference))
+    finally:
+        gc.enable()
+    assert left == 0

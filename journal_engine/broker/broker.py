@@ -600,6 +600,7 @@ class Broker:
                     tx.rollback(sync=False)
             for queue in self._post_office.queues.values():
                 queue.condition.notify_all()
+            self._post_office.release()
             store = self._store
         if store is not None:
             store.close()

@@ -102,6 +102,13 @@ class QueueState:
         self._restore = make_references
         self.__class__ = _RestoringQueueState
 
+    def release_references(self) -> None:
+        """Drop the ready references (a closed broker's): the References and this queue refer to each
+        other, so only this frees them at once. Recovered references not made yet are dropped unmade."""
+        self._restore = None
+        self.ready = deque()
+        self.__class__ = QueueState
+
     def set_qpid_policy(self, policy) -> None:
         """Qpid's maximum delivery count and DLQ rule for this queue (a qpid.QpidQueuePolicy, or None)."""
         self.qpid_policy = policy

@@ -34,6 +34,12 @@ class DeliveryTimers:
         # read it freely; every method below that changes a heap keeps it current.
         self.pending = False
 
+    def clear(self) -> None:
+        """Forget every scheduled and watched reference (a closed broker's)."""
+        self._scheduled.clear()
+        self._expiring.clear()
+        self.pending = False
+
     def next_due_ms(self) -> int | None:
         """The earliest scheduled time (epoch ms; stale entries included), or None."""
         scheduled = self._scheduled

@@ -290,6 +290,7 @@ class MessageStore:
                     self._writer.detach_shadow()
                     self._shadow.close(void=durable)    # the journal holds every count durably now
                 self._writer.clear()
+                self._message_queues = MessageQueues()     # a table per message: freed now, not by the collector
 
     def _check_loaded(self) -> None:
         if self._state != "loaded":
