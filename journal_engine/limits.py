@@ -42,6 +42,8 @@ COMPACT_PERCENTAGE_DEFAULT = 30                 # Artemis's journal-compact-perc
 MAX_REDELIVERY_RECORDS_DEFAULT = 10             # Artemis's max-redelivery-records
 # a message is redriven from a dead-letter queue at most this many times (loop protection)
 REDRIVES_MAX_DEFAULT = 3
+# message ids a broker reserves in its bindings journal at a time (an ID counter record per block)
+MESSAGE_ID_BLOCK = 10_000
 BUFFER_SIZE_MIN_BYTES = SECTOR_SIZE_BYTES
 COMPACT_PERCENTAGE_MAX = 100
 # Artemis's JournalImpl.UPDATE_FACTOR: compact when replaceable updates outnumber adds this much

@@ -69,6 +69,7 @@ class RecordType(enum.IntEnum):
     """User record types of the message store, numbered as Artemis's JournalRecordIds (public, permanent)."""
 
     QUEUE_BINDING_RECORD = 21
+    ID_COUNTER = 24         # bindings journal: every message id below its value may have been handed out
     ADD_REF = 32
     ACKNOWLEDGE_REF = 33
     UPDATE_DELIVERY_COUNT = 34
@@ -172,6 +173,19 @@ def encode_delivery_count(queue_id: int, delivery_count: int) -> bytes:
 def encode_scheduled_time(queue_id: int, scheduled_ms: int) -> bytes:
     """Body of SET_SCHEDULED_DELIVERY_TIME (36): u64 queue id, u64 absolute epoch ms."""
     return _SCHEDULED_TIME.pack(queue_id, scheduled_ms)
+
+
+def encode_id_counter(next_id: int) -> bytes:
+    """Body of ID_COUNTER (24): u64, the first message id not yet reserved."""
+    return _QUEUE_ID.pack(next_id)
+
+
+def decode_id_counter(body: bytes, *, record_id: int, path=None) -> int:
+    """The u64 of an ID_COUNTER (24) body; CorruptRecordError for any other length."""
+    if len(body) != _QUEUE_ID.size:
+        raise _corrupt(record_id, RecordType.ID_COUNTER, f"body is {len(body)} bytes, expected {_QUEUE_ID.size}",
+                       path, what="bindings")
+    return _QUEUE_ID.unpack(body)[0]
 
 
 def decode_queue_id(body: bytes, *, message_id: int, record_type: int, path=None) -> int:

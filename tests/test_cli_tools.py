@@ -123,7 +123,8 @@ def test_stats_json_counts_files_bytes_and_records(tmp_path, capsys, store):
     document = json.loads(out)
     assert document["store"] is True and document["backend"] == store
     parts = {p["journal"]: p for p in document["journals"]}
-    assert parts["bindings"]["live_records"] == 3                      # three queues
+    assert parts["bindings"]["live_records"] == 4                      # three queues and the ID counter
+    assert parts["bindings"]["live_records_by_type"] == {"QUEUE_BINDING_RECORD": 3, "ID_COUNTER": 1}
     assert parts["messages"]["live_records"] == 6                      # 3 + audit + 2 dead-letter copies
     assert parts["messages"]["live_records_by_type"]["ADD_MESSAGE"] == 6
     assert "compaction" in parts["messages"]["advice"]

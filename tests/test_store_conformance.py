@@ -1517,3 +1517,18 @@ def test_lmdb_store_refuses_an_lmdb_environment_of_another_program(tmp_path, key
     with pytest.raises(IncompatibleFormatError, match="LMDB environment"):
         LmdbRecordStore(tmp_path / "other")
     LmdbRecordStore(tmp_path / "other-fresh").close()      # an empty directory is a new store
+
+
+def test_the_message_id_counter_is_recovered_and_is_no_queue(backend, store_dir):
+    with MessageStore(store_dir, backend=backend, file_size=SMALL_FILE) as store:
+        state = store.load(now_ms=NOW_MS)
+        assert state.message_id_floor == 0
+        store.store_queue(1, "orders", "orders")
+        store.reserve_message_ids(100)
+    with MessageStore(store_dir, backend=backend, file_size=SMALL_FILE) as store:
+        state = store.load(now_ms=NOW_MS)
+        assert state.message_id_floor == 100 and state.max_queue_id == 1 and list(state.queues) == [1]
+        assert state.anomalies == []
+        store.reserve_message_ids(200)
+    with MessageStore(store_dir, backend=backend, file_size=SMALL_FILE) as store:
+        assert store.load(now_ms=NOW_MS).message_id_floor == 200

@@ -366,7 +366,7 @@ class Broker:
                 raise JournalClosedError("the broker is closed")
             if session is not None and session.closed:
                 raise MessageStateError("the session is closed")
-            message_id = next(post_office.message_ids)
+            message_id = next(post_office.message_ids, 0) or post_office.new_message_id()
             route = post_office.addresses.get(address)
             if route is None and self.jms_queue_names:
                 route = post_office.addresses.get(self._jms_name(address))

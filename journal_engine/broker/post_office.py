@@ -18,6 +18,7 @@ from operator import itemgetter, length_hint
 
 from .._impl import release_from_collector
 from ..errors import QueueExistsError
+from ..limits import MESSAGE_ID_BLOCK
 from ..store.message_store import MessageStore, RecoveredReferences
 from .address_settings import AddressSettingsRepository
 from .message import MESSAGE_ID_PROPERTY, MessageData
@@ -36,7 +37,7 @@ class PostOffice:
 
     ``store`` is the MessageStore (None: nothing is persisted); ``timers`` the broker's DeliveryTimers.
     ``queues`` and ``addresses`` are for reading; change them through the methods. ``message_ids``
-    hands out message ids: ``next(post_office.message_ids)`` (or ``new_message_id()``) takes one.
+    hands out message ids: ``next(post_office.message_ids, 0) or post_office.new_message_id()`` takes one.
     """
 
     def __init__(self, store: MessageStore | None, timers: DeliveryTimers, lock: threading.Lock,
@@ -56,10 +57,15 @@ class PostOffice:
     def _start_message_ids(self, first: int) -> None:
         """``message_ids`` hands out ids from ``first`` on. A range iterator: ``next()`` on it is one C call
         (the send path takes an id for every message, and a Python method there costs a frame), and what
-        is left of the range says which id comes next without taking it. The range is never used up: ids
-        recovered past half of it get a range as long again from there (a long-integer iterator, slower;
-        no broker gets there by sending)."""
-        self._message_ids_end = _MESSAGE_IDS_END if first <= _MESSAGE_IDS_END // 2 else first + _MESSAGE_IDS_END
+        is left of the range says which id comes next without taking it. With a store the range is a
+        block the store has reserved (``new_message_id`` reserves the next when it runs out: ids are
+        never handed out twice, also not after a restart that finds the messages deleted); without one
+        it is never used up (ids past half of it get a range as long again: a long-integer iterator,
+        slower; no broker gets there by sending)."""
+        if self.store is not None:
+            self._message_ids_end = first           # nothing reserved yet: the first id reserves a block
+        else:
+            self._message_ids_end = _MESSAGE_IDS_END if first <= _MESSAGE_IDS_END // 2 else first + _MESSAGE_IDS_END
         self.message_ids = iter(range(first, self._message_ids_end))
 
     @property
@@ -74,7 +80,17 @@ class PostOffice:
 
     def new_message_id(self) -> int:
         """A fresh message id (ids are never reused, also not after a restart)."""
-        return next(self.message_ids)
+        return next(self.message_ids, 0) or self._reserve_message_ids()
+
+    def _reserve_message_ids(self) -> int:
+        """The block of ids after the last one, recorded in the store before any is handed out; its
+        first id."""
+        first = self._message_ids_end
+        end = first + MESSAGE_ID_BLOCK
+        self.store.reserve_message_ids(end)
+        self._message_ids_end = end
+        self.message_ids = iter(range(first + 1, end))
+        return first
 
     def count_unrouted(self) -> None:
         self._unrouted += 1
@@ -94,7 +110,7 @@ class PostOffice:
                                self._lock)
             self._bind(queue)
         self._next_queue_id = state.max_queue_id + 1
-        self._start_message_ids(state.max_message_id + 1)
+        self._start_message_ids(max(state.max_message_id + 1, state.message_id_floor, 1))
         datas: dict[int, MessageData] = {}
         for queue_id, references in state.references.items():
             queue = self.queues_by_id[queue_id]

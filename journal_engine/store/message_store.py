@@ -27,10 +27,10 @@ from ..errors import (ConfigError, CorruptRecordError, DuplicateRecordError, Jou
                       JournalIOError, UnknownRecordError)
 from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, COMPACT_MIN_FILES_DEFAULT,
                       COMPACT_PERCENTAGE_DEFAULT, FILE_SIZE_DEFAULT_BYTES, MAX_REDELIVERY_RECORDS_DEFAULT,
-                      MIN_FILES_DEFAULT, SYNC_MODE_DEFAULT, check_max_redelivery_records)
+                      MIN_FILES_DEFAULT, SYNC_MODE_DEFAULT, U64_MAX, check_max_redelivery_records)
 from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordKind, RecordType, StoredMessage, StoredQueue,
-                             decode_delivery_count, decode_message, decode_queue, decode_queue_id, decode_scheduled_time,
-                             encode_message,
+                             decode_delivery_count, decode_id_counter, decode_message, decode_queue, decode_queue_id,
+                             decode_scheduled_time, encode_id_counter, encode_message,
                              encode_plain_message, encode_queue, encode_queue_id, encode_scheduled_time)
 from ..storage.journal import Journal
 from .delivery_shadow import FILE_NAME as SHADOW_FILE_NAME
@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 MESSAGES_DIRECTORY = "messages"
 BINDINGS_DIRECTORY = "bindings"
+#: the bindings journal's record id of the ID counter: the one id no queue is ever given
+ID_COUNTER_RECORD_ID = U64_MAX
 BINDINGS_FILE_SIZE_MAX_BYTES = 1024 * 1024      # queue bindings are few and small
 BACKENDS = ("journal", "lmdb")
 
@@ -78,6 +80,8 @@ class RecoveredState:
     reports: dict = field(default_factory=dict)         # "messages" / "bindings" -> the journal's LoadReport
     max_message_id: int = 0
     max_queue_id: int = 0
+    # every message id below it may have been handed out (the bindings journal's ID counter; 0: none)
+    message_id_floor: int = 0
     counts_from_shadow: int = 0         # delivery counts a killed strict-mode process left in its shadow
 
 
@@ -259,6 +263,7 @@ class MessageStore:
         self._referenced_upto = 0
         self._queues: dict[int, StoredQueue] = {}
         self._message_queues = MessageQueues()     # live message id -> queue ids of its live references
+        self._id_counter_stored = False             # the bindings journal holds an ID counter record
         self._state = "new"
 
     # ----- life cycle ----------------------------------------------------------------------------------
@@ -327,6 +332,11 @@ class MessageStore:
         bindings = self._bindings.load()
         state.reports["bindings"] = bindings.report
         for queue_id, rec in bindings.records.items():
+            if queue_id == ID_COUNTER_RECORD_ID and rec.record_type == RecordType.ID_COUNTER:
+                last = rec.updates[-1][1] if rec.updates else rec.body      # (record type, body)
+                state.message_id_floor = decode_id_counter(last, record_id=queue_id, path=bindings_path)
+                self._id_counter_stored = True
+                continue
             state.max_queue_id = max(state.max_queue_id, queue_id)
             if rec.record_type != RecordType.QUEUE_BINDING_RECORD:
                 state.anomalies.append(f"bindings record {queue_id} has type {rec.record_type}, not a queue "
@@ -499,6 +509,22 @@ class MessageStore:
             self._bindings.add(queue_id, RecordType.QUEUE_BINDING_RECORD, body, sync=False)
             self._queues[queue_id] = StoredQueue(queue_id, name, address, routing_type, filter, arguments or None)
         if not self._wait(self._bindings, sync if sync is not None else self.sync_mode != "none"):
+            self._bindings.flush()
+
+    def reserve_message_ids(self, below: int) -> None:
+        """Record that message ids below ``below`` may be handed out (the ID counter of the bindings
+        journal, type 24, as Artemis's BatchingIDGenerator keeps it), so that no restart hands out
+        one of them again, also after the messages that had them are deleted and compacted away.
+        Durable when it returns, unless the sync mode is "none" (then written out)."""
+        self._check_loaded()
+        body = encode_id_counter(below)
+        with self._lock:
+            if self._id_counter_stored:
+                self._bindings.update(ID_COUNTER_RECORD_ID, RecordType.ID_COUNTER, body, sync=False)
+            else:
+                self._bindings.add(ID_COUNTER_RECORD_ID, RecordType.ID_COUNTER, body, sync=False)
+                self._id_counter_stored = True
+        if not self._wait(self._bindings, self.sync_mode != "none"):
             self._bindings.flush()
 
     def update_queue_arguments(self, queue_id: int, arguments: dict | None, *, sync: bool | None = None) -> None:
