@@ -502,6 +502,8 @@ class MessageStore:
         either way, so that a killed process never keeps messages sent to the queue and loses the
         queue (the message journal writes out, and syncs a full file, on its own schedule)."""
         self._check_loaded()
+        if queue_id == ID_COUNTER_RECORD_ID:
+            raise ValueError(f"queue id {queue_id} is the bindings journal's ID counter; queues take ids below it")
         body = encode_queue(name, address, routing_type=routing_type, filter=filter, arguments=arguments)
         with self._lock:
             if queue_id in self._queues:
