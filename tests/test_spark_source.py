@@ -262,3 +262,26 @@ def test_a_dataframe_asked_a_filtered_then_an_unfiltered_question_gives_every_ro
     records = spark.read.format("journal_engine").load(str(broker_dir))
     assert records.where("kind = 'PAD'").count() == sum(row.kind == "PAD" for row in broker_rows)
     assert records.count() == len(broker_rows)
+
+
+_FREEZE_PROBE = """
+import gc, sys, types
+if sys.argv[1] == "worker":      # what a Python worker of Spark runs as: a child of `python -m pyspark.daemon`
+    sys.modules["__main__"].__spec__ = types.SimpleNamespace(name="pyspark.daemon")
+from journal_engine.spark.source import JournalReader
+reader = JournalReader({"path": sys.argv[2]})
+rows = sum(batch.num_rows for partition in reader.partitions() for batch in reader.read(partition))
+print(rows, gc.get_freeze_count())
+"""
+
+
+@pytest.mark.parametrize("where", ["worker", "driver"])
+def test_a_spark_worker_leaves_its_imported_heap_out_of_the_collectors_passes(journal_dir, where):
+    """pyspark's daemon runs gc.collect() after every task of a reused worker, a full pass over
+    everything the worker imported: the reader freezes that heap once, in a worker only (a driver or a
+    test that calls read() keeps its heap as it is)."""
+    done = subprocess.run([sys.executable, "-c", _FREEZE_PROBE, where, str(journal_dir)], capture_output=True,
+                          text=True, timeout=120, check=True)
+    rows, frozen = map(int, done.stdout.split())
+    assert rows > 0
+    assert (frozen > 10_000) if where == "worker" else (frozen == 0), frozen
