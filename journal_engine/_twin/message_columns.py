@@ -302,7 +302,6 @@ def decode_messages_fields(bodies: dict, message_ids, path=None) -> list[tuple]:
     return [decode_message_fields(message_id, bodies[message_id], path) for message_id in message_ids]
 
 
-
 _untrack = ctypes.pythonapi.PyObject_GC_UnTrack
 _untrack.argtypes = [ctypes.py_object]
 _untrack.restype = None

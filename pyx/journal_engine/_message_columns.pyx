@@ -22,7 +22,6 @@ as Python's repr, true / false, bytes in hex, None as a null value.
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from cpython.ref cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memmove, memset
 
@@ -36,6 +35,7 @@ from journal_engine._replay import record_columns as _record_columns
 from journal_engine._livemap cimport LiveMap
 
 cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(object op)
     char *PyOS_double_to_string(double val, char format_code, int precision, int flags, int *ptype) except NULL
     int Py_DTSF_ADD_DOT_0
 
@@ -1052,11 +1052,6 @@ def decode_messages_fields(bodies not None, message_ids, path=None):
     return out
 
 
-
-cdef extern from "Python.h":
-    void PyObject_GC_UnTrack(void *op)
-
-
 def release_from_collector(objects):
     """Take ``objects`` out of the cycle collector's view. They are still freed by reference counting;
     the collector's passes no longer visit them, which on a broker holding a million recovered
@@ -1064,4 +1059,4 @@ def release_from_collector(objects):
     reference cycle (a recovered message's data: text, bytes, numbers and a dict of plain
     properties): one in a cycle would never be freed."""
     for obj in objects:
-        PyObject_GC_UnTrack(<PyObject *>obj)
+        PyObject_GC_UnTrack(obj)
