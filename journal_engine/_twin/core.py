@@ -647,7 +647,7 @@ class JournalCore:
             for path in paths:
                 _fdatasync_path(path)
             for old in synced:
-                if old is not seg:
+                if old is not seg and old.synced < old.written:    # a file switch syncs it: left only to close
                     old.datasync()
             # `seg` may have been sealed after this batch was written and then closed by an
             # earlier leader's sync: a sync closes only files it made durable in full

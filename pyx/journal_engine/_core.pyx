@@ -28,11 +28,11 @@ from posix.types cimport time_t
 from libc.errno cimport ETIMEDOUT
 
 from journal_engine._livemap cimport LiveMap
+from journal_engine._core cimport pthread_mutex_t, pthread_cond_t
 
 cdef extern from "fcntl.h" nogil:
     int sync_file_range(int fd, long long offset, long long nbytes, unsigned int flags)
     unsigned int SYNC_FILE_RANGE_WRITE
-from journal_engine._core cimport pthread_mutex_t, pthread_cond_t
 
 cdef extern from "pthread.h" nogil:
     int pthread_mutex_init(pthread_mutex_t *, void *)
@@ -1039,7 +1039,7 @@ cdef class JournalCore:
             for path in paths:
                 _fdatasync_path(path)
             for old in synced:
-                if old is not seg:
+                if old is not seg and old.synced < old.written:    # a file switch syncs it: left only to close
                     old.datasync()
             # `seg` may have been sealed after this batch was written and then closed by an
             # earlier leader's sync: a sync closes only files it made durable in full
