@@ -305,12 +305,18 @@ class MessageStore:
     def _now_ms(self) -> int:
         return self._clock.now_ms() if self._clock is not None else _wall_clock_ms()
 
-    def _wait(self, journal: Journal, sync) -> bool:
-        """Wait for durability when asked, or when the journal's mode is "always"; whether it waited."""
+    def _wait(self, journal: Journal, sync) -> None:
+        """Wait for durability when asked, or when the journal's mode is "always"."""
         if sync if sync is not None else journal.sync_mode == "always":
             journal.sync()
-            return True
-        return False
+
+    def _settle_bindings(self, sync: bool) -> None:
+        """A bindings write made durable when `sync`, else written out: never left in this process
+        alone, where a killed process would lose it under messages the journal wrote out."""
+        if sync:
+            self._bindings.sync()
+        else:
+            self._bindings.flush()
 
     # ----- recovery -------------------------------------------------------------------------------------
     def load(self, *, now_ms: int | None = None, skip_corrupt: bool = False) -> RecoveredState:
@@ -510,8 +516,7 @@ class MessageStore:
                 raise DuplicateRecordError(f"queue {queue_id} is already stored")
             self._bindings.add(queue_id, RecordType.QUEUE_BINDING_RECORD, body, sync=False)
             self._queues[queue_id] = StoredQueue(queue_id, name, address, routing_type, filter, arguments or None)
-        if not self._wait(self._bindings, sync if sync is not None else self.sync_mode != "none"):
-            self._bindings.flush()
+        self._settle_bindings(sync if sync is not None else self.sync_mode != "none")
 
     def reserve_message_ids(self, below: int) -> None:
         """Record that message ids below ``below`` may be handed out (the ID counter of the bindings
@@ -526,8 +531,7 @@ class MessageStore:
             else:
                 self._bindings.add(ID_COUNTER_RECORD_ID, RecordType.ID_COUNTER, body, sync=False)
                 self._id_counter_stored = True
-        if not self._wait(self._bindings, self.sync_mode != "none"):
-            self._bindings.flush()
+        self._settle_bindings(self.sync_mode != "none")
 
     def update_queue_arguments(self, queue_id: int, arguments: dict | None, *, sync: bool | None = None) -> None:
         """Replace a stored queue's queue-declare ``arguments`` (None or {}: none). The binding is
