@@ -88,10 +88,6 @@ cdef inline uint64_t _hash(uint64_t queue_id, uint64_t message_id) noexcept nogi
     return x
 
 
-cdef object _duplicate_reference(uint64_t queue_id, uint64_t message_id):
-    return DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
-
-
 cdef class RecordWriter:
     """The message store's record writer for one message journal: sends, acknowledgements, and the
     capped delivery-count and scheduled-time records."""
@@ -282,7 +278,7 @@ cdef class RecordWriter:
         if not self._is_live(message_id):
             raise UnknownRecordError.of_message(message_id)
         if self._find(queue_id, message_id) != NULL:
-            raise _duplicate_reference(queue_id, message_id)
+            raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
         self._track(queue_id, message_id, persisted_count)
 
     def reserve_references(self, Py_ssize_t count):
@@ -307,18 +303,22 @@ cdef class RecordWriter:
                                                 & <uint64_t>(self._capacity - 1)])
             if not self._is_live(messages[i]):
                 raise UnknownRecordError.of_message(messages[i])
-            # with a shadow, refused before _track voids any shadow entry, as add_reference is
-            if self._shadow_attached and self._find(queue_id, messages[i]) != NULL:
-                raise _duplicate_reference(queue_id, messages[i])
-            if not self._track(queue_id, messages[i], counts[i]):
-                raise _duplicate_reference(queue_id, messages[i])
+            if self._shadow_attached:   # refused before it voids any shadow entry, as add_reference is
+                if self._find(queue_id, messages[i]) != NULL:
+                    raise DuplicateRecordError(f"message {messages[i]} already has a live reference on queue {queue_id}")
+                self._shadow_reused(queue_id, messages[i])     # may let other threads in: before the room check
+            if 2 * (self._used + self._deleted + 1) > self._capacity:
+                self._grow()
+            if not self._insert(queue_id, messages[i], counts[i]):
+                raise DuplicateRecordError(f"message {messages[i]} already has a live reference on queue {queue_id}")
 
     cdef int _track(self, uint64_t queue_id, uint64_t message_id, uint32_t persisted) except -1:
-        """Add a reference to the table; 0 (nothing changed) when it is there already."""
+        """Add a reference to the table (the caller checked that it is not there)."""
         self._shadow_reused(queue_id, message_id)       # may let other threads in: before the room check
         if 2 * (self._used + self._deleted + 1) > self._capacity:
             self._grow()
-        return self._insert(queue_id, message_id, persisted)
+        self._place(queue_id, message_id, persisted)
+        return 0
 
     cdef bint _untrack(self, uint64_t queue_id, uint64_t message_id) noexcept:
         """Drop a reference from the table; False if it was not there."""
@@ -363,7 +363,7 @@ cdef class RecordWriter:
         if self._is_live(message_id):
             raise DuplicateRecordError(f"record {message_id} is already live; update or delete it first")
         if self._find(queue_id, message_id) != NULL:
-            raise _duplicate_reference(queue_id, message_id)
+            raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
         store_u64(ref_body, queue_id)
         if body is None:
             self._begin_group(frame_size(head_n) + frame_size(QUEUE_ID_BODY))
