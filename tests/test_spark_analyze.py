@@ -73,3 +73,13 @@ def test_the_session_environment_uses_this_interpreter_and_the_loopback(monkeypa
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
     assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1"
     assert os.path.isfile(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
+
+
+@pytest.mark.spark
+def test_the_session_reaches_its_python_workers_over_unix_domain_sockets(spark):
+    # over TCP on the loopback every task of the source waited 40 ms for its partition (the kernel's
+    # delayed acknowledgement of the JVM's small writes): session() turns Spark's Unix domain sockets on
+    assert spark.conf.get("spark.python.unix.domain.socket.enabled") == "true"
+    seen = spark.sparkContext.parallelize([0], 1).map(
+        lambda _: os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "").lower()).collect()
+    assert seen == ["true"]

@@ -6,6 +6,11 @@ workers must run the interpreter that runs this code (the one journal_engine is 
 ``PYSPARK_PYTHON`` is set to it; a local session binds to the loopback (``SPARK_LOCAL_IP``), so a
 machine without a resolvable host name still starts one. The log4j2 configuration shipped beside
 this module keeps Spark to warnings, and the console progress bar is off.
+
+The JVM talks to its Python workers over Unix domain sockets (``spark.python.unix.domain.socket.enabled``,
+Spark 4.1+), not over TCP on the loopback: over TCP each task of the journal_engine source waited 40 ms
+for its partition (the kernel's delayed acknowledgement of the JVM's small writes), a quarter of a
+10 MiB file's task (docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -27,6 +32,11 @@ LOG4J2_CONFIGURATION = Path(__file__).with_name("log4j2.properties")
 #: whose offsets were wrong would crash the JVM instead of failing the task, so this is a choice for
 #: large reads (``session(java_options=ARROW_UNCHECKED_JAVA_OPTIONS)``), not the default.
 ARROW_UNCHECKED_JAVA_OPTIONS = "-Darrow.enable_unsafe_memory_access=true -Darrow.enable_null_check_for_get=false"
+#: what every session() sets (``config`` may override): the module docstring says why
+SESSION_DEFAULTS = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.python.unix.domain.socket.enabled": "true",
+}
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
 
@@ -88,9 +98,10 @@ def session(master: str | None = None, app_name: str = "journal-engine", config:
         prepare(master or LOCAL_MASTER_DEFAULT)
     java_options = f"-Dlog4j2.configurationFile={LOG4J2_CONFIGURATION.as_uri()} {java_options}".strip()
     builder = (SparkSession.builder.appName(app_name)
-               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.extraJavaOptions", java_options)
                .config("spark.executor.extraJavaOptions", java_options))
+    for key, value in SESSION_DEFAULTS.items():
+        builder = builder.config(key, value)
     if master:
         builder = builder.master(master)
     elif not _under_spark_submit():
