@@ -3,6 +3,8 @@ counts, what is voided, and what a store in strict mode does with it around a lo
 from __future__ import annotations
 
 import os
+import shutil
+import threading
 import uuid
 
 import pytest
@@ -99,6 +101,75 @@ def test_a_reference_added_again_does_not_inherit_the_earlier_count(tmp_path, im
         writer.detach_shadow()
         shadow.close(void=False)
         journal.close()
+
+
+class HeldWriteOut:
+    """The journal's flush, held at its start until released: a roll whose write-out is slow."""
+
+    def __init__(self, journal) -> None:
+        self.journal = journal
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def __call__(self) -> None:
+        self.started.set()
+        assert self.release.wait(60)
+        self.journal.flush()
+
+
+def _count_a_kill_keeps(directory, shadow_path, queue_id: int, message_id: int) -> int:
+    """The count load gives the reference from these files: the shadow's latest entry, else the
+    journal's latest count record (MessageStore.load's rule)."""
+    shadowed = read_counts(str(shadow_path), BOOT).get((queue_id, message_id))
+    if shadowed is not None:
+        return shadowed
+    with Journal(directory, read_only=True) as journal:
+        record = journal.load().records[message_id]
+    counts = [int.from_bytes(body[8:12], "little") for record_type, body in record.updates
+              if record_type == 34 and int.from_bytes(body[:8], "little") == queue_id]
+    return counts[-1] if counts else 0
+
+
+@pytest.mark.parametrize("implementation", ["compiled", "twin"])
+def test_a_dispatch_during_another_threads_roll_survives_a_kill_before_the_new_epoch(tmp_path, implementation):
+    """A dispatch that comes while another thread's roll writes the journal out: once it returns, a
+    kill (the files as they are then) keeps its count. Had it returned after a write-out of its own,
+    with no entry, its earlier entry would still be the latest of the old epoch, and load prefers
+    that to the journal's newer count: one short."""
+    journal = Journal(tmp_path / "journal", sync="none", file_size=64 * 1024)
+    journal.load()
+    writer = _writer_class(implementation)(journal, -1)
+    held = HeldWriteOut(journal)
+    shadow = DeliveryShadow(str(tmp_path / delivery_shadow.FILE_NAME), held, entries=2, this_boot=BOOT,
+                            life=0x5EED)
+    writer.attach_shadow(shadow)
+    kept = tmp_path / "kept"
+    try:
+        for message_id in (1, 2):
+            writer.store_message_reference(message_id, 7, b"m")
+        writer.record_dispatch(7, 1, 1)
+        writer.record_dispatch(7, 2, 1)                      # the shadow is full
+        rolling = threading.Thread(target=writer.record_dispatch, args=(7, 2, 2))     # rolls, held
+        rolling.start()
+        assert held.started.wait(60)
+        dispatching = threading.Thread(target=writer.record_dispatch, args=(7, 1, 2))
+        dispatching.start()
+        dispatching.join(2)
+        if not dispatching.is_alive():                       # returned during the roll: killed now
+            shutil.copytree(tmp_path / "journal", kept / "journal")
+            shutil.copy(shadow.path, kept / delivery_shadow.FILE_NAME)
+        held.release.set()
+        rolling.join(60)
+        dispatching.join(60)
+        assert not rolling.is_alive() and not dispatching.is_alive()
+        if not kept.exists():                                # it waited for the roll: killed after it
+            shutil.copytree(tmp_path / "journal", kept / "journal")
+            shutil.copy(shadow.path, kept / delivery_shadow.FILE_NAME)
+    finally:
+        held.release.set()
+        writer.detach_shadow()
+        shadow.close(void=False)
+        journal.close()
+    assert _count_a_kill_keeps(kept / "journal", kept / delivery_shadow.FILE_NAME, 7, 1) == 2
 
 
 def _fill_and_roll(directory, implementation) -> bytes:

@@ -20,7 +20,9 @@ The rules:
   its dispatch had not returned. Entries are read up to the first that does not count.
 * when the entries are used up, the journal is written out (every count in them now has its record
   with the operating system) and the epoch goes up, which voids them all; writing restarts at the
-  front. A dispatch that comes while another thread does this writes the journal out itself.
+  front. A dispatch that comes while another thread does this waits for it and writes its entry
+  into the new epoch: returning after a write-out of its own would leave its reference's earlier
+  entry the latest of the old epoch, which a kill before the new header keeps and load prefers.
 * the same when a reference is added with the ids of one that has an entry in this epoch (a
   message id used again): the earlier reference's counts must not pass to the new one.
 * a count lowered by a close (not a failed delivery) is an entry too; the latest entry of a

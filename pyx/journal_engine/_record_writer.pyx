@@ -469,10 +469,12 @@ cdef class RecordWriter:
     cdef int _shadow_write(self, uint64_t queue_id, uint64_t message_id, uint32_t count) except -1:
         cdef unsigned char entry[SHADOW_ENTRY]
         cdef uint64_t h
-        if self._shadow_rolling:
-            # another thread is writing the journal out for a new epoch: this dispatch does the same
-            self._store.flush()
-            return 0
+        while self._shadow_rolling:
+            # another thread is writing the journal out for a new epoch: this entry goes into the new
+            # one. Returning after a write-out of its own instead would leave this reference's earlier
+            # entry the latest of the old epoch, which a kill before the new header is written keeps,
+            # and which load prefers to the journal's newer count (as the twin, whose lock waits)
+            _yield_gil()
         if self._shadow_next == self._shadow_capacity:
             self._shadow_roll()
         store_u64(entry, queue_id)
