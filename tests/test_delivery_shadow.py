@@ -172,6 +172,42 @@ def test_a_dispatch_during_another_threads_roll_survives_a_kill_before_the_new_e
     assert _count_a_kill_keeps(kept / "journal", kept / delivery_shadow.FILE_NAME, 7, 1) == 2
 
 
+@pytest.mark.parametrize("implementation", ["compiled", "twin"])
+@pytest.mark.parametrize("write", ["update_delivery_count", "update_delivery_counts", "update_redelivery"])
+def test_a_count_written_by_other_than_a_dispatch_becomes_the_references_latest_entry(tmp_path, implementation,
+                                                                                      write):
+    """A reference with an entry in this epoch whose count is then written otherwise (a rollback, a
+    batch of strict dispatches): the count is its latest entry too, or a kill after the record's
+    write-out would give the reference the dispatch's earlier count (load prefers an entry). A
+    reference without an entry gets none."""
+    journal = Journal(tmp_path / "journal", sync="none", file_size=64 * 1024)
+    journal.load()
+    writer = _writer_class(implementation)(journal, -1)
+    shadow, write_out = _shadow(tmp_path)
+    writer.attach_shadow(shadow)
+    try:
+        writer.store_message_reference(1, 7, b"m")
+        writer.store_message_reference(2, 7, b"m")
+        writer.record_dispatch(7, 1, 1)
+        if write == "update_delivery_count":
+            writer.update_delivery_count(7, 1, 2, False)
+            writer.update_delivery_count(7, 2, 3, False)
+        elif write == "update_delivery_counts":
+            writer.update_delivery_counts([7, 7], [1, 2], [2, 3], False)
+        else:
+            writer.update_redelivery(7, 1, 2, 1_000, False)
+            writer.update_redelivery(7, 2, 3, 1_000, False)
+        journal.flush()
+        assert read_counts(shadow.path, BOOT) == {(7, 1): 2}
+        assert _count_a_kill_keeps(tmp_path / "journal", shadow.path, 7, 1) == 2
+        assert _count_a_kill_keeps(tmp_path / "journal", shadow.path, 7, 2) == 3
+        assert write_out.calls == 0
+    finally:
+        writer.detach_shadow()
+        shadow.close(void=False)
+        journal.close()
+
+
 def _fill_and_roll(directory, implementation) -> bytes:
     journal = Journal(directory / "journal", sync="none", file_size=64 * 1024)
     journal.load()

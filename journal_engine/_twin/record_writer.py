@@ -146,12 +146,20 @@ class RecordWriter:
     def record_dispatch(self, queue_id: int, message_id: int, delivery_count: int) -> bool:
         """update_delivery_count without sync, and the count (unless above the cap) in the attached
         shadow: it survives a killed process when this returns, without a system call."""
-        written = self.update_delivery_count(queue_id, message_id, delivery_count, False)
+        key, previous = self._persisted_count_of(queue_id, message_id, delivery_count)
+        written = self._write_count(key, previous, delivery_count, False)
         cap = self.max_redelivery_records
         if cap < 0 or delivery_count <= cap:
             with self._shadow_lock:
                 self._shadow.record(queue_id, message_id, delivery_count)
         return written
+
+    def _shadow_follow(self, key, count: int) -> None:
+        """A count record written by other than a dispatch: if the reference has an entry in this
+        epoch, the count is its latest entry too (load prefers an entry to the journal's count)."""
+        if self._shadow is not None and key in self._shadow.touched:
+            with self._shadow_lock:
+                self._shadow.record(key[0], key[1], count)
 
     def _shadow_reused(self, key) -> None:
         """A reference with the ids of one that has a shadow entry in this epoch: void the entries."""
@@ -164,7 +172,10 @@ class RecordWriter:
     def update_delivery_count(self, queue_id: int, message_id: int, delivery_count: int, sync=None) -> bool:
         """Append an UPDATE_DELIVERY_COUNT unless unchanged or above the cap; True if written."""
         key, previous = self._persisted_count_of(queue_id, message_id, delivery_count)
-        return self._write_count(key, previous, delivery_count, sync)
+        if not self._write_count(key, previous, delivery_count, sync):
+            return False
+        self._shadow_follow(key, delivery_count)
+        return True
 
     def _persisted_count_of(self, queue_id: int, message_id: int, delivery_count: int) -> tuple:
         """The arguments checked: the reference's key and its last persisted count."""
@@ -229,14 +240,16 @@ class RecordWriter:
         _check_u64(scheduled_ms, "scheduled_ms")
         key, previous = self._persisted_count_of(queue_id, message_id, delivery_count)
         group: list = []
-        written = (self._write_count(key, previous, delivery_count, False, group)
-                   + self._write_time(queue_id, message_id, scheduled_ms, delivery_count, False, group))
+        count_written = self._write_count(key, previous, delivery_count, False, group)
+        written = count_written + self._write_time(queue_id, message_id, scheduled_ms, delivery_count, False, group)
         try:
             self._journal.append_group(group, sync=sync)
         except BaseException:
             if self._persisted.get(key) == delivery_count:
                 self._persisted[key] = previous
             raise
+        if count_written:
+            self._shadow_follow(key, delivery_count)
         return written
 
     # ----- batches ------------------------------------------------------------------------------------
@@ -258,6 +271,7 @@ class RecordWriter:
                 raise UnknownRecordError.of_reference(queue_id, message_id)
             if self._write_count(key, previous, count, False):
                 written += 1
+                self._shadow_follow(key, count)
         self._finish_batch(written, sync)
         return written
 

@@ -25,6 +25,8 @@ The rules:
   entry the latest of the old epoch, which a kill before the new header keeps and load prefers.
 * the same when a reference is added with the ids of one that has an entry in this epoch (a
   message id used again): the earlier reference's counts must not pass to the new one.
+* a count written otherwise (a rollback's, a batch's) for a reference with an entry in this epoch is
+  an entry too: the shadow is preferred to the journal, so it must never hold an older count.
 * a count lowered by a close (not a failed delivery) is an entry too; the latest entry of a
   reference is its count.
 * at load, a count that differs from the journal's is appended to the journal as count records

@@ -514,6 +514,17 @@ cdef class RecordWriter:
             self._shadow_roll()
         return 0
 
+    cdef int _shadow_follow(self, uint64_t queue_id, uint64_t message_id, uint32_t count) except -1:
+        """A count record written by other than a dispatch: if the reference may have an entry in this
+        epoch, the count is its latest entry too (load prefers an entry to the journal's count)."""
+        cdef uint64_t h
+        if not self._shadow_attached:
+            return 0
+        h = _hash(queue_id, message_id)
+        if self._shadow_seen[(h >> 6) & ((1 << (SEEN_BITS_LOG2 - 6)) - 1)] & ((<uint64_t>1) << (h & 63)):
+            self._shadow_write(queue_id, message_id, count)
+        return 0
+
     # ----- the writers ------------------------------------------------------------------------------
     cdef int _write_count(self, RefSlot *slot, uint32_t count, object sync) except -1:
         """1 if written, 0 if skipped (unchanged or above the cap)."""
@@ -558,7 +569,10 @@ cdef class RecordWriter:
         cdef RefSlot *slot = self._find(queue_id, message_id)
         if slot == NULL:
             raise UnknownRecordError.of_reference(queue_id, message_id)
-        return self._write_count(slot, delivery_count, sync) == 1
+        if self._write_count(slot, delivery_count, sync) == 0:
+            return False
+        self._shadow_follow(queue_id, message_id, delivery_count)
+        return True
 
     def update_scheduled_delivery_time(self, unsigned long long queue_id, unsigned long long message_id,
                                        unsigned long long scheduled_ms, unsigned int delivery_count,
@@ -574,7 +588,7 @@ cdef class RecordWriter:
         update_scheduled_delivery_time's SET_SCHEDULED_DELIVERY_TIME, each under its own rule, so a
         crash keeps both or neither. Returns how many were written (0..2)."""
         cdef RefSlot *slot = self._find(queue_id, message_id)
-        cdef int written
+        cdef int written, count_written
         cdef bint count_changed
         cdef bint capped = self.max_redelivery_records >= 0 and delivery_count > self.max_redelivery_records
         if slot == NULL:
@@ -593,12 +607,14 @@ cdef class RecordWriter:
             if slot == NULL:
                 raise UnknownRecordError.of_reference(queue_id, message_id)
         try:
-            written = self._write_count(slot, delivery_count, False)
-            written += self._write_time(queue_id, message_id, scheduled_ms, delivery_count, False)
+            count_written = self._write_count(slot, delivery_count, False)
+            written = count_written + self._write_time(queue_id, message_id, scheduled_ms, delivery_count, False)
         except BaseException as exc:
             self._abort_group(exc)
             raise
         self._end_group(sync)
+        if count_written:
+            self._shadow_follow(queue_id, message_id, delivery_count)
         return written
 
     def update_delivery_counts(self, queue_ids, message_ids, delivery_counts, sync=None):
@@ -615,8 +631,9 @@ cdef class RecordWriter:
         cdef uint64_t generation = self._generation
         try:
             for i in range(n):
-                written += self._write_count(self._slot_at(where[i], generation, queues[i], messages[i]),
-                                             counts[i], False)
+                if self._write_count(self._slot_at(where[i], generation, queues[i], messages[i]), counts[i], False):
+                    written += 1
+                    self._shadow_follow(queues[i], messages[i], counts[i])
         finally:
             PyMem_Free(where)
         self._finish_batch(written, sync)
