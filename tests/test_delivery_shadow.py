@@ -2,6 +2,7 @@
 counts, what is voided, and what a store in strict mode does with it around a load."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -34,6 +35,27 @@ def _shadow(tmp_path, entries=8):
     write_out = WriteOuts()
     return DeliveryShadow(str(tmp_path / delivery_shadow.FILE_NAME), write_out, entries=entries,
                           this_boot=BOOT, life=0x5EED), write_out
+
+
+@contextlib.contextmanager
+def _writer_with_shadow(directory, implementation, *, cap=-1, entries=8, write_out=None):
+    """A record writer (compiled or twin) of a new journal (sync none) in ``directory``, a shadow
+    attached whose write-out is ``write_out(journal)`` (default: a WriteOuts): (journal, writer, shadow,
+    write-out)."""
+    writer_class = _writer_class(implementation)
+    journal = Journal(directory / "journal", sync="none", file_size=64 * 1024)
+    journal.load()
+    writer = writer_class(journal, cap)
+    write_out = WriteOuts() if write_out is None else write_out(journal)
+    shadow = DeliveryShadow(str(directory / delivery_shadow.FILE_NAME), write_out, entries=entries, this_boot=BOOT,
+                            life=0x5EED)
+    writer.attach_shadow(shadow)
+    try:
+        yield journal, writer, shadow, write_out
+    finally:
+        writer.detach_shadow()
+        shadow.close(void=False)
+        journal.close()
 
 
 def test_counts_are_the_latest_per_reference(tmp_path):
@@ -80,12 +102,7 @@ def test_a_full_shadow_writes_the_journal_out_and_voids_its_entries(tmp_path):
 def test_a_reference_added_again_does_not_inherit_the_earlier_count(tmp_path, implementation):
     """A message id used again while its earlier reference has a shadow entry: the writer has the
     journal written out and the epoch voided, so only the new reference's dispatches count."""
-    journal = Journal(tmp_path / "journal", sync="none", file_size=64 * 1024)
-    journal.load()
-    writer = _writer_class(implementation)(journal, -1)
-    shadow, write_out = _shadow(tmp_path)
-    writer.attach_shadow(shadow)
-    try:
+    with _writer_with_shadow(tmp_path, implementation) as (_journal, writer, shadow, write_out):
         writer.store_message_reference(1, 1, b"message")
         assert writer.record_dispatch(1, 1, 5) is True
         assert read_counts(shadow.path, BOOT) == {(1, 1): 5}
@@ -97,10 +114,6 @@ def test_a_reference_added_again_does_not_inherit_the_earlier_count(tmp_path, im
         assert read_counts(shadow.path, BOOT) == {(1, 1): 1}
         writer.store_message_reference(2, 1, b"another message")     # new ids: no write-out
         assert write_out.calls == 1
-    finally:
-        writer.detach_shadow()
-        shadow.close(void=False)
-        journal.close()
 
 
 class HeldWriteOut:
@@ -135,40 +148,31 @@ def test_a_dispatch_during_another_threads_roll_survives_a_kill_before_the_new_e
     kill (the files as they are then) keeps its count. Had it returned after a write-out of its own,
     with no entry, its earlier entry would still be the latest of the old epoch, and load prefers
     that to the journal's newer count: one short."""
-    journal = Journal(tmp_path / "journal", sync="none", file_size=64 * 1024)
-    journal.load()
-    writer = _writer_class(implementation)(journal, -1)
-    held = HeldWriteOut(journal)
-    shadow = DeliveryShadow(str(tmp_path / delivery_shadow.FILE_NAME), held, entries=2, this_boot=BOOT,
-                            life=0x5EED)
-    writer.attach_shadow(shadow)
     kept = tmp_path / "kept"
-    try:
+    with _writer_with_shadow(tmp_path, implementation, entries=2,
+                             write_out=HeldWriteOut) as (_journal, writer, shadow, held):
         for message_id in (1, 2):
             writer.store_message_reference(message_id, 7, b"m")
         writer.record_dispatch(7, 1, 1)
         writer.record_dispatch(7, 2, 1)                      # the shadow is full
         rolling = threading.Thread(target=writer.record_dispatch, args=(7, 2, 2))     # rolls, held
         rolling.start()
-        assert held.started.wait(60)
-        dispatching = threading.Thread(target=writer.record_dispatch, args=(7, 1, 2))
-        dispatching.start()
-        dispatching.join(2)
-        if not dispatching.is_alive():                       # returned during the roll: killed now
-            shutil.copytree(tmp_path / "journal", kept / "journal")
-            shutil.copy(shadow.path, kept / delivery_shadow.FILE_NAME)
-        held.release.set()
+        try:
+            assert held.started.wait(60)
+            dispatching = threading.Thread(target=writer.record_dispatch, args=(7, 1, 2))
+            dispatching.start()
+            dispatching.join(2)
+            if not dispatching.is_alive():                   # returned during the roll: killed now
+                shutil.copytree(tmp_path / "journal", kept / "journal")
+                shutil.copy(shadow.path, kept / delivery_shadow.FILE_NAME)
+        finally:
+            held.release.set()
         rolling.join(60)
         dispatching.join(60)
         assert not rolling.is_alive() and not dispatching.is_alive()
         if not kept.exists():                                # it waited for the roll: killed after it
             shutil.copytree(tmp_path / "journal", kept / "journal")
             shutil.copy(shadow.path, kept / delivery_shadow.FILE_NAME)
-    finally:
-        held.release.set()
-        writer.detach_shadow()
-        shadow.close(void=False)
-        journal.close()
     assert _count_a_kill_keeps(kept / "journal", kept / delivery_shadow.FILE_NAME, 7, 1) == 2
 
 
@@ -180,12 +184,7 @@ def test_a_count_written_by_other_than_a_dispatch_becomes_the_references_latest_
     batch of strict dispatches): the count is its latest entry too, or a kill after the record's
     write-out would give the reference the dispatch's earlier count (load prefers an entry). A
     reference without an entry gets none."""
-    journal = Journal(tmp_path / "journal", sync="none", file_size=64 * 1024)
-    journal.load()
-    writer = _writer_class(implementation)(journal, -1)
-    shadow, write_out = _shadow(tmp_path)
-    writer.attach_shadow(shadow)
-    try:
+    with _writer_with_shadow(tmp_path, implementation) as (journal, writer, shadow, write_out):
         writer.store_message_reference(1, 7, b"m")
         writer.store_message_reference(2, 7, b"m")
         writer.record_dispatch(7, 1, 1)
@@ -202,19 +201,11 @@ def test_a_count_written_by_other_than_a_dispatch_becomes_the_references_latest_
         assert _count_a_kill_keeps(tmp_path / "journal", shadow.path, 7, 1) == 2
         assert _count_a_kill_keeps(tmp_path / "journal", shadow.path, 7, 2) == 3
         assert write_out.calls == 0
-    finally:
-        writer.detach_shadow()
-        shadow.close(void=False)
-        journal.close()
 
 
 def _fill_and_roll(directory, implementation) -> bytes:
-    journal = Journal(directory / "journal", sync="none", file_size=64 * 1024)
-    journal.load()
-    writer = _writer_class(implementation)(journal, 3)
-    shadow, write_out = _shadow(directory, entries=4)
-    writer.attach_shadow(shadow)
-    try:
+    with _writer_with_shadow(directory, implementation, cap=3,
+                             entries=4) as (_journal, writer, shadow, write_out):
         for message_id in range(1, 4):
             writer.store_message_reference(message_id, 7, b"m")
         for count, message_id in [(1, 1), (1, 2), (2, 1), (4, 3), (3, 1)]:    # 4 is above the cap
@@ -224,10 +215,6 @@ def _fill_and_roll(directory, implementation) -> bytes:
         writer.record_dispatch(7, 3, 1)                  # the fifth entry: a write-out and a new epoch
         assert write_out.calls == 1 and shadow.epoch == 1
         assert read_counts(shadow.path, BOOT) == {(7, 3): 1}
-    finally:
-        writer.detach_shadow()
-        shadow.close(void=False)
-        journal.close()
     with open(shadow.path, "rb") as file:
         return file.read()
 
