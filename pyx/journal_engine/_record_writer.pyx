@@ -504,26 +504,25 @@ cdef class RecordWriter:
 
     cdef int _shadow_reused(self, uint64_t queue_id, uint64_t message_id) except -1:
         """A reference with the ids of one that may have a shadow entry in this epoch: void them."""
-        cdef uint64_t h
         if not self._shadow_attached:
             return 0
         while self._shadow_rolling:       # another thread's roll: wait for its end, it may be enough
             _yield_gil()
-        h = _hash(queue_id, message_id)
-        if self._shadow_seen[(h >> 6) & ((1 << (SEEN_BITS_LOG2 - 6)) - 1)] & ((<uint64_t>1) << (h & 63)):
+        if self._may_have_entry(queue_id, message_id):
             self._shadow_roll()
         return 0
 
     cdef int _shadow_follow(self, uint64_t queue_id, uint64_t message_id, uint32_t count) except -1:
         """A count record written by other than a dispatch: if the reference may have an entry in this
         epoch, the count is its latest entry too (load prefers an entry to the journal's count)."""
-        cdef uint64_t h
-        if not self._shadow_attached:
-            return 0
-        h = _hash(queue_id, message_id)
-        if self._shadow_seen[(h >> 6) & ((1 << (SEEN_BITS_LOG2 - 6)) - 1)] & ((<uint64_t>1) << (h & 63)):
+        if self._shadow_attached and self._may_have_entry(queue_id, message_id):
             self._shadow_write(queue_id, message_id, count)
         return 0
+
+    cdef inline bint _may_have_entry(self, uint64_t queue_id, uint64_t message_id) noexcept:
+        """Whether the reference may have an entry in this epoch (the seen bitmap: no false negatives)."""
+        cdef uint64_t h = _hash(queue_id, message_id)
+        return (self._shadow_seen[(h >> 6) & ((1 << (SEEN_BITS_LOG2 - 6)) - 1)] & ((<uint64_t>1) << (h & 63))) != 0
 
     # ----- the writers ------------------------------------------------------------------------------
     cdef int _write_count(self, RefSlot *slot, uint32_t count, object sync) except -1:
