@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pyarrow.parquet
 import pytest
@@ -10,7 +12,7 @@ from spark_journals import POISON_BODY, python_rows, write_broker
 
 from journal_engine.cli import main as cli_main
 from journal_engine.errors import ConfigError
-from journal_engine.spark import environment
+from journal_engine.spark import environment, register
 
 
 @pytest.mark.spark
@@ -65,7 +67,6 @@ def test_without_java_17_the_error_says_what_is_needed(tmp_path, monkeypatch):
 
 @pytest.mark.spark
 def test_the_session_environment_uses_this_interpreter_and_the_loopback(monkeypatch):
-    import sys
     monkeypatch.setenv("JAVA_HOME", os.environ.get("JAVA_HOME", ""))
     for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP"):
         monkeypatch.delenv(name, raising=False)
@@ -83,3 +84,28 @@ def test_the_session_reaches_its_python_workers_over_unix_domain_sockets(spark):
     seen = spark.sparkContext.parallelize([0], 1).map(
         lambda _: os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "").lower()).collect()
     assert seen == ["true"]
+
+
+_PLAIN_SESSION = """
+import logging, sys
+from pyspark.sql import SparkSession
+from journal_engine.spark import environment, register
+environment.prepare("local[1]")
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(name)s: %(message)s")
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+register(spark)
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+def test_registering_in_a_session_that_reaches_its_workers_over_tcp_says_what_to_set(spark, caplog):
+    with caplog.at_level("WARNING", logger="journal_engine.spark.source"):
+        register(spark)                                  # session(): Unix domain sockets, nothing to say
+    assert not caplog.records
+    done = subprocess.run([sys.executable, "-c", _PLAIN_SESSION], capture_output=True, text=True, timeout=300,
+                          check=True)
+    assert "journal_engine.spark.source: this SparkSession reaches its Python workers over TCP" in done.stdout
+    assert f"{environment.UNIX_SOCKETS_OPTION}=true" in done.stdout

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
+from .source import UNIX_SOCKETS_OPTION, register
 
 JAVA_VERSION_MIN = 17
 LOCAL_MASTER_DEFAULT = "local[*]"
@@ -35,7 +36,7 @@ ARROW_UNCHECKED_JAVA_OPTIONS = "-Darrow.enable_unsafe_memory_access=true -Darrow
 #: what every session() sets (``config`` may override): the module docstring says why
 SESSION_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
-    "spark.python.unix.domain.socket.enabled": "true",
+    UNIX_SOCKETS_OPTION: "true",
 }
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
@@ -91,8 +92,6 @@ def session(master: str | None = None, app_name: str = "journal-engine", config:
     ``config``: more Spark settings, applied last; ``java_options``: more options of the driver's and
     executors' JVMs (beside the log configuration), e.g. ``-XX:TieredStopAtLevel=1`` for short sessions."""
     from pyspark.sql import SparkSession
-
-    from .source import register
 
     if not _under_spark_submit():
         prepare(master or LOCAL_MASTER_DEFAULT)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import sys
 
@@ -45,10 +46,14 @@ from ..storage.scan import scan_file
 from ..storage.segment_files import DataFile, list_directory
 from . import columns as arrow_columns
 
+log = logging.getLogger(__name__)
+
 SOURCE_NAME = "journal_engine"
 SPLIT_BYTES_DEFAULT = 64 * 1024 * 1024
 BATCH_ROWS_DEFAULT = 65536
 MODES = ("permissive", "failfast")
+#: Spark's switch from TCP on the loopback to Unix domain sockets for its Python workers (4.1+)
+UNIX_SOCKETS_OPTION = "spark.python.unix.domain.socket.enabled"
 
 
 _frozen = False
@@ -124,8 +129,14 @@ class LiveJournal(InputPartition):
 
 
 def register(spark) -> None:
-    """Make ``spark.read.format("journal_engine")`` read journals in this SparkSession."""
+    """Make ``spark.read.format("journal_engine")`` read journals in this SparkSession, and warn when
+    the session links its Python workers by TCP on the loopback: every partition then waits 40 ms
+    for the kernel's delayed acknowledgement (docs/spark.md, Performance)."""
     spark.dataSource.register(JournalDataSource)
+    if str(spark.conf.get(UNIX_SOCKETS_OPTION, "false")).strip().lower() != "true":
+        log.warning("this SparkSession reaches its Python workers over TCP: each partition of the journal_engine "
+                    "source waits about 40 ms for its input; build the session with %s=true (Spark 4.1+), "
+                    "as journal_engine.spark.session() does", UNIX_SOCKETS_OPTION)
 
 
 class JournalDataSource(DataSource):
