@@ -27,7 +27,7 @@ _WIDTH_WHEN_PIPED = 160
 
 def stdout() -> Console:
     """The console of results: tables keep their columns when piped (no 80-column squeeze)."""
-    out = click.get_text_stream("stdout")
+    out = sys.stdout        # looked up at each call: click's test runner swaps it (get_text_stream is deprecated)
     # markup off: paths, reasons and record fields are data, and "[...]" in them is not a style tag
     console = Console(file=out, highlight=False, soft_wrap=False, markup=False)
     if not console.is_terminal:
@@ -36,7 +36,7 @@ def stdout() -> Console:
 
 
 def stderr() -> Console:
-    return Console(file=click.get_text_stream("stderr"), highlight=False, markup=False)
+    return Console(file=sys.stderr, highlight=False, markup=False)
 
 
 def emit_json(document) -> None:
