@@ -43,6 +43,21 @@ def test_analyze_prints_the_tables_and_writes_plots_and_parquet(spark, tmp_path,
     assert not spark.sparkContext._jsc.sc().isStopped()     # the caller's session stays up
 
 
+@pytest.mark.spark
+def test_analyze_keeps_sparks_log_and_progress_bar_out_of_the_terminal(spark, tmp_path):
+    """A user's run of the command: its own tables on stdout, and on stderr none of Spark's log4j
+    lines (its default profile says where it logs, then INFO lines) nor a stage progress bar."""
+    assert spark.conf.get("spark.ui.showConsoleProgress") == "false"
+    broker = tmp_path / "broker"
+    write_broker(broker)
+    done = subprocess.run([sys.executable, "-m", "journal_engine", "analyze", str(broker)], capture_output=True,
+                          text=True, timeout=300, check=True)
+    assert "== dead-letters" in done.stdout
+    noise = [line for line in done.stderr.splitlines()
+             if " INFO " in line or "log4j" in line or "[Stage " in line or "setLogLevel" in line]
+    assert not noise, noise
+
+
 def test_analyze_refuses_a_path_it_cannot_read(tmp_path, capsys):
     stray = tmp_path / "notes.txt"
     stray.write_text("hello")
