@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("rich", reason="the bench command needs rich: pip install 'journal_engine[bench]'")
 pytest.importorskip("matplotlib", reason="the bench plots need matplotlib: pip install 'journal_engine[bench]'")
-jsonschema = pytest.importorskip("jsonschema")
+jsonschema = pytest.importorskip("jsonschema", reason="the report's schema check needs jsonschema (in the test extra)")
 
 from journal_engine import cli  # noqa: E402
 from journal_engine.benchmarking import peers, plots, report, runner, workloads  # noqa: E402

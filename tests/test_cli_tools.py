@@ -342,7 +342,7 @@ def test_dlq_redrive_moves_back_with_the_audit_trail_and_refuses_loops(broker_di
 # ----- the demo -----------------------------------------------------------------------------------------
 
 def test_the_demo_checks_everything_and_writes_its_chart(tmp_path):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="the demo's chart needs matplotlib: pip install 'journal_engine[demo]'")
     png = tmp_path / "demo.png"
     done = subprocess.run([sys.executable, "-m", "journal_engine", "demo", "--seconds", "1.5", "--seed", "7",
                            "--png", str(png), "--keep", str(tmp_path / "demo")],

@@ -36,7 +36,7 @@ def rows_of(out: str) -> list:
 @pytest.mark.parametrize("store", BACKENDS)
 def test_export_import_round_trip_of_a_broker_directory(tmp_path, capsys, store, file_format):
     if file_format == "parquet":
-        pytest.importorskip("pyarrow")
+        pytest.importorskip("pyarrow", reason="parquet needs pyarrow: pip install 'journal_engine[export]'")
     source = tmp_path / "broker"
     write_broker(source, store)
     exported = tmp_path / f"export.{file_format}"

@@ -72,7 +72,7 @@ def test_a_leader_stops_gathering_when_told():
 def test_both_backends_get_the_same_record_writer(tmp_path, backend):
     """One writer for both stores: the journal's frames go straight into its core, LMDB's records
     through the record-store protocol (before, LMDB ran the Python twin's writer)."""
-    pytest.importorskip("lmdb")
+    pytest.importorskip("lmdb", reason="the LMDB backend needs lmdb: pip install 'journal_engine[lmdb]'")
     later_ms = int(time.time() * 1000) + 86_400_000      # a time already past comes back as 0 ("now")
     store = MessageStore(tmp_path / backend, backend=backend)
     try:
