@@ -12,6 +12,8 @@ import os
 import random
 import shutil
 import struct
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from journal_engine import CorruptRecordError, Journal, RecordKind
 from journal_engine._impl import scan_frames
 from journal_engine.limits import DATA_START_BYTES
 from journal_engine.storage.format import HEADER_FLAG_RECYCLED, stamp_of
+from journal_engine.crashtest import power_loss
+from journal_engine.crashtest.power_loss import OP_MARK, OP_OPEN, OP_SYNC_BEGIN, OP_SYNC_END, OP_WRITE
 from journal_engine.record_format import FrameCheck
 from journal_engine.storage.segment_files import list_directory
 
@@ -182,6 +186,80 @@ def test_torn_last_record_at_every_byte_is_truncated_and_reported(torn_journal, 
         assert after.report.torn_tail is None and after.report.corrupt == []
         assert after.records[2000].body == body(2000, 100)
         shutil.rmtree(work)
+
+
+#: loads each cut's copy in turn under the system-call recorder, which records one directory: each copy is
+#: renamed to "current" for its load, and its name printed first (a mark in the log) says whose calls follow
+_LOAD_EACH = """
+import os, sys
+from journal_engine import Journal
+scratch, file_size, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+current = os.path.join(scratch, "current")
+for name in names:
+    os.rename(os.path.join(scratch, name), current)
+    os.write(1, name.encode() + b"\\n")
+    with Journal(current, file_size=file_size) as journal:
+        journal.load()
+    os.rename(current, os.path.join(scratch, name))
+"""
+
+
+def _durable_when_overwritten(entries: list, path: str, start: int, torn: bytes) -> bytes:
+    """What a power cut would keep of [start, start + len(torn)) of `path` at the moment a load first
+    writes non-zero bytes there (the seal's pad), or at the end of its calls: writes count once a
+    successful sync of their file began after them."""
+    durable, pending, fds, syncs = bytearray(torn), [], set(), {}
+    for serial, entry in enumerate(entries):
+        if entry.op == OP_OPEN:
+            (fds.add if entry.path == path else fds.discard)(entry.fd)
+        elif entry.op == OP_WRITE and entry.fd in fds:
+            low, high = max(start, entry.a), min(start + len(torn), entry.a + len(entry.data))
+            if low < high:
+                piece = entry.data[low - entry.a:high - entry.a]
+                if any(piece):
+                    return bytes(durable)
+                pending.append((serial, low, piece))
+        elif entry.op == OP_SYNC_BEGIN and entry.fd in fds:
+            syncs[entry.a] = serial
+        elif entry.op == OP_SYNC_END and entry.a in syncs:
+            began = syncs.pop(entry.a)
+            if entry.b:
+                for _serial, low, piece in [write for write in pending if write[0] < began]:
+                    durable[low - start:low - start + len(piece)] = piece
+                pending = [write for write in pending if write[0] >= began]
+    return bytes(durable)
+
+
+@pytest.mark.skipif(power_loss.recorder_library() is None,
+                    reason="the system-call recorder is not built (python setup.py build_ext --inplace)")
+@pytest.mark.parametrize("how", ["zeroed", "truncated"])
+def test_torn_bytes_are_erased_and_synced_before_the_seal_pads_over_them(torn_journal, scratch, how):
+    """The seal after recovery pads the torn tail's sector, so the file after a load cannot tell an erased
+    tear shorter than a sector from one left in place: the load's own calls must show the erase. A second
+    process loads every cut under the system-call recorder; at the pad's first write the torn bytes must
+    already be zeros on the disk (a power cut during the pad's write then finds no torn record)."""
+    pristine, last, _full = torn_journal
+    path_name = os.path.basename(last[0])
+    start, end = last[1], last[2]
+    names = [f"cut-{cut}" for cut in range(start + 1, end)]
+    for name, cut in zip(names, range(start + 1, end)):
+        cut_tail(pristine, scratch / name, path_name, cut, how)
+    torn = (pristine / path_name).read_bytes()
+    log_path = scratch / "calls.log"
+    env = dict(os.environ, LD_PRELOAD=power_loss.recorder_library(), **{
+        power_loss.LOG_ENV: str(log_path), power_loss.DIR_ENV: os.path.realpath(scratch / "current"),
+        power_loss.MARK_ENV: "1"})
+    done = subprocess.run([sys.executable, "-c", _LOAD_EACH, str(scratch), str(FILE_SIZE), *names],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    entries = power_loss.read_log(str(log_path))
+    marks = [index for index, entry in enumerate(entries) if entry.op == OP_MARK] + [len(entries)]
+    assert [entries[index].data.decode().strip() for index in marks[:-1]] == names
+    data_path = os.path.join(os.path.realpath(scratch / "current"), path_name)
+    for name, begin, stop in zip(names, marks, marks[1:]):
+        cut = int(name[4:])
+        kept = _durable_when_overwritten(entries[begin + 1:stop], data_path, start, torn[start:cut])
+        assert kept == bytes(cut - start), f"{how} at {cut}: the torn bytes were not erased before the pad"
 
 
 # ----- bit flips --------------------------------------------------------------------------------------
