@@ -8,7 +8,7 @@ import pytest
 import journal_engine
 from journal_engine import Journal
 
-from skips_allowed import SkipGate
+import skips_allowed
 
 SMALL_FILE = 256 * 1024   # small files so tests cross file boundaries quickly
 
@@ -19,8 +19,7 @@ def pytest_report_header(config):
 
 def pytest_configure(config):
     # every skip listed with its message at the end; on CI (CI=true) one not in tests/skips_allowed.py fails
-    part = "compiled" if journal_engine.IMPLEMENTATION == "cython" else "twin"
-    config.pluginmanager.register(SkipGate(part), "journal_engine_skip_gate")
+    skips_allowed.pytest_configure(config)
 
 
 def pytest_sessionstart(session):

@@ -3,8 +3,9 @@
 A skip is allowed when its test id matches `test` (fnmatch), the run is the `part` named ("compiled": the
 suite on the compiled core, "twin": JOURNAL_ENGINE_IMPLEMENTATION=python, "any": both) and pytest's skip
 message contains `says` (so that a test allowed to skip for one reason still fails CI when it skips for
-another). tests/conftest.py registers `SkipGate`, which is on when the environment variable CI is true
-(.ci/run sets it): the session then exits non-zero listing each skip that matched no entry.
+another). tests/conftest.py registers `SkipGate` (and `-p skips_allowed` does, for bench/ in .ci/run), which
+is on when the environment variable CI is true (.ci/run sets it): the session then exits non-zero listing
+each skip that matched no entry.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import os
 from dataclasses import dataclass
 
 import pytest
+
+import journal_engine
 
 PARTS = ("compiled", "twin", "any")
 
@@ -101,3 +104,9 @@ class SkipGate:
         if refused and self.enforce:
             terminalreporter.line(f"CI fails: {len(refused)} skip(s) not in tests/skips_allowed.py "
                                   f"for the {self.part} part", red=True, bold=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The gate of a session: this part of CI found from the implementation the session runs on."""
+    part = "compiled" if journal_engine.IMPLEMENTATION == "cython" else "twin"
+    config.pluginmanager.register(SkipGate(part), "journal_engine_skip_gate")
