@@ -73,12 +73,12 @@ def test_messages_of_a_queue_binding_lost_to_a_kill_are_not_adopted_by_the_next_
     shutil.rmtree(os.path.join(directory, BINDINGS_DIRECTORY))      # the power cut: the bindings never synced
     lines = ["R"] + [f"O {n} send {n}" for n in range(1, 5)]      # none synced: losing them is allowed
     step0 = broker_workload.recovered_state(directory, "none", 1_000_000)
-    assert step0 == {"queue": {}, "dead": {}}
+    assert step0 == {"queue": {}, "dead": {}, "dead_copies": {}}
     assert broker_workload.check_broker({"queue": {}, "dead": {}}, lines, step0, strict=False, context="step 0") == []
     broker_workload.open_broker(directory, "always", True, 1_000_000).close()     # step 1: a start, nothing sent
     step1 = broker_workload.recovered_state(directory, "always", 1_000_000)
     assert broker_workload.check_broker(step0, ["R"], step1, strict=True, context="step 1") == []
-    assert step1 == {"queue": {}, "dead": {}}
+    assert step1 == {"queue": {}, "dead": {}, "dead_copies": {}}
 
 
 _QUEUE_STORED_THEN_KILLED = """

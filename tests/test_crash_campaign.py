@@ -17,10 +17,11 @@ def test_a_smoke_campaign_runs_every_fault_mode_and_finds_no_violation(tmp_path)
     report = Campaign(tmp_path / "scratch", size="smoke", seed=11).run()
     assert report.violations == []
     assert set(report.runs) >= {"kill", "crash-point", "io-error", "bit-flip", "truncation", "power-loss",
-                                "broker-kill"}
+                                "broker-kill", "outside-file", "second-opener", "live-inspect"}
     # libfiu and the small tmpfs run where the machine has them; skipped modes say why
     assert set(report.runs) | set(report.skipped) == {"kill", "crash-point", "io-error", "bit-flip", "truncation",
-                                                      "power-loss", "libfiu", "full-disk", "broker-kill"}
+                                                      "power-loss", "libfiu", "full-disk", "broker-kill",
+                                                      "outside-file", "second-opener", "live-inspect"}
     assert report.power_loss["states"] >= 15 * 2 and report.broker["kills"] == 4
     assert all(report.crash_points_hit[point] >= 1 for point in durability.CRASH_POINTS)
     assert report.acknowledged > 0 and report.calls >= report.acknowledged
@@ -70,7 +71,7 @@ def test_the_command_prints_violations_and_a_json_report(tmp_path):
     assert f"plot: {png}" in done.stdout and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-JOURNAL_ONLY = {"crash-point", "io-error", "bit-flip", "truncation", "full-disk", "broker-kill"}
+JOURNAL_ONLY = {"crash-point", "io-error", "bit-flip", "truncation", "full-disk", "broker-kill", "outside-file"}
 
 
 def test_the_campaign_crashes_the_lmdb_store_with_power_loss_and_libfiu_and_says_what_cannot_apply(tmp_path):
@@ -81,7 +82,7 @@ def test_the_campaign_crashes_the_lmdb_store_with_power_loss_and_libfiu_and_says
     assert set(report.not_applicable) == JOURNAL_ONLY and all(report.not_applicable.values())
     if "libfiu" not in report.skipped:
         assert report.runs["libfiu"] >= 10 and report.libfiu["refused_after"] > 0
-    assert set(report.runs) | set(report.skipped) == {"kill", "power-loss", "libfiu"}
+    assert set(report.runs) | set(report.skipped) == {"kill", "power-loss", "libfiu", "second-opener", "live-inspect"}
     assert {"kill", "power-loss", "libfiu", "campaign"} - set(report.skipped) <= set(report.phases)
 
 

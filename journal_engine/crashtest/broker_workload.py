@@ -22,9 +22,10 @@ The invariants, checked after every recovery (``check_broker``):
     of a rollback acknowledged by a sync;
   * with strict mode, every message delivered before the crash comes back with at least that count
     (so its next delivery is marked redelivered);
-  * nothing never sent appears, and every body is the one sent.
+  * nothing never sent appears, and every body is the one sent;
+  * no message is dead-lettered twice (the dead-letter queue holds one copy of each).
 
-    python -m journal_engine.crashtest.broker_workload DIRECTORY SYNC STRICT SEED CLOCK_MS
+    python -m journal_engine.crashtest.broker_workload DIRECTORY SYNC STRICT SEED CLOCK_MS [STORE]
 """
 from __future__ import annotations
 
@@ -43,10 +44,12 @@ def body_of(message_id: int) -> bytes:
     return b"broker-message-%d" % message_id
 
 
-def open_broker(directory: str, sync: str, strict: bool, clock_ms: int):
+def open_broker(directory: str, sync: str, strict: bool, clock_ms: int, store: str = "journal"):
+    """The workload's broker on `store` ("journal" or "lmdb"), its queues created on first use."""
     from .. import AddressSettings, Broker, ManualClock
     broker = Broker(directory, clock=ManualClock(clock_ms), max_redelivery_records=-1, sync=sync,
-                    persist_delivery_count_before_delivery=strict, store_options={"file_size": FILE_SIZE})
+                    persist_delivery_count_before_delivery=strict, store=store,
+                    store_options={"file_size": FILE_SIZE} if store == "journal" else None)
     broker.address_settings.add(QUEUE, AddressSettings(
         redelivery_delay=100, redelivery_delay_multiplier=2.0, max_redelivery_delay=800,
         max_delivery_attempts=MAX_DELIVERY_ATTEMPTS, dead_letter_address=DEAD_LETTER_ADDRESS))
@@ -56,28 +59,35 @@ def open_broker(directory: str, sync: str, strict: bool, clock_ms: int):
     return broker
 
 
-def recovered_state(directory: str, sync: str, clock_ms: int) -> dict:
-    """{"queue": {id: (delivery count, body)}, "dead": {original id: body}} of the recovered broker:
-    every message received once, with the clock a day on (so delayed ones are due), and none
-    acknowledged. Strict mode stays off here, so that looking writes no delivery count; a message's
-    recovered count is the one its next delivery shows, less one."""
-    broker = open_broker(directory, sync, False, clock_ms + 86_400_000)
+def recovered_state(directory: str, sync: str, clock_ms: int, store: str = "journal") -> dict:
+    """{"queue": {id: (delivery count, body)}, "dead": {original id: body}, "dead_copies": {original
+    id: copies}} of the recovered broker: every message received once, with the clock a day on (so
+    delayed ones are due), and none acknowledged. Strict mode stays off here, so that looking writes
+    no delivery count; a message's recovered count is the one its next delivery shows, less one.
+    Dead letters are keyed by original id, so their copies are counted apart: a second copy of one
+    message would otherwise be invisible."""
+    broker = open_broker(directory, sync, False, clock_ms + 86_400_000, store)
     try:
         consumer = broker.create_consumer(QUEUE)
         queue = {m.message_id: (m.delivery_count - 1, m.body) for m in iter(lambda: consumer.receive(0), None)}
-        dead = {int(m.properties[ORIGINAL_ID]): m.body for m in broker.browse(DEAD_LETTER_QUEUE)}
+        dead: dict = {}
+        copies: dict = {}
+        for message in broker.browse(DEAD_LETTER_QUEUE):
+            original = int(message.properties[ORIGINAL_ID])
+            dead[original] = message.body
+            copies[original] = copies.get(original, 0) + 1
     finally:
         broker.close()
-    return {"queue": queue, "dead": dead}
+    return {"queue": queue, "dead": dead, "dead_copies": copies}
 
 
 def say(line: str) -> None:
     os.write(1, (line + "\n").encode())
 
 
-def run(directory: str, sync: str, strict: bool, seed: int, clock_ms: int) -> None:
+def run(directory: str, sync: str, strict: bool, seed: int, clock_ms: int, store: str = "journal") -> None:
     rng = random.Random(seed)
-    broker = open_broker(directory, sync, strict, clock_ms)
+    broker = open_broker(directory, sync, strict, clock_ms, store)
     clock = broker.clock
     consumer = broker.create_consumer(QUEUE)
     say("R")
@@ -153,6 +163,9 @@ def check_broker(previous: dict, lines: list[str], recovered: dict, *, strict: b
     for message_id, body in dead.items():
         if body != body_of(message_id):
             problems.append(f"{context}: the dead letter of {message_id} has a body it was never sent with")
+    for message_id, copies in recovered.get("dead_copies", {}).items():
+        if copies > 1:
+            problems.append(f"{context}: message {message_id} is in the dead-letter queue {copies} times")
     for message_id in known:
         ops = began.get(message_id, [])
         removing = [s for s, op, _a in ops if op in ("ack", "dlq")]
@@ -189,7 +202,7 @@ def main(argv: list[str]) -> int:
 
     die_with_parent_as_told()
     directory, sync, strict, seed, clock_ms = argv[1], argv[2], argv[3] == "strict", int(argv[4]), int(argv[5])
-    run(directory, sync, strict, seed, clock_ms)
+    run(directory, sync, strict, seed, clock_ms, argv[6] if len(argv) > 6 else "journal")
     return 0
 
 

@@ -35,7 +35,9 @@ processes), so the cost of each mode stays visible.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import multiprocessing
 import os
 import random
@@ -44,6 +46,7 @@ import shutil
 import signal
 import subprocess
 import time
+import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,24 +54,58 @@ from typing import Callable
 
 from ..storage import durability
 from ..storage.journal import Journal
-from . import broker_workload, children, fault_workload, power_loss
+from . import broker_workload, children, fault_workload, outside, power_loss
 from . import scratch as scratch_module
-from .checker import recover_and_check
+from .checker import matching_prefix, recover_and_check
 from .journal_workload import FILE_SIZE
 from .model import Model, foreign_bodies, recovered_view
+from .stores import BUILT_IN
 
 MODES = ("always", "group", "none")
 SIZES = {   # kills, crash-point hits per point, io errors per point, bit flips, truncation journals;
             # power loss: recorded runs, crash points per run, states per crash point
+            # from outside the process (outside.py): files touched, second openers, inspections of a live store
     "smoke": dict(kills=6, point_hits=1, io_errors=1, bit_flips=60, truncations=1,      # seconds: for test suites
-                  power_runs=1, power_points=15, power_states=8, libfiu_runs=1, libfiu_faults=10, full_disks=1, broker_kills=4),
+                  power_runs=1, power_points=15, power_states=8, libfiu_runs=1, libfiu_faults=10, full_disks=1, broker_kills=4,
+                  outside_files=3, second_openers=3, live_inspections=2),
     "quick": dict(kills=60, point_hits=2, io_errors=1, bit_flips=300, truncations=1,
-                  power_runs=3, power_points=40, power_states=20, libfiu_runs=2, libfiu_faults=40, full_disks=3, broker_kills=20),
+                  power_runs=3, power_points=40, power_states=20, libfiu_runs=2, libfiu_faults=40, full_disks=3, broker_kills=20,
+                  outside_files=9, second_openers=6, live_inspections=4),
     "ci": dict(kills=500, point_hits=10, io_errors=4, bit_flips=10_000, truncations=1,
-               power_runs=9, power_points=400, power_states=50, libfiu_runs=8, libfiu_faults=260, full_disks=20, broker_kills=100),
+               power_runs=9, power_points=400, power_states=50, libfiu_runs=8, libfiu_faults=260, full_disks=20, broker_kills=100,
+               outside_files=30, second_openers=18, live_inspections=16),
     "long": dict(kills=5_000, point_hits=50, io_errors=20, bit_flips=100_000, truncations=4,
-                 power_runs=60, power_points=600, power_states=40, libfiu_runs=20, libfiu_faults=1000, full_disks=100, broker_kills=1000),
+                 power_runs=60, power_points=600, power_states=40, libfiu_runs=20, libfiu_faults=1000, full_disks=100, broker_kills=1000,
+                 outside_files=300, second_openers=90, live_inspections=80),
 }
+OUTSIDE_RUNS_PER_TASK = 6      # runs of an outside mode a worker does in one task
+OUTSIDE_FILE_CALLS = 800     # calls of the run that writes the journal an outside process then changes: several files
+# What a campaign of a size must reach (docs/crash-testing.md, "Figures"), read from its report: a
+# figure below its floor fails the run (exit status 5), naming the figure. The figures are the
+# journal's: a campaign on another store is held to its modes having run, not to these numbers.
+FIGURES = {
+    "SIGKILLs": lambda report: report.runs.get("kill", 0),
+    "power-loss states": lambda report: report.power_loss.get("states", 0),
+    "power-loss crash points": lambda report: report.power_loss.get("crash_points", 0),
+    "injected I/O faults": lambda report: report.libfiu.get("faults", 0) + report.runs.get("io-error", 0),
+    "hits of each named crash point": lambda report: min(
+        [report.crash_points_hit.get(point, 0) for point in durability.CRASH_POINTS], default=0),
+    "bit flips": lambda report: report.runs.get("bit-flip", 0),
+    "broker kills": lambda report: report.broker.get("kills", 0),
+    "outside-file runs": lambda report: report.runs.get("outside-file", 0),
+    "second openers": lambda report: report.runs.get("second-opener", 0),
+    "live inspections": lambda report: report.runs.get("live-inspect", 0),
+}
+ACCEPTANCE = {
+    "ci": {"SIGKILLs": 500, "power-loss states": 100_000, "power-loss crash points": 3_000,
+           "injected I/O faults": 2_000, "hits of each named crash point": 10, "bit flips": 10_000,
+           "broker kills": 100, "outside-file runs": 30, "second openers": 18, "live inspections": 16},
+    "long": {"SIGKILLs": 5_000, "power-loss states": 800_000, "power-loss crash points": 30_000,
+             "injected I/O faults": 20_000, "hits of each named crash point": 50, "bit flips": 100_000,
+             "broker kills": 1_000, "outside-file runs": 300, "second openers": 90, "live inspections": 80},
+}
+# sizes whose every mode must run: a mode skipped for a missing tool fails the run (exit status 5)
+COMPLETE_SIZES = ("ci", "long")
 FULL_DISK_BYTES = 4 * 1024 * 1024     # the small tmpfs of the full-disk mode
 POWER_LOSS_CALLS = 600      # calls of each recorded run: a few thousand system calls, several files rolled
 CHAIN_LENGTH = 10
@@ -91,6 +128,7 @@ class Report:
     full_disk: dict = field(default_factory=dict)     # runs on a small tmpfs, how many ended in StoreFullError
     broker: dict = field(default_factory=dict)        # broker-level kills and the calls they made
     damage: dict = field(default_factory=dict)        # bit-flip / truncation -> outcome -> how many
+    outside: dict = field(default_factory=dict)       # outside-file / second-opener / live-inspect -> outcome -> n
     crash_positions: list = field(default_factory=list)   # power loss: (fraction of the run's log, states)
     calls: int = 0
     acknowledged: int = 0
@@ -112,7 +150,8 @@ class Report:
         self.skipped.update(part.skipped)
         self.not_applicable.update(part.not_applicable)
         for mine, theirs in ((self.crash_points_hit, part.crash_points_hit), (self.full_disk, part.full_disk),
-                             (self.broker, part.broker), (self.damage, part.damage)):
+                             (self.broker, part.broker), (self.damage, part.damage),
+                             (self.outside, part.outside)):
             add_counts(mine, theirs)
         self.crash_positions += part.crash_positions
         self.calls += part.calls
@@ -145,6 +184,17 @@ class Report:
             table[phase] = row
         return table
 
+    def shortfalls(self) -> list[str]:
+        """The acceptance figures of this size (ACCEPTANCE) the campaign did not reach, as sentences."""
+        if self.store != "journal":
+            return []
+        return [f"{figure}: {FIGURES[figure](self):,} reached, {floor:,} required"
+                for figure, floor in ACCEPTANCE.get(self.size, {}).items() if FIGURES[figure](self) < floor]
+
+    def missing_modes(self) -> dict:
+        """The modes a campaign of this size was asked for and did not run (skipped), with why."""
+        return dict(self.skipped) if self.size in COMPLETE_SIZES else {}
+
     def reproduce(self) -> str:
         size = "" if self.size == "quick" else f" --{self.size}"
         store = "" if self.store == "journal" else f" --store {self.store}"
@@ -155,12 +205,13 @@ class Report:
                 "skipped": self.skipped, "not_applicable": self.not_applicable,
                 "crash_points_hit": self.crash_points_hit,
                 "power_loss": self.power_loss, "libfiu": self.libfiu, "full_disk": self.full_disk,
-                "broker": self.broker, "damage": self.damage,
+                "broker": self.broker, "damage": self.damage, "outside": self.outside,
                 "calls": self.calls, "acknowledged": self.acknowledged,
                 "lost_unacknowledged": self.lost_unacknowledged, "violations": self.violations,
                 "duration_s": round(self.duration_s, 3), "cpu_s": round(self.cpu_s, 3), "workers": self.workers,
                 "phases": self.phase_table(self.phases.get("campaign", {}).get("first_start")),
-                "stale_scratch_removed": self.stale_scratch_removed, "reproduce": self.reproduce()}
+                "stale_scratch_removed": self.stale_scratch_removed, "shortfalls": self.shortfalls(),
+                "missing_modes": self.missing_modes(), "reproduce": self.reproduce()}
 
 
 def add_counts(into: dict, counts: dict) -> None:
@@ -179,10 +230,13 @@ def cpu_seconds() -> float:
 
 
 def _run_workload(directory: str, mode: str, seed: int, first_seq: int, first_id: int, *, kill_after: float | None,
-                  env: dict | None = None, max_calls: int = 20_000, store: str = "journal") -> tuple[list, int, str]:
-    """Run the journal workload child; SIGKILL it `kill_after` seconds after its recovery (None: let it end)."""
+                  env: dict | None = None, max_calls: int = 20_000, store: str = "journal",
+                  outside: tuple | None = None) -> tuple[list, int, str]:
+    """Run the journal workload child; SIGKILL it `kill_after` seconds after its recovery (None: let it
+    end); `outside`: (delay, act) for children.run_child."""
     return children.run_child(["journal_engine.crashtest.journal_workload", directory, mode, str(seed),
-                               str(first_seq), str(first_id), str(max_calls), store], kill_after=kill_after, env=env)
+                               str(first_seq), str(first_id), str(max_calls), store], kill_after=kill_after, env=env,
+                              outside=outside)
 
 
 @dataclass
@@ -210,6 +264,36 @@ def _part(scratch_dir: str, size: str, plan: dict, store: str, seed: int, method
     campaign.plan = plan
     getattr(campaign, method)(*args)
     return campaign.report
+
+
+@contextlib.contextmanager
+def _quiet_load():
+    """A load whose damage is judged from its report: its warning and log lines would only be noise
+    on the campaign's terminal."""
+    logger = logging.getLogger("journal_engine")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _workload_problems(lines: list, returncode: int, stderr: str, context: str, expect_exit: tuple, *,
+                       errors_as: tuple = ("True", "True")) -> list[str]:
+    """What a journal workload's run broke by itself: an error that reached it as other than a
+    JournalError that is also an OSError (`errors_as`: (is a JournalError, is an OSError) as the oracle
+    prints them), an exit it was not expected to make (a signal, a crash)."""
+    problems = [f"{context}: an error reached the caller as {line.split()[1]}, not as a JournalError"
+                f"{' that is also an OSError' if errors_as[1] == 'True' else ''}"
+                for line in lines if line.startswith("X ") and line.split()[2:2 + len(errors_as)] != list(errors_as)]
+    if returncode not in expect_exit:
+        how = f"died of {signal.Signals(-returncode).name}" if returncode < 0 else f"failed with exit {returncode}"
+        problems.append(f"{context}: the workload {how}: "
+                        f"{stderr.strip().splitlines()[-1:] if stderr.strip() else ''}")
+    return problems
 
 
 class Campaign:
@@ -268,9 +352,13 @@ class Campaign:
         for chain in range((plan["kills"] + CHAIN_LENGTH - 1) // CHAIN_LENGTH):
             tasks.append(self._part_task("kill", min(CHAIN_LENGTH, plan["kills"] - chain * CHAIN_LENGTH),
                                          "kill_chain", chain, min(CHAIN_LENGTH, plan["kills"] - chain * CHAIN_LENGTH)))
+        if self.store in BUILT_IN:
+            tasks += self._outside_tasks("second-opener", "second_openers", "second_opener_runs")
+            tasks += self._outside_tasks("live-inspect", "live_inspections", "live_inspect_runs")
         if self.store != "journal":
             self.report.not_applicable.update(self._not_applicable())
             return tasks
+        tasks += self._outside_tasks("outside-file", "outside_files", "outside_file_runs")
         for index in range(plan["truncations"]):
             tasks.append(self._part_task("damage-build", 1, "damage_build", index,
                                          absorb=functools.partial(self._after_damage_build, index)))
@@ -284,9 +372,19 @@ class Campaign:
         tasks.append(self._part_task("full-disk", plan["full_disks"], "full_disk"))
         return tasks
 
+    def _outside_tasks(self, phase: str, planned: str, method: str) -> list[_Task]:
+        total = self.plan[planned]
+        return [self._part_task(phase, min(OUTSIDE_RUNS_PER_TASK, total - first), method, first,
+                                min(OUTSIDE_RUNS_PER_TASK, total - first))
+                for first in range(0, total, OUTSIDE_RUNS_PER_TASK)]
+
     def _not_applicable(self) -> dict:
         internals = "named crash points and failure points are steps inside the journal's own code"
-        return {"crash-point": internals, "io-error": internals,
+        unknown = {} if self.store in BUILT_IN else {
+            "second-opener": "which lock keeps a second opener of a user's store out is the store's own affair",
+            "live-inspect": "the inspection commands read the journal and the LMDB store only"}
+        return {**unknown, "outside-file": "the files cut, overwritten or deleted are the journal's data files, "
+                                           "and the damage is judged by what its recovery reports","crash-point": internals, "io-error": internals,
                 "bit-flip": "damage is placed in the journal's frames, and judged by what its recovery reports",
                 "truncation": "cuts are made at the journal's frame boundaries, and judged by what its recovery "
                               "reports",
@@ -399,22 +497,18 @@ class Campaign:
 
     # ----- workload runs checked by the oracle ----------------------------------------------------
     def _chain_step(self, directory: str, state: dict, mode: str, context: str, *, kill_after, env=None,
-                    expect_exit=(0, -signal.SIGKILL), max_calls: int | None = None, before_check=None) -> int:
+                    expect_exit=(0, -signal.SIGKILL), max_calls: int | None = None, before_check=None,
+                    outside: tuple | None = None, store: str | None = None) -> int:
         seed = self.rng.randrange(1 << 30)
+        store = store or self.store
         lines, returncode, stderr = _run_workload(directory, mode, seed, state["seq"], state["id"],
-                                                  kill_after=kill_after, env=env, store=self.store,
+                                                  kill_after=kill_after, env=env, store=store, outside=outside,
                                                   max_calls=max_calls or (20_000 if kill_after is not None else 600))
         if before_check is not None:
             before_check(lines, returncode)
         context = f"{context} (mode {mode}, workload seed {seed})"
-        for line in lines:
-            if line.startswith("X ") and line.split()[2:4] != ["True", "True"]:
-                self.report.violations.append(f"{context}: an I/O failure reached the caller as {line.split()[1]}, "
-                                              f"not as a JournalError that is also an OSError")
-        if returncode not in expect_exit:
-            self.report.violations.append(f"{context}: the workload failed with exit {returncode}: "
-                                          f"{stderr.strip().splitlines()[-1:] if stderr.strip() else ''}")
-        check = recover_and_check(directory, state["model"], lines, context, file_size=FILE_SIZE, store=self.store)
+        self.report.violations += _workload_problems(lines, returncode, stderr, context, expect_exit)
+        check = recover_and_check(directory, state["model"], lines, context, file_size=FILE_SIZE, store=store)
         self.report.violations += check.violations
         self.report.calls += check.calls
         self.report.acknowledged += check.acknowledged
@@ -491,29 +585,13 @@ class Campaign:
         found = {"kills": 0, "strict_kills": 0, "sends": 0, "deliveries": 0, "rollbacks": 0, "acks": 0,
                  "dead_letters": 0}
         directory = str(self.scratch / f"broker-{chain}")
-        previous = {"queue": {}, "dead": {}}
-        clock_ms = 1_000_000
+        state = {"previous": {"queue": {}, "dead": {}}, "clock_ms": 1_000_000}
         for step in range(count):
             strict = step % 2 == 1           # strict mode is the broker's switch: on and off in turn
-            sync = self.rng.choice(MODES)
-            seed = self.rng.randrange(1 << 30)
-            context = (f"broker chain {chain} step {step} (sync {sync}, strict {'on' if strict else 'off'}, "
-                       f"workload seed {seed})")
-            lines, returncode, stderr = children.run_child(
-                ["journal_engine.crashtest.broker_workload", directory, sync, "strict" if strict else "default",
-                 str(seed), str(clock_ms)], kill_after=self.rng.uniform(0.0, 0.15))
-            if returncode != -signal.SIGKILL:
-                self.report.violations.append(f"{context}: the workload ended with exit {returncode}: "
-                                              f"{stderr.strip().splitlines()[-1:]}")
-            clock_ms = max([clock_ms] + [int(line.split()[1]) for line in lines if line.startswith("T ")])
-            try:
-                recovered = broker_workload.recovered_state(directory, sync, clock_ms)
-            except Exception as exc:
-                self.report.violations.append(f"{context}: the broker failed to recover: {exc!r}")
+            lines = self._broker_step(directory, state, f"broker chain {chain} step {step}", strict=strict,
+                                      kill_after=self.rng.uniform(0.0, 0.15))
+            if lines is None:
                 break
-            self.report.violations += broker_workload.check_broker(previous, lines, recovered, strict=strict,
-                                                                   context=context)
-            previous = recovered
             for line in lines:
                 parts = line.split()
                 if parts[0] == "O":
@@ -527,6 +605,177 @@ class Campaign:
             self.progress("broker-kill", step + 1, count)
         shutil.rmtree(directory, ignore_errors=True)
         add_counts(self.report.broker, found)
+
+    def _broker_step(self, directory: str, state: dict, context: str, *, strict: bool, kill_after: float,
+                     store: str = "journal", outside_act: tuple | None = None) -> list | None:
+        """One run of the broker workload on `directory`, killed `kill_after` s after its recovery, then
+        recovered and checked against its oracle and `state` (the previous recovery and the clock, which
+        it updates); its oracle lines, or None when the broker did not recover."""
+        sync = self.rng.choice(MODES)
+        seed = self.rng.randrange(1 << 30)
+        context = (f"{context} (store {store}, sync {sync}, strict {'on' if strict else 'off'}, "
+                   f"workload seed {seed})")
+        lines, returncode, stderr = children.run_child(
+            ["journal_engine.crashtest.broker_workload", directory, sync, "strict" if strict else "default",
+             str(seed), str(state["clock_ms"]), store], kill_after=kill_after, outside=outside_act)
+        if returncode != -signal.SIGKILL:
+            self.report.violations.append(f"{context}: the workload ended with exit {returncode}: "
+                                          f"{stderr.strip().splitlines()[-1:]}")
+        state["clock_ms"] = max([state["clock_ms"]] + [int(line.split()[1]) for line in lines if line.startswith("T ")])
+        try:
+            recovered = broker_workload.recovered_state(directory, sync, state["clock_ms"], store)
+        except Exception as exc:
+            self.report.violations.append(f"{context}: the broker failed to recover: {exc!r}")
+            return None
+        self.report.violations += broker_workload.check_broker(state["previous"], lines, recovered, strict=strict,
+                                                               context=context)
+        state["previous"] = recovered
+        return lines
+
+    # ----- from outside the process (journal_engine.crashtest.outside) --------------------------------
+    def _outcome(self, mode: str, name: str) -> None:
+        outcomes = self.report.outside.setdefault(mode, {})
+        outcomes[name] = outcomes.get(name, 0) + 1
+
+    def outside_file_runs(self, first: int, count: int) -> None:
+        """Runs `first` .. `first + count - 1`: a journal of several files written by one workload run,
+        then a second run during which this process truncates, overwrites or deletes one of its data
+        files and asks it for a compaction; recovered and checked (outside.py states the invariant)."""
+        for n in range(first, first + count):
+            action = outside.OUTSIDE_FILE_ACTIONS[n % len(outside.OUTSIDE_FILE_ACTIONS)]
+            directory = str(self.scratch / f"outside-{n}")
+            state = {"model": Model(), "seq": 1, "id": 1}
+            self._chain_step(directory, state, "group", f"outside-file run {n}, the journal before",
+                             kill_after=None, max_calls=OUTSIDE_FILE_CALLS)
+            mode, seed = self.rng.choice(MODES), self.rng.randrange(1 << 30)
+            touched = {"what": ""}
+            act_rng = random.Random(seed)
+
+            def act(pid: int) -> None:
+                touched["what"] = outside.touch_data_file(directory, action, act_rng)
+                outside.ask_compaction(pid)
+
+            # not killed: the act, then the compaction it asks for, run their course (kills are the kill mode's)
+            lines, returncode, stderr = _run_workload(directory, mode, seed, state["seq"], state["id"],
+                                                      kill_after=None, max_calls=OUTSIDE_FILE_CALLS,
+                                                      outside=(self.rng.uniform(0.0, 0.05), act))
+            context = (f"outside-file run {n} ({touched['what'] or action + ': no file touched'}; mode {mode}, "
+                       f"workload seed {seed})")
+            # the workload may stop at a JournalError naming the damage (a CorruptRecordError is no OSError)
+            self.report.violations += _workload_problems(lines, returncode, stderr, context,
+                                                         (0, 1), errors_as=("True",))
+            self._outcome("outside-file", self._check_outside_file(directory, state["model"], lines,
+                                                                   touched["what"], context))
+            self.report.count("outside-file")
+            self.progress("outside-file", n - first + 1, count)
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _check_outside_file(self, directory: str, model: Model, lines: list, touched: str, context: str) -> str:
+        """Recover a journal another process changed a file of: every acknowledged call back, or the
+        damage reported naming that file, by recovery (or its refusal) or by the workload's journal
+        itself (an error naming it: its compaction refusing the file, say). The outcome's name."""
+        from ..errors import JournalError
+        name = next((word for word in touched.split() if word.startswith("journal-")), "")
+        ops = [line.split()[1:] for line in lines if line.startswith("O ")]
+        acked = max([int(line.split()[1]) for line in lines if line.startswith("A ")], default=0)
+        acked_count = sum(1 for op in ops if int(op[0]) <= acked)
+        try:
+            with _quiet_load(), Journal(directory, file_size=FILE_SIZE, compact_min_files=0) as journal:
+                result = journal.load()
+        except JournalError as exc:
+            if name and name in f"{exc} {getattr(exc, 'path', '')}":
+                return "refused, naming the file"
+            self.report.violations.append(f"{context}: recovery refused without naming the file touched: {exc!r}")
+            return "refused, not naming the file"
+        except Exception as exc:    # noqa: BLE001 -- a crash of recovery is a finding
+            self.report.violations.append(f"{context}: recovery failed: {exc!r}")
+            return "recovery failed"
+        recovered = recovered_view(result)
+        self.report.violations += [f"{context}: damaged bytes surfaced as data: {problem}"
+                                   for problem in foreign_bodies(recovered[0], recovered[1])]
+        named = bool(name) and outside.report_names(result.report, name)
+        if matching_prefix(model, ops, acked_count, recovered) is not None:
+            return "recovered whole, damage reported" if named else "recovered whole"
+        if named:
+            return "acknowledged records lost, reported at the file"
+        if name and any(line.startswith("X ") and line.split()[-1] == name for line in lines):
+            return "acknowledged records lost, reported at the file by the workload's journal"
+        torn = f"only a torn tail at {result.report.torn_tail}" if result.report.torn_tail else "nothing"
+        self.report.violations.append(f"{context}: acknowledged records lost silently (recovery reported "
+                                      f"{result.report.corrupt[:2] or torn} of the file touched)")
+        return "acknowledged records lost silently"
+
+    def second_opener_runs(self, first: int, count: int) -> None:
+        """Runs in which this process opens the workload's directory a second time while it runs: as it
+        is, with the lock file removed, and (a broker) with the other backend. Each must be refused."""
+        for n in range(first, first + count):
+            variant = outside.SECOND_OPENER_VARIANTS[n % len(outside.SECOND_OPENER_VARIANTS)]
+            directory = str(self.scratch / f"second-opener-{n}")
+            found = {"problem": None}
+
+            def act(_pid: int, variant=variant, directory=directory) -> None:
+                found["problem"] = outside.second_open(self.store, directory, variant)
+
+            delay = self.rng.uniform(0.0, 0.05)
+            context = f"second-opener run {n} ({variant})"
+            if variant == "other backend":
+                state = {"previous": {"queue": {}, "dead": {}}, "clock_ms": 1_000_000}
+                self._broker_step(directory, state, context, strict=False, kill_after=delay + 0.05,
+                                  store=self.store, outside_act=(delay, act))
+            else:
+                state = {"model": Model(), "seq": 1, "id": 1}
+                self._chain_step(directory, state, self.rng.choice(MODES), context, kill_after=delay + 0.05,
+                                 outside=(delay, act))
+            if found["problem"] is None:
+                self._outcome("second-opener", "workload ended before the second open")
+            elif found["problem"]:
+                self.report.violations.append(f"{context}: {found['problem']}")
+                self._outcome("second-opener", f"{variant}: let in")
+            else:
+                self._outcome("second-opener", f"{variant}: refused")
+            self.report.count("second-opener")
+            self.progress("second-opener", n - first + 1, count)
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def live_inspect_runs(self, first: int, count: int) -> None:
+        """Runs in which `journal-engine print / stats / verify / export / dlq list` inspect the
+        workload's directory while it writes: the journal and the LMDB store, a record store and a
+        broker directory in turn."""
+        backends = BUILT_IN if self.store == "journal" else (self.store,)
+        for n in range(first, first + count):
+            store = backends[n % len(backends)]
+            broker = (n // len(backends)) % 2 == 1
+            commands = outside.BROKER_INSPECTIONS if broker else outside.STORE_INSPECTIONS
+            command = commands[(n // (2 * len(backends))) % len(commands)]
+            directory = str(self.scratch / f"live-inspect-{n}")
+            started: dict = {}
+
+            def act(_pid: int, command=command, directory=directory):
+                started["process"], started["errors"] = outside.start_inspection(directory, command)
+                return started["process"]
+
+            delay = self.rng.uniform(0.0, 0.05)
+            context = f"live-inspect run {n} (`journal-engine {' '.join(command)}` on a live {store} " \
+                      f"{'broker' if broker else 'store'})"
+            if broker:
+                state = {"previous": {"queue": {}, "dead": {}}, "clock_ms": 1_000_000}
+                self._broker_step(directory, state, context, strict=False, kill_after=delay + 0.05, store=store,
+                                  outside_act=(delay, act))
+            else:
+                state = {"model": Model(), "seq": 1, "id": 1}
+                self._chain_step(directory, state, self.rng.choice(MODES), context, kill_after=delay + 0.05,
+                                 outside=(delay, act), store=store)
+            if "process" in started:
+                returncode, problems = outside.inspection_problems(started["process"], started["errors"], command,
+                                                                   context)
+                self.report.violations += problems
+                self._outcome("live-inspect", f"{' '.join(command[:2 if command[0] == 'dlq' else 1])} on {store}: "
+                                              f"exit {returncode}{', traceback' if problems else ''}")
+            else:
+                self._outcome("live-inspect", "workload ended before the inspection")
+            self.report.count("live-inspect")
+            self.progress("live-inspect", n - first + 1, count)
+            shutil.rmtree(directory, ignore_errors=True)
 
     # ----- a real full disk: a small tmpfs --------------------------------------------------------------
     def full_disk(self) -> None:
@@ -601,7 +850,7 @@ class Campaign:
         """Flips `first` .. `first + count - 1` of pristine journal `index`: one bit of a random frame each."""
         pristine = self._pristine(index)
         original = self._original(index)
-        frames = _frame_bounds(pristine)
+        frames = outside.frame_bounds(pristine)
         work = str(self.scratch / f"damaged-{index}-flips-{first}")
         for n in range(first, first + count):
             path, start, end = self.rng.choice(frames)
@@ -617,7 +866,7 @@ class Campaign:
         """Pristine journal `index` cut at, and one byte on each side of, every frame boundary."""
         pristine = self._pristine(index)
         original = self._original(index)
-        frames = _frame_bounds(pristine)
+        frames = outside.frame_bounds(pristine)
         work = str(self.scratch / f"damaged-{index}-cuts")
         cuts = sorted({(path, cut) for path, start, _end in frames for cut in (start - 1, start, start + 1)})
         for n, (path, cut) in enumerate(cuts):
@@ -701,18 +950,3 @@ def mount_small_disk(mount_point: Path, size_bytes: int) -> str | None:
         return (f"a real full disk needs a small tmpfs, and `mount -t tmpfs` is not permitted here: "
                 f"{done.stderr.strip() or done.returncode}")
     return None
-
-
-def _frame_bounds(directory: str) -> list:
-    """(path, start, end) of every valid frame of every data file: where damage is placed."""
-    from .._impl import scan_frames
-    from ..storage.format import stamp_of
-    from ..storage.segment_files import list_directory
-    bounds = []
-    for data in list_directory(directory).data:
-        raw = Path(data.path).read_bytes()
-        rows = scan_frames(raw, stamp_of(data.header.file_id), data.header.data_start)
-        for index, row in enumerate(rows[:-1]):
-            if row[1] == 0:
-                bounds.append((data.path, row[0], rows[index + 1][0]))
-    return bounds

@@ -60,15 +60,7 @@ def recover_and_check(directory: str, model: Model, lines: list[str], context: s
     check.violations += [f"{context}: {problem}"
                          for problem in split_groups(ops, recovered[0], durable_ids(model, ops, acked))]
 
-    states = model.copy()
-    for op in ops[:acked_count]:
-        states.apply(op)
-    matched = None
-    for n in range(acked_count, len(ops) + 1):
-        if n > acked_count:
-            states.apply(ops[n - 1])
-        if model_view(states) == recovered:
-            matched = n
+    matched = matching_prefix(model, ops, acked_count, recovered)
     if matched is None:
         missing = _missing_acknowledged(model, ops[:acked_count], recovered[0])
         check.violations.append(
@@ -89,6 +81,21 @@ def recover_and_check(directory: str, model: Model, lines: list[str], context: s
                             + [member[1] for op in ops if op[1] == "grp" for member in group_members(op)], default=0)
     check.lost_unacknowledged = len(ops) - matched
     return check
+
+
+def matching_prefix(model: Model, ops: list, acked_count: int, recovered: tuple) -> int | None:
+    """The longest n >= `acked_count` whose first n calls of `ops`, applied to `model`, give the
+    `recovered` view; None when no such prefix does (something acknowledged is lost or changed)."""
+    states = model.copy()
+    for op in ops[:acked_count]:
+        states.apply(op)
+    matched = None
+    for n in range(acked_count, len(ops) + 1):
+        if n > acked_count:
+            states.apply(ops[n - 1])
+        if model_view(states) == recovered:
+            matched = n
+    return matched
 
 
 def repeatable_and_tidy(directory: str, recovered: tuple, context: str, reopen) -> list[str]:

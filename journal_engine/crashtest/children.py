@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 import traceback
+from typing import Callable
 
 from ..storage import durability
 
@@ -30,6 +31,7 @@ _PR_SET_PDEATHSIG = 1
 PARENT_ENV = "JOURNAL_ENGINE_CRASH_TEST_PARENT"     # a pid the workload is to die with
 READY_TIMEOUT_S = 30.0        # a child that never finishes its recovery is killed after this
 RUN_TIMEOUT_S = 120.0         # and any child after this
+HELPER_TIMEOUT_S = 60.0       # the kill waits this long at most for an outside action's process to end
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:
@@ -92,10 +94,14 @@ def die_with_parent_as_told() -> None:
         die_with_parent(int(parent))
 
 
-def run_child(module_and_args: list[str], *, kill_after: float | None, env: dict | None = None
-              ) -> tuple[list[str], int, str]:
+def run_child(module_and_args: list[str], *, kill_after: float | None, env: dict | None = None,
+              outside: tuple[float, Callable] | None = None) -> tuple[list[str], int, str]:
     """Run ``python -m module args...`` (forked from this process where that is safe), reading its
     oracle; SIGKILL it `kill_after` seconds after its ``R`` line (None: let it end).
+    `outside` = (delay_s, act): ``act(pid)`` runs here `delay_s` after the ``R`` line, while the child
+    runs, as another process acting on the child's files would; when it returns a process (a Popen:
+    an inspection tool), the kill waits for that process to end (HELPER_TIMEOUT_S at most). A child
+    that ends first never sees the act.
     Returns the complete lines it printed, its exit status (negative: the signal) and its stderr."""
     with tempfile.TemporaryFile() as errors:
         if forking_is_safe():
@@ -106,7 +112,7 @@ def run_child(module_and_args: list[str], *, kill_after: float | None, env: dict
                                        stderr=errors, env={**os.environ, **(env or {}), **bound_to_parent()})
             pid, out = process.pid, process.stdout.fileno()
         try:
-            lines = _read_oracle(pid, out, kill_after)
+            lines = _read_oracle(pid, out, kill_after, outside)
         finally:
             if process is None:
                 os.close(out)
@@ -155,24 +161,34 @@ def _fork(module_and_args: list[str], env: dict, errors_fd: int) -> tuple[int, i
             os._exit(code if isinstance(code, int) else 0)
 
 
-def _read_oracle(pid: int, fd: int, kill_after: float | None) -> list[str]:
+def _read_oracle(pid: int, fd: int, kill_after: float | None, outside: tuple[float, Callable] | None = None
+                 ) -> list[str]:
     """Every complete line the child prints until it ends; a line cut by the kill is no acknowledgement."""
     started = time.monotonic()
     lines: list[str] = []
     pending = b""
     kill_at = None if kill_after is not None else started + RUN_TIMEOUT_S
+    act_at = None
+    helper, helper_deadline = None, 0.0
     killed = False
     while True:
         now = time.monotonic()
         if kill_at is None and now - started > READY_TIMEOUT_S:
             kill_at = now
-        if not killed and kill_at is not None and now >= kill_at:
+        if outside is not None and act_at is not None and now >= act_at:
+            helper, helper_deadline = outside[1](pid), now + HELPER_TIMEOUT_S
+            outside = act_at = None
+        helper_running = helper is not None and helper.poll() is None and now < helper_deadline
+        if not killed and kill_at is not None and now >= kill_at and not helper_running:
             os.kill(pid, signal.SIGKILL)
             killed = True
         if killed:
             wait = 10.0
         else:
-            wait = max(0.0, (kill_at if kill_at is not None else started + READY_TIMEOUT_S) - now)
+            due = [moment for moment in (kill_at, act_at) if moment is not None]
+            wait = max(0.0, min(due, default=started + READY_TIMEOUT_S) - now)
+            if helper_running:      # poll it (a kill already due waits for it)
+                wait = 0.02
         readable, _, _ = select.select([fd], [], [], wait)
         if not readable:
             if killed:
@@ -188,6 +204,8 @@ def _read_oracle(pid: int, fd: int, kill_after: float | None) -> list[str]:
             lines.append(line)
             if line == "R" and kill_after is not None and kill_at is None:
                 kill_at = time.monotonic() + kill_after
+            if line == "R" and outside is not None and act_at is None:
+                act_at = time.monotonic() + outside[0]
     return lines
 
 

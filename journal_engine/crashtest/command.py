@@ -1,5 +1,6 @@
 """`journal-engine crash-test`: a campaign with a live progress bar, a table, JSON, and the line
-``violations: N`` (exit status 1 on any violation, with the command that replays the campaign)."""
+``violations: N`` (exit status 1 on any violation, with the command that replays the campaign; 5 when
+a --ci or --long campaign left a mode unrun or an acceptance figure unreached, naming it)."""
 from __future__ import annotations
 
 import json
@@ -12,9 +13,13 @@ from pathlib import Path
 from .campaign import Campaign
 from .scratch import CampaignInterrupted
 
+EXIT_VIOLATIONS = 1
+EXIT_INCOMPLETE = 5     # no violation, but the campaign did less than its size promises: CI must not pass it
+
 
 def run(size: str, seed: int | None, json_path: str | None, scratch: str | None, store: str = "journal") -> int:
-    """The command: 0 with no violation, 1 with any; 128 + the signal when SIGINT / SIGTERM / SIGHUP
+    """The command: 0 with no violation, 1 with any; 5 with none but a mode asked for that did not run or
+    an acceptance figure not reached (--ci, --long); 128 + the signal when SIGINT / SIGTERM / SIGHUP
     stopped it (its scratch removed all the same)."""
     try:
         from rich.progress import Progress
@@ -92,10 +97,18 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None,
         print(f"... and {len(report.violations) - 20} more (all in the JSON report)")
     if png_path:
         print(f"  plot: {png_path}")
+    for mode, why in report.missing_modes().items():
+        print(f"INCOMPLETE the {mode} mode did not run: {why}")
+    for shortfall in report.shortfalls():
+        print(f"INCOMPLETE acceptance figure not reached: {shortfall}")
     print(f"violations: {len(report.violations)}")
     if report.violations:
         print(f"reproduce: {report.reproduce()}", file=sys.stderr)
-        return 1
+        return EXIT_VIOLATIONS
+    if report.missing_modes() or report.shortfalls():
+        print(f"crash-test {size}: incomplete (exit status {EXIT_INCOMPLETE}); reproduce: {report.reproduce()}",
+              file=sys.stderr)
+        return EXIT_INCOMPLETE
     return 0
 
 

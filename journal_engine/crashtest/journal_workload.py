@@ -16,15 +16,16 @@ CRC (journal_engine.crashtest.bodies), so a recovered body that was never writte
 """
 from __future__ import annotations
 
+import os
 import random
+import signal
 import sys
 
 from ..record_format import RecordKind
 from .bodies import make_body, xid_of
 from .stores import FILE_SIZE, open_store  # noqa: F401  (FILE_SIZE: the campaign and tests take it from here)
 
-
-
+COMPACT_SIGNAL = signal.SIGUSR1     # the campaign's outside-file mode asks for a compaction with it
 _GROUP_KINDS = {"add": RecordKind.ADD, "upd": RecordKind.UPDATE, "del": RecordKind.DELETE}
 
 
@@ -42,6 +43,7 @@ class JournalWorkload:
         self.live_set: set[int] = set()
         self.prepared: dict[int, list] = {}  # tx id -> ops [(kind, record_id)] still to be resolved
         self.out = sys.stdout
+        self.compact_asked = False           # SIGUSR1: another process changed a file; compact it next
 
     def emit(self, line: str) -> None:
         self.out.write(line + "\n")
@@ -228,6 +230,9 @@ class JournalWorkload:
         self.journal.compact()
 
     def step(self) -> None:
+        if self.compact_asked:
+            self.compact_asked = False
+            return self.compact()
         if self.prepared and self.rng.random() < 0.05:
             return self.resolve_prepared(self.rng.choice(sorted(self.prepared)))
         r = self.rng.random()
@@ -281,6 +286,7 @@ def run_workload(directory: str, mode: str, seed: int, first_seq: int, first_id:
     rng = random.Random(seed)
     with open_store(store, directory, mode) as journal:   # the journal: small files, compaction runs
         work = start_workload(journal, journal.load(), rng, mode, first_seq, first_id)
+        signal.signal(COMPACT_SIGNAL, lambda _signum, _frame: setattr(work, "compact_asked", True))
         for _ in range(max_calls):
             work.step()
     work.emit("E")
@@ -288,7 +294,8 @@ def run_workload(directory: str, mode: str, seed: int, first_seq: int, first_id:
 
 def main(argv: list[str]) -> int:
     """Exit 0 after the calls; 1 after an error, reported on the oracle as
-    ``X <type> <is a JournalError> <is an OSError> <errno>`` (injected I/O errors end a run so)."""
+    ``X <type> <is a JournalError> <is an OSError> <errno> <file named>`` (injected I/O errors end a run
+    so; the file is the name of the error's path, "-" when it names none)."""
     from journal_engine import JournalError
     from .children import die_with_parent_as_told
 
@@ -300,7 +307,7 @@ def main(argv: list[str]) -> int:
         run_workload(directory, mode, seed, first_seq, first_id, max_calls, store)
     except Exception as exc:
         sys.stdout.write(f"X {type(exc).__name__} {isinstance(exc, JournalError)} {isinstance(exc, OSError)} "
-                         f"{getattr(exc, 'errno', None)}\n")
+                         f"{getattr(exc, 'errno', None)} {os.path.basename(getattr(exc, 'path', None) or '-')}\n")
         sys.stdout.flush()
         raise
     return 0

@@ -37,3 +37,12 @@ def open_store(spec: str, directory: str, sync: str, *, for_recovery: bool = Fal
         raise ValueError(f"store {spec!r}: use 'journal', 'lmdb' or 'package.module:factory'")
     factory = getattr(importlib.import_module(module_name), attribute)
     return factory(directory, sync)
+
+
+def lock_file(spec: str) -> str:
+    """The name of the lock file that keeps a second opener out of a built-in store's directory."""
+    if spec == "journal":
+        from ..storage.format import LOCK_FILE
+        return LOCK_FILE
+    from ..store.lmdb_store import LOCK_FILE as LMDB_LOCK_FILE
+    return LMDB_LOCK_FILE
