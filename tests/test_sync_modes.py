@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from journal_engine.limits import SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
+from journal_engine.limits import BUFFER_SIZE_DEFAULT_BYTES, SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX
 
 SMALL = 64 * 1024
 MODES = ["always", "group", "none"]
@@ -188,6 +188,43 @@ def test_group_mode_buffer_size_forces_an_early_flush(open_journal):
         time.sleep(0.002)
 
 
+def _wait_durable(journal, what: str) -> None:
+    appended = journal.appended_bytes
+    deadline = time.monotonic() + 30
+    while journal.durable_bytes < appended:
+        assert time.monotonic() < deadline, f"the flusher did not sync {what} in 30 s"
+        time.sleep(0.001)
+
+
+def _append_unsynced(journal, first_id: int, frames: int) -> None:
+    """`frames` appends of 256-byte frames (a 32-byte header, 224 bytes of body), nobody waiting."""
+    for record_id in range(first_id, first_id + frames):
+        journal.add(record_id, 1, bytes(224), sync=False)
+
+
+def test_group_mode_default_buffer_size_is_490_kib_and_more_pending_wakes_the_flusher(open_journal, tmp_path):
+    """The README's figure: buffer_size is 490 KiB unless set. Up to it pending, the flusher keeps to its
+    window (the appends become durable no earlier than the window after the sync before them); past it,
+    it syncs long before its 10 s window ends."""
+    assert BUFFER_SIZE_DEFAULT_BYTES == 490 * 1024
+    window_s = 1.0
+    journal, _ = open_journal(file_size=4 * 1024 * 1024, sync="group", buffer_timeout_us=int(window_s * 1e6))
+    before_first_sync = time.monotonic()
+    _flusher_synced_a_first_append(journal)
+    _append_unsynced(journal, 0, 480 * 1024 // 256)              # 480 KiB pending: under the buffer
+    _wait_durable(journal, "480 KiB")
+    assert time.monotonic() - before_first_sync >= window_s, "480 KiB pending woke the flusher before its window"
+    journal, _ = open_journal(tmp_path / "ten-second-window", file_size=4 * 1024 * 1024, sync="group",
+                              buffer_timeout_us=10_000_000)
+    _flusher_synced_a_first_append(journal)
+    base = journal.stats()["syncs"]
+    _append_unsynced(journal, 0, 500 * 1024 // 256)              # 500 KiB pending: past it
+    deadline = time.monotonic() + 5.0
+    while journal.stats()["syncs"] == base:
+        assert time.monotonic() < deadline, "500 KiB pending did not wake the flusher within half its window"
+        time.sleep(0.002)
+
+
 def test_group_mode_sync_true_waits_but_default_does_not(open_journal):
     """An append without sync=True waits for the flusher's window: it becomes durable no earlier than the
     window after the sync before it began (a lower bound, which no slowness of the machine can break;
@@ -197,11 +234,7 @@ def test_group_mode_sync_true_waits_but_default_does_not(open_journal):
     before_first_sync = time.monotonic()
     _flusher_synced_a_first_append(journal)
     journal.add(1, 1, b"no wait")           # within the flusher's window
-    appended = journal.appended_bytes
-    deadline = time.monotonic() + 30
-    while journal.durable_bytes < appended:
-        assert time.monotonic() < deadline, "the flusher did not sync an append in 30 s"
-        time.sleep(0.001)
+    _wait_durable(journal, "an append")
     assert time.monotonic() - before_first_sync >= window_s, "the flusher synced an append inside its window"
     journal.add(2, 1, b"wait", sync=True)
     stats = journal.stats()
