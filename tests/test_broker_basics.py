@@ -257,16 +257,17 @@ def test_settings_changed_after_sends_apply_to_the_next_send(broker):
     assert [m.expiration for m in broker.browse("q")] == [0, NOW + 10, NOW + 20]
 
 
-def test_manual_clock_receive_zero_never_sleeps(broker):
+def test_manual_clock_receive_zero_returns_none_on_an_empty_queue(broker):
+    """How long a receive(0) takes is bench/test_bench_waits.py's (group receive-now)."""
     broker.create_queue("q")
     consumer = broker.create_consumer("q")
-    started = time.monotonic()
     for _ in range(100):
         assert consumer.receive(0) is None
-    assert time.monotonic() - started < 0.5
 
 
 def test_receive_with_timeout_waits_for_a_send_from_another_thread():
+    """It waits (lower bounds, which no slowness breaks) and a send ends the wait before its timeout; how
+    soon after the send is bench/test_bench_waits.py's (group receive-wakeup)."""
     broker = Broker()
     broker.create_queue("q")
     consumer = broker.create_consumer("q")
@@ -275,15 +276,17 @@ def test_receive_with_timeout_waits_for_a_send_from_another_thread():
     timer.start()
     message = consumer.receive(5.0)
     elapsed = time.monotonic() - started
-    assert message.body == b"late"
-    assert 0.05 < elapsed < 2.0
+    assert message is not None and message.body == b"late"     # before receive(5.0) timed out
+    assert elapsed > 0.05
     started = time.monotonic()
     assert consumer.receive(0.2) is None
-    assert 0.15 < time.monotonic() - started < 2.0
+    assert time.monotonic() - started > 0.15
     broker.close()
 
 
 def test_receive_with_the_wall_clock_wakes_when_a_redelivery_falls_due():
+    """Not before the delay, and before receive(3.0) times out; how late after the due time is
+    bench/test_bench_waits.py's (group receive-wakeup)."""
     broker = Broker()
     broker.address_settings.add("q", AddressSettings(redelivery_delay=150))
     broker.create_queue("q")
@@ -293,8 +296,8 @@ def test_receive_with_the_wall_clock_wakes_when_a_redelivery_falls_due():
     started = time.monotonic()
     message = consumer.receive(3.0)
     elapsed = time.monotonic() - started
-    assert message.delivery_count == 2
-    assert 0.1 < elapsed < 1.5
+    assert message is not None and message.delivery_count == 2
+    assert elapsed > 0.1
     broker.close()
 
 

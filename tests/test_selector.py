@@ -3,7 +3,6 @@ three-valued logic, type rules, literals, and parse errors with their column and
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 
@@ -444,15 +443,13 @@ def test_deep_nesting_is_refused_cleanly_not_with_recursion_error():
 
 # ----------------------------------------------------------------------------- compile once, use often
 
-def test_compiled_selector_is_reused_and_fast():
+def test_compiled_selector_is_reused():
+    """How fast it matches is bench/test_bench_waits.py's (group selector)."""
     selector = compile_selector("color = 'red' AND weight BETWEEN 10 AND 20 AND kind IN ('a', 'b')")
     assert compile_selector("color = 'red' AND weight BETWEEN 10 AND 20 AND kind IN ('a', 'b')") is selector
-    messages = [{"color": "red" if i % 2 else "blue", "weight": i % 30, "kind": "ab"[i % 2]} for i in range(20_000)]
-    started = time.perf_counter()
+    messages = [{"color": "red" if i % 2 else "blue", "weight": i % 30, "kind": "ab"[i % 2]} for i in range(2_000)]
     selected = sum(1 for m in messages if selector.matches(m))
-    elapsed = time.perf_counter() - started
     assert selected == sum(1 for m in messages if m["color"] == "red" and 10 <= m["weight"] <= 20 and m["kind"] in "ab")
-    assert elapsed < 2.0
 
 
 def test_selector_equality_and_text():

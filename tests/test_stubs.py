@@ -18,7 +18,6 @@ import inspect
 import os
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -179,12 +178,10 @@ def test_stub_parameters_match_the_runtime_signatures(name):
 
 def run_mypy_tool(args: list[str]) -> subprocess.CompletedProcess:
     pytest.importorskip("mypy", reason="mypy is in the test extra")
-    started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "MYPY_FORCE_COLOR": "0"})
-    # the stubs alone take a few seconds; far more means mypy is analysing the whole package
-    assert time.monotonic() - started < 60, f"{args[0]} took {time.monotonic() - started:.0f} s"
-    return result
+    # the stubs alone take a few seconds (follow_imports=silent keeps mypy off the package); the timeout
+    # only ends a hung run, it asserts no speed
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "MYPY_FORCE_COLOR": "0"})
 
 
 def test_stubs_pass_mypy_strict():
