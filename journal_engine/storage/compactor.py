@@ -27,8 +27,8 @@ from .._impl import ReplayState, crc32c, encode_frame
 from ..errors import CorruptRecordError, JournalError
 from . import durability
 from .format import COMPACT_NAME, CONTROL_FILE, DATA_NAME, HEADER_FLAG_COMPACTED, HEADER_FLAG_FRESH, FileHeader, compact_name, data_name, free_name, stamp_of
-from ..record_format import RecordKind
-from .recovery import replay_data_file
+from ..record_format import FrameCheck, RecordKind
+from .recovery import damage_of_followed_file, replay_data_file
 from .segment_files import DataFile, read_compaction_plan, read_header
 
 log = logging.getLogger("journal_engine.storage")
@@ -111,27 +111,35 @@ def _live_frames(state: ReplayState, replaceable: dict):
             yield RecordKind.PREPARE, 0, 0, tx_id, len(ops).to_bytes(4, "little") + xid
 
 
-def compact(journal) -> None:
+def compact(journal, *, accept_damage: bool = False) -> None:
     """Compact every data file before the writer's current one (see the module docstring).
 
     A failure before the commit point removes its outputs and changes nothing; a failure after it
     leaves the control file, and the next compaction (or load) finishes the swap first, so one
-    failed compaction never stops later ones.
+    failed compaction never stops later ones. Damage in any source (see `_refuse_damage`) refuses
+    it before anything is written, unless `accept_damage`.
     """
     directory = journal.directory
     _finish_committed(journal)   # a swap that an earlier failure left part-way
+    if not accept_damage:
+        # before the roll, so that a refused compaction (the automatic one retries at every file
+        # switch) never leaves a fresh file behind
+        _refuse_damage(journal, [_as_it_is_now(journal, data) for data in journal.data_files()])
     active = journal._roll_for_compaction()
     journal.sync()
     sources = [data for data in journal.data_files() if data.header.sequence < active.sequence]
     if not sources:
         return
+    # each source as it is on disk now, not as it was listed when it was written or loaded: another
+    # process may have cut or replaced it since
+    sources = [_as_it_is_now(journal, data) for data in sources]
     state = ReplayState(journal.replaceable_types)
+    damage = []
     for data in sources:
-        replay_data_file(state, data)
-    if state.corrupt:
-        path, offset, reason = state.corrupt[0]
-        raise CorruptRecordError(f"compaction refused: {reason}", path=path, offset=offset,
-                                 hint="run `journal-engine verify`; compacting would erase the evidence")
+        end, check = replay_data_file(state, data)
+        damage += damage_of_followed_file(data, end, FrameCheck(check))
+    if not accept_damage:
+        _refuse_damage(journal, [], list(state.corrupt) + damage)
 
     outputs = []          # (path, file_id, sequence)
     try:
@@ -172,6 +180,44 @@ def compact(journal) -> None:
                                         + kept_replaceable))
     durability.crash_point("compact-control-written")
     _finish_swap(directory, plan, journal.reclaim_file)
+
+
+def _as_it_is_now(journal, data: DataFile) -> DataFile:
+    """`data` read again from the disk: its size now, and its header, which must still be the one the
+    journal wrote (CorruptRecordError naming the file when it is gone, unreadable or another file)."""
+    try:
+        now = read_header(data.path)
+    except CorruptRecordError:
+        journal.mark_damaged(data.path)
+        raise
+    if (now.header.file_id, now.header.sequence) != (data.header.file_id, data.header.sequence):
+        journal.mark_damaged(data.path)
+        raise CorruptRecordError(
+            f"compaction refused: the file's header names file id {now.header.file_id} sequence "
+            f"{now.header.sequence}, not the {data.header.file_id} / {data.header.sequence} this journal wrote",
+            path=data.path, offset=0, field="header",
+            hint="another process replaced the file; run `journal-engine verify` and restore it from a copy")
+    return now
+
+
+def _refuse_damage(journal, files: list, damage: list = ()) -> None:
+    """Raise CorruptRecordError for the first damage found: in `damage` (path, offset, reason), in a
+    file of `files` that is cut short, or in one that load reported. Compacting a damaged file would
+    drop every record past the damage and leave a journal that loads clean: the loss would be silent."""
+    known = journal.damaged_files()
+    for data in files:
+        damage = list(damage) + damage_of_followed_file(data, data.size, FrameCheck.VALID)
+        if data.path in known:
+            damage.append((data.path, 0, "load reported damage in this file"))
+    if not damage:
+        return
+    for path, _offset, _reason in damage:
+        journal.mark_damaged(path)
+    path, offset, reason = damage[0]
+    raise CorruptRecordError(f"compaction refused: {reason}", path=path, offset=offset,
+                             hint="run `journal-engine verify` and keep a copy of the file; compacting would "
+                                  "drop the records past the damage and erase the evidence (compact(accept_damage="
+                                  "True) compacts what can be read)")
 
 
 def _finish_committed(journal) -> None:

@@ -200,6 +200,9 @@ class Journal(JournalCore):
         self._flusher_start = threading.Lock()
         self._durable_futures = DurableFutures()     # the async callers' futures (the asyncio face)
         self._compaction_lock = threading.Lock()
+        # data files load found damaged (or a compaction found cut, overwritten or gone): compaction
+        # refuses them, so the evidence and whatever could still be read from them stay on disk
+        self._damaged_paths: set[str] = set()
         self._compaction_thread: threading.Thread | None = None
         self.compaction_count = 0
         self.last_compaction_error: BaseException | None = None
@@ -300,6 +303,7 @@ class Journal(JournalCore):
         for tx_id in incomplete:
             self.rollback(tx_id, sync=True)
         report.rolled_back = incomplete
+        self._damaged_paths = {path for path, _offset, _reason in report.corrupt}
         if last >= 0 and listing.data[last].header.version != FORMAT_VERSION:
             # an older version's file is continued by nothing this version writes (a record group
             # there would be misread by that version's reader): appends go to a new file
@@ -459,10 +463,11 @@ class Journal(JournalCore):
         try:
             self.compact()
         except Exception as exc:   # reported through stats(); the journal keeps working uncompacted
+            if repr(exc) != repr(self.last_compaction_error):      # logged once, not at every file switch
+                log.error("automatic compaction failed: %s", exc)
             self.last_compaction_error = exc
-            log.error("automatic compaction failed: %s", exc)
 
-    def compact(self) -> None:
+    def compact(self, *, accept_damage: bool = False) -> None:
         """Rewrite the live records of every file before the active one; crash-safe.
 
         Frees the space of deleted records and of replaced updates (``replaceable_types``); a crash
@@ -471,23 +476,38 @@ class Journal(JournalCore):
         any thread while others append, and waits for a compaction already running. Returns None;
         raises ``JournalClosedError`` before ``load()`` or after ``close()``, ``JournalIOError`` /
         ``StoreFullError`` when writing the new files fails (the old ones stay in use).
+
+        A data file that is damaged -- reported by ``load()``, or cut short, overwritten or removed by
+        another process since -- makes it raise ``CorruptRecordError`` naming the file, before anything
+        is written: compacting would drop the records past the damage with no trace, and the next load
+        would be clean. ``accept_damage=True`` compacts anyway, keeping what can be read (a deliberate
+        choice after ``journal-engine verify`` and a copy of the damaged files).
         """
         if self.read_only:
             raise JournalError("a read-only journal is never compacted", hint="open it with read_only=False")
         if self._state != "loaded":
             raise JournalClosedError("the journal is closed or not loaded")
         with self._compaction_lock:
-            compactor.compact(self)
+            compactor.compact(self, accept_damage=accept_damage)
             self.compaction_count += 1
 
     def data_files(self) -> list[DataFile]:
         """The data files in replay order (the compactor's sources)."""
         return list(self._data_files)
 
+    def damaged_files(self) -> set[str]:
+        """Paths of data files known to be damaged (compaction refuses them)."""
+        return set(self._damaged_paths)
+
+    def mark_damaged(self, path: str) -> None:
+        """A compaction found `path` damaged: later compactions refuse it without reading it again."""
+        self._damaged_paths.add(path)
+
     def replace_data_files(self, replaced_paths: list[str], outputs: list[DataFile]) -> None:
         """A compaction committed: `outputs` take the place of the files at `replaced_paths`
         (in replay order: outputs carry the sequences of files they replace). Idempotent."""
         gone = set(replaced_paths) | {data.path for data in outputs}
+        self._damaged_paths -= gone
         kept = [data for data in self._data_files if data.path not in gone]
         self._data_files = sorted(list(outputs) + kept, key=lambda data: data.header.sequence)
 

@@ -69,6 +69,19 @@ def cut_short_reason(data) -> str:
             f"records past the cut are lost")
 
 
+def damage_of_followed_file(data, end: int, check: FrameCheck) -> list:
+    """(path, offset, reason) of what is damaged in a data file that later data follows (a file before
+    the last with data, or a compaction's source): a cut past its allocation, and valid frames that
+    stop at damage. Recovery and compaction judge a file by this one rule, so compaction never drops
+    what load would report."""
+    damage = []
+    if cut_short(data):
+        damage.append((data.path, data.size, cut_short_reason(data)))
+    if classify_end(data, end, check) == FrameCheck.INVALID:
+        damage.append((data.path, end, DAMAGED_END_REASON))
+    return damage
+
+
 def classify_end(data, end: int, check: FrameCheck) -> FrameCheck:
     """Where the valid frames of a file stop, is that a clean end or the start of a torn write?
 
