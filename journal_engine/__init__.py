@@ -4,7 +4,7 @@
 the Python twin runs (forced by JOURNAL_ENGINE_IMPLEMENTATION=python).
 """
 from ._impl import IMPLEMENTATION, RecordInfo
-from .errors import (ConfigError, CorruptRecordError, DuplicateRecordError, IncompatibleFormatError,
+from .errors import (ConfigError, CorruptRecordError, DuplicateRecordError, FileChangedError, IncompatibleFormatError,
                      JournalClosedError, JournalError, JournalFailedError, JournalLockedError,
                      RecordTooLargeError, StoreFullError, UnknownRecordError, UnknownTransactionError)
 from .record_format import RecordKind
@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "IMPLEMENTATION", "Journal", "LoadResult", "LoadReport", "RecordInfo", "PreparedTransaction",
     "TransactionRecord", "RecordKind",
-    "JournalError", "CorruptRecordError", "IncompatibleFormatError", "JournalClosedError", "JournalFailedError",
+    "JournalError", "CorruptRecordError", "FileChangedError", "IncompatibleFormatError", "JournalClosedError", "JournalFailedError",
     "JournalLockedError", "ConfigError", "RecordTooLargeError", "StoreFullError", "UnknownRecordError",
     "DuplicateRecordError", "UnknownTransactionError",
     "MessageStore", "RecoveredState", "RecoveredReference", "StoredMessage", "StoredQueue", "RecordType",

@@ -186,6 +186,10 @@ class FrameColumns:
 GAP_REASONS: dict[int, str]
 """FrameCheck value -> what a reader reports of such damage followed by valid frames (``ReplayState.corrupt``)."""
 
+GUARDS_MAPPED_READS: bool
+"""True where scan_columns reads a mapped file under a SIGBUS guard (a file cut short meanwhile raises
+FileChangedError); storage/scan.py maps files only where it holds, and reads them otherwise."""
+
 def scan_columns(buffer: ReadableBuffer, stamp: int, start: int) -> FrameColumns:
     """Decode every frame of one file from ``start`` into a :class:`FrameColumns`: the one parser
     of the format, which recovery, compaction, the tools and the Spark source read through."""

@@ -76,6 +76,12 @@ class JournalFailedError(JournalIOError):
                    hint="the journal accepts no more writes; reopen it")
 
 
+class FileChangedError(CorruptRecordError):
+    """A file changed under the process that uses it: another process cut it short (or replaced it)
+    while it was mapped or read. ``offset`` is where the cut was met. Raised instead of the SIGBUS
+    that a read of a mapped page past a file's new end would kill the interpreter with."""
+
+
 class JournalLockedError(JournalError):
     """Another Journal in this or another process holds the directory; ``holder_pid`` is that
     process's id when the holder wrote it (the message names it too)."""

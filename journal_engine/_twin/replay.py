@@ -13,6 +13,9 @@ from ..record_format import GROUP_BODY, GROUP_MEMBER, GROUP_MEMBER_KINDS, FrameC
 from .livemap import LiveMap
 
 #: what a reader reports of damage (a FrameCheck other than VALID) followed by valid frames
+#: Python cannot survive a SIGBUS: storage/scan.py reads files into owned bytes for the twin, never maps them
+GUARDS_MAPPED_READS = False
+
 GAP_REASONS = {
     FrameCheck.ZERO: "unwritten gap followed by valid records",
     FrameCheck.FOREIGN: "bytes of another file id followed by valid records",

@@ -4,6 +4,11 @@
 bodies buffer the result owns) and unmaps it, so nothing refers to a file that may later be
 recycled or truncated. `scan_file` and `scan_directory` are the same for a path and for a whole
 journal directory, for readers outside the journal (the CLI, the Spark data source).
+
+Another process may cut a file short while it is read. A read of a mapped page past the new end
+raises SIGBUS, which would kill the interpreter: the compiled decoder reads mappings under a SIGBUS
+guard (``GUARDS_MAPPED_READS``), the Python twin is given the file's bytes read into memory instead.
+Either way a file shorter than when it was listed raises FileChangedError naming it.
 """
 from __future__ import annotations
 
@@ -12,7 +17,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .._impl import FrameColumns, scan_columns
+from .._impl import GUARDS_MAPPED_READS, FrameColumns, scan_columns
+from ..errors import FileChangedError
 from ..limits import SCAN_THREADS_MAX, SCAN_THREADS_MIN_BYTES
 from . import durability
 from .format import FileHeader, stamp_of
@@ -24,6 +30,28 @@ def _map_for_reading(fd: int) -> mmap.mmap:
     return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
 
 
+def _read_whole(fd: int, size: int) -> bytearray:
+    """The file's first `size` bytes, read (a short read when the file is shorter now)."""
+    data = bytearray(size)
+    view = memoryview(data)
+    done = 0
+    while done < size:
+        got = os.preadv(fd, [view[done:]], done)
+        if got == 0:
+            break
+        done += got
+    del view
+    del data[done:]
+    return data
+
+
+def _cut_while_listed(data: DataFile, size_now: int) -> FileChangedError:
+    return FileChangedError(f"the file is {size_now} bytes long, {data.size} when it was listed: it was cut short "
+                            f"while it was read", path=data.path, offset=size_now,
+                            hint="another process truncated the file; stop it, then read again (what is left "
+                                 "is reported as a file cut short)")
+
+
 def cut_short(data: DataFile) -> bool:
     """A file shorter than it was allocated: damage at rest (a crash never shortens a file, which is
     created full size and fsynced before it is named), so whatever lay past the cut is lost."""
@@ -31,10 +59,24 @@ def cut_short(data: DataFile) -> bool:
 
 
 def scan_data_file(data: DataFile) -> FrameColumns:
-    """Every frame of one listed data file, from its data start, as columns."""
+    """Every frame of one listed data file, from its data start, as columns; FileChangedError when
+    another process cuts it short before or during the read."""
+    stamp, start = stamp_of(data.header.file_id), data.header.data_start
     try:
-        with open(data.path, "rb") as handle, _map_for_reading(handle.fileno()) as view:
-            return scan_columns(view, stamp_of(data.header.file_id), data.header.data_start)
+        with open(data.path, "rb") as handle:
+            if not GUARDS_MAPPED_READS:
+                view = _read_whole(handle.fileno(), data.size)
+                if len(view) < data.size:
+                    raise _cut_while_listed(data, len(view))
+                return scan_columns(view, stamp, start)
+            with _map_for_reading(handle.fileno()) as view:
+                if len(view) < data.size:
+                    raise _cut_while_listed(data, len(view))
+                try:
+                    return scan_columns(view, stamp, start)
+                except FileChangedError as cut:
+                    raise FileChangedError(f"{cut.args[0].split(' (hint:')[0]}", path=data.path, offset=cut.offset,
+                                           hint=cut.hint) from None
     except OSError as exc:
         raise durability.io_error(exc, data.path, "reading") from exc
 

@@ -48,7 +48,7 @@ import struct
 import uuid
 
 from .._impl import crc32c
-from ..errors import IncompatibleFormatError
+from ..errors import FileChangedError, IncompatibleFormatError
 from ..record_format import (SHADOW_ENTRY, SHADOW_ENTRY_BYTES, SHADOW_HEADER, SHADOW_HEADER_BYTES, SHADOW_MAGIC,
                              SHADOW_VERSION)
 from ..storage import durability
@@ -124,20 +124,33 @@ class DeliveryShadow:
         self.touched: set = set()                       # keys with an entry in this epoch (the twin's)
         self._write_out = write_out
         self._boot = this_boot
-        size = HEADER_BYTES + entries * ENTRY_BYTES
-        if not os.path.exists(path) or os.path.getsize(path) != size:
+        self.size = HEADER_BYTES + entries * ENTRY_BYTES
+        if not os.path.exists(path) or os.path.getsize(path) != self.size:
             # real zeros: a store into a mapped hole would need a block, and a full disk would SIGBUS
-            durability.create_zero_filled(path, size, b"")
-        fd = os.open(path, os.O_RDWR)
-        try:
-            self.mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+            durability.create_zero_filled(path, self.size, b"")
+        # kept open: Python's own writes go through it (pwrite), never through the mapping, whose pages
+        # past the end of a file another process cut would kill the interpreter with SIGBUS; only the
+        # compiled writer stores into the mapping, under its SIGBUS guard
+        self._fd = os.open(path, os.O_RDWR)
+        self.mapping = mmap.mmap(self._fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self._write_header()
+
+    def cut_error(self, offset: int | None = None) -> FileChangedError:
+        """What a write into the shadow raises once another process has cut the file short."""
+        return FileChangedError("the delivery-count shadow was cut short by another process", path=self.path,
+                                offset=offset, hint="the counts are in the journal: close the store (or the "
+                                "broker) and open it again, which makes a new shadow")
+
+    def _write(self, offset: int, data: bytes) -> None:
+        """`data` at `offset` of the file (the page cache the mapping shares); FileChangedError when the
+        file is shorter than the shadow, instead of a write that would extend a file another process cut."""
+        if os.fstat(self._fd).st_size < self.size:
+            raise self.cut_error(offset)
+        os.pwrite(self._fd, data, offset)
 
     def _write_header(self) -> None:
         head = _HEADER.pack(MAGIC, VERSION, self.life, self.epoch, self._boot)
-        self.mapping[0:HEADER_BYTES] = (head + _HEADER_CRC.pack(crc32c(head))).ljust(HEADER_BYTES, b"\0")
+        self._write(0, (head + _HEADER_CRC.pack(crc32c(head))).ljust(HEADER_BYTES, b"\0"))
 
     def roll(self) -> None:
         """Write the journal out, then void every entry (a new epoch); writing restarts at the front."""
@@ -153,8 +166,7 @@ class DeliveryShadow:
         if self.next == self.capacity:
             self.roll()
         entry = _ENTRY.pack(queue_id, message_id, count, self.epoch, self.life)
-        offset = HEADER_BYTES + self.next * ENTRY_BYTES
-        self.mapping[offset:offset + ENTRY_BYTES] = entry + _ENTRY_CRC.pack(crc32c(entry))
+        self._write(HEADER_BYTES + self.next * ENTRY_BYTES, entry + _ENTRY_CRC.pack(crc32c(entry)))
         self.next += 1
         self.touched.add((queue_id, message_id))
 
@@ -162,9 +174,12 @@ class DeliveryShadow:
         """Unmap; with void the header is wiped (the journal holds every count durably)."""
         if self.mapping.closed:
             return
-        if void:
-            self.mapping[0:HEADER_BYTES] = bytes(HEADER_BYTES)
-        self.mapping.close()
+        try:
+            if void:
+                os.pwrite(self._fd, bytes(HEADER_BYTES), 0)     # harmless on a file another process cut
+        finally:
+            self.mapping.close()
+            os.close(self._fd)
 
 
 def void(path: str) -> None:

@@ -38,6 +38,16 @@ from journal_engine.limits import check_max_redelivery_records, u32_array, u64_a
 from journal_engine import record_format as _format
 
 je_crc32c_init()
+
+cdef extern from "bus_guard.h":
+    int JE_BUS_FAULT
+    int je_bus_install()
+    int je_bus_guarded_copy(void *dst, const void *src, size_t n) noexcept nogil
+
+# entries go into the shadow's mapping under the SIGBUS guard: a shadow file another process cuts short
+# raises FileChangedError at the next dispatch instead of killing the interpreter
+if je_bus_install() != 0:
+    raise ImportError("journal_engine._record_writer: cannot install its SIGBUS handler")
 # the constants below are compiled in; the record format's home must agree with them
 assert (_format.SHADOW_ENTRY_BYTES, _format.SHADOW_HEADER_BYTES) == (SHADOW_ENTRY, SHADOW_HEADER), \
     "the shadow layout in record_format changed: rebuild this module to match"
@@ -483,7 +493,9 @@ cdef class RecordWriter:
         store_u32(entry + 20, self._shadow_epoch)
         store_u32(entry + 24, self._shadow_life)
         store_u32(entry + 28, je_crc32c(0, entry, SHADOW_ENTRY - 4))
-        memcpy(self._shadow_entries + self._shadow_next * SHADOW_ENTRY, entry, SHADOW_ENTRY)
+        if je_bus_guarded_copy(self._shadow_entries + self._shadow_next * SHADOW_ENTRY, entry,
+                               SHADOW_ENTRY) == JE_BUS_FAULT:
+            raise self._shadow.cut_error(SHADOW_HEADER + self._shadow_next * SHADOW_ENTRY)
         self._shadow_next += 1
         h = _hash(queue_id, message_id)
         self._shadow_seen[(h >> 6) & ((1 << (SEEN_BITS_LOG2 - 6)) - 1)] |= (<uint64_t>1) << (h & 63)
