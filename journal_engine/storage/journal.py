@@ -343,6 +343,7 @@ class Journal(JournalCore):
 
     # ----- hooks the core calls ---------------------------------------------------------------
     def _next_segment(self, needed: int) -> Segment:
+        self._directory_lock.check()    # the next file is taken by path: still the directory locked?
         segment = self._pool.take()
         self._data_files.append(DataFile(segment.path, _header_of(segment), segment.size))
         self._maybe_compact()
@@ -488,6 +489,7 @@ class Journal(JournalCore):
         if self._state != "loaded":
             raise JournalClosedError("the journal is closed or not loaded")
         with self._compaction_lock:
+            self._directory_lock.check()    # compaction writes its files by path
             compactor.compact(self, accept_damage=accept_damage)
             self.compaction_count += 1
 

@@ -1,0 +1,140 @@
+"""One writer per directory, whatever a second opener does (issue 23, items 3-5), driven as users
+drive it: the second opener, the holder and the inspections are real processes
+(tests/directory_lock_worker.py, `python -m journal_engine ...`).
+
+* The lock is on the directory itself: deleting ``journal.lock`` (``store.lock``) lets no second
+  writer in, and a directory moved or replaced under an open journal is not written by path at its
+  next file switch or compaction.
+* A message store takes one lock on its top directory before it creates ``messages/`` and
+  ``bindings/``, so two brokers of different backends started at once leave one store, the winner's.
+* An LMDB store inspected (verify, stats, print) while another process writes it is read through
+  LMDB's reader table: never a traceback, never an LMDB assertion; a writer does not start under an
+  inspection of an idle store, which reads without that table.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from journal_engine import Journal, JournalLockedError
+from journal_engine.storage.format import LOCK_FILE as JOURNAL_LOCK_FILE
+
+lmdb_store = pytest.importorskip("journal_engine.store.lmdb_store", reason="the LMDB backend needs pip install lmdb")
+LmdbRecordStore = lmdb_store.LmdbRecordStore
+
+WORKER = str(Path(__file__).with_name("directory_lock_worker.py"))
+LOCK_FILES = {"journal": JOURNAL_LOCK_FILE, "lmdb": lmdb_store.LOCK_FILE}
+SMALL_FILE = 64 * 1024
+CHILD_TIMEOUT_S = 120
+
+
+class Child:
+    """A worker process (see tests/directory_lock_worker.py) spoken to line by line."""
+
+    def __init__(self, *arguments: str) -> None:
+        self.process = subprocess.Popen([sys.executable, WORKER, *arguments], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+        self.pid = self.process.pid
+
+    def line(self) -> str:
+        return self.process.stdout.readline().strip()
+
+    def tell(self, line: str = "") -> None:
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def finish(self) -> None:
+        """Let it close what it holds (or kill a writer looping forever) and wait for its end."""
+        if self.process.poll() is None:
+            try:
+                self.process.communicate("\n", timeout=CHILD_TIMEOUT_S)
+            except (subprocess.TimeoutExpired, BrokenPipeError, ValueError):
+                self.process.kill()
+                self.process.wait()
+
+
+def holder(kind: str, backend: str, directory: Path) -> Child:
+    """A child that has opened `directory` and written one record naming `backend`."""
+    child = Child("hold", kind, backend, str(directory))
+    assert child.line() == "waiting"
+    child.tell("go")
+    assert child.line() == "opened"
+    return child
+
+
+def cli(*argv) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "journal_engine", *map(str, argv)], capture_output=True,
+                          text=True, timeout=CHILD_TIMEOUT_S)
+
+
+def open_record_store(backend: str, directory: Path, **options):
+    return (Journal(directory, file_size=SMALL_FILE, **options) if backend == "journal"
+            else LmdbRecordStore(directory, **options))
+
+
+# ----- item 3: a lock a second opener cannot sidestep -------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["journal", "lmdb"])
+def test_deleting_the_lock_file_lets_no_second_writer_in(backend, tmp_path):
+    directory = tmp_path / "records"
+    first = holder("record", backend, directory)
+    try:
+        (directory / LOCK_FILES[backend]).unlink()
+        with pytest.raises(JournalLockedError) as refused:
+            open_record_store(backend, directory)
+        assert refused.value.holder_pid == first.pid and str(directory) in str(refused.value)
+        if backend == "journal":                   # a user's tool, in a third process (LMDB needs no compact)
+            done = cli("compact", directory)
+            assert done.returncode == 4, done.stderr
+            assert f"process {first.pid}" in done.stderr and "Traceback" not in done.stderr
+    finally:
+        first.finish()
+    with open_record_store(backend, directory) as store:     # released when the holder closes
+        assert store.load().records[1].body == f"written by the {backend} record".encode()
+
+
+def test_a_journal_moved_away_writes_no_new_file_into_the_directory_now_at_its_path(tmp_path):
+    """The directory is renamed and a second process opens a new journal at the old path: the
+    first journal's next file switch refuses, where it used to put its next file into the path."""
+    directory, moved = tmp_path / "journal", tmp_path / "journal-moved"
+    journal = Journal(directory, file_size=SMALL_FILE, sync="none")
+    journal.load()
+    journal.add(100, 1, b"before the move")
+    directory.rename(moved)
+    second = holder("record", "journal", directory)
+    try:
+        before = sorted(os.listdir(directory))
+        with pytest.raises(JournalLockedError, match="no longer the directory"):
+            for record_id in range(101, 101 + 4 * SMALL_FILE // 1024):
+                journal.add(record_id, 1, b"x" * 1000)
+        assert sorted(os.listdir(directory)) == before
+    finally:
+        journal.close()
+        second.finish()
+    with Journal(directory, read_only=True) as reopened:
+        assert set(reopened.load().records) == {1}            # the second opener's record alone
+    with Journal(moved, read_only=True) as first_again:
+        assert 100 in first_again.load().records
+
+
+def test_a_journal_moved_away_compacts_nothing_into_the_directory_now_at_its_path(tmp_path):
+    directory, moved = tmp_path / "journal", tmp_path / "journal-moved"
+    journal = Journal(directory, file_size=SMALL_FILE, sync="none", compact_min_files=0)
+    journal.load()
+    for record_id in range(200):
+        journal.add(record_id, 1, b"y" * 1000)
+        journal.delete(record_id)
+    directory.rename(moved)
+    second = holder("record", "journal", directory)
+    try:
+        before = sorted(os.listdir(directory))
+        with pytest.raises(JournalLockedError, match="no longer the directory"):
+            journal.compact()
+        assert sorted(os.listdir(directory)) == before
+    finally:
+        journal.close()
+        second.finish()
