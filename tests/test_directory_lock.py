@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from journal_engine import Journal, JournalLockedError
+from journal_engine import Journal, JournalLockedError, MessageStore
 from journal_engine.storage.format import LOCK_FILE as JOURNAL_LOCK_FILE
+from journal_engine.store.interface import stored_backend
 
 lmdb_store = pytest.importorskip("journal_engine.store.lmdb_store", reason="the LMDB backend needs pip install lmdb")
 LmdbRecordStore = lmdb_store.LmdbRecordStore
@@ -138,3 +139,35 @@ def test_a_journal_moved_away_compacts_nothing_into_the_directory_now_at_its_pat
     finally:
         journal.close()
         second.finish()
+
+
+# ----- item 4: one lock for a directory, whatever the backend ----------------------------------------------
+
+@pytest.mark.parametrize("kind", ["store", "broker"])
+def test_two_backends_started_at_once_on_an_empty_directory_leave_the_winners_store(kind, tmp_path):
+    for round_number in range(4):
+        directory = tmp_path / f"broker-{round_number}"
+        backends = ("journal", "lmdb") if round_number % 2 else ("lmdb", "journal")
+        children = {backend: Child("hold", kind, backend, str(directory)) for backend in backends}
+        try:
+            for child in children.values():
+                assert child.line() == "waiting"
+            for child in children.values():
+                child.tell("go")
+            outcomes = {backend: child.line() for backend, child in children.items()}
+            winners = [backend for backend, outcome in outcomes.items() if outcome == "opened"]
+            assert len(winners) == 1, outcomes
+            (winner,) = winners
+            (loser,) = set(backends) - {winner}
+            assert outcomes[loser] == f"refused {children[winner].pid}", outcomes
+            for sub in ("messages", "bindings"):
+                assert stored_backend(directory / sub) == winner
+        finally:
+            for child in children.values():
+                child.finish()
+        with MessageStore(directory, backend=winner) as store:
+            state = store.load()
+            assert [message.body for message in state.messages.values()] == [f"written by the {winner} {kind}"
+                                                                             .encode()]
+        done = cli("verify", directory)
+        assert done.returncode == 0, done.stdout + done.stderr

@@ -32,6 +32,7 @@ from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordKind,
                              decode_delivery_count, decode_id_counter, decode_message, decode_queue, decode_queue_id,
                              decode_scheduled_time, encode_id_counter, encode_message,
                              encode_plain_message, encode_queue, encode_queue_id, encode_scheduled_time)
+from ..storage.directory_lock import DirectoryLock
 from ..storage.journal import Journal
 from .delivery_shadow import FILE_NAME as SHADOW_FILE_NAME
 from .delivery_shadow import DeliveryShadow
@@ -224,14 +225,37 @@ class MessageStore:
             if not os.path.isdir(self.directory):
                 raise JournalIOError(f"no message store at {self.directory}", errno=errno.ENOENT,
                                      path=self.directory, hint="check the path; read_only=True creates nothing")
+            self._directory_lock = None
         else:
             os.makedirs(self.directory, exist_ok=True)
+            # one lock for the whole directory, whatever the backend, taken before messages/ and
+            # bindings/ exist: of two stores started at once (one per backend) one is refused, and it
+            # leaves the directory as the other makes it
+            self._directory_lock = DirectoryLock(self.directory, None, "MessageStore")
+        try:
+            self._open_record_stores(backend, file_size, options)
+        except BaseException:
+            self._release_directory()
+            raise
+        self._writer = _impl.RecordWriter(self._journal, max_redelivery_records)
+        self._lock = threading.Lock()          # the Python-side bookkeeping below; the writer needs none
+        self._shadow: DeliveryShadow | None = None     # strict mode: dispatch counts in shared memory
+        # the journal's appended_bytes after the last reference added: a count put in the shadow must
+        # not outlive a killed process whose reference was still in the write buffer
+        self._referenced_upto = 0
+        self._queues: dict[int, StoredQueue] = {}
+        self._message_queues = MessageQueues()     # live message id -> queue ids of its live references
+        self._id_counter_stored = False             # the bindings journal holds an ID counter record
+        self._state = "new"
+
+    def _open_record_stores(self, backend: str, file_size: int, options: dict) -> None:
+        """``messages/`` and ``bindings/``, each a record store of `backend` (the directory is locked)."""
         if backend == "lmdb":
             # the same two record stores (store/interface.py) on LMDB; the record writer reaches it
             # through the protocol (the journal's core it writes into directly)
             from .lmdb_store import LmdbRecordStore
-            lmdb_options = dict(sync=sync, buffer_timeout_us=buffer_timeout_us, buffer_size=buffer_size,
-                                read_only=self.read_only)
+            lmdb_options = {name: options[name] for name in ("sync", "buffer_timeout_us", "buffer_size",
+                                                             "read_only")}
             self._journal = LmdbRecordStore(os.path.join(self.directory, MESSAGES_DIRECTORY),
                                             replaceable_types=REPLACEABLE_TYPES, **lmdb_options)
             try:
@@ -255,16 +279,11 @@ class MessageStore:
             except BaseException:
                 self._journal.close()
                 raise
-        self._writer = _impl.RecordWriter(self._journal, max_redelivery_records)
-        self._lock = threading.Lock()          # the Python-side bookkeeping below; the writer needs none
-        self._shadow: DeliveryShadow | None = None     # strict mode: dispatch counts in shared memory
-        # the journal's appended_bytes after the last reference added: a count put in the shadow must
-        # not outlive a killed process whose reference was still in the write buffer
-        self._referenced_upto = 0
-        self._queues: dict[int, StoredQueue] = {}
-        self._message_queues = MessageQueues()     # live message id -> queue ids of its live references
-        self._id_counter_stored = False             # the bindings journal holds an ID counter record
-        self._state = "new"
+
+    def _release_directory(self) -> None:
+        if self._directory_lock is not None:
+            self._directory_lock.release()
+            self._directory_lock = None
 
     # ----- life cycle ----------------------------------------------------------------------------------
     def __enter__(self) -> "MessageStore":
@@ -296,6 +315,7 @@ class MessageStore:
                     self._shadow.close(void=durable)    # the journal holds every count durably now
                 self._writer.clear()
                 self._message_queues = MessageQueues()     # a table per message: freed now, not by the collector
+                self._release_directory()
 
     def _check_loaded(self) -> None:
         if self._state != "loaded":
