@@ -171,3 +171,63 @@ def test_two_backends_started_at_once_on_an_empty_directory_leave_the_winners_st
                                                                              .encode()]
         done = cli("verify", directory)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ----- item 5: inspecting a live LMDB store --------------------------------------------------------------
+
+@pytest.mark.parametrize("kind, runs", [("store", 21), ("record", 9)])
+def test_inspecting_an_lmdb_store_while_another_process_writes_it_never_crashes(kind, runs, tmp_path):
+    """The writer deletes as much as it adds, so LMDB reuses pages all the time (and the record
+    store's 1 MiB map grows under the inspections): a reader outside LMDB's reader table read
+    reused pages and died of a PageNotFoundError traceback or an LMDB assertion (SIGABRT)."""
+    directory = tmp_path / kind
+    writer = Child("write-lmdb", kind, str(directory))
+    try:
+        assert writer.line() == "ready"
+        commands = ("verify", "stats", "print")
+        for run in range(runs):
+            done = cli(commands[run % len(commands)], directory)
+            assert done.returncode == 0 and "Traceback" not in done.stderr, (
+                f"{commands[run % len(commands)]} (run {run}) exited {done.returncode}: {done.stderr[-2000:]}")
+        assert writer.process.poll() is None, "the writer died under the inspections"
+    finally:
+        writer.process.kill()
+        writer.process.wait()
+
+
+def test_a_writer_does_not_start_under_an_inspection_of_an_idle_lmdb_store(tmp_path):
+    """An idle store is read without LMDB's reader table (so nothing is written), which is safe
+    only while no writer runs: one that starts meanwhile is refused, naming the inspection."""
+    directory = tmp_path / "lmdb"
+    with LmdbRecordStore(directory) as store:
+        store.load()
+        store.add(1, 1, b"kept")
+    inspection = subprocess.Popen([sys.executable, "-c", (
+        "import sys\n"
+        "from journal_engine.store.lmdb_store import LmdbRecordStore\n"
+        "store = LmdbRecordStore(sys.argv[1], read_only=True)\n"
+        "store.load()\n"
+        "print('reading', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "store.close()\n"), str(directory)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert inspection.stdout.readline().strip() == "reading"
+        with pytest.raises(JournalLockedError, match="being inspected") as refused:
+            LmdbRecordStore(directory)
+        assert refused.value.holder_pid == inspection.pid
+    finally:
+        inspection.communicate("\n", timeout=CHILD_TIMEOUT_S)
+    with LmdbRecordStore(directory) as store:
+        assert store.load().records[1].body == b"kept"
+
+
+def test_an_lmdb_store_open_for_writing_in_this_process_is_not_opened_again_to_inspect_it(tmp_path):
+    """LMDB forbids one environment open twice in a process (closing the second drops the first's
+    locks on lock.mdb, and the next process to open it would reset the writer's reader table)."""
+    directory = tmp_path / "lmdb"
+    with LmdbRecordStore(directory) as writer:
+        writer.load()
+        writer.add(1, 1, b"x", sync=True)
+        with pytest.raises(JournalLockedError, match="open for writing in this process"):
+            LmdbRecordStore(directory, read_only=True)
+        assert writer.get(1).body == b"x"

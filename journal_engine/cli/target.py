@@ -5,7 +5,8 @@ or a message store / broker directory (``messages/`` and ``bindings/``, each a j
 store, as ``Broker(dir)`` and ``MessageStore(dir)`` write them). Every reader here opens what it
 reads read-only (``Journal(read_only=True)``, ``MessageStore(read_only=True)``, the recovery
 analysis, the columnar decoder of storage/scan.py): an inspection never writes, truncates, rolls
-back, locks or creates anything.
+back or creates anything (an LMDB store is read under a shared directory lock, or, beside its
+writer, through LMDB's reader table: docs/cli.md, "Read-only by construction").
 """
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ For users who want random reads of stored records, or who already run LMDB; the 
 stays the default (docs/backends.md says when to pick which).
 
 Layout: a directory holds one LMDB environment (``data.mdb``, ``lock.mdb``) with five
-named databases, and ``store.lock`` (an flock: one LmdbRecordStore per directory, across
-processes, because the live-record table the writes are checked against is in memory).
+named databases, and ``store.lock`` (the holder's process id; the flock is on the directory itself,
+storage/directory_lock.py: one LmdbRecordStore per directory, across processes, because the
+live-record table the writes are checked against is in memory).
 Keys are big-endian so LMDB's byte order is numeric order.
 
 | database   | key                                   | value                                   |
@@ -82,6 +83,7 @@ from ..errors import (
     JournalError,
     JournalFailedError,
     JournalIOError,
+    JournalLockedError,
     StoreFullError,
     UnknownRecordError,
     UnknownTransactionError,
@@ -219,8 +221,10 @@ class LmdbRecordStore:
                  map_size: int = MAP_SIZE_DEFAULT_BYTES, map_size_max: int = MAP_SIZE_MAX_DEFAULT_BYTES,
                  buffer_timeout_us: int = BUFFER_TIMEOUT_DEFAULT_US, buffer_size: int = BUFFER_SIZE_DEFAULT_BYTES,
                  max_readers: int = 126, read_only: bool = False) -> None:
-        """``read_only``: an inspection (the tools): nothing is created, locked or written; load() reads
-        a snapshot and every write raises JournalClosedError. JournalIOError when the directory is absent."""
+        """``read_only``: an inspection (the tools): nothing is created or written (beside a running
+        writer: a reader slot in LMDB's lock.mdb); load() reads a snapshot and every write raises
+        JournalClosedError. JournalIOError when the directory is absent; JournalLockedError when a
+        writer holds the store and its reader table cannot be joined."""
         if sync not in SYNC_MODE_NAMES:
             raise ConfigError("sync", sync, f"must be one of {', '.join(SYNC_MODE_NAMES)}")
         if not isinstance(map_size, int) or map_size < MAP_SIZE_MIN_BYTES:
@@ -281,32 +285,53 @@ class LmdbRecordStore:
                                      path=self.directory, hint="check the path; read_only=True creates nothing")
         else:
             os.makedirs(self.directory, exist_ok=True)
+        # the one lock of the directory (storage/directory_lock.py), before anything is read or created.
+        # An inspection takes it shared: while it holds it no writer starts, and LMDB is read without
+        # its lock file (lock.mdb, which every locking reader writes); when a writer holds it, LMDB is
+        # read through its reader table (a slot in lock.mdb, nothing else written): a consistent
+        # snapshot that the writer's commits leave alone, where a reader unknown to the writer would
+        # see pages it reuses (garbage, a crash, an LMDB assertion).
+        self._writer_present: JournalLockedError | None = None
+        try:
+            self._directory_lock = (DirectoryLock(self.directory, None, "LmdbRecordStore", exclusive=False)
+                                    if self.read_only else DirectoryLock(self.directory, LOCK_FILE, "LmdbRecordStore"))
+        except JournalLockedError as exc:
+            if not self.read_only:
+                raise
+            if exc.holder_pid == os.getpid():
+                # LMDB forbids an environment open twice in one process: closing the second would drop
+                # the POSIX locks of the first on lock.mdb
+                raise JournalLockedError(f"{self.directory} is open for writing in this process",
+                                         hint="read it through the store already open, or close that first") from None
+            self._directory_lock, self._writer_present = None, exc
         if stored_backend(self.directory) == "journal":
+            self._release_lock_file()
             raise IncompatibleFormatError(
                 "the directory holds journal files, not an LMDB store", path=self.directory,
                 hint='open it with backend="journal" (or Journal), or give the LMDB store an empty directory')
-        # a read-only store takes no lock and opens LMDB without its lock file (lock.mdb is written
-        # by every locking reader): a snapshot for inspection, taken while no writer runs
-        self._directory_lock = (None if self.read_only
-                                else DirectoryLock(self.directory, LOCK_FILE, "LmdbRecordStore"))
         durable = sync != "none"     # "none": data pages synced at each commit, the meta page at sync()
+        reader_table = not self.read_only or self._writer_present is not None
         try:
             if not self.read_only and not os.path.exists(os.path.join(self.directory, DATA_FILE)):
                 _create_environment(self.directory, map_size)
             self._env = lmdb.open(self.directory, map_size=map_size, subdir=True, max_dbs=len(_DATABASES),
                                   sync=True, metasync=durable, writemap=False, meminit=False,
-                                  max_readers=max_readers, lock=not self.read_only, readonly=self.read_only,
+                                  max_readers=max_readers, lock=reader_table, readonly=self.read_only,
                                   create=not self.read_only)
         except JournalError:
             self._release_lock_file()
             raise
         except lmdb.Error as exc:
             self._release_lock_file()
+            if self._writer_present is not None:
+                raise self._refused_beside_writer(exc) from None
             raise IncompatibleFormatError(f"not an LMDB environment this store can open: {exc}",
                                           path=os.path.join(self.directory, "data.mdb"),
                                           hint="the LMDB store needs its own directory") from None
         try:
-            with self._env.begin() as txn:      # the main database holds only the names of ours
+            if self._writer_present is not None:
+                self._env.reader_check()        # slots left by killed inspections pin pages the writer would reuse
+            with self._read() as txn:           # the main database holds only the names of ours
                 strangers = [key for key, _value in txn.cursor() if key not in _DATABASES]
             if strangers:
                 raise lmdb.IncompatibleError(f"keys of another program in the main database: {strangers[:3]}")
@@ -328,6 +353,17 @@ class LmdbRecordStore:
 
     def __repr__(self) -> str:
         return f"LmdbRecordStore({self.directory!r}, sync={self.sync_mode!r}, state={self._state})"
+
+    def _refused_beside_writer(self, cause: BaseException) -> JournalLockedError:
+        """An inspection that cannot join the reader table of the writer holding the store (lock.mdb
+        not writable by this user, the table full): refused, naming the writer."""
+        pid = self._writer_present.holder_pid
+        writer = f"its writer (process {pid})" if pid is not None else "its writer"
+        error = JournalLockedError(f"{self.directory} is held by {writer}; reading it beside the writer failed: "
+                                   f"{cause}", hint="inspect it as a user who may write lock.mdb, or once the "
+                                                    "writer stops")
+        error.holder_pid = pid
+        return error
 
     def _release_lock_file(self) -> None:
         if self._directory_lock is not None:
@@ -652,21 +688,17 @@ class LmdbRecordStore:
         if not committed_only and self.written_bytes < self.appended_bytes:
             self._commit_to(self.appended_bytes, durable=False)
         key = _ID.pack(record_id)
-        self._enter_read()
-        try:
-            with self._env.begin(buffers=False) as txn:
-                head = txn.get(key, db=self._records)
-                if head is None:
-                    return None
-                updates = []
-                cursor = txn.cursor(db=self._updates)
-                if cursor.set_range(key):
-                    for update_key, value in cursor.iternext():
-                        if update_key[:8] != key:
-                            break
-                        updates.append((value[0], value[1:]))
-        finally:
-            self._leave_read()
+        with self._read() as txn:
+            head = txn.get(key, db=self._records)
+            if head is None:
+                return None
+            updates = []
+            cursor = txn.cursor(db=self._updates)
+            if cursor.set_range(key):
+                for update_key, value in cursor.iternext():
+                    if update_key[:8] != key:
+                        break
+                    updates.append((value[0], value[1:]))
         return RecordInfo(record_id, head[0], head[1:], updates)
 
     def is_live(self, record_id: int) -> bool:
@@ -922,18 +954,38 @@ class LmdbRecordStore:
             raise StoreFullError(f"the LMDB map of {self.directory} is full at {current} bytes (map_size_max)",
                                  hint="raise map_size_max, or delete records")
         new_size = min(current * 2, self.map_size_max)
+        self._set_map_size(new_size)
+        self.map_resize_count += 1
+        log.info("LMDB map of %s grown to %d bytes", self.directory, new_size)
+
+    def _set_map_size(self, size: int) -> None:
+        """env.set_mapsize once no reader of this process is in a read transaction (they wait meanwhile);
+        0 adopts the size another process's writer grew the map to."""
         with self._gate:
             self._resizing = True
             while self._readers:
                 self._gate.wait()
         try:
-            self._env.set_mapsize(new_size)
+            self._env.set_mapsize(size)
         finally:
             with self._gate:
                 self._resizing = False
                 self._gate.notify_all()
-        self.map_resize_count += 1
-        log.info("LMDB map of %s grown to %d bytes", self.directory, new_size)
+
+    def _begin_read(self):
+        """A read transaction, this reader counted in (``_leave_read`` after it ends). An inspection
+        beside another process's writer finds the map grown by that writer (MDB_MAP_RESIZED): it
+        adopts the new size and begins again."""
+        while True:
+            self._enter_read()
+            try:
+                return self._env.begin(write=False, buffers=False)
+            except lmdb.MapResizedError:
+                self._leave_read()
+                self._set_map_size(0)
+            except BaseException:
+                self._leave_read()
+                raise
 
     def _read(self):
         return _ReadTransaction(self)
@@ -993,12 +1045,7 @@ class _ReadTransaction:
         self.txn = None
 
     def __enter__(self):
-        self.store._enter_read()
-        try:
-            self.txn = self.store._env.begin(write=False, buffers=False)
-        except BaseException:
-            self.store._leave_read()
-            raise
+        self.txn = self.store._begin_read()
         return self.txn
 
     def __exit__(self, *exc) -> None:
