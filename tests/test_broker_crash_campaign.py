@@ -18,14 +18,50 @@ from journal_engine.store.message_store import BINDINGS_DIRECTORY, MessageStore
 
 
 def test_broker_kill_chains_keep_every_invariant(tmp_path):
+    """Four chains: the journal and LMDB backends, each with one client on a manual clock and with
+    several (consumer threads, transacted sessions, consumers closed with messages in hand) on the
+    wall clock."""
     campaign = Campaign(tmp_path / "scratch", size="smoke", seed=8)
-    campaign.plan = dict(campaign.plan, broker_kills=10)
     campaign.scratch.mkdir(parents=True)
-    campaign.broker_kills()
+    for chain in range(4):
+        campaign.broker_chain(chain, 4)
     assert campaign.report.violations == []
     found = campaign.report.broker
-    assert found["kills"] == 10 and found["strict_kills"] == 5
-    assert min(found["sends"], found["deliveries"], found["rollbacks"], found["acks"]) > 0
+    assert found["kills"] == 16 and found["strict_kills"] == 8
+    assert found["kills_on_journal"] == found["kills_on_lmdb"] == found["concurrent_kills"] == 8
+    assert min(found["sends"], found["deliveries"], found["rollbacks"], found["acks"], found["dead_letters"],
+               found["returned_by_a_close"]) > 0
+
+
+def test_the_check_catches_uncounted_deliveries_of_concurrent_clients(tmp_path):
+    """The concurrent flavour run with strict mode off, checked as if it were on: its threads' and
+    sessions' deliveries come back with lower counts, and the check says so."""
+    caught = []
+    for seed in range(6):
+        directory = str(tmp_path / f"broker-{seed}")
+        lines, returncode, stderr = _run_child(["journal_engine.crashtest.broker_workload", directory, "group",
+                                                "default", str(seed), "0", "journal", "concurrent"], kill_after=0.15)
+        assert returncode == -9, stderr
+        assert any(line.startswith("D ") for line in lines)
+        clock_ms = max(int(line.split()[1]) for line in lines if line.startswith("T "))
+        recovered = broker_workload.recovered_state(directory, "group", clock_ms)
+        caught += [v for v in broker_workload.check_broker({"queue": {}, "dead": {}}, lines, recovered, strict=True,
+                                                           context=f"seed {seed}") if "strict mode" in v]
+        if caught:
+            break
+    assert caught, "the check did not notice a delivery whose count was not persisted"
+
+
+def test_a_full_disk_under_the_broker_on_either_backend_stops_at_store_full_error(tmp_path):
+    campaign = Campaign(tmp_path / "scratch", size="smoke", seed=9)
+    campaign.plan = dict(campaign.plan, full_disks=3)
+    campaign.scratch.mkdir(parents=True)
+    campaign.full_disk()
+    if "full-disk" in campaign.report.skipped:       # not root, or no mount: the mode says why
+        assert "tmpfs" in campaign.report.skipped["full-disk"]
+        return
+    assert campaign.report.violations == []
+    assert campaign.report.full_disk["store_full_on"] == {"journal": 1, "broker on journal": 1, "broker on lmdb": 1}
 
 
 def test_the_check_catches_deliveries_whose_count_was_not_persisted_first(tmp_path):

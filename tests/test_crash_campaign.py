@@ -71,7 +71,7 @@ def test_the_command_prints_violations_and_a_json_report(tmp_path):
     assert f"plot: {png}" in done.stdout and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-JOURNAL_ONLY = {"crash-point", "io-error", "bit-flip", "truncation", "full-disk", "broker-kill", "outside-file"}
+JOURNAL_ONLY = {"crash-point", "io-error", "bit-flip", "truncation", "outside-file"}
 
 
 def test_the_campaign_crashes_the_lmdb_store_with_power_loss_and_libfiu_and_says_what_cannot_apply(tmp_path):
@@ -82,7 +82,9 @@ def test_the_campaign_crashes_the_lmdb_store_with_power_loss_and_libfiu_and_says
     assert set(report.not_applicable) == JOURNAL_ONLY and all(report.not_applicable.values())
     if "libfiu" not in report.skipped:
         assert report.runs["libfiu"] >= 10 and report.libfiu["refused_after"] > 0
-    assert set(report.runs) | set(report.skipped) == {"kill", "power-loss", "libfiu", "second-opener", "live-inspect"}
+    assert set(report.runs) | set(report.skipped) == {"kill", "power-loss", "libfiu", "second-opener", "live-inspect",
+                                                      "broker-kill", "full-disk"}
+    assert report.broker["kills_on_lmdb"] == report.broker["kills"] > 0
     assert {"kill", "power-loss", "libfiu", "campaign"} - set(report.skipped) <= set(report.phases)
 
 

@@ -25,18 +25,29 @@ The invariants, checked after every recovery (``check_broker``):
   * nothing never sent appears, and every body is the one sent;
   * no message is dead-lettered twice (the dead-letter queue holds one copy of each).
 
-    python -m journal_engine.crashtest.broker_workload DIRECTORY SYNC STRICT SEED CLOCK_MS [STORE]
+The concurrent flavour (``run_concurrent``) makes the same calls as several clients do: consumer
+threads, transacted sessions committed or rolled back, consumers closed with messages in hand, the
+wall clock; its ``A <seq>`` covers only calls that had returned when the sync began, and
+``U <id> <count>`` marks a message a closed consumer gave back uncounted (counted in the report; in
+strict mode the count written before its delivery stays, so the strict check holds for it too).
+
+    python -m journal_engine.crashtest.broker_workload DIRECTORY SYNC STRICT SEED CLOCK_MS [STORE [concurrent]]
 """
 from __future__ import annotations
 
 import os
 import random
 import sys
+import threading
+import time
+import traceback
 
+from .children import error_line
 from .stores import FILE_SIZE
 
 QUEUE, DEAD_LETTER_QUEUE, DEAD_LETTER_ADDRESS = "orders", "DLQ", "DLA"
 MAX_DELIVERY_ATTEMPTS = 3
+CONSUMER_THREADS = 3       # the concurrent flavour's consumer threads (every other one transacted)
 ORIGINAL_ID = "_AMQ_ORIG_MESSAGE_ID"
 
 
@@ -44,10 +55,13 @@ def body_of(message_id: int) -> bytes:
     return b"broker-message-%d" % message_id
 
 
-def open_broker(directory: str, sync: str, strict: bool, clock_ms: int, store: str = "journal"):
-    """The workload's broker on `store` ("journal" or "lmdb"), its queues created on first use."""
-    from .. import AddressSettings, Broker, ManualClock
-    broker = Broker(directory, clock=ManualClock(clock_ms), max_redelivery_records=-1, sync=sync,
+def open_broker(directory: str, sync: str, strict: bool, clock_ms: int, store: str = "journal", *,
+                wall_clock: bool = False):
+    """The workload's broker on `store` ("journal" or "lmdb"), its queues created on first use; on a
+    manual clock at `clock_ms`, or (`wall_clock`) the system's."""
+    from .. import AddressSettings, Broker, ManualClock, WallClock
+    broker = Broker(directory, clock=WallClock() if wall_clock else ManualClock(clock_ms), max_redelivery_records=-1,
+                    sync=sync,
                     persist_delivery_count_before_delivery=strict, store=store,
                     store_options={"file_size": FILE_SIZE} if store == "journal" else None)
     broker.address_settings.add(QUEUE, AddressSettings(
@@ -139,6 +153,120 @@ def run(directory: str, sync: str, strict: bool, seed: int, clock_ms: int, store
             say(f"A {seq}")
 
 
+class _Oracle:
+    """The concurrent workload's oracle: sequence numbers shared by its threads, and the calls begun and
+    not yet returned, so that ``A <seq>`` after a sync never covers a call another thread is still in."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.in_flight: set[int] = set()
+
+    def begin(self, *fields) -> int:
+        with self.lock:
+            self.seq += 1
+            self.in_flight.add(self.seq)
+            say("O " + " ".join(str(f) for f in (self.seq,) + fields))
+            return self.seq
+
+    def done(self, *seqs: int) -> None:
+        with self.lock:
+            self.in_flight.difference_update(seqs)
+
+    def returned_up_to(self) -> int:
+        """The highest seq with every call up to it returned."""
+        with self.lock:
+            return min(self.in_flight) - 1 if self.in_flight else self.seq
+
+
+def run_concurrent(directory: str, sync: str, strict: bool, seed: int, store: str = "journal") -> None:
+    """The workload as several clients make it: a producer (this thread) that sends and syncs on the
+    wall clock, and CONSUMER_THREADS consumer threads, every other one in a transacted session that
+    commits or rolls back what it received; a consumer now and then closed with messages in hand
+    (they go back uncounted: ``U <id> <count>`` before the close) and opened again. A thread that
+    fails ends the process (exit 1, its error on stderr): the campaign reports it."""
+    rng = random.Random(seed)
+    broker = open_broker(directory, sync, strict, 0, store, wall_clock=True)
+    oracle = _Oracle()
+    ids = threading.Lock()      # a send announces its id before the call: no other call may take an id meanwhile
+
+    def settle(consumer, message, thread_rng) -> None:
+        if thread_rng.random() < 0.35:
+            seq = oracle.begin("ack", message.message_id)
+            consumer.ack(message)
+        else:
+            with ids:           # a rollback may dead-letter: the copy takes an id
+                if message.delivery_count >= MAX_DELIVERY_ATTEMPTS:
+                    seq = oracle.begin("dlq", message.message_id)
+                else:
+                    seq = oracle.begin("rbk", message.message_id, message.delivery_count)
+                consumer.rollback(message)
+        oracle.done(seq)
+
+    def end_session(session, consumer, received, thread_rng) -> None:
+        if thread_rng.random() < 0.5:
+            seqs = [oracle.begin("ack", message.message_id) for message in received]
+            for message in received:
+                consumer.ack(message)
+            session.commit()
+        else:
+            with ids:
+                seqs = [oracle.begin("dlq", message.message_id) if message.delivery_count >= MAX_DELIVERY_ATTEMPTS
+                        else oracle.begin("rbk", message.message_id, message.delivery_count) for message in received]
+                session.rollback()
+        oracle.done(*seqs)
+
+    def consume(number: int) -> None:
+        thread_rng = random.Random(seed * 31 + number)
+        transacted = number % 2 == 1
+        session = broker.create_session(transacted=True) if transacted else None
+        consumer = session.create_consumer(QUEUE) if transacted else broker.create_consumer(QUEUE)
+        held: list = []          # delivered, not yet settled (in a session: not yet committed or rolled back)
+        try:
+            while True:
+                if thread_rng.random() < 0.03:       # the client goes away with messages in hand
+                    for message in held:
+                        say(f"U {message.message_id} {message.delivery_count}")
+                    (session or consumer).close()
+                    held = []
+                    session = broker.create_session(transacted=True) if transacted else None
+                    consumer = session.create_consumer(QUEUE) if transacted else broker.create_consumer(QUEUE)
+                    continue
+                message = consumer.receive(0.005)
+                if message is not None:
+                    say(f"D {message.message_id} {message.delivery_count}")
+                    held.append(message)
+                if transacted and held and (len(held) >= 3 or message is None):
+                    end_session(session, consumer, held, thread_rng)
+                    held = []
+                elif not transacted and held and (len(held) > 3 or thread_rng.random() < 0.6):
+                    settle(consumer, held.pop(0), thread_rng)
+        except BaseException as exc:        # noqa: B902 -- a client thread's failure is the run's
+            say(error_line(exc))
+            traceback.print_exc()
+            os._exit(1)
+
+    say("R")
+    for number in range(CONSUMER_THREADS):
+        threading.Thread(target=consume, args=(number,), daemon=True).start()
+    while True:
+        if rng.random() < 0.5 or len(broker.browse(QUEUE)) < 3:
+            with ids:
+                message_id = broker.stats()["next_message_id"]
+                seq = oracle.begin("send", message_id)
+                sent = broker.send(QUEUE, body_of(message_id))
+            oracle.done(seq)
+            if sent != message_id:
+                raise AssertionError(f"send returned id {sent}, {message_id} announced")
+        elif rng.random() < 0.5:
+            upto = oracle.returned_up_to()
+            broker.sync()
+            say(f"A {upto}")
+        else:
+            time.sleep(0.001)
+            say(f"T {broker.clock.now_ms()}")
+
+
 def check_broker(previous: dict, lines: list[str], recovered: dict, *, strict: bool, context: str) -> list[str]:
     """The invariants of the module docstring, as violations."""
     problems = []
@@ -202,7 +330,15 @@ def main(argv: list[str]) -> int:
 
     die_with_parent_as_told()
     directory, sync, strict, seed, clock_ms = argv[1], argv[2], argv[3] == "strict", int(argv[4]), int(argv[5])
-    run(directory, sync, strict, seed, clock_ms, argv[6] if len(argv) > 6 else "journal")
+    store = argv[6] if len(argv) > 6 else "journal"
+    try:
+        if len(argv) > 7 and argv[7] == "concurrent":
+            run_concurrent(directory, sync, strict, seed, store)
+        else:
+            run(directory, sync, strict, seed, clock_ms, store)
+    except Exception as exc:       # a full disk ends a run so: the campaign reads the error's line
+        say(error_line(exc))
+        raise
     return 0
 
 

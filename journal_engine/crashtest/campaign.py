@@ -107,6 +107,11 @@ ACCEPTANCE = {
 # sizes whose every mode must run: a mode skipped for a missing tool fails the run (exit status 5)
 COMPLETE_SIZES = ("ci", "long")
 FULL_DISK_BYTES = 4 * 1024 * 1024     # the small tmpfs of the full-disk mode
+# what fills it, in turn: the journal workload on the journal (append-only files); LMDB through the broker,
+# whose queue grows (the journal workload's live set stays small, and LMDB reuses the pages it frees)
+FULL_DISK_TARGETS = ("journal", "broker on journal", "broker on lmdb")
+FULL_DISK_CALLS = 3_000       # journal workload calls: more than the room a run leaves
+FULL_DISK_BROKER_S = 10.0     # the broker workload is killed after this if the disk never filled
 POWER_LOSS_CALLS = 600      # calls of each recorded run: a few thousand system calls, several files rolled
 CHAIN_LENGTH = 10
 FLIPS_PER_TASK = 1_000      # bit flips a worker checks in one task
@@ -353,6 +358,10 @@ class Campaign:
             tasks.append(self._part_task("kill", min(CHAIN_LENGTH, plan["kills"] - chain * CHAIN_LENGTH),
                                          "kill_chain", chain, min(CHAIN_LENGTH, plan["kills"] - chain * CHAIN_LENGTH)))
         if self.store in BUILT_IN:
+            tasks.append(self._part_task("full-disk", plan["full_disks"], "full_disk"))
+            for chain in range((plan["broker_kills"] + CHAIN_LENGTH - 1) // CHAIN_LENGTH):
+                count = min(CHAIN_LENGTH, plan["broker_kills"] - chain * CHAIN_LENGTH)
+                tasks.append(self._part_task("broker-kill", count, "broker_chain", chain, count))
             tasks += self._outside_tasks("second-opener", "second_openers", "second_opener_runs")
             tasks += self._outside_tasks("live-inspect", "live_inspections", "live_inspect_runs")
         if self.store != "journal":
@@ -362,14 +371,10 @@ class Campaign:
         for index in range(plan["truncations"]):
             tasks.append(self._part_task("damage-build", 1, "damage_build", index,
                                          absorb=functools.partial(self._after_damage_build, index)))
-        for chain in range((plan["broker_kills"] + CHAIN_LENGTH - 1) // CHAIN_LENGTH):
-            count = min(CHAIN_LENGTH, plan["broker_kills"] - chain * CHAIN_LENGTH)
-            tasks.append(self._part_task("broker-kill", count, "broker_chain", chain, count))
         for point in durability.CRASH_POINTS:
             tasks.append(self._part_task("crash-point", plan["point_hits"], "crash_point_hits", point))
         for point in durability.CRASH_POINTS:
             tasks.append(self._part_task("io-error", plan["io_errors"], "io_error_runs", point))
-        tasks.append(self._part_task("full-disk", plan["full_disks"], "full_disk"))
         return tasks
 
     def _outside_tasks(self, phase: str, planned: str, method: str) -> list[_Task]:
@@ -382,14 +387,16 @@ class Campaign:
         internals = "named crash points and failure points are steps inside the journal's own code"
         unknown = {} if self.store in BUILT_IN else {
             "second-opener": "which lock keeps a second opener of a user's store out is the store's own affair",
-            "live-inspect": "the inspection commands read the journal and the LMDB store only"}
-        return {**unknown, "outside-file": "the files cut, overwritten or deleted are the journal's data files, "
-                                           "and the damage is judged by what its recovery reports","crash-point": internals, "io-error": internals,
+            "live-inspect": "the inspection commands read the journal and the LMDB store only",
+            "broker-kill": "the broker runs on the journal or the LMDB store",
+            "full-disk": "the small disk is filled by the journal, the LMDB store and the broker on either"}
+        return {**unknown,
+                "outside-file": "the files cut, overwritten or deleted are the journal's data files, and the "
+                                "damage is judged by what its recovery reports",
+                "crash-point": internals, "io-error": internals,
                 "bit-flip": "damage is placed in the journal's frames, and judged by what its recovery reports",
                 "truncation": "cuts are made at the journal's frame boundaries, and judged by what its recovery "
-                              "reports",
-                "full-disk": "the journal's pre-allocated files are what fills the small disk",
-                "broker-kill": "the broker-level workload runs the broker on the journal"}
+                              "reports"}
 
     def _part_task(self, phase: str, units: int, method: str, *args, absorb: Callable | None = None) -> _Task:
         seed = self.rng.randrange(1 << 30)
@@ -582,14 +589,20 @@ class Campaign:
 
     def broker_chain(self, chain: int, count: int) -> None:
         """`count` kills of the broker workload on one directory."""
-        found = {"kills": 0, "strict_kills": 0, "sends": 0, "deliveries": 0, "rollbacks": 0, "acks": 0,
-                 "dead_letters": 0}
+        found = {"kills": 0, "strict_kills": 0, "concurrent_kills": 0, "kills_on_journal": 0, "kills_on_lmdb": 0,
+                 "sends": 0, "deliveries": 0, "rollbacks": 0, "acks": 0, "dead_letters": 0, "returned_by_a_close": 0}
         directory = str(self.scratch / f"broker-{chain}")
-        state = {"previous": {"queue": {}, "dead": {}}, "clock_ms": 1_000_000}
+        # the chains take the backends in turn (the journal, LMDB), and the flavours in turn: one client
+        # on a manual clock, or several (consumer threads, transacted sessions, closes) on the wall clock
+        backends = BUILT_IN if self.store == "journal" else (self.store,)
+        store = backends[chain % len(backends)]
+        concurrent = (chain // len(backends)) % 2 == 1
+        state = {"previous": {"queue": {}, "dead": {}},
+                 "clock_ms": int(time.time() * 1000) if concurrent else 1_000_000}
         for step in range(count):
             strict = step % 2 == 1           # strict mode is the broker's switch: on and off in turn
             lines = self._broker_step(directory, state, f"broker chain {chain} step {step}", strict=strict,
-                                      kill_after=self.rng.uniform(0.0, 0.15))
+                                      kill_after=self.rng.uniform(0.0, 0.15), store=store, concurrent=concurrent)
             if lines is None:
                 break
             for line in lines:
@@ -599,7 +612,11 @@ class Campaign:
                     found[key] += 1
                 elif parts[0] == "D":
                     found["deliveries"] += 1
+                elif parts[0] == "U":
+                    found["returned_by_a_close"] += 1
             found["kills"] += 1
+            found[f"kills_on_{store}"] += 1
+            found["concurrent_kills"] += concurrent
             found["strict_kills"] += strict
             self.report.count("broker-kill")
             self.progress("broker-kill", step + 1, count)
@@ -607,20 +624,22 @@ class Campaign:
         add_counts(self.report.broker, found)
 
     def _broker_step(self, directory: str, state: dict, context: str, *, strict: bool, kill_after: float,
-                     store: str = "journal", outside_act: tuple | None = None) -> list | None:
+                     store: str = "journal", outside_act: tuple | None = None, concurrent: bool = False,
+                     expect_exit: tuple = (-signal.SIGKILL,), before_check=None) -> list | None:
         """One run of the broker workload on `directory`, killed `kill_after` s after its recovery, then
         recovered and checked against its oracle and `state` (the previous recovery and the clock, which
         it updates); its oracle lines, or None when the broker did not recover."""
         sync = self.rng.choice(MODES)
         seed = self.rng.randrange(1 << 30)
         context = (f"{context} (store {store}, sync {sync}, strict {'on' if strict else 'off'}, "
-                   f"workload seed {seed})")
+                   f"{'concurrent clients, ' if concurrent else ''}workload seed {seed})")
         lines, returncode, stderr = children.run_child(
             ["journal_engine.crashtest.broker_workload", directory, sync, "strict" if strict else "default",
-             str(seed), str(state["clock_ms"]), store], kill_after=kill_after, outside=outside_act)
-        if returncode != -signal.SIGKILL:
-            self.report.violations.append(f"{context}: the workload ended with exit {returncode}: "
-                                          f"{stderr.strip().splitlines()[-1:]}")
+             str(seed), str(state["clock_ms"]), store] + (["concurrent"] if concurrent else []),
+            kill_after=kill_after, outside=outside_act)
+        if before_check is not None:
+            before_check(lines, returncode)
+        self.report.violations += _workload_problems(lines, returncode, stderr, context, expect_exit)
         state["clock_ms"] = max([state["clock_ms"]] + [int(line.split()[1]) for line in lines if line.startswith("T ")])
         try:
             recovered = broker_workload.recovered_state(directory, sync, state["clock_ms"], store)
@@ -781,41 +800,51 @@ class Campaign:
     def full_disk(self) -> None:
         """Runs on a small tmpfs, its free space cut by a filler file, until the disk is full: the
         workload must stop at a StoreFullError (never SIGBUS), and once the filler is gone recovery
-        must return everything acknowledged."""
+        must return everything acknowledged. The runs take the targets in turn: the journal workload
+        on the journal, and the broker on each backend."""
         mount_point = self.scratch / "small-disk"
         why = mount_small_disk(mount_point, FULL_DISK_BYTES)
         if why:
             self.report.skipped["full-disk"] = why
             return
-        found = {"runs": 0, "store_full": 0}
+        targets = [target for target in FULL_DISK_TARGETS if self.store == "journal" or self.store in target]
+        found: dict = {"runs": 0, "store_full": 0, "runs_on": {}, "store_full_on": {}}
         try:
             for run in range(self.plan["full_disks"]):
-                directory = str(mount_point / f"journal-{run}")
+                target = targets[run % len(targets)]
+                directory = str(mount_point / f"store-{run}")
                 filler = mount_point / "filler"
                 usage = shutil.disk_usage(mount_point)
                 leave = self.rng.randrange(FILE_SIZE, 6 * FILE_SIZE)
                 filler.write_bytes(bytes(max(0, usage.free - leave)))
-                state = {"model": Model(), "seq": 1, "id": 1}
+                context = f"full disk run {run} ({target}, {leave} bytes free)"
+                full = {"store_full": False}
 
                 def free_space(lines: list, returncode: int) -> None:
-                    if returncode == -signal.SIGBUS:
-                        self.report.violations.append(f"full disk run {run}: the workload died of SIGBUS")
-                    if any(line.startswith("X StoreFullError") for line in lines):
-                        found["store_full"] += 1
+                    full["store_full"] = any(line.startswith("X StoreFullError") for line in lines)
                     filler.unlink()
 
-                self._chain_step(directory, state, self.rng.choice(MODES), f"full disk run {run} ({leave} bytes free)",
-                                 kill_after=None, expect_exit=(0, 1), max_calls=3_000, before_check=free_space)
-                found["runs"] += 1
+                if target.startswith("broker"):
+                    self._broker_step(directory, {"previous": {"queue": {}, "dead": {}}, "clock_ms": 1_000_000},
+                                      context, strict=False, kill_after=FULL_DISK_BROKER_S,
+                                      store=target.split()[-1], expect_exit=(1, -signal.SIGKILL),
+                                      before_check=free_space)
+                else:
+                    self._chain_step(directory, {"model": Model(), "seq": 1, "id": 1}, self.rng.choice(MODES),
+                                     context, kill_after=None, expect_exit=(0, 1), max_calls=FULL_DISK_CALLS,
+                                     before_check=free_space, store=target)
+                add_counts(found, {"runs": 1, "store_full": int(full["store_full"]), "runs_on": {target: 1},
+                                   "store_full_on": {target: int(full["store_full"])}})
                 self.report.count("full-disk")
                 self.progress("full-disk", run + 1, self.plan["full_disks"])
                 shutil.rmtree(directory, ignore_errors=True)
         finally:
             subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, check=False)
         self.report.full_disk = found
-        if found["runs"] and not found["store_full"]:
-            self.report.violations.append(f"full disk: none of {found['runs']} runs filled the disk "
-                                          f"(the mode no longer tests what it is for)")
+        for target, runs in found["runs_on"].items():
+            if not found["store_full_on"].get(target):
+                self.report.violations.append(f"full disk on {target}: none of {runs} runs filled the disk "
+                                              f"(the mode no longer tests what it is for)")
 
     # ----- damage at rest ------------------------------------------------------------------------------
     def damage_at_rest(self) -> None:

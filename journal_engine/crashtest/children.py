@@ -126,6 +126,15 @@ def run_child(module_and_args: list[str], *, kill_after: float | None, env: dict
         return lines, returncode, errors.read().decode(errors="replace")
 
 
+def error_line(exc: BaseException) -> str:
+    """The oracle line a workload ends with after an error: ``X <type> <is a JournalError> <is an
+    OSError> <errno> <file named>`` (the name of the error's path, "-" when it names none)."""
+    from ..errors import JournalError
+    named = os.path.basename(getattr(exc, "path", None) or "-")
+    return (f"X {type(exc).__name__} {isinstance(exc, JournalError)} {isinstance(exc, OSError)} "
+            f"{getattr(exc, 'errno', None)} {named}")
+
+
 def _fork(module_and_args: list[str], env: dict, errors_fd: int) -> tuple[int, int]:
     read_end, write_end = os.pipe()
     parent = os.getpid()

@@ -76,7 +76,7 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None,
     if report.full_disk:
         print(f"  full disk    {report.full_disk['runs']:>7} runs on a small tmpfs, "
               f"{report.full_disk['store_full']} stopped by StoreFullError")
-    for mode, outcomes in sorted(report.damage.items()):
+    for mode, outcomes in sorted({**report.damage, **report.outside}.items()):
         print(f"  {mode:<12} " + ", ".join(f"{name} {count}" for name, count in sorted(outcomes.items())))
     if report.broker:
         b = report.broker

@@ -16,7 +16,6 @@ CRC (journal_engine.crashtest.bodies), so a recovered body that was never writte
 """
 from __future__ import annotations
 
-import os
 import random
 import signal
 import sys
@@ -296,8 +295,7 @@ def main(argv: list[str]) -> int:
     """Exit 0 after the calls; 1 after an error, reported on the oracle as
     ``X <type> <is a JournalError> <is an OSError> <errno> <file named>`` (injected I/O errors end a run
     so; the file is the name of the error's path, "-" when it names none)."""
-    from journal_engine import JournalError
-    from .children import die_with_parent_as_told
+    from .children import die_with_parent_as_told, error_line
 
     die_with_parent_as_told()
     directory, mode, seed, first_seq, first_id = argv[1], argv[2], int(argv[3]), int(argv[4]), int(argv[5])
@@ -306,8 +304,7 @@ def main(argv: list[str]) -> int:
     try:
         run_workload(directory, mode, seed, first_seq, first_id, max_calls, store)
     except Exception as exc:
-        sys.stdout.write(f"X {type(exc).__name__} {isinstance(exc, JournalError)} {isinstance(exc, OSError)} "
-                         f"{getattr(exc, 'errno', None)} {os.path.basename(getattr(exc, 'path', None) or '-')}\n")
+        sys.stdout.write(error_line(exc) + "\n")
         sys.stdout.flush()
         raise
     return 0
