@@ -114,3 +114,13 @@ assert array("Q").itemsize == 8 and array("I").itemsize == 4
 assert BUFFER_SIZE_DEFAULT_BYTES >= BUFFER_SIZE_MIN_BYTES and BUFFER_TIMEOUT_DEFAULT_US <= BUFFER_TIMEOUT_US_MAX
 assert MIN_FILES_DEFAULT >= MIN_FILES_MIN and SYNC_MODE_DEFAULT in SYNC_MODE_NAMES
 assert 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S
+
+# `journal-engine import` reads an export's first line (its header) up to this many bytes before it
+# decides the file is an export at all: a large binary file given by mistake is not read whole first
+EXPORT_HEADER_LINE_BYTES_MAX = 64 * 1024
+
+# a configuration file (broker.xml, activemq.xml, a HornetQ configuration) is read whole into memory;
+# past this it is refused (ConfigError naming the file and this cap) rather than read: a mistaken
+# multi-GiB file would otherwise fill memory (a FIFO or a device such as /dev/zero is refused before
+# anything is read, as no regular file). Real ones hold a few KiB.
+CONFIG_FILE_BYTES_MAX = 16 * 1024 * 1024

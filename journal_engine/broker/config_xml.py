@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 from xml.etree import ElementTree
@@ -20,6 +21,7 @@ import defusedxml
 from defusedxml.ElementTree import DefusedXMLParser
 
 from ..errors import ConfigError
+from ..limits import CONFIG_FILE_BYTES_MAX
 
 __all__ = ["ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS", "BrokerXmlDocument", "INT_MAX", "INT_MIN", "LONG_MAX",
            "LONG_MIN", "address_setting_element", "address_setting_values", "artemis_document", "element_name_of",
@@ -117,17 +119,41 @@ def read_source(path_or_text: str | bytes | os.PathLike[str], what: str) -> tupl
     """(text, label) from a path, bytes or XML text (a str starting with ``<``)."""
     if isinstance(path_or_text, os.PathLike) or (isinstance(path_or_text, str) and not path_or_text.lstrip().startswith("<")):
         path = os.fspath(path_or_text)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as exc:
-            raise ConfigError(what, path, f"cannot be read: {exc.strerror or exc}") from exc
-        return _decode(data, path), path
+        return _decode(_read_config_file(path, what), path), path
     if isinstance(path_or_text, bytes):
         return _decode(path_or_text, what), what
     if isinstance(path_or_text, str):
         return path_or_text, what
     raise TypeError(f"expected a path, XML text or bytes, not {type(path_or_text).__name__}")
+
+
+def _read_config_file(path: str, what: str) -> bytes:
+    """The bytes of a configuration file: a regular file of at most CONFIG_FILE_BYTES_MAX. A FIFO, a
+    device or a socket is refused before it is read (a FIFO would block the caller, /dev/zero would
+    fill memory); the check is made again on the open descriptor (opened without blocking), so a path
+    swapped between the stat and the open is refused too."""
+    def refuse_special(mode: int) -> None:
+        if not stat.S_ISREG(mode):
+            raise ConfigError(what, path, "is not a regular file (a FIFO, device, socket or directory)",
+                              hint="give the path of the configuration file itself")
+
+    def refuse_size(size: int) -> None:
+        if size > CONFIG_FILE_BYTES_MAX:
+            raise ConfigError(what, path, f"is larger than the {CONFIG_FILE_BYTES_MAX} bytes a configuration "
+                                          f"file may hold (limits.CONFIG_FILE_BYTES_MAX)",
+                              hint="give the configuration file itself")
+    try:
+        refuse_special(os.stat(path).st_mode)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(descriptor, "rb") as handle:
+            status = os.fstat(handle.fileno())
+            refuse_special(status.st_mode)
+            refuse_size(status.st_size)
+            data = handle.read(CONFIG_FILE_BYTES_MAX + 1)       # a file that grew since the fstat
+    except OSError as exc:
+        raise ConfigError(what, path, f"cannot be read: {exc.strerror or exc}") from exc
+    refuse_size(len(data))
+    return data
 
 
 def _decode(data: bytes, label: str) -> str:
