@@ -29,7 +29,11 @@ def recovered(directory, backend):
 
 
 def rows_of(out: str) -> list:
-    return [json.loads(line) for line in out.splitlines()[1:]]
+    """The rows of a JSON-lines export: between its first line and its trailer (whose checksum covers
+    the first line too, which names the backend)."""
+    lines = out.splitlines()
+    assert json.loads(lines[-1])["row"] == "trailer"
+    return [json.loads(line) for line in lines[1:-1]]
 
 
 @pytest.mark.parametrize("file_format", ["jsonl", "parquet"])

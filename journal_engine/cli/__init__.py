@@ -17,6 +17,7 @@ from .. import IMPLEMENTATION, __version__
 from ..errors import (ConfigError, CorruptRecordError, JournalError, JournalIOError, JournalLockedError)
 from .console import EXIT_DAMAGE, EXIT_IN_USE, EXIT_IO, EXIT_USAGE, fail_line
 from .target import NoJournalError
+from .transfer import NotAnExportError
 
 __all__ = ["main", "cli"]
 
@@ -25,7 +26,7 @@ def exit_status_of(error: BaseException) -> int:
     """The documented exit status of an operating error (console.py)."""
     if isinstance(error, JournalLockedError):
         return EXIT_IN_USE
-    if isinstance(error, (NoJournalError, ConfigError)):
+    if isinstance(error, (NoJournalError, NotAnExportError, ConfigError)):
         return EXIT_USAGE
     if isinstance(error, CorruptRecordError):
         return EXIT_DAMAGE
@@ -42,6 +43,22 @@ def _line_for_os_error(error: OSError) -> str:
     return f"{where}: {what} (hint: {hint})" if where else f"{what} (hint: {hint})"
 
 
+#: the optional packages a command may need, and the extra that installs each (pyproject.toml)
+OPTIONAL_PACKAGES = {"lmdb": "lmdb", "pyarrow": "export"}
+
+
+def missing_package(error: ImportError) -> str | None:
+    """The optional package whose absence ``error`` reports (through the ImportError a module raises in
+    its turn, such as the LMDB store's), or None: then it is a broken install or a bug, shown in full."""
+    seen: BaseException | None = error
+    while seen is not None:
+        name = getattr(seen, "name", None)
+        if name is not None and name.split(".")[0] in OPTIONAL_PACKAGES:
+            return name.split(".")[0]
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class _Commands(click.Group):
     """The root group: turns operating errors into one line and an exit status."""
 
@@ -53,6 +70,13 @@ class _Commands(click.Group):
         except BrokenPipeError:             # `journal-engine print ... | head`
             sys.stderr.close()
             return 0
+        except ImportError as error:
+            package = missing_package(error)
+            if package is None or ctx.params.get("debug"):
+                raise
+            fail_line(f"this command needs the {package} package, which is not installed (hint: pip install "
+                      f"'journal_engine[{OPTIONAL_PACKAGES[package]}]')")
+            return EXIT_USAGE
         except (JournalError, OSError) as error:
             if ctx.params.get("debug"):
                 raise

@@ -15,8 +15,9 @@ from ..broker.broker import Broker
 from ..broker.dead_letter import (DEAD_LETTER_COUNT, DEAD_LETTER_REASON, DEAD_LETTER_TIME, DELIVERY_HISTORY,
                                   DIALECTS, ORIG_DELIVERY_COUNT, decode_history)
 from ..broker.redrive import REDRIVE_COUNT, REDRIVE_SOURCE, REDRIVE_TIME, redrive_count
+from ..errors import UnknownQueueError
 from ..limits import REDRIVES_MAX_DEFAULT
-from .console import EXIT_OK, EXIT_USAGE, emit_json, fail_line, stdout
+from .console import EXIT_OK, emit_json, stdout
 from .target import NoJournalError, Target, locate
 
 __all__ = ["COMMANDS", "dead_letters"]
@@ -39,11 +40,22 @@ def _origin(properties: dict) -> tuple[str | None, str | None, int | None]:
     return None, None, None
 
 
-def dead_letters(target: Target, address: str | None = None, queue: str | None = None) -> list[dict]:
-    """Every dead-lettered message of a broker directory, read-only, in queue then store order."""
+def _check_queue(directory: str, name: str, names) -> None:
+    """UnknownQueueError (a usage error: exit status 2) naming the queue and the directory's queues."""
+    if name not in names:
+        raise UnknownQueueError(name, hint=f"the queues of {directory}: {', '.join(sorted(names)) or 'none'}")
+
+
+def dead_letters(target: Target, address: str | None = None, queue: str | None = None, *,
+                 queue_must_exist: bool = False) -> list[dict]:
+    """Every dead-lettered message of a broker directory, read-only, in queue then store order.
+    ``queue_must_exist``: UnknownQueueError when ``queue`` names no queue of the directory (for a user
+    who typed the name, an empty list would read as "no dead letters there")."""
     rows = []
     with target.open_store() as store:
         state = store.load()
+    if queue is not None and queue_must_exist:
+        _check_queue(target.path, queue, {binding.name for binding in state.queues.values()})
     for queue_id, references in sorted(state.references.items()):
         binding = state.queues[queue_id]
         if queue is not None and binding.name != queue:
@@ -89,7 +101,7 @@ def dlq_group() -> None:
 def list_command(directory: str, address, queue, as_json: bool) -> int:
     """Dead-lettered messages of a broker DIRECTORY (read-only): original address and queue, id,
     delivery count, reason and the history of failed deliveries."""
-    rows = dead_letters(_store_target(directory), address, queue)
+    rows = dead_letters(_store_target(directory), address, queue, queue_must_exist=True)
     if as_json:
         emit_json({"directory": directory, "dead_letters": rows})
         return EXIT_OK
@@ -123,9 +135,7 @@ def redrive_command(directory: str, from_queue: str, to_queue, selector, limit, 
     Refused while a broker holds the directory (exit status 4)."""
     target = _store_target(directory)
     with Broker(target.path, store=target.backend, dialect=dialect) as broker:
-        if from_queue not in broker.queue_names():
-            fail_line(f"{directory}: no queue named {from_queue!r} (queues: {', '.join(broker.queue_names())})")
-            return EXIT_USAGE
+        _check_queue(directory, from_queue, broker.queue_names())
         result = broker.redrive(from_queue, to_queue=to_queue, filter=selector, limit=limit,
                                 max_redrives=max_redrives)
     if as_json:

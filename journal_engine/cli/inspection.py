@@ -17,11 +17,12 @@ from ..storage.journal import compaction_due
 from ..storage.recovery import analyze
 from ..storage.segment_files import list_directory
 from .console import EXIT_DAMAGE, EXIT_OK, emit_json, emit_json_line, progress, stdout
+from .damage import Damage, damage_in, damage_status
 from .records import (BODY_KINDS, RecordFilter, decode_fields, json_value, kind_name, parse_kind, parse_type,
                       type_name)
 from .target import Part, journal_frames, locate
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "verify_part"]
 
 directory_argument = click.argument("directory", type=click.Path(file_okay=False, path_type=str))
 
@@ -173,7 +174,8 @@ def _journal_stats(part: Part) -> dict:
             "dead_bytes": max(0, written - live_bytes), "live_records": len(state.records),
             "open_transactions": len(state.transactions), "frames_by_kind": dict(kinds),
             "records_by_type": dict(types), "live_records_by_type": dict(live_types),
-            "compaction_due": due, "advice": advice}
+            "compaction_due": due, "advice": advice,
+            "damage": [place.as_dict() for place in damage_in(part.name, analysis.report)]}
 
 
 def _lmdb_stats(part: Part) -> dict:
@@ -187,7 +189,8 @@ def _lmdb_stats(part: Part) -> dict:
             "used_bytes": stats["used_bytes"], "map_size": stats["map_size"], "live_records": len(loaded.records),
             "open_transactions": len(loaded.prepared), "live_records_by_type": dict(live_types),
             "records_by_type": dict(live_types), "compaction_due": False,
-            "advice": "no compaction: LMDB reuses freed pages and overwrites delivery counts in place"}
+            "advice": "no compaction: LMDB reuses freed pages and overwrites delivery counts in place",
+            "damage": []}       # an LMDB store that does not read raises instead (exit status 1)
 
 
 @click.command("stats")
@@ -202,9 +205,10 @@ def stats_command(directory: str, as_json: bool) -> int:
             parts.append(_journal_stats(part) if part.backend == "journal" else _lmdb_stats(part))
             advance()
     document = {"directory": target.path, "store": target.store, "backend": target.backend, "journals": parts}
+    damage = [Damage(**place) for part in parts for place in part["damage"]]
     if as_json:
         emit_json(document)
-        return EXIT_OK
+        return _stats_status(target.path, damage)
     console = stdout()
     table = Table(title=f"{target.path} ({'message store, ' if target.store else ''}{target.backend})")
     for column in ("journal", "files", "on disk", "written", "live bytes", "dead bytes", "live records"):
@@ -226,19 +230,24 @@ def stats_command(directory: str, as_json: bool) -> int:
                             str(part["live_records_by_type"].get(name, 0)))
         console.print(records)
         console.print(f"{part['journal']}: {part['advice']}")
-    return EXIT_OK
+    return _stats_status(target.path, damage)
+
+
+def _stats_status(directory: str, damage: list) -> int:
+    """Exit status 1 after the numbers when the files hold damage (each place on stderr)."""
+    return damage_status(directory, damage, "the numbers count only the records that could be read",
+                         f"`journal-engine verify {directory}` lists the damage")
 
 
 # ----- verify ------------------------------------------------------------------------------------------
 
-def _verify_part(part: Part, problems: list, notes: list) -> dict:
+def verify_part(part: Part, problems: list, notes: list) -> dict:
     """Problems (damage) and notes (what recovery will do) of one record store."""
     if part.backend == "lmdb":
         try:
             loaded, _stats = _lmdb_records(part)
         except CorruptRecordError as exc:
-            problems.append({"journal": part.name, "path": exc.path or part.path, "offset": exc.offset,
-                             "problem": str(exc)})
+            problems.append(Damage.of_error(part.name, exc, part.path).as_dict())
             return {"journal": part.name, "files": 1, "records": 0}
         for path, offset, reason in loaded.report.anomalies:
             notes.append({"journal": part.name, "path": path, "offset": offset, "note": reason})
@@ -246,16 +255,10 @@ def _verify_part(part: Part, problems: list, notes: list) -> dict:
     try:
         analysis = analyze(part.path, _replaceable(part), as_if_compacted=True)
     except CorruptRecordError as exc:
-        problems.append({"journal": part.name, "path": exc.path or part.path, "offset": exc.offset,
-                         "problem": str(exc)})
+        problems.append(Damage.of_error(part.name, exc, part.path).as_dict())
         return {"journal": part.name, "files": 0, "records": 0}
     report = analysis.report
-    for path, offset, reason in report.corrupt:
-        problems.append({"journal": part.name, "path": path, "offset": offset, "problem": reason})
-    if report.torn_tail:
-        path, offset = report.torn_tail
-        problems.append({"journal": part.name, "path": path, "offset": offset,
-                         "problem": "torn tail: a write the crash cut short (recovery erases it)"})
+    problems.extend(place.as_dict() for place in damage_in(part.name, report))
     for path, offset, reason in report.anomalies:
         notes.append({"journal": part.name, "path": path, "offset": offset, "note": reason})
     for tx_id, (_ops, xid, path, offset) in analysis.state.transactions.items():
@@ -280,15 +283,14 @@ def verify_command(directory: str, as_json: bool) -> int:
     parts = []
     with progress("verifying", len(target.parts) + int(target.store)) as advance:
         for part in target.parts:
-            parts.append(_verify_part(part, problems, notes))
+            parts.append(verify_part(part, problems, notes))
             advance()
         if target.store and not problems:
             try:
                 with target.open_store() as store:
                     state = store.load(skip_corrupt=True)
             except CorruptRecordError as exc:
-                problems.append({"journal": "store", "path": exc.path or target.path, "offset": exc.offset,
-                                 "problem": str(exc)})
+                problems.append(Damage.of_error("store", exc, target.path).as_dict())
             else:
                 for error in state.corrupt_messages:
                     problems.append({"journal": "messages", "path": error.path, "offset": error.offset,

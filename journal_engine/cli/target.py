@@ -11,6 +11,7 @@ writer, through LMDB's reader table: docs/cli.md, "Read-only by construction").
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -61,10 +62,17 @@ class Target:
 
 
 def _check_directory(path: str) -> None:
-    """A missing path, a file, or a directory this process may not read: one clear error each."""
-    if not os.path.exists(path):
-        raise NoJournalError(path, "no such directory")
-    if not os.path.isdir(path):
+    """A missing path, a file, or a directory this process may not read: one clear error each. A stat
+    that is refused (a parent this process may not search) is an I/O error, not "no such directory"."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        raise NoJournalError(path, "no such directory") from None
+    except OSError as exc:
+        raise JournalIOError(f"{path}: cannot reach the directory: {exc.strerror}", errno=exc.errno, path=path,
+                             hint="run as a user who may search every directory above it (or fix their "
+                                  "permissions)") from None
+    if not stat.S_ISDIR(status.st_mode):
         raise NoJournalError(path, "not a directory")
     try:
         os.listdir(path)
