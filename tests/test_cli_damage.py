@@ -114,6 +114,17 @@ def test_stats_of_a_journal_with_a_damaged_record_exits_1(damaged_journal):
     assert [f"{path} offset {offset}" in line for line in damage_lines(done)] == [True]
 
 
+def test_export_of_a_journal_with_a_torn_tail_judges_it_as_verify_does(tmp_path):
+    from test_read_only import build, tear_tail
+    directory = tmp_path / "journal"
+    build(directory)
+    tear_tail(directory)
+    assert journal_engine("verify", directory).returncode == 1
+    done = journal_engine("export", directory)
+    assert done.returncode == 1 and "torn tail" in damage_lines(done)[0]
+    assert json.loads(done.stdout.splitlines()[-1])["row"] == "trailer"     # what was read, whole
+
+
 def test_a_healthy_directory_exports_and_stats_with_exit_0_and_nothing_on_stderr(tmp_path):
     directory = tmp_path / "broker"
     write_broker(directory)
