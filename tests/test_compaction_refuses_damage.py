@@ -6,6 +6,7 @@ through a replay that skipped load's cut-short check: the records past the cut v
 load was clean."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -26,11 +27,33 @@ def body(record_id: int) -> bytes:
     return record_id.to_bytes(4, "little") * 750          # ~3 KB: about 20 records a file
 
 
-def build(directory) -> None:
-    with Journal(directory, sync="always", file_size=FILE_SIZE) as journal:
-        journal.load()
+@contextlib.contextmanager
+def opened(directory, **options):
+    """The journal opened and loaded (load()'s warnings of the damage it reports silenced)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with Journal(directory, sync="always", file_size=FILE_SIZE, **options) as journal:
+            journal.result = journal.load()
+            yield journal
+
+
+@contextlib.contextmanager
+def filled(directory):
+    """A new journal with RECORDS records of ~3 KB over four 64 KiB files, open."""
+    with opened(directory) as journal:
         for record_id in range(1, RECORDS + 1):
             journal.add(record_id, 45, body(record_id))
+        yield journal
+
+
+def built_and_cut(tmp_path) -> tuple:
+    """A closed journal whose oldest data file another process cut to CUT_TO bytes: (directory, path)."""
+    directory = tmp_path / "journal"
+    with filled(directory):
+        pass
+    path = oldest(directory)
+    cut_by_another_process(path)
+    return directory, path
 
 
 def oldest(directory) -> str:
@@ -43,10 +66,8 @@ def cut_by_another_process(path: str, size: int = CUT_TO) -> None:
 
 
 def reload(directory):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)      # load() warns of the damage it reports
-        with Journal(directory, sync="always", file_size=FILE_SIZE) as journal:
-            return journal.load()
+    with opened(directory) as journal:
+        return journal.result
 
 
 def verify(directory) -> subprocess.CompletedProcess:
@@ -66,10 +87,7 @@ def assert_cut_still_reported(directory, path: str) -> None:
 
 def test_a_file_cut_while_the_journal_is_open_refuses_compaction_and_stays_reported(tmp_path):
     directory = tmp_path / "journal"
-    with Journal(directory, sync="always", file_size=FILE_SIZE) as journal:
-        journal.load()
-        for record_id in range(1, RECORDS + 1):
-            journal.add(record_id, 45, body(record_id))
+    with filled(directory) as journal:
         path = oldest(directory)
         cut_by_another_process(path)
         with pytest.raises(CorruptRecordError) as refused:
@@ -85,29 +103,18 @@ def test_a_file_cut_while_the_journal_is_open_refuses_compaction_and_stays_repor
 
 
 def test_a_file_cut_while_the_journal_is_closed_refuses_compaction_after_load_reported_it(tmp_path):
-    directory = tmp_path / "journal"
-    build(directory)
-    path = oldest(directory)
-    cut_by_another_process(path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        with Journal(directory, sync="always", file_size=FILE_SIZE) as journal:
-            report = journal.load().report
-            assert [entry[0] for entry in report.corrupt] == [path]
-            with pytest.raises(CorruptRecordError) as refused:
-                journal.compact()
-            assert refused.value.path == path
+    directory, path = built_and_cut(tmp_path)
+    with opened(directory) as journal:
+        assert [entry[0] for entry in journal.result.report.corrupt] == [path]
+        with pytest.raises(CorruptRecordError) as refused:
+            journal.compact()
+        assert refused.value.path == path
     assert_cut_still_reported(directory, path)
 
 
 def test_the_automatic_compaction_refuses_a_cut_file_and_says_so_in_stats(tmp_path):
-    directory = tmp_path / "journal"
-    build(directory)
-    path = oldest(directory)
-    with Journal(directory, sync="always", file_size=FILE_SIZE, compact_min_files=2,
-                 compact_percentage=90) as journal:
-        journal.load()
-        cut_by_another_process(path)
+    directory, path = built_and_cut(tmp_path)
+    with opened(directory, compact_min_files=2, compact_percentage=90) as journal:
         for record_id in range(16, RECORDS + 1):          # deletes make the trigger due
             journal.delete(record_id)
         for record_id in range(100, 160):                 # file switches fire it
@@ -125,10 +132,7 @@ def test_the_automatic_compaction_refuses_a_cut_file_and_says_so_in_stats(tmp_pa
 
 def test_a_file_overwritten_by_another_process_refuses_compaction(tmp_path):
     directory = tmp_path / "journal"
-    with Journal(directory, sync="always", file_size=FILE_SIZE) as journal:
-        journal.load()
-        for record_id in range(1, RECORDS + 1):
-            journal.add(record_id, 45, body(record_id))
+    with filled(directory) as journal:
         path = oldest(directory)
         subprocess.run(["dd", "if=/dev/urandom", f"of={path}", "bs=4096", "seek=3", "count=2", "conv=notrunc",
                         "status=none"], check=True)
@@ -141,10 +145,7 @@ def test_a_file_overwritten_by_another_process_refuses_compaction(tmp_path):
 
 def test_a_file_removed_by_another_process_refuses_compaction_naming_it(tmp_path):
     directory = tmp_path / "journal"
-    with Journal(directory, sync="always", file_size=FILE_SIZE) as journal:
-        journal.load()
-        for record_id in range(1, RECORDS + 1):
-            journal.add(record_id, 45, body(record_id))
+    with filled(directory) as journal:
         path = oldest(directory)
         subprocess.run(["rm", path], check=True)
         with pytest.raises(CorruptRecordError) as refused:
@@ -153,16 +154,11 @@ def test_a_file_removed_by_another_process_refuses_compaction_naming_it(tmp_path
 
 
 def test_accept_damage_compacts_what_can_be_read(tmp_path):
-    directory = tmp_path / "journal"
-    build(directory)
-    path = oldest(directory)
-    cut_by_another_process(path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        with Journal(directory, sync="always", file_size=FILE_SIZE) as journal:
-            kept = set(journal.load().records)
-            journal.compact(accept_damage=True)
-            assert journal.compaction_count == 1
+    directory, path = built_and_cut(tmp_path)
+    with opened(directory) as journal:
+        kept = set(journal.result.records)
+        journal.compact(accept_damage=True)
+        assert journal.compaction_count == 1
     result = reload(directory)
     assert set(result.records) == kept
     assert result.report.corrupt == []
@@ -170,9 +166,7 @@ def test_accept_damage_compacts_what_can_be_read(tmp_path):
 
 def test_an_undamaged_journal_still_compacts(tmp_path):
     directory = tmp_path / "journal"
-    build(directory)
-    with Journal(directory, sync="always", file_size=FILE_SIZE) as journal:
-        journal.load()
+    with filled(directory) as journal:
         for record_id in range(1, 30):
             journal.delete(record_id)
         journal.compact()
