@@ -92,11 +92,12 @@ def test_export_of_a_journal_with_a_damaged_record_reports_it_and_exits_1(damage
     assert snapshot(directory) == before
 
 
-def test_export_and_stats_of_a_damaged_broker_directory_exit_1_naming_the_file(tmp_path):
+def test_export_stats_and_dlq_list_of_a_damaged_broker_directory_exit_1_naming_the_file(tmp_path):
     directory = tmp_path / "broker"
     write_broker(directory)
     path, offset = flip_byte_in_first_frame(directory / "messages")
-    for argv in (["export", directory], ["stats", directory], ["stats", directory, "--json"]):
+    for argv in (["export", directory], ["stats", directory], ["stats", directory, "--json"],
+                 ["dlq", "list", directory]):
         done = journal_engine(*argv)
         assert done.returncode == 1, argv
         (line,) = damage_lines(done)

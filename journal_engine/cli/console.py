@@ -1,10 +1,10 @@
 """Output of the commands: rich tables and progress for people, JSON for programs, one-line errors.
 
-Exit statuses (docs/cli.md): 0 done / healthy; 1 damage found (verify; stats, export and compact
-of damaged files; an export cut short or changed given to import; a corrupt journal a command could
-not read); 2 bad usage, no journal where one was expected, a file that is no export, an optional
-package not installed; 3 an I/O error (a missing permission, a failing disk); 4 the journal is in
-use by another process.
+Exit statuses (docs/cli.md): 0 done / healthy; 1 damage found (verify; stats, export, dlq list
+and compact of damaged files; an export cut short or changed given to import; a corrupt journal a
+command could not read); 2 bad usage, no journal where one was expected, a file that is no export,
+an optional package not installed; 3 an I/O error (a missing permission, a failing disk); 4 the
+journal is in use by another process.
 """
 from __future__ import annotations
 

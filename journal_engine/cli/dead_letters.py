@@ -18,6 +18,7 @@ from ..broker.redrive import REDRIVE_COUNT, REDRIVE_SOURCE, REDRIVE_TIME, redriv
 from ..errors import UnknownQueueError
 from ..limits import REDRIVES_MAX_DEFAULT
 from .console import EXIT_OK, emit_json, stdout
+from .damage import damage_in, damage_status
 from .target import NoJournalError, Target, locate
 
 __all__ = ["COMMANDS", "dead_letters"]
@@ -46,16 +47,19 @@ def _check_queue(directory: str, name: str, names) -> None:
         raise UnknownQueueError(name, hint=f"the queues of {directory}: {', '.join(sorted(names)) or 'none'}")
 
 
-def dead_letters(target: Target, address: str | None = None, queue: str | None = None, *,
-                 queue_must_exist: bool = False) -> list[dict]:
-    """Every dead-lettered message of a broker directory, read-only, in queue then store order.
-    ``queue_must_exist``: UnknownQueueError when ``queue`` names no queue of the directory (for a user
-    who typed the name, an empty list would read as "no dead letters there")."""
-    rows = []
+def _load(target: Target):
+    """The store's state, read-only."""
     with target.open_store() as store:
-        state = store.load()
-    if queue is not None and queue_must_exist:
-        _check_queue(target.path, queue, {binding.name for binding in state.queues.values()})
+        return store.load()
+
+
+def dead_letters(target: Target, address: str | None = None, queue: str | None = None) -> list[dict]:
+    """Every dead-lettered message of a broker directory, read-only, in queue then store order."""
+    return _rows(_load(target), address, queue)
+
+
+def _rows(state, address: str | None, queue: str | None) -> list[dict]:
+    rows = []
     for queue_id, references in sorted(state.references.items()):
         binding = state.queues[queue_id]
         if queue is not None and binding.name != queue:
@@ -101,10 +105,15 @@ def dlq_group() -> None:
 def list_command(directory: str, address, queue, as_json: bool) -> int:
     """Dead-lettered messages of a broker DIRECTORY (read-only): original address and queue, id,
     delivery count, reason and the history of failed deliveries."""
-    rows = dead_letters(_store_target(directory), address, queue, queue_must_exist=True)
+    target = _store_target(directory)
+    state = _load(target)
+    if queue is not None:       # for a name typed by a user, an empty list would read as "none there"
+        _check_queue(target.path, queue, {binding.name for binding in state.queues.values()})
+    rows = _rows(state, address, queue)
+    damage = [place for name, report in sorted(state.reports.items()) for place in damage_in(name, report)]
     if as_json:
         emit_json({"directory": directory, "dead_letters": rows})
-        return EXIT_OK
+        return _list_status(directory, damage)
     table = Table(title=f"dead letters in {directory}: {len(rows)}")
     for column in ("queue", "id", "original address", "original queue", "deliveries", "reason", "redrives",
                    "history (time ms, reason)"):
@@ -114,7 +123,13 @@ def list_command(directory: str, address, queue, as_json: bool) -> int:
                       str(row["delivery_count"]), str(row["reason"]), str(row["redrive_count"]),
                       _history_text(row["history"]))
     stdout().print(table)
-    return EXIT_OK
+    return _list_status(directory, damage)
+
+
+def _list_status(directory: str, damage: list) -> int:
+    """Exit status 1 after the list when the store's files hold damage (each place on stderr)."""
+    return damage_status(directory, damage, "the list holds the dead letters that could be read",
+                         f"`journal-engine verify {directory}` lists the damage")
 
 
 @dlq_group.command("redrive")
