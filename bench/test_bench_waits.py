@@ -16,6 +16,7 @@ import threading
 import time
 
 import pytest
+from workload import percentiles
 
 from journal_engine import AddressSettings, Broker, ManualClock
 from journal_engine.broker.selector import compile_selector
@@ -25,12 +26,6 @@ EMPTY_RECEIVES = 100_000
 WAKEUPS_PER_ROUND = 50
 REDELIVERY_DELAY_MS = 20
 SELECTOR = "color = 'red' AND weight BETWEEN 10 AND 20 AND kind IN ('a', 'b')"
-
-
-def _percentiles_ms(values: list[float]) -> dict[str, float]:
-    values = sorted(values)
-    return {label: round(values[min(len(values) - 1, int(fraction * len(values)))] * 1e3, 3)
-            for label, fraction in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}
 
 
 @pytest.mark.benchmark(group="selector")
@@ -115,4 +110,4 @@ def test_receive_wakeup(benchmark, woken_by):
     finally:
         broker.close()
     benchmark.extra_info.update({"case": f"receive woken by a {woken_by}", "samples": len(late),
-                                 "late_ms": _percentiles_ms(late)})
+                                 "late_ms": percentiles([seconds * 1e3 for seconds in late])})

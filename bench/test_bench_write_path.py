@@ -14,7 +14,10 @@ Groups:
                      without the GIL), split into the device's fdatasync, the flusher's wait for a CPU
                      after it was due, and the engine's share; on the benchmark disk and on tmpfs; the
                      flusher syncing without the GIL against the same flusher taking the GIL for each
-                     sync, in alternating rounds. Target: p99 <= 1 ms.
+                     sync, in alternating rounds. Target: p99 <= 1 ms; asserted for the engine's share of
+                     the flusher without the GIL on tmpfs (ENGINE_SHARE_P99_MS_MAX, the README's claim),
+                     not for the whole lag, whose fdatasync and wake-ups are the machine's, nor on the
+                     disk, whose writes wait on other jobs' (2.9 ms at p99 in one smoke round at load 6).
   broker-loop-base   the broker's durable send -> receive -> ack loop (group mode) on this checkout, on this
                      checkout with the flusher taking the GIL for each sync, and on a base checkout
                      ($JOURNAL_BENCH_BASE, built; left out without it), in rotating subprocess rounds:
@@ -40,7 +43,7 @@ import time
 from pathlib import Path
 
 import pytest
-from workload import BODY
+from workload import BODY, percentiles
 
 import journal_engine
 from journal_engine import Journal
@@ -59,6 +62,7 @@ SQLITE_PER_WAITER = 4                # 256 x 4 rows (each commit syncs: slower)
 LAG_APPENDS_PER_ROUND = 2_500        # x 4 rounds per flusher = 10,000 appends each
 LAG_ROUNDS = 4
 LAG_PACE_S = 0.0002                  # between appends: a steady trickle, nobody waiting
+ENGINE_SHARE_P99_MS_MAX = 1.0        # the engine's share of the lag at p99 on tmpfs (measured 0.49-0.50 ms)
 BROKER_MESSAGES = 60_000
 BROKER_ROUNDS = 8
 
@@ -194,6 +198,8 @@ def test_durable_confirmed_appends(benchmark, case_dir):
     benchmark.extra_info.update({"implementation": journal_engine.IMPLEMENTATION, "rounds": ROUNDS,
                                  "record_bytes": len(BODY)})
     benchmark.pedantic(one_round, rounds=ROUNDS, warmup_rounds=1, iterations=1)
+    if benchmark.disabled:   # --benchmark-disable: one round, its checks, no warm-up to leave out
+        return
     base = statistics.median(rates["always-1-thread"][1:])
     for name, values in rates.items():
         q1, median, q3 = _quartiles(values[1:])       # the warm-up round left out
@@ -212,13 +218,6 @@ def test_durable_confirmed_appends(benchmark, case_dir):
 
 # ----- durable-lag -----------------------------------------------------------------------------------------
 TMPFS = Path("/dev/shm")
-
-
-def _percentiles(values: list[float]) -> dict[str, float]:
-    values = sorted(values)
-    at = {label: values[min(len(values) - 1, int(fraction * len(values)))]
-          for label, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
-    return {**{label: round(value, 3) for label, value in at.items()}, "max": round(values[-1], 3)}
 
 
 def _overlap_ns(start: int, end: int, spans: list[tuple[int, int]]) -> int:
@@ -318,9 +317,13 @@ def test_group_mode_durable_lag_with_a_busy_thread(benchmark, case_dir):
         prefix = f"{device}_{flusher}"
         benchmark.extra_info[f"{prefix}_appends"] = len(result["lag"])
         for name in ("lag", "engine", "fdatasync", "wake_up"):
-            benchmark.extra_info[f"{prefix}_{name}_ms"] = _percentiles(result[name])
+            benchmark.extra_info[f"{prefix}_{name}_ms"] = percentiles(result[name])
         benchmark.extra_info[f"{prefix}_run_queue_ms_per_run"] = round(statistics.median(result["run_queue_ms_per_run"]), 3)
         benchmark.extra_info[f"{prefix}_runs_per_sync"] = round(statistics.median(result["runs_per_sync"]), 2)
+    if "tmpfs" in devices:
+        engine_p99 = benchmark.extra_info["tmpfs_flusher-without-gil_engine_ms"]["p99"]
+        assert engine_p99 <= ENGINE_SHARE_P99_MS_MAX, \
+            f"the engine's share of the flusher's lag at p99 on tmpfs: {engine_p99} ms, above {ENGINE_SHARE_P99_MS_MAX} ms"
 
 
 # ----- broker-loop-base ------------------------------------------------------------------------------------
@@ -364,7 +367,8 @@ def _rotating_rounds(benchmark, case_dir, variants: dict[str, tuple[str, list[st
             directory = case_dir / f"{name}-{state['round']}"
             env = dict(os.environ, PYTHONPATH=checkout)
             out = subprocess.run([sys.executable, "-c", script, str(directory), *arguments, *own_arguments],
-                                 env=env, capture_output=True, text=True, check=True)
+                                 env=env, capture_output=True, text=True, check=False)
+            assert out.returncode == 0, f"{name}, round {state['round']}: exit {out.returncode}: {out.stderr[-2000:]}"
             outputs[name].append(out.stdout.strip())
             shutil.rmtree(directory, ignore_errors=True)
 
