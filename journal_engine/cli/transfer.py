@@ -321,7 +321,8 @@ def _open_record_store(path: str, name: str, backend: str):
 @click.argument("directory", type=click.Path(file_okay=False, path_type=str))
 @click.option("--backend", type=click.Choice(["journal", "lmdb"]), help="default: the exported directory's")
 def import_command(export_file: str, directory: str, backend) -> int:
-    """Write the records of EXPORT_FILE into a new DIRECTORY (which must not exist or be empty)."""
+    """Write the records of EXPORT_FILE into a new DIRECTORY (which must not exist or be empty), once its
+    trailer agrees with its rows: an export cut short or changed is refused (exit status 1)."""
     if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
         raise NoJournalError(directory, "exists and is not empty; import writes only into a new directory")
     header, rows = read_export(export_file)
