@@ -52,6 +52,39 @@ def test_the_check_catches_uncounted_deliveries_of_concurrent_clients(tmp_path):
     assert caught, "the check did not notice a delivery whose count was not persisted"
 
 
+_CLOSED_WITH_A_MESSAGE_IN_HAND = """
+import os, signal, sys
+from journal_engine.crashtest import broker_workload
+broker = broker_workload.open_broker(sys.argv[1], "always", True, 1_000_000)
+consumer = broker.create_consumer(broker_workload.QUEUE)
+broker.send(broker_workload.QUEUE, broker_workload.body_of(1))
+message = consumer.receive(0)
+assert (message.message_id, message.delivery_count) == (1, 1)
+consumer.close()            # the message goes back uncounted: its lowered count is written
+broker.sync()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_message_a_closed_consumer_gave_back_sets_no_strict_floor(tmp_path):
+    """Strict mode writes a delivery's count before it; a consumer closed with the message in hand
+    gives it back uncounted and the broker writes the lowered count, so recovery finds it lower than
+    the delivery showed. The oracle's ``U`` line says so; without it the check would call the close
+    a strict-mode loss (what the --ci campaign of seed 15 reported on LMDB before the line was read)."""
+    directory = str(tmp_path / "broker")
+    child = subprocess.run([sys.executable, "-c", _CLOSED_WITH_A_MESSAGE_IN_HAND, directory], capture_output=True,
+                           timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    recovered = broker_workload.recovered_state(directory, "always", 1_000_000)
+    assert recovered["queue"] == {1: (0, broker_workload.body_of(1))}
+    lines = ["R", "O 1 send 1", "D 1 1", "U 1 1", "A 1"]
+    empty = {"queue": {}, "dead": {}}
+    assert broker_workload.check_broker(empty, lines, recovered, strict=True, context="closed") == []
+    without_the_close = [line for line in lines if not line.startswith("U ")]
+    assert [v for v in broker_workload.check_broker(empty, without_the_close, recovered, strict=True, context="x")
+            if "strict mode" in v]
+
+
 def test_a_full_disk_under_the_broker_on_either_backend_stops_at_store_full_error(tmp_path):
     campaign = Campaign(tmp_path / "scratch", size="smoke", seed=9)
     campaign.plan = dict(campaign.plan, full_disks=3)
