@@ -20,13 +20,20 @@ Fault modes (each named in the report with how often it ran):
   * ``full-disk``: runs on a small tmpfs (mounted when the machine allows it, skipped with the reason
     otherwise) until the disk is full: a StoreFullError, never SIGBUS, nothing acknowledged lost;
   * ``broker-kill``: SIGKILL chains of the broker-level workload (sends, deliveries, rollbacks with
-    redelivery delays, acknowledgements, dead letters), strict mode on and off
-    (journal_engine.crashtest.broker_workload states its invariants).
+    redelivery delays, acknowledgements, dead letters), strict mode on and off, on the journal and
+    LMDB, one client or several (journal_engine.crashtest.broker_workload states its invariants);
+  * ``outside-file`` / ``second-opener`` / ``live-inspect``: what another process does to the
+    directory of a live store: a data file cut, overwritten or deleted, then compacted; a second
+    opener; the inspection commands (journal_engine.crashtest.outside states their invariants).
+
+A --ci or --long campaign must also run every mode it plans and reach the figures of ACCEPTANCE
+(``Report.missing_modes()``, ``Report.shortfalls()``; the command exits 5 otherwise).
 
 ``kill``, ``power-loss`` and ``libfiu`` run on any store (the journal, the LMDB store, a user's
-store by import path): they see only the store's calls and its system calls. The others work on the
-journal's own steps and file format (or the broker on the journal) and are reported not applicable
-to another store, each with the reason; a mode the machine cannot run (no libfiu, no mount) is
+store by import path): they see only the store's calls and its system calls; ``broker-kill``,
+``full-disk``, ``second-opener`` and ``live-inspect`` on the two built in. The others work on the
+journal's own steps and file format and are reported not applicable to another store, each with
+the reason; a mode the machine cannot run (no libfiu, no mount) is
 reported skipped with what is missing.
 
 Every run is reproducible from the campaign's seed: a violation names its context and the command
