@@ -4,10 +4,13 @@ cut by the test, a lock a real holder let go of, real processes that crash); and
 that skipped a mode or fell short of an acceptance figure fails with exit status 5, naming it."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 
 from journal_engine.crashtest import Campaign, broker_workload, campaign as campaign_module, command, outside
 from journal_engine.crashtest.campaign import _run_workload
@@ -122,7 +125,6 @@ def test_the_live_inspect_mode_runs_each_backend_and_counts(tmp_path):
 def test_the_inspection_check_catches_a_tool_that_dies_of_a_signal_or_prints_a_traceback(tmp_path):
     """Real processes: an inspection that ends in SIGBUS, one that ends in a traceback, and a real
     `journal-engine verify` of a healthy journal (exit 0, nothing to report)."""
-    import tempfile
     directory = str(tmp_path / "journal")
     _journal_with_acknowledged_records(directory)
     crashing = {"sigbus": "import os, signal; os.kill(os.getpid(), signal.SIGBUS)",
@@ -180,10 +182,28 @@ def test_a_ci_campaign_below_an_acceptance_figure_exits_5_naming_it(tmp_path, mo
     assert status == EXIT_INCOMPLETE, out.out + out.err
     assert "INCOMPLETE acceptance figure not reached: SIGKILLs: 2 reached, 500 required" in out.out
     assert "power-loss states: 0 reached, 100,000 required" in out.out
-    import json
     assert "SIGKILLs: 2 reached, 500 required" in json.loads((tmp_path / "report.json").read_text())["shortfalls"]
     monkeypatch.setitem(campaign_module.ACCEPTANCE, "ci", {"SIGKILLs": 2})     # reached: the run passes
     status = command.run("ci", 3, None, str(tmp_path / "scratch"))
     out = capsys.readouterr()
     assert "INCOMPLETE acceptance figure" not in out.out
     assert status == (EXIT_INCOMPLETE if "INCOMPLETE the" in out.out else 0), out.out
+
+
+def test_a_compaction_asked_as_soon_as_the_workload_recovered_is_made_not_fatal(tmp_path):
+    """The outside-file mode signals the workload (SIGUSR1) as soon as it reads its R line; the
+    workload resolves the prepared transactions it recovered after that line. Its handler must be in
+    place before it: the --ci campaign of seed 15 saw a workload die of SIGUSR1 when it was installed
+    after them. Forty prepared transactions, each resolved with a sync, hold that window open."""
+    from journal_engine import Journal
+    from journal_engine.crashtest.bodies import make_body, xid_of
+    directory = str(tmp_path / "journal")
+    with Journal(directory, file_size=256 * 1024) as journal:
+        journal.load()
+        for tx_id in range(1, 41):
+            journal.add_tx(tx_id, tx_id, 1, make_body(tx_id, tx_id, 10))
+            journal.prepare(tx_id, xid_of(tx_id), sync=True)
+    lines, returncode, stderr = _run_workload(directory, "always", 3, 100, 100, kill_after=None, max_calls=50,
+                                              outside=(0.0, lambda pid: os.kill(pid, signal.SIGUSR1)))
+    assert returncode == 0, stderr
+    assert any(line.split()[2] == "cpt" for line in lines if line.startswith("O "))

@@ -19,12 +19,14 @@ from __future__ import annotations
 import random
 import signal
 import sys
+import threading
 
 from ..record_format import RecordKind
 from .bodies import make_body, xid_of
 from .stores import FILE_SIZE, open_store  # noqa: F401  (FILE_SIZE: the campaign and tests take it from here)
 
 COMPACT_SIGNAL = signal.SIGUSR1     # the campaign's outside-file mode asks for a compaction with it
+COMPACTION_ASKED = threading.Event()   # set by COMPACT_SIGNAL: the next call is a compaction
 _GROUP_KINDS = {"add": RecordKind.ADD, "upd": RecordKind.UPDATE, "del": RecordKind.DELETE}
 
 
@@ -42,7 +44,6 @@ class JournalWorkload:
         self.live_set: set[int] = set()
         self.prepared: dict[int, list] = {}  # tx id -> ops [(kind, record_id)] still to be resolved
         self.out = sys.stdout
-        self.compact_asked = False           # SIGUSR1: another process changed a file; compact it next
 
     def emit(self, line: str) -> None:
         self.out.write(line + "\n")
@@ -229,8 +230,8 @@ class JournalWorkload:
         self.journal.compact()
 
     def step(self) -> None:
-        if self.compact_asked:
-            self.compact_asked = False
+        if COMPACTION_ASKED.is_set():
+            COMPACTION_ASKED.clear()
             return self.compact()
         if self.prepared and self.rng.random() < 0.05:
             return self.resolve_prepared(self.rng.choice(sorted(self.prepared)))
@@ -283,9 +284,10 @@ def start_workload(journal, result, rng: random.Random, mode: str, first_seq: in
 def run_workload(directory: str, mode: str, seed: int, first_seq: int, first_id: int,
                  max_calls: int = 20000, store: str = "journal") -> None:
     rng = random.Random(seed)
+    # before the R line: the campaign may signal as soon as it reads it
+    signal.signal(COMPACT_SIGNAL, lambda _signum, _frame: COMPACTION_ASKED.set())
     with open_store(store, directory, mode) as journal:   # the journal: small files, compaction runs
         work = start_workload(journal, journal.load(), rng, mode, first_seq, first_id)
-        signal.signal(COMPACT_SIGNAL, lambda _signum, _frame: setattr(work, "compact_asked", True))
         for _ in range(max_calls):
             work.step()
     work.emit("E")
