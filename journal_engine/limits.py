@@ -25,6 +25,7 @@ MIN_FILES_MIN = 2
 FILE_ID_MAX = (1 << 62) - 1
 U32_MAX = (1 << 32) - 1
 U64_MAX = (1 << 64) - 1
+I64_MIN = -(1 << 63)
 I64_MAX = (1 << 63) - 1
 RECORD_ID_MAX = U64_MAX
 TX_ID_MAX = U64_MAX

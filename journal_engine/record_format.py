@@ -27,6 +27,7 @@ import struct
 from dataclasses import dataclass, field
 
 from .errors import CorruptRecordError
+from .limits import FRAME_HEADER_SIZE_BYTES, I64_MAX, I64_MIN
 
 
 class RecordKind(enum.IntEnum):
@@ -43,6 +44,48 @@ class RecordKind(enum.IntEnum):
     ROLLBACK = 19
     PAD = 20
     GROUP = 21    # heads a record group: its body is GROUP_BODY; the frames it covers carry GROUP_MEMBER
+
+
+#: The frame header, the one statement of its layout (docs/internals/format.md): u32 CRC32C of the
+#: frame from byte 4 to the end of its body, u32 body length, u8 kind, u8 user record type, u16 flags,
+#: u32 stamp (the low 32 bits of the file id), u64 record id, u64 transaction id; then the body and
+#: zero padding to a multiple of 8. The twins read and write it through FRAME_HEADER and FrameField;
+#: the compiled codec's offsets (_codec.pxd) are checked against FrameField when it is imported.
+FRAME_HEADER = struct.Struct("<IIBBHIQQ")
+
+
+class FrameField(enum.IntEnum):
+    """Where each field of the frame header starts (bytes from the frame's first byte)."""
+
+    CRC = 0
+    BODY_LENGTH = 4
+    KIND = 8
+    RECORD_TYPE = 9
+    FLAGS = 10
+    STAMP = 12
+    RECORD_ID = 16
+    TX_ID = 24
+
+
+def _field_offsets(layout: struct.Struct) -> list[int]:
+    """The offset of each field of a packed little-endian layout, in order."""
+    codes = layout.format.lstrip("<")
+    return [struct.calcsize("<" + codes[:index]) for index in range(len(codes))]
+
+
+if FRAME_HEADER.size != FRAME_HEADER_SIZE_BYTES or _field_offsets(FRAME_HEADER) != [int(f) for f in FrameField]:
+    raise ImportError("record_format: FRAME_HEADER, FrameField and limits.FRAME_HEADER_SIZE_BYTES disagree")
+
+
+def check_compiled(module: str, facts: dict) -> None:
+    """A compiled module's import-time check that the constants compiled into it are this module's:
+    `facts` maps what is checked to (the compiled value, this module's value). ImportError naming
+    each mismatch (an ``if``, not an ``assert``: ``python -O`` must not skip it)."""
+    wrong = [f"{what}: compiled {compiled!r}, record_format {expected!r}"
+             for what, (compiled, expected) in facts.items() if compiled != expected]
+    if wrong:
+        raise ImportError(f"{module} was built from another record format ({'; '.join(wrong)}): rebuild it "
+                          f"(pip install -e .)")
 
 
 #: the frame flag (u16 at offset 10) of a frame inside a record group; no other flag exists. A reader
@@ -80,16 +123,12 @@ class RecordType(enum.IntEnum):
 #: the delivery-count and scheduled-time updates replace each other per (message, first 8 body bytes = queue id)
 REPLACEABLE_TYPES = {int(RecordType.UPDATE_DELIVERY_COUNT): 8, int(RecordType.SET_SCHEDULED_DELIVERY_TIME): 8}
 
-U32_MAX = 0xFFFFFFFF
-U64_MAX = 0xFFFFFFFFFFFFFFFF
-I64_MIN = -(1 << 63)
-I64_MAX = (1 << 63) - 1
-
-_QUEUE_ID = struct.Struct("<Q")
-_DELIVERY_COUNT = struct.Struct("<QI")
-_SCHEDULED_TIME = struct.Struct("<QQ")
-DELIVERY_COUNT_BODY_BYTES = _DELIVERY_COUNT.size      # 12, as Artemis's DeliveryCountUpdateEncoding
-SCHEDULED_TIME_BODY_BYTES = _SCHEDULED_TIME.size      # 16, as Artemis's ScheduledDeliveryEncoding
+#: the bodies of ADD_REF / ACKNOWLEDGE_REF / ID_COUNTER, UPDATE_DELIVERY_COUNT and SET_SCHEDULED_DELIVERY_TIME
+QUEUE_ID_BODY = struct.Struct("<Q")
+DELIVERY_COUNT_BODY = struct.Struct("<QI")
+SCHEDULED_TIME_BODY = struct.Struct("<QQ")
+DELIVERY_COUNT_BODY_BYTES = DELIVERY_COUNT_BODY.size      # 12, as Artemis's DeliveryCountUpdateEncoding
+SCHEDULED_TIME_BODY_BYTES = SCHEDULED_TIME_BODY.size      # 16, as Artemis's ScheduledDeliveryEncoding
 
 ROUTING_TYPES = {None: 0, "anycast": 1, "multicast": 2}
 _ROUTING_NAMES = {code: name for name, code in ROUTING_TYPES.items()}
@@ -113,7 +152,8 @@ SHADOW_HEADER_BYTES = 64
 SHADOW_ENTRY_BYTES = 32
 SHADOW_HEADER = struct.Struct("<8sIII16s")    # magic, version, life, epoch, boot id; then the CRC
 SHADOW_ENTRY = struct.Struct("<QQIII")        # queue id, message id, value, epoch, life; then the CRC
-assert SHADOW_HEADER.size + 4 <= SHADOW_HEADER_BYTES and SHADOW_ENTRY.size + 4 == SHADOW_ENTRY_BYTES
+if not (SHADOW_HEADER.size + 4 <= SHADOW_HEADER_BYTES and SHADOW_ENTRY.size + 4 == SHADOW_ENTRY_BYTES):
+    raise ImportError("record_format: the shadow's header or entry does not fit its size")
 
 
 
@@ -162,38 +202,38 @@ class StoredQueue:
 
 def encode_queue_id(queue_id: int) -> bytes:
     """Body of ADD_REF (32) and ACKNOWLEDGE_REF (33)."""
-    return _QUEUE_ID.pack(queue_id)
+    return QUEUE_ID_BODY.pack(queue_id)
 
 
 def encode_delivery_count(queue_id: int, delivery_count: int) -> bytes:
     """Body of UPDATE_DELIVERY_COUNT (34): u64 queue id, u32 count."""
-    return _DELIVERY_COUNT.pack(queue_id, delivery_count)
+    return DELIVERY_COUNT_BODY.pack(queue_id, delivery_count)
 
 
 def encode_scheduled_time(queue_id: int, scheduled_ms: int) -> bytes:
     """Body of SET_SCHEDULED_DELIVERY_TIME (36): u64 queue id, u64 absolute epoch ms."""
-    return _SCHEDULED_TIME.pack(queue_id, scheduled_ms)
+    return SCHEDULED_TIME_BODY.pack(queue_id, scheduled_ms)
 
 
 def encode_id_counter(next_id: int) -> bytes:
     """Body of ID_COUNTER (24): u64, the first message id not yet reserved."""
-    return _QUEUE_ID.pack(next_id)
+    return QUEUE_ID_BODY.pack(next_id)
 
 
 def decode_id_counter(body: bytes, *, record_id: int, path=None) -> int:
     """The u64 of an ID_COUNTER (24) body; CorruptRecordError for any other length."""
-    if len(body) != _QUEUE_ID.size:
-        raise _corrupt(record_id, RecordType.ID_COUNTER, f"body is {len(body)} bytes, expected {_QUEUE_ID.size}",
+    if len(body) != QUEUE_ID_BODY.size:
+        raise _corrupt(record_id, RecordType.ID_COUNTER, f"body is {len(body)} bytes, expected {QUEUE_ID_BODY.size}",
                        path, what="bindings")
-    return _QUEUE_ID.unpack(body)[0]
+    return QUEUE_ID_BODY.unpack(body)[0]
 
 
 def decode_queue_id(body: bytes, *, message_id: int, record_type: int, path=None) -> int:
     """The u64 queue id that is the whole body of ADD_REF (32) and ACKNOWLEDGE_REF (33);
     CorruptRecordError (naming the message, the record type and ``path``) for any other length."""
-    if len(body) != _QUEUE_ID.size:
-        raise _corrupt(message_id, record_type, f"body is {len(body)} bytes, expected {_QUEUE_ID.size}", path)
-    return _QUEUE_ID.unpack(body)[0]
+    if len(body) != QUEUE_ID_BODY.size:
+        raise _corrupt(message_id, record_type, f"body is {len(body)} bytes, expected {QUEUE_ID_BODY.size}", path)
+    return QUEUE_ID_BODY.unpack(body)[0]
 
 
 def decode_delivery_count(body: bytes, *, message_id: int, path=None) -> tuple[int, int]:
@@ -201,7 +241,7 @@ def decode_delivery_count(body: bytes, *, message_id: int, path=None) -> tuple[i
     if len(body) != DELIVERY_COUNT_BODY_BYTES:
         raise _corrupt(message_id, RecordType.UPDATE_DELIVERY_COUNT,
                        f"body is {len(body)} bytes, expected {DELIVERY_COUNT_BODY_BYTES}", path)
-    return _DELIVERY_COUNT.unpack(body)
+    return DELIVERY_COUNT_BODY.unpack(body)
 
 
 def decode_scheduled_time(body: bytes, *, message_id: int, path=None) -> tuple[int, int]:
@@ -209,7 +249,7 @@ def decode_scheduled_time(body: bytes, *, message_id: int, path=None) -> tuple[i
     if len(body) != SCHEDULED_TIME_BODY_BYTES:
         raise _corrupt(message_id, RecordType.SET_SCHEDULED_DELIVERY_TIME,
                        f"body is {len(body)} bytes, expected {SCHEDULED_TIME_BODY_BYTES}", path)
-    return _SCHEDULED_TIME.unpack(body)
+    return SCHEDULED_TIME_BODY.unpack(body)
 
 
 def _corrupt(record_id: int, record_type: int, why: str, path, *, what: str = "message") -> CorruptRecordError:

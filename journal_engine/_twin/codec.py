@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 
 from ..limits import FRAME_ALIGNMENT_BYTES, FRAME_HEADER_SIZE_BYTES
-from ..record_format import GROUP_BODY, GROUP_MEMBER, GROUP_MEMBER_KINDS, FrameCheck, RecordKind
+from ..record_format import FRAME_HEADER, GROUP_BODY, GROUP_MEMBER, GROUP_MEMBER_KINDS, FrameCheck, FrameField, RecordKind
 
 _POLY = 0x82F63B78
 _TABLE = []
@@ -18,8 +18,7 @@ for _n in range(256):
         _c = (_c >> 1) ^ _POLY if _c & 1 else _c >> 1
     _TABLE.append(_c)
 _TABLE = tuple(_TABLE)
-_FRAME = struct.Struct("<IIBBHIQQ")
-assert _FRAME.size == FRAME_HEADER_SIZE_BYTES
+_CRC = struct.Struct("<I")
 
 
 def crc32c(data, crc: int = 0) -> int:
@@ -45,9 +44,9 @@ def frame_size(body_len: int) -> int:
 def encode_frame(kind: int, user_type: int, stamp: int, record_id: int, tx_id: int, body, flags: int = 0) -> bytes:
     body = bytes(body)
     size = frame_size(len(body))
-    tail = _FRAME.pack(0, len(body), kind, user_type, flags, stamp, record_id, tx_id)[4:] + body
+    tail = FRAME_HEADER.pack(0, len(body), kind, user_type, flags, stamp, record_id, tx_id)[FrameField.BODY_LENGTH:] + body
     tail += bytes(size - FRAME_HEADER_SIZE_BYTES - len(body))
-    return struct.pack("<I", crc32c(tail[: FRAME_HEADER_SIZE_BYTES - 4 + len(body)])) + tail
+    return _CRC.pack(crc32c(tail[: FRAME_HEADER_SIZE_BYTES - FrameField.BODY_LENGTH + len(body)])) + tail
 
 
 def encode_group_head(stamp: int, count: int, members: bytes) -> bytes:
@@ -74,7 +73,7 @@ def check_frame(buffer, pos: int, stamp: int) -> tuple[int, int]:
     if pos + FRAME_HEADER_SIZE_BYTES > limit:
         return FrameCheck.ZERO, 0
     header = bytes(buffer[pos:pos + FRAME_HEADER_SIZE_BYTES])
-    crc, body_len, kind, _user, flags, frame_stamp, _rid, _tx = _FRAME.unpack(header)
+    crc, body_len, kind, _user, flags, frame_stamp, _rid, _tx = FRAME_HEADER.unpack(header)
     if frame_stamp != stamp:
         return (FrameCheck.FOREIGN if any(header) else FrameCheck.ZERO), 0
     if kind < RecordKind.ADD or kind > RecordKind.GROUP or flags & ~0xFF:
@@ -84,17 +83,17 @@ def check_frame(buffer, pos: int, stamp: int) -> tuple[int, int]:
     size = frame_size(body_len)
     if body_len > limit - pos or pos + size > limit:
         return FrameCheck.INVALID, 0
-    if crc != crc32c(buffer[pos + 4:pos + FRAME_HEADER_SIZE_BYTES + body_len]):
+    if crc != crc32c(buffer[pos + FrameField.BODY_LENGTH:pos + FRAME_HEADER_SIZE_BYTES + body_len]):
         return FrameCheck.INVALID, 0
     return FrameCheck.VALID, size
 
 
 def is_group_member(buffer, pos: int) -> bool:
     """Whether the frame at `pos` (checked valid) is flagged as a member of a record group."""
-    return buffer[pos + 10] == GROUP_MEMBER
+    return buffer[pos + FrameField.FLAGS] == GROUP_MEMBER
 
 
 def decode_header(buffer, pos: int) -> tuple[int, int, int, int, int, int]:
     """(body_len, kind, user_type, stamp, record_id, tx_id) of a frame already checked valid."""
-    _crc, body_len, kind, user_type, _flags, stamp, record_id, tx_id = _FRAME.unpack_from(buffer, pos)
+    _crc, body_len, kind, user_type, _flags, stamp, record_id, tx_id = FRAME_HEADER.unpack_from(buffer, pos)
     return body_len, kind, user_type, stamp, record_id, tx_id

@@ -18,7 +18,7 @@ import threading
 
 from ..errors import DuplicateRecordError, UnknownRecordError
 from ..limits import U32_MAX, U64_MAX, check_max_redelivery_records, u32_array, u64_array
-from ..record_format import RecordKind, RecordType
+from ..record_format import DELIVERY_COUNT_BODY, QUEUE_ID_BODY, SCHEDULED_TIME_BODY, RecordKind, RecordType
 
 ADD_MESSAGE = int(RecordType.ADD_MESSAGE)
 ADD_REF = int(RecordType.ADD_REF)
@@ -28,9 +28,9 @@ SET_SCHEDULED_DELIVERY_TIME = int(RecordType.SET_SCHEDULED_DELIVERY_TIME)
 _U32_MAX = U32_MAX
 _U64_MAX = U64_MAX
 _ADD, _UPDATE = RecordKind.ADD, RecordKind.UPDATE
-_COUNT = struct.Struct("<QI")
-_TIME = struct.Struct("<QQ")
-_QUEUE_ID = struct.Struct("<Q")
+_COUNT = DELIVERY_COUNT_BODY
+_TIME = SCHEDULED_TIME_BODY
+_QUEUE_ID = QUEUE_ID_BODY
 _U32 = struct.Struct("<I")
 _NO_PROPERTIES = _U32.pack(0)
 

@@ -9,7 +9,7 @@ import struct
 
 from ..limits import FRAME_ALIGNMENT_BYTES, FRAME_HEADER_SIZE_BYTES
 from .codec import check_frame, crc32c, decode_header, frame_size, is_group_member
-from ..record_format import GROUP_BODY, GROUP_MEMBER, GROUP_MEMBER_KINDS, FrameCheck, RecordKind
+from ..record_format import FRAME_HEADER, GROUP_BODY, GROUP_MEMBER, GROUP_MEMBER_KINDS, FrameCheck, FrameField, RecordKind
 from .livemap import LiveMap
 
 #: what a reader reports of damage (a FrameCheck other than VALID) followed by valid frames
@@ -62,7 +62,7 @@ def _next_valid(buffer, pos: int, stamp: int) -> tuple[int, bool]:
     stamp_bytes = struct.pack("<I", stamp)
     member_skipped = False
     while pos + FRAME_HEADER_SIZE_BYTES <= limit:
-        if buffer[pos + 12:pos + 16] == stamp_bytes:
+        if buffer[pos + FrameField.STAMP:pos + FrameField.STAMP + 4] == stamp_bytes:
             check, size = check_frame(buffer, pos, stamp)
             if check == FrameCheck.VALID:
                 if not is_group_member(buffer, pos):
@@ -77,7 +77,7 @@ def _next_valid(buffer, pos: int, stamp: int) -> tuple[int, bool]:
 def _group_end(buffer, pos: int, size: int, stamp: int) -> int:
     """Where the record group headed by the valid GROUP frame at `pos` ends, or -1 when it is not
     whole (count, length, stamps, member flags and CRC32C as the compiled decoder checks them)."""
-    body_len = struct.unpack_from("<I", buffer, pos + 4)[0]
+    body_len = decode_header(buffer, pos)[0]
     if body_len != GROUP_BODY.size:
         return -1
     count, member_bytes, crc, zero = GROUP_BODY.unpack_from(buffer, pos + FRAME_HEADER_SIZE_BYTES)
@@ -91,7 +91,7 @@ def _group_end(buffer, pos: int, size: int, stamp: int) -> int:
     while at < end:
         if at + FRAME_HEADER_SIZE_BYTES > end:
             return -1
-        body_len, kind, _user, flags, frame_stamp = struct.unpack_from("<IBBHI", buffer, at + 4)
+        _crc, body_len, kind, _user, flags, frame_stamp, _record_id, _tx_id = FRAME_HEADER.unpack_from(buffer, at)
         if frame_stamp != stamp or flags != GROUP_MEMBER or kind not in GROUP_MEMBER_KINDS:
             return -1
         at += frame_size(body_len)
@@ -276,7 +276,7 @@ def scan_columns(buffer, stamp: int, start: int) -> FrameColumns:
     while True:
         check, size = check_frame(buffer, pos, stamp)
         if check == FrameCheck.VALID:
-            if buffer[pos + 8] == RecordKind.GROUP:
+            if buffer[pos + FrameField.KIND] == RecordKind.GROUP:
                 end = _group_end(buffer, pos, size, stamp)
                 if end < 0:
                     check = FrameCheck.INVALID      # a torn group: damage from its GROUP frame on

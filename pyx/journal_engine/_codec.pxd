@@ -13,6 +13,18 @@ cdef enum:
     FRAME_ALIGNMENT = 8
     FILE_HEADER_SIZE = 64
 
+# where each field of the frame header starts: record_format.FrameField (its home, the one statement of
+# the layout), checked against these when _codec is imported. FLAGS is a u16: its high byte is always 0
+cdef enum:
+    FRAME_CRC_AT = 0
+    FRAME_BODY_LENGTH_AT = 4
+    FRAME_KIND_AT = 8
+    FRAME_RECORD_TYPE_AT = 9
+    FRAME_FLAGS_AT = 10
+    FRAME_STAMP_AT = 12
+    FRAME_RECORD_ID_AT = 16
+    FRAME_TX_ID_AT = 24
+
 cdef enum FrameKind:
     KIND_ADD = 11
     KIND_UPDATE = 12
@@ -68,3 +80,8 @@ cdef inline void store_u32(unsigned char *p, uint32_t v) noexcept nogil:
 
 cdef inline void store_u64(unsigned char *p, uint64_t v) noexcept nogil:
     store_u32(p, <uint32_t>(v & 0xffffffffu)); store_u32(p + 4, <uint32_t>(v >> 32))
+
+
+cdef inline bint is_group_member_kind(uint8_t kind) noexcept nogil:
+    """Whether a frame of this kind may be a record group's member (record_format.GROUP_MEMBER_KINDS)."""
+    return kind == KIND_ADD or kind == KIND_UPDATE or kind == KIND_DELETE

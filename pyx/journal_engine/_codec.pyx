@@ -1,15 +1,9 @@
 # cython: language_level=3
 """Compiled frame codec: CRC32C, frame encoding and validation.
 
-The Python twin is ``journal_engine.storage.codec``; both produce the same bytes
-(tests/test_parity.py). Frame layout (little-endian, 8-byte aligned):
-
-    0  u32 crc32c of bytes [4, 32 + body_len)
-    4  u32 body_len
-    8  u8  kind           12 u32 file stamp (low 32 bits of the file id)
-    9  u8  user type      16 u64 record id
-    10 u16 flags (0)      24 u64 transaction id
-    32 body, then zero padding to the next multiple of 8
+The Python twin is ``journal_engine._twin.codec``; both produce the same bytes
+(tests/test_parity.py). The frame layout is record_format.FRAME_HEADER / FrameField
+(docs/internals/format.md); _codec.pxd holds its offsets as constants, checked below.
 """
 from libc.string cimport memcpy, memset
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
@@ -19,17 +13,21 @@ je_crc32c_init()
 from journal_engine import limits as _limits, record_format as _format
 
 # the constants of _codec.pxd are compiled in; the record format's home must agree with them
-assert {kind.name: int(kind) for kind in _format.RecordKind} == {
-    "ADD": KIND_ADD, "UPDATE": KIND_UPDATE, "ADD_TX": KIND_ADD_TX, "UPDATE_TX": KIND_UPDATE_TX,
-    "DELETE_TX": KIND_DELETE_TX, "DELETE": KIND_DELETE, "PREPARE": KIND_PREPARE, "COMMIT": KIND_COMMIT,
-    "ROLLBACK": KIND_ROLLBACK, "PAD": KIND_PAD, "GROUP": KIND_GROUP}, "record_format.RecordKind changed: rebuild the compiled core"
-assert {check.name: int(check) for check in _format.FrameCheck} == {
-    "VALID": FRAME_VALID, "ZERO": FRAME_ZERO, "FOREIGN": FRAME_FOREIGN, "INVALID": FRAME_INVALID}, \
-    "record_format.FrameCheck changed: rebuild the compiled core"
-assert (_format.GROUP_MEMBER, _format.GROUP_BODY.size) == (GROUP_MEMBER, GROUP_BODY_SIZE), \
-    "record_format's record group changed: rebuild the compiled core"
-assert (_limits.FRAME_HEADER_SIZE_BYTES, _limits.FRAME_ALIGNMENT_BYTES, _limits.FILE_HEADER_SIZE_BYTES) == (
-    FRAME_HEADER_SIZE, FRAME_ALIGNMENT, FILE_HEADER_SIZE), "the frame limits changed: rebuild the compiled core"
+_format.check_compiled("journal_engine._codec", {
+    "frame kinds": ({"ADD": KIND_ADD, "UPDATE": KIND_UPDATE, "ADD_TX": KIND_ADD_TX, "UPDATE_TX": KIND_UPDATE_TX,
+                     "DELETE_TX": KIND_DELETE_TX, "DELETE": KIND_DELETE, "PREPARE": KIND_PREPARE,
+                     "COMMIT": KIND_COMMIT, "ROLLBACK": KIND_ROLLBACK, "PAD": KIND_PAD, "GROUP": KIND_GROUP},
+                    {kind.name: int(kind) for kind in _format.RecordKind}),
+    "frame checks": ({"VALID": FRAME_VALID, "ZERO": FRAME_ZERO, "FOREIGN": FRAME_FOREIGN, "INVALID": FRAME_INVALID},
+                     {check.name: int(check) for check in _format.FrameCheck}),
+    "frame header fields": ([FRAME_CRC_AT, FRAME_BODY_LENGTH_AT, FRAME_KIND_AT, FRAME_RECORD_TYPE_AT, FRAME_FLAGS_AT,
+                             FRAME_STAMP_AT, FRAME_RECORD_ID_AT, FRAME_TX_ID_AT], [int(f) for f in _format.FrameField]),
+    "record group": ((GROUP_MEMBER, GROUP_BODY_SIZE), (_format.GROUP_MEMBER, _format.GROUP_BODY.size)),
+    "group member kinds": ({k for k in range(256) if is_group_member_kind(k)},
+                           {int(k) for k in _format.GROUP_MEMBER_KINDS}),
+    "frame limits": ((FRAME_HEADER_SIZE, FRAME_ALIGNMENT, FILE_HEADER_SIZE),
+                     (_limits.FRAME_HEADER_SIZE_BYTES, _limits.FRAME_ALIGNMENT_BYTES, _limits.FILE_HEADER_SIZE_BYTES)),
+})
 
 
 cdef Py_ssize_t write_frame(unsigned char *dst, uint8_t kind, uint8_t user_type, uint32_t stamp,
@@ -42,19 +40,19 @@ cdef Py_ssize_t write_flagged_frame(unsigned char *dst, uint8_t kind, uint8_t fl
                                     uint32_t stamp, uint64_t record_id, uint64_t tx_id,
                                     const unsigned char *body, Py_ssize_t body_len) noexcept nogil:
     cdef Py_ssize_t size = frame_size(body_len)
-    store_u32(dst + 4, <uint32_t>body_len)
-    dst[8] = kind
-    dst[9] = user_type
-    dst[10] = flags
-    dst[11] = 0
-    store_u32(dst + 12, stamp)
-    store_u64(dst + 16, record_id)
-    store_u64(dst + 24, tx_id)
+    store_u32(dst + FRAME_BODY_LENGTH_AT, <uint32_t>body_len)
+    dst[FRAME_KIND_AT] = kind
+    dst[FRAME_RECORD_TYPE_AT] = user_type
+    dst[FRAME_FLAGS_AT] = flags
+    dst[FRAME_FLAGS_AT + 1] = 0
+    store_u32(dst + FRAME_STAMP_AT, stamp)
+    store_u64(dst + FRAME_RECORD_ID_AT, record_id)
+    store_u64(dst + FRAME_TX_ID_AT, tx_id)
     if body_len and body != dst + FRAME_HEADER_SIZE:
         memcpy(dst + FRAME_HEADER_SIZE, body, body_len)
     if size > FRAME_HEADER_SIZE + body_len:
         memset(dst + FRAME_HEADER_SIZE + body_len, 0, size - FRAME_HEADER_SIZE - body_len)
-    store_u32(dst, je_crc32c(0, dst + 4, FRAME_HEADER_SIZE - 4 + body_len))
+    store_u32(dst + FRAME_CRC_AT, je_crc32c(0, dst + FRAME_BODY_LENGTH_AT, FRAME_HEADER_SIZE - FRAME_BODY_LENGTH_AT + body_len))
     return size
 
 
@@ -85,20 +83,20 @@ cdef FrameCheck validate_frame(const unsigned char *buf, Py_ssize_t pos, Py_ssiz
     cdef int i
     if pos + FRAME_HEADER_SIZE > limit:
         return FRAME_ZERO
-    if load_u32(p + 12) != stamp:
+    if load_u32(p + FRAME_STAMP_AT) != stamp:
         for i in range(FRAME_HEADER_SIZE):
             if p[i]:
                 return FRAME_FOREIGN
         return FRAME_ZERO
-    body_len = load_u32(p + 4)
-    if p[8] < KIND_ADD or p[8] > KIND_GROUP or p[11]:
+    body_len = load_u32(p + FRAME_BODY_LENGTH_AT)
+    if p[FRAME_KIND_AT] < KIND_ADD or p[FRAME_KIND_AT] > KIND_GROUP or p[FRAME_FLAGS_AT + 1]:
         return FRAME_INVALID
-    if p[10] and (p[10] != GROUP_MEMBER or not (p[8] == KIND_ADD or p[8] == KIND_UPDATE or p[8] == KIND_DELETE)):
+    if p[FRAME_FLAGS_AT] and (p[FRAME_FLAGS_AT] != GROUP_MEMBER or not is_group_member_kind(p[FRAME_KIND_AT])):
         return FRAME_INVALID
     size = frame_size(body_len)
     if body_len > <uint32_t>(limit - pos) or pos + size > limit:
         return FRAME_INVALID
-    if load_u32(p) != je_crc32c(0, p + 4, FRAME_HEADER_SIZE - 4 + body_len):
+    if load_u32(p + FRAME_CRC_AT) != je_crc32c(0, p + FRAME_BODY_LENGTH_AT, FRAME_HEADER_SIZE - FRAME_BODY_LENGTH_AT + body_len):
         return FRAME_INVALID
     size_out[0] = size
     return FRAME_VALID

@@ -84,7 +84,9 @@ DEF TRACE_FIELDS = 6                # a traced sync: durable_bytes, due_ns, woke
 DEF FLUSH_KEEPS_GIL_UP_TO = 65536   # a flush's caller waits for its write anyway
 DEF LEADER_KEEPS_GIL_UP_TO = 1 << 20   # a sync leader's batch (at most ~buffer_size): taking the GIL
                                         # back after the write could wait a whole switch interval
-assert SECTOR == SECTOR_SIZE_BYTES
+if SECTOR != SECTOR_SIZE_BYTES:       # an if, not an assert: python -O must not skip it
+    raise ImportError(f"journal_engine._core was built for {SECTOR}-byte sectors, limits says "
+                      f"{SECTOR_SIZE_BYTES}: rebuild it (pip install -e .)")
 
 cdef enum SyncMode:
     MODE_NONE = 0

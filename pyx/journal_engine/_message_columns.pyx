@@ -40,8 +40,8 @@ cdef extern from "Python.h":
     int Py_DTSF_ADD_DOT_0
 
 # the layouts compiled into the parsers below; record_format is their home
-assert _format.MESSAGE_HEAD.format == "<BBBxq", "the message head in record_format changed: rebuild this module"
-assert _format.QUEUE_HEAD.format == "<BBBx", "the queue head in record_format changed: rebuild this module"
+_format.check_compiled("journal_engine._message_columns", {
+    "message head": ("<BBBxq", _format.MESSAGE_HEAD.format), "queue head": ("<BBBx", _format.QUEUE_HEAD.format)})
 
 cdef int KIND_ADD = _format.RecordKind.ADD
 cdef int KIND_UPDATE = _format.RecordKind.UPDATE

@@ -49,14 +49,15 @@ cdef extern from "bus_guard.h":
 if je_bus_install() != 0:
     raise ImportError("journal_engine._record_writer: cannot install its SIGBUS handler")
 # the constants below are compiled in; the record format's home must agree with them
-assert (_format.SHADOW_ENTRY_BYTES, _format.SHADOW_HEADER_BYTES) == (SHADOW_ENTRY, SHADOW_HEADER), \
-    "the shadow layout in record_format changed: rebuild this module to match"
-assert [int(_format.RecordType[name]) for name in ("ADD_MESSAGE", "ADD_REF", "ACKNOWLEDGE_REF",
-        "UPDATE_DELIVERY_COUNT", "SET_SCHEDULED_DELIVERY_TIME")] == [
-        TYPE_ADD_MESSAGE, TYPE_ADD_REF, TYPE_ACKNOWLEDGE_REF, TYPE_UPDATE_DELIVERY_COUNT,
-        TYPE_SET_SCHEDULED_DELIVERY_TIME], "the record types in record_format changed: rebuild this module"
-assert (_format.DELIVERY_COUNT_BODY_BYTES, _format.SCHEDULED_TIME_BODY_BYTES) == (DELIVERY_COUNT_BODY,
-        SCHEDULED_TIME_BODY), "the body layouts in record_format changed: rebuild this module"
+_format.check_compiled("journal_engine._record_writer", {
+    "shadow layout": ((SHADOW_ENTRY, SHADOW_HEADER), (_format.SHADOW_ENTRY_BYTES, _format.SHADOW_HEADER_BYTES)),
+    "record types": ([TYPE_ADD_MESSAGE, TYPE_ADD_REF, TYPE_ACKNOWLEDGE_REF, TYPE_UPDATE_DELIVERY_COUNT,
+                      TYPE_SET_SCHEDULED_DELIVERY_TIME],
+                     [int(_format.RecordType[name]) for name in ("ADD_MESSAGE", "ADD_REF", "ACKNOWLEDGE_REF",
+                                                                  "UPDATE_DELIVERY_COUNT", "SET_SCHEDULED_DELIVERY_TIME")]),
+    "body layouts": ((QUEUE_ID_BODY, DELIVERY_COUNT_BODY, SCHEDULED_TIME_BODY),
+                     (_format.QUEUE_ID_BODY.size, _format.DELIVERY_COUNT_BODY_BYTES, _format.SCHEDULED_TIME_BODY_BYTES)),
+})
 
 
 def _yield_gil():

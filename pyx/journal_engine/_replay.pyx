@@ -19,7 +19,8 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 
 from journal_engine._codec cimport (
     FRAME_HEADER_SIZE, FRAME_ALIGNMENT, FrameCheck, FRAME_VALID, FRAME_ZERO, FRAME_FOREIGN, FRAME_INVALID,
-    validate_frame, load_u32, load_u64,
+    FRAME_BODY_LENGTH_AT, FRAME_KIND_AT, FRAME_RECORD_TYPE_AT, FRAME_FLAGS_AT, FRAME_STAMP_AT, FRAME_RECORD_ID_AT,
+    FRAME_TX_ID_AT, is_group_member_kind, validate_frame, load_u32, load_u64,
     KIND_ADD, KIND_UPDATE, KIND_DELETE, KIND_ADD_TX, KIND_UPDATE_TX, KIND_DELETE_TX,
     KIND_PREPARE, KIND_COMMIT, KIND_ROLLBACK, KIND_PAD, KIND_GROUP, GROUP_MEMBER, GROUP_BODY_SIZE,
     frame_size, je_crc32c, je_crc32c_init,
@@ -106,9 +107,9 @@ cdef Py_ssize_t _next_valid(const unsigned char *base, Py_ssize_t pos, Py_ssize_
     a torn group's), and ``member_skipped`` says one was: data of a torn write lies there."""
     cdef Py_ssize_t size = 0
     while pos + FRAME_HEADER_SIZE <= limit:
-        if load_u32(base + pos + 12) == stamp:
+        if load_u32(base + pos + FRAME_STAMP_AT) == stamp:
             if validate_frame(base, pos, limit, stamp, &size) == FRAME_VALID:
-                if base[pos + 10] != GROUP_MEMBER:
+                if base[pos + FRAME_FLAGS_AT] != GROUP_MEMBER:
                     return pos
                 member_skipped[0] = True
                 pos += size
@@ -127,7 +128,7 @@ cdef Py_ssize_t _group_end(const unsigned char *base, Py_ssize_t pos, Py_ssize_t
     cdef const unsigned char *body = base + pos + FRAME_HEADER_SIZE
     cdef Py_ssize_t start = pos + size, end, at
     cdef uint32_t count, found = 0, member_bytes
-    if load_u32(base + pos + 4) != GROUP_BODY_SIZE or load_u32(body + 12) != 0:
+    if load_u32(base + pos + FRAME_BODY_LENGTH_AT) != GROUP_BODY_SIZE or load_u32(body + 12) != 0:
         return -1
     count = load_u32(body)
     member_bytes = load_u32(body + 4)
@@ -138,10 +139,11 @@ cdef Py_ssize_t _group_end(const unsigned char *base, Py_ssize_t pos, Py_ssize_t
         return -1
     at = start
     while at < end:
-        if (at + FRAME_HEADER_SIZE > end or load_u32(base + at + 12) != stamp or base[at + 10] != GROUP_MEMBER
-                or base[at + 11] or not (base[at + 8] == KIND_ADD or base[at + 8] == KIND_UPDATE or base[at + 8] == KIND_DELETE)):
+        if (at + FRAME_HEADER_SIZE > end or load_u32(base + at + FRAME_STAMP_AT) != stamp
+                or base[at + FRAME_FLAGS_AT] != GROUP_MEMBER or base[at + FRAME_FLAGS_AT + 1]
+                or not is_group_member_kind(base[at + FRAME_KIND_AT])):
             return -1
-        at += frame_size(load_u32(base + at + 4))
+        at += frame_size(load_u32(base + at + FRAME_BODY_LENGTH_AT))
         found += 1
     if at != end or found != count:
         return -1
@@ -736,25 +738,25 @@ cdef int _scan_rows(const unsigned char *base, Py_ssize_t limit, uint32_t stamp,
             return -1
         check = validate_frame(base, pos, limit, stamp, &size)
         if check == FRAME_VALID:
-            if base[pos + 8] == KIND_GROUP:
+            if base[pos + FRAME_KIND_AT] == KIND_GROUP:
                 nxt = _group_end(base, pos, size, limit, stamp)
                 if nxt < 0:
                     check = FRAME_INVALID      # a torn group: damage from its GROUP frame on
                 else:
                     group_end = nxt
-            elif base[pos + 10] == GROUP_MEMBER and pos >= group_end:
+            elif base[pos + FRAME_FLAGS_AT] == GROUP_MEMBER and pos >= group_end:
                 check = FRAME_INVALID          # a member whose GROUP frame was lost: a torn group
         if check == FRAME_VALID:
             p = base + pos
             rows.offset[n] = pos
             rows.size[n] = size
             rows.check[n] = 0
-            rows.kind[n] = p[8]
-            rows.record_type[n] = p[9]
-            rows.record_id[n] = load_u64(p + 16)
-            rows.tx_id[n] = load_u64(p + 24)
+            rows.kind[n] = p[FRAME_KIND_AT]
+            rows.record_type[n] = p[FRAME_RECORD_TYPE_AT]
+            rows.record_id[n] = load_u64(p + FRAME_RECORD_ID_AT)
+            rows.tx_id[n] = load_u64(p + FRAME_TX_ID_AT)
             rows.body_offsets[n] = body_total
-            body_total += load_u32(p + 4)
+            body_total += load_u32(p + FRAME_BODY_LENGTH_AT)
             n += 1
             pos += size
             continue
