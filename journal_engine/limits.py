@@ -27,6 +27,11 @@ U32_MAX = (1 << 32) - 1
 U64_MAX = (1 << 64) - 1
 I64_MIN = -(1 << 63)
 I64_MAX = (1 << 63) - 1
+# the seed systems are Java: their settings are ints and longs, and their parsers refuse what does not fit
+JAVA_INT_MIN = -(1 << 31)
+JAVA_INT_MAX = (1 << 31) - 1
+JAVA_LONG_MIN = I64_MIN
+JAVA_LONG_MAX = I64_MAX
 RECORD_ID_MAX = U64_MAX
 TX_ID_MAX = U64_MAX
 RECORD_TYPE_MAX = 255

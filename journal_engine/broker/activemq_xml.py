@@ -31,6 +31,7 @@ import re
 from typing import Any
 from xml.etree import ElementTree
 
+from ..limits import JAVA_INT_MAX
 from ..errors import ConfigError
 from .address_settings import AddressSettingsRepository
 from .broker_config import BrokerConfig
@@ -46,7 +47,6 @@ __all__ = ["classic_config", "read_classic_document"]
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _DOUBLE_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 
 # attribute -> (field, parser) of each element read
@@ -122,7 +122,7 @@ class _Reader:
                 raise ConfigError(label, raw, "must be true or false", line=line)
             return text.lower() == "true"
         if kind in ("int", "long"):
-            high = _INT_MAX if kind == "int" else _LONG_MAX
+            high = JAVA_INT_MAX if kind == "int" else _LONG_MAX
             if not _INT_RE.fullmatch(text) or not -high - 1 <= int(text) <= high:
                 raise ConfigError(label, raw, f"is not an integer in [{-high - 1}, {high}]", line=line)
             return int(text)

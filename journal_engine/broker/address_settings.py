@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from xml.etree import ElementTree
 
+from ..limits import JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN
 from ..errors import ConfigError
-from .config_xml import (INT_MAX, INT_MIN, LONG_MAX, LONG_MIN, BrokerXmlDocument, address_setting_element,
+from .config_xml import (BrokerXmlDocument, address_setting_element,
                          address_setting_values, element_line, element_name_of, line_of, local_name,
                          read_broker_xml_document, renamed)
 from .wildcard import WildcardConfiguration, contains_wildcard, is_wild, to_regex, unescape, verify_match
@@ -69,9 +70,9 @@ def java_long(x: float) -> int:
     if math.isnan(x):
         return 0
     if x >= 9.223372036854775807e18:
-        return LONG_MAX
+        return JAVA_LONG_MAX
     if x <= -9.223372036854775808e18:
-        return LONG_MIN
+        return JAVA_LONG_MIN
     return int(x)
 
 
@@ -144,12 +145,12 @@ class AddressSettings:
                 raise ConfigError(name, value, "must be True or False")
         if self.max_delivery_attempts is not None:
             put("max_delivery_attempts", _check_int("max_delivery_attempts", self.max_delivery_attempts,
-                                                    INT_MIN, INT_MAX, "-1 or 0 = redeliver forever"))
+                                                    JAVA_INT_MIN, JAVA_INT_MAX, "-1 or 0 = redeliver forever"))
         if self.redelivery_delay is not None:
-            put("redelivery_delay", _check_int("redelivery_delay", self.redelivery_delay, 0, LONG_MAX,
+            put("redelivery_delay", _check_int("redelivery_delay", self.redelivery_delay, 0, JAVA_LONG_MAX,
                                                "milliseconds, not negative"))
         if self.max_redelivery_delay is not None:
-            put("max_redelivery_delay", _check_int("max_redelivery_delay", self.max_redelivery_delay, 0, LONG_MAX,
+            put("max_redelivery_delay", _check_int("max_redelivery_delay", self.max_redelivery_delay, 0, JAVA_LONG_MAX,
                                                    "milliseconds, not negative"))
         if self.redelivery_delay_multiplier is not None:
             put("redelivery_delay_multiplier", _check_float(
@@ -160,11 +161,11 @@ class AddressSettings:
                 "redelivery_collision_avoidance_factor", self.redelivery_collision_avoidance_factor, 0.0, 1.0,
                 "Artemis accepts 0.0 to 1.0"))
         if self.expiry_delay is not None:
-            put("expiry_delay", _check_int("expiry_delay", self.expiry_delay, -1, LONG_MAX,
+            put("expiry_delay", _check_int("expiry_delay", self.expiry_delay, -1, JAVA_LONG_MAX,
                                            "milliseconds; -1 = keep the message's own expiration"))
         for name in ("min_expiry_delay", "max_expiry_delay", "max_rollback_delay"):
             if getattr(self, name) is not None:
-                put(name, _check_int(name, getattr(self, name), -1, LONG_MAX, "milliseconds; -1 = no bound"))
+                put(name, _check_int(name, getattr(self, name), -1, JAVA_LONG_MAX, "milliseconds; -1 = no bound"))
         # whether expiration_for can change an expiration (read on every send: an attribute, not a property)
         put("changes_expiration", bool(self.no_expiry) or any(
             value is not None and value >= 0 for value in (self.expiry_delay, self.min_expiry_delay,
@@ -177,7 +178,7 @@ class AddressSettings:
                 raise ConfigError("redelivery_delays", f"<{len(delays)} entries>",
                                   f"at most {REDELIVERY_DELAYS_LENGTH_MAX} entries")
             put("redelivery_delays", tuple(
-                _check_int(f"redelivery_delays[{i}]", d, 0, LONG_MAX, "milliseconds, not negative")
+                _check_int(f"redelivery_delays[{i}]", d, 0, JAVA_LONG_MAX, "milliseconds, not negative")
                 for i, d in enumerate(delays)))
 
     # -- merging and defaults
@@ -195,7 +196,7 @@ class AddressSettings:
                    if getattr(self, name) is None and ADDRESS_SETTINGS_DEFAULTS[name] is not None}
         if self.max_redelivery_delay is None:
             delay = self.redelivery_delay if self.redelivery_delay is not None else 0
-            changes["max_redelivery_delay"] = min(delay * 10, LONG_MAX)
+            changes["max_redelivery_delay"] = min(delay * 10, JAVA_LONG_MAX)
         return dataclasses.replace(self, **changes) if changes else self
 
     def replace(self, **changes: Any) -> AddressSettings:
@@ -258,7 +259,7 @@ class AddressSettings:
             return with_collision_variance(delays[attempt_index], factor, rng)
         base = self.redelivery_delay if self.redelivery_delay is not None else 0
         multiplier = self.redelivery_delay_multiplier if self.redelivery_delay_multiplier is not None else 1.0
-        cap = self.max_redelivery_delay if self.max_redelivery_delay is not None else min(base * 10, LONG_MAX)
+        cap = self.max_redelivery_delay if self.max_redelivery_delay is not None else min(base * 10, JAVA_LONG_MAX)
         delay = java_long(float(base) * _power(multiplier, attempt_index))
         delay = with_collision_variance(delay, factor, rng)
         return min(delay, cap)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
-from ..limits import I64_MAX, SYNC_MODE_NAMES
+from ..limits import I64_MAX, I64_MIN, SYNC_MODE_NAMES
 from ..store.message_store import BACKENDS
 
 __all__ = ["ROUTING_TYPES", "STORE_BACKENDS", "SYNC_MODES", "I64_MAX", "NAME_LENGTH_MAX", "check_name",
@@ -60,7 +60,7 @@ def checked_properties(properties: Any) -> dict | None:
             else:
                 raise TypeError(f"property {key!r} has a value of type {type(value).__name__}; "
                                 "use str, int, float, bool, bytes or None")
-        elif isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value <= I64_MAX:
+        elif isinstance(value, int) and not isinstance(value, bool) and not I64_MIN <= value <= I64_MAX:
             raise OverflowError(f"property {key!r}={value}: integers are signed 64-bit")
         copy[key] = value
     return copy

@@ -25,6 +25,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 
+from ..limits import JAVA_INT_MAX
 from ..errors import ConfigError
 from .classic_destinations import ClassicDestination, ClassicDestinationMap
 from .classic_policy import ClassicRedeliveryPolicy
@@ -33,7 +34,6 @@ __all__ = ["DiscardingDLQPlugin", "RedeliveryPlugin", "REDELIVERY_DELAY_PROPERTY
 
 #: the property the redelivery plugin records its delay in (RedeliveryPlugin.REDELIVERY_DELAY)
 REDELIVERY_DELAY_PROPERTY = "redeliveryDelay"
-_INT_MAX = 2**31 - 1
 
 
 def compile_drop_only(text: str, label: str = "dropOnly") -> tuple[re.Pattern, ...]:
@@ -67,7 +67,7 @@ class DiscardingDLQPlugin:
         if isinstance(self.drop_only, str):
             self.drop_only = compile_drop_only(self.drop_only, "drop_only")
         if isinstance(self.report_interval, bool) or not isinstance(self.report_interval, int) or \
-                not 0 <= self.report_interval <= _INT_MAX:
+                not 0 <= self.report_interval <= JAVA_INT_MAX:
             raise ConfigError("report_interval", self.report_interval, "must be an int >= 0 (0: never report)")
 
     def drop_reason(self, destination: ClassicDestination) -> str | None:

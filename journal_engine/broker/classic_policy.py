@@ -23,6 +23,7 @@ import math
 import random
 from dataclasses import dataclass, fields
 
+from ..limits import JAVA_INT_MAX
 from ..errors import ConfigError
 from .address_settings import java_long, with_collision_variance
 from .arguments import I64_MAX
@@ -31,7 +32,6 @@ __all__ = ["ClassicRedeliveryPolicy", "NO_MAXIMUM_REDELIVERIES", "java_double", 
 
 #: Classic's RedeliveryPolicy.NO_MAXIMUM_REDELIVERIES
 NO_MAXIMUM_REDELIVERIES = -1
-_INT_MAX = 2**31 - 1
 
 
 def java_double(value: float) -> str:
@@ -76,9 +76,9 @@ class ClassicRedeliveryPolicy:
         for name in ("use_exponential_backoff", "use_collision_avoidance"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "must be True or False")
-        if not _is_int(self.maximum_redeliveries) or not -1 <= self.maximum_redeliveries <= _INT_MAX:
+        if not _is_int(self.maximum_redeliveries) or not -1 <= self.maximum_redeliveries <= JAVA_INT_MAX:
             raise ConfigError("maximum_redeliveries", self.maximum_redeliveries,
-                              f"must be an int in [-1, {_INT_MAX}] (-1: no maximum)")
+                              f"must be an int in [-1, {JAVA_INT_MAX}] (-1: no maximum)")
         for name in ("initial_redelivery_delay", "redelivery_delay"):
             value = getattr(self, name)
             if not _is_int(value) or not 0 <= value <= I64_MAX:

@@ -21,10 +21,10 @@ import defusedxml
 from defusedxml.ElementTree import DefusedXMLParser
 
 from ..errors import ConfigError
-from ..limits import CONFIG_FILE_BYTES_MAX
+from ..limits import CONFIG_FILE_BYTES_MAX, JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN
 
-__all__ = ["ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS", "BrokerXmlDocument", "INT_MAX", "INT_MIN", "LONG_MAX",
-           "LONG_MIN", "address_setting_element", "address_setting_values", "artemis_document", "element_name_of",
+__all__ = ["ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS", "BrokerXmlDocument", "address_setting_element",
+           "address_setting_values", "artemis_document", "element_name_of",
            "line_of", "local_name", "located", "namespace_of", "parse_xml", "read_broker_xml_document",
            "read_source", "renamed", "report_unimplemented", "element_line", "ARTEMIS_IMPLEMENTED_CORE_ELEMENTS",
            "ARTEMIS_ROOTS"]
@@ -33,10 +33,6 @@ __all__ = ["ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS", "BrokerXmlDocument", "INT
 log = logging.getLogger("journal_engine.config")
 
 # Java's long and int: Artemis reads its values into these.
-LONG_MAX = 2**63 - 1
-LONG_MIN = -2**63
-INT_MAX = 2**31 - 1
-INT_MIN = -2**31
 
 _WRAPPER = "journal-engine-fragment"
 _DECLARATION_RE = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
@@ -243,7 +239,7 @@ def _text(element: ElementTree.Element, label: str) -> str:
     return value
 
 
-def _parse_long(value: str, label: str, low: int = LONG_MIN, high: int = LONG_MAX) -> int:
+def _parse_long(value: str, label: str, low: int = JAVA_LONG_MIN, high: int = JAVA_LONG_MAX) -> int:
     if not _LONG_RE.fullmatch(value):
         raise ConfigError(label, value, "is not an integer")
     number = int(value)
@@ -267,12 +263,12 @@ def _parse_bool(value: str, label: str) -> bool:
 
 def _parse_delays(value: str, label: str) -> tuple[int, ...]:
     words = [w for w in re.split(r"[\s,]+", value) if w]
-    return tuple(_parse_long(w, label, 0, LONG_MAX) for w in words)
+    return tuple(_parse_long(w, label, 0, JAVA_LONG_MAX) for w in words)
 
 
 _ELEMENT_FIELDS: dict[str, tuple[str, Any]] = {
     "dead-letter-address": ("dead_letter_address", None),
-    "max-delivery-attempts": ("max_delivery_attempts", lambda v, l: _parse_long(v, l, INT_MIN, INT_MAX)),
+    "max-delivery-attempts": ("max_delivery_attempts", lambda v, l: _parse_long(v, l, JAVA_INT_MIN, JAVA_INT_MAX)),
     "redelivery-delay": ("redelivery_delay", _parse_long),
     "redelivery-delay-multiplier": ("redelivery_delay_multiplier", _parse_double),
     "max-redelivery-delay": ("max_redelivery_delay", _parse_long),
@@ -453,7 +449,7 @@ def _read_core_element(child: ElementTree.Element, name: str, document: BrokerXm
     elif name == "literal-match-markers":
         document.literal_markers = _text(child, "literal-match-markers") or None
     elif name == "max-redelivery-records":
-        document.max_redelivery_records = _parse_long(_text(child, name), name, -1, INT_MAX)
+        document.max_redelivery_records = _parse_long(_text(child, name), name, -1, JAVA_INT_MAX)
     elif name == "persist-delivery-count-before-delivery":
         document.persist_delivery_count_before_delivery = _parse_bool(_text(child, name), name)
     elif name == "address-settings":

@@ -31,6 +31,7 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from ..limits import JAVA_INT_MAX
 from ..errors import ConfigError
 from .classic_destinations import QUEUE, TOPIC, ClassicDestination
 
@@ -42,7 +43,6 @@ SHARED_DLQ_NAME = "ActiveMQ.DLQ"
 #: ActiveMQMessageAudit.DEFAULT_WINDOW_SIZE and MAXIMUM_PRODUCER_COUNT
 AUDIT_DEPTH_DEFAULT = 2048
 AUDIT_PRODUCERS_DEFAULT = 64
-_INT_MAX = 2**31 - 1
 
 
 class MessageAudit:
@@ -100,8 +100,8 @@ class DeadLetterStrategy(ABC):
             raise ConfigError("expiration", self.expiration, "must be milliseconds, an int >= 0 (0: never)")
         for name in ("max_audit_depth", "max_producers_to_audit"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _INT_MAX:
-                raise ConfigError(name, value, f"must be an int in [1, {_INT_MAX}]")
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= JAVA_INT_MAX:
+                raise ConfigError(name, value, f"must be an int in [1, {JAVA_INT_MAX}]")
 
     def accepts(self, origin: ClassicDestination, producer: str, message_id: int, *, persistent: bool,
                 expired: bool) -> str | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..limits import JAVA_INT_MAX
 from ..errors import ConfigError
 
 __all__ = ["QpidQueuePolicy", "MAXIMUM_DELIVERY_COUNT_ARGUMENT", "DLQ_ENABLED_ARGUMENT", "dead_letter_exchange_name",
@@ -28,7 +29,6 @@ __all__ = ["QpidQueuePolicy", "MAXIMUM_DELIVERY_COUNT_ARGUMENT", "DLQ_ENABLED_AR
 
 MAXIMUM_DELIVERY_COUNT_ARGUMENT = "x-qpid-maximum-delivery-count"
 DLQ_ENABLED_ARGUMENT = "x-qpid-dlq-enabled"
-_INT_MAX = 2**31 - 1
 
 
 def dead_letter_exchange_name(queue: str) -> str:
@@ -72,8 +72,8 @@ class QpidQueuePolicy:
 def _int_argument(key: str, value: object) -> int:
     if isinstance(value, str) and value.strip().lstrip("+").isdigit():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _INT_MAX:
-        raise ConfigError(key, value, f"must be an int in [0, {_INT_MAX}] (0: no maximum)")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= JAVA_INT_MAX:
+        raise ConfigError(key, value, f"must be an int in [0, {JAVA_INT_MAX}] (0: no maximum)")
     return value
 
 
