@@ -31,7 +31,7 @@ import re
 from typing import Any
 from xml.etree import ElementTree
 
-from ..limits import JAVA_INT_MAX
+from ..limits import JAVA_INT_MAX, JAVA_LONG_MAX
 from ..errors import ConfigError
 from .address_settings import AddressSettingsRepository
 from .broker_config import BrokerConfig
@@ -47,7 +47,6 @@ __all__ = ["classic_config", "read_classic_document"]
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _DOUBLE_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_LONG_MAX = 2**63 - 1
 
 # attribute -> (field, parser) of each element read
 _STRATEGY_ATTRIBUTES = {
@@ -122,7 +121,7 @@ class _Reader:
                 raise ConfigError(label, raw, "must be true or false", line=line)
             return text.lower() == "true"
         if kind in ("int", "long"):
-            high = JAVA_INT_MAX if kind == "int" else _LONG_MAX
+            high = JAVA_INT_MAX if kind == "int" else JAVA_LONG_MAX
             if not _INT_RE.fullmatch(text) or not -high - 1 <= int(text) <= high:
                 raise ConfigError(label, raw, f"is not an integer in [{-high - 1}, {high}]", line=line)
             return int(text)
@@ -132,7 +131,7 @@ class _Reader:
             return float(text) / 100 if kind == "percent" else float(text)
         if kind == "delays":
             words = [w for w in re.split(r"[\s,]+", text) if w]
-            if not words or not all(_INT_RE.fullmatch(w) and 0 <= int(w) <= _LONG_MAX for w in words):
+            if not words or not all(_INT_RE.fullmatch(w) and 0 <= int(w) <= JAVA_LONG_MAX for w in words):
                 raise ConfigError(label, raw, "must be delays in milliseconds (ints >= 0) separated by commas",
                                   line=line)
             return tuple(int(w) for w in words)
