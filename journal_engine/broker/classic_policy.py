@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from ..limits import JAVA_INT_MAX
 from ..errors import ConfigError
@@ -155,10 +155,6 @@ class ClassicRedeliveryPolicy:
             "preDispatchCheck": "true",
         }
         return "RedeliveryPolicy {" + ", ".join(f"{k} = {v}" for k, v in values.items()) + "}"
-
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
 
 
 def poison_cause(delivery: int, policy: ClassicRedeliveryPolicy) -> str:

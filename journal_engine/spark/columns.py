@@ -71,7 +71,6 @@ COLUMNS = (
            "a message's properties (45): str values as they are, int in decimal, float as Python's repr, "
            "true/false, bytes in hex, None as null"),
 )
-ARROW_SCHEMA = pa.schema([pa.field(column.name, column.arrow_type) for column in COLUMNS])
 SPARK_SCHEMA = ", ".join(f"`{column.name}` {column.spark_type}" for column in COLUMNS)
 _BY_NAME = {column.name: column for column in COLUMNS}
 _MESSAGE_COLUMNS = frozenset(("address", "queue_id", "queue_name", "delivery_count", "scheduled_time", "expiration",

@@ -21,7 +21,7 @@ from ..errors import CorruptRecordError, StoreFullError
 from ..limits import FILE_HEADER_SIZE_BYTES, FILE_ID_MAX, FRAME_HEADER_SIZE_BYTES
 from . import durability
 from .format import (COMPACT_NAME, CONTROL_FILE, DATA_NAME, FREE_NAME, HEADER_FLAG_FRESH, HEADER_FLAG_RECYCLED, TMP_SUFFIX,
-                     FileHeader, compact_name, data_name, free_name)
+                     FileHeader, data_name, free_name)
 
 log = logging.getLogger("journal_engine.storage")
 
@@ -300,7 +300,3 @@ class FilePool:
         for segment in self._ready:
             segment.close()
         self._ready = []
-
-
-def compaction_output_path(directory: str, file_id: int) -> str:
-    return os.path.join(directory, compact_name(file_id))
