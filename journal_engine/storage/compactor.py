@@ -125,7 +125,7 @@ def compact(journal, *, accept_damage: bool = False) -> None:
         # before the roll, so that a refused compaction (the automatic one retries at every file
         # switch) never leaves a fresh file behind
         _refuse_damage(journal, [_as_it_is_now(journal, data) for data in journal.data_files()])
-    active = journal._roll_for_compaction()
+    active = journal.roll_for_compaction()
     journal.sync()
     sources = [data for data in journal.data_files() if data.header.sequence < active.sequence]
     if not sources:
@@ -171,13 +171,8 @@ def compact(journal, *, accept_damage: bool = False) -> None:
                           FileHeader(out_id, sequence, HEADER_FLAG_COMPACTED | HEADER_FLAG_FRESH, journal.file_size),
                           journal.file_size)
                  for _path, out_id, sequence in outputs]
-    journal.replace_data_files([d.path for d in sources], new_files)
-    live = journal._core_live()
-    for record_id, size in new_sizes.items():
-        if record_id in live:
-            live[record_id] = live[record_id] + size - state.live[record_id]
-    journal._core_reset_replaceable(max(0, journal.replaceable_update_count - state.replaceable_updates
-                                        + kept_replaceable))
+    journal.compaction_committed([d.path for d in sources], new_files, new_sizes, state.live,
+                                 state.replaceable_updates - kept_replaceable)
     durability.crash_point("compact-control-written")
     _finish_swap(directory, plan, journal.reclaim_file)
 

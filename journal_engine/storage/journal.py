@@ -521,9 +521,23 @@ class Journal(JournalCore):
         """A file id never used in this directory (the compactor's outputs take one each)."""
         return self._pool.allocate_id()
 
-    def _roll_for_compaction(self) -> Segment:
+    def roll_for_compaction(self) -> Segment:
         """Switch to a fresh file so every older data file is immutable; returns the new active."""
         return self._core_force_roll(lambda: self._next_segment(0))
+
+    def compaction_committed(self, replaced_paths: list[str], outputs: list[DataFile], rewritten_sizes: dict,
+                             replayed_sizes, replaceable_dropped: int) -> None:
+        """A compaction reached its commit point: `outputs` replace the files at `replaced_paths`, each
+        rewritten record's live bytes move from what the replay of the replaced files counted
+        (`replayed_sizes`) to what the outputs hold (`rewritten_sizes`: record id -> bytes; a record
+        deleted meanwhile stays gone), and the replaceable updates the outputs dropped leave the count
+        the compaction trigger reads."""
+        self.replace_data_files(replaced_paths, outputs)
+        live = self._core_live()
+        for record_id, size in rewritten_sizes.items():
+            if record_id in live:
+                live[record_id] = live[record_id] + size - replayed_sizes[record_id]
+        self._core_reset_replaceable(max(0, self.replaceable_update_count - replaceable_dropped))
 
     # ----- inspection ---------------------------------------------------------------------------
     def record_type_counts(self) -> dict[int, int]:
