@@ -133,6 +133,8 @@ def test_data_flows_one_way(lower, upper):
 
 
 def test_the_broker_reaches_storage_only_through_the_store():
+    """docs/architecture.md: the broker imports the leaves, store/ and _impl (never storage/ nor a compiled
+    or twin module directly)."""
     for name, imports in GRAPH.items():
         if name.startswith("journal_engine.broker"):
             wrong = sorted(i for i in imports if i.startswith("journal_engine.storage")
