@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from journal_engine import record_format as fmt
+from journal_engine import limits, record_format as fmt
 from journal_engine._twin import message_columns as twin
 from journal_engine.errors import CorruptRecordError
 from journal_engine.record_format import RecordKind, RecordType
@@ -27,23 +27,23 @@ pytestmark = pytest.mark.twin
 BUFFERS = [name for name in dir(compiled.MessageColumns) if not name.startswith("_")]
 
 texts = st.text(max_size=12)
-values = st.one_of(st.none(), st.booleans(), texts, st.integers(fmt.I64_MIN, fmt.I64_MAX),
+values = st.one_of(st.none(), st.booleans(), texts, st.integers(limits.I64_MIN, limits.I64_MAX),
                    st.floats(allow_nan=True), st.binary(max_size=8))
 messages = st.builds(lambda address, body, props, durable, expiration, routing: fmt.encode_message(
     address, body, properties=props, durable=durable, expiration=expiration, routing_type=routing),
     texts, st.binary(max_size=16), st.dictionaries(texts, values, max_size=4), st.booleans(),
-    st.integers(0, fmt.I64_MAX), st.sampled_from(list(fmt.ROUTING_TYPES)))
+    st.integers(0, limits.I64_MAX), st.sampled_from(list(fmt.ROUTING_TYPES)))
 queues = st.builds(lambda name, address, routing, text, arguments: fmt.encode_queue(
     name, address, routing_type=routing, filter=text, arguments=arguments),
     texts, texts, st.sampled_from(fmt.QUEUE_ROUTING_TYPES), st.none() | texts,
     st.none() | st.dictionaries(texts, values, max_size=3))
-u64 = st.integers(0, fmt.U64_MAX)
+u64 = st.integers(0, limits.U64_MAX)
 records = st.one_of(
     st.tuples(st.just(RecordType.ADD_MESSAGE), messages),
     st.tuples(st.just(RecordType.QUEUE_BINDING_RECORD), queues),
     st.tuples(st.sampled_from([RecordType.ADD_REF, RecordType.ACKNOWLEDGE_REF]), u64.map(fmt.encode_queue_id)),
     st.tuples(st.just(RecordType.UPDATE_DELIVERY_COUNT),
-              st.builds(fmt.encode_delivery_count, u64, st.integers(0, fmt.U32_MAX))),
+              st.builds(fmt.encode_delivery_count, u64, st.integers(0, limits.U32_MAX))),
     st.tuples(st.just(RecordType.SET_SCHEDULED_DELIVERY_TIME), st.builds(fmt.encode_scheduled_time, u64, u64)),
     st.tuples(st.integers(0, 255), st.binary(max_size=24)),
 )
@@ -172,7 +172,7 @@ updates = st.one_of(
     st.tuples(st.just(RecordType.ADD_REF), QUEUE_IDS.map(fmt.encode_queue_id)),
     st.tuples(st.just(RecordType.ACKNOWLEDGE_REF), QUEUE_IDS.map(fmt.encode_queue_id)),
     st.tuples(st.just(RecordType.UPDATE_DELIVERY_COUNT), st.builds(fmt.encode_delivery_count, QUEUE_IDS,
-                                                                   st.integers(0, fmt.U32_MAX))),
+                                                                   st.integers(0, limits.U32_MAX))),
     st.tuples(st.just(RecordType.SET_SCHEDULED_DELIVERY_TIME), st.builds(fmt.encode_scheduled_time, QUEUE_IDS,
                                                                          st.integers(0, 2_000))),
 )
