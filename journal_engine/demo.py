@@ -341,7 +341,7 @@ def run(*, seconds: float = 4.0, keep: str | None = None, png: str | None = None
         summary.add_row(name, "ok" if passed else f"FAILED: {why}")
     console.print(summary)
     console.print(f"  chart (throughput, recovery time): {chart}" if chart else
-                  "  chart: skipped, matplotlib is not installed (pip install 'journal_engine[demo]')")
+                  "  chart: skipped, matplotlib is not installed (pip install 'journal_engine[demo]')", markup=False)
     ok = all(passed for _name, passed, _why in checks)
     console.print("verdict: " + ("every acknowledged message, delivery count and dead letter survived the SIGKILL"
                                  if ok else "FAILED (see the summary)"))
