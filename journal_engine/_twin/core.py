@@ -14,7 +14,7 @@ from ..errors import (DuplicateRecordError, JournalClosedError, JournalFailedErr
 from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, SYNC_MODE_NAMES,
                       UNSYNCED_OPEN_FILES_MAX)
 from .codec import encode_frame, encode_group_head, frame_size, pad_frame
-from .group_commit import BatchGathering
+from ..group_commit import BatchGathering
 from ..record_format import GROUP_BODY, GROUP_MEMBER, RecordKind
 from .livemap import LiveMap
 

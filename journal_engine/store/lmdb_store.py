@@ -95,7 +95,7 @@ from ..storage.directory_lock import DirectoryLock
 from ..storage.durability import rename_durably, unlink
 from ..storage.journal import LoadResult, PreparedTransaction, TransactionRecord
 from ..storage.recovery import LoadReport
-from .._twin.group_commit import BatchGathering
+from ..group_commit import BatchGathering
 from .interface import stored_backend
 
 log = logging.getLogger("journal_engine.store.lmdb")

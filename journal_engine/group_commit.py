@@ -1,5 +1,7 @@
 """Group commit's leader rule, the one Python copy: the twin core and the LMDB store both use it
-(the compiled core has its own, in pyx/journal_engine/_core.pyx, without the GIL).
+(the compiled core has its own, in pyx/journal_engine/_core.pyx, without the GIL). A leaf, beside
+errors, limits and record_format: it imports only the standard library, so the twins and the stores
+may both take it (it is no twin: the LMDB store runs it whichever core is in use).
 
 A thread that wants its records durable joins the batch that is filling; the thread that commits
 (the leader) first waits, at most the window, until as many waiters have joined as the last batch
