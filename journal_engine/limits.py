@@ -116,10 +116,6 @@ def u32_array(values, what: str) -> array:
     return checked_array(values, "I", what)
 
 
-assert array("Q").itemsize == 8 and array("I").itemsize == 4
-assert BUFFER_SIZE_DEFAULT_BYTES >= BUFFER_SIZE_MIN_BYTES and BUFFER_TIMEOUT_DEFAULT_US <= BUFFER_TIMEOUT_US_MAX
-assert MIN_FILES_DEFAULT >= MIN_FILES_MIN and SYNC_MODE_DEFAULT in SYNC_MODE_NAMES
-assert 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S
 
 # `journal-engine import` reads an export's first line (its header) up to this many bytes before it
 # decides the file is an export at all: a large binary file given by mistake is not read whole first
@@ -130,3 +126,43 @@ EXPORT_HEADER_LINE_BYTES_MAX = 64 * 1024
 # multi-GiB file would otherwise fill memory (a FIFO or a device such as /dev/zero is refused before
 # anything is read, as no regular file). Real ones hold a few KiB.
 CONFIG_FILE_BYTES_MAX = 16 * 1024 * 1024
+
+
+# ----- the stores (store/): the LMDB backend, the message store, the delivery-count shadow -----------------
+LMDB_MAP_SIZE_DEFAULT_BYTES = 64 * 1024 * 1024
+LMDB_MAP_SIZE_MIN_BYTES = 1024 * 1024
+LMDB_MAP_SIZE_MAX_DEFAULT_BYTES = 1 << 40      # 1 TiB of address space: the automatic growth stops here
+LMDB_BODY_BYTES_MAX = U32_MAX - 1              # the prepared-transaction encoding keeps u32 lengths
+# an LMDB group-commit batch is committed by the appender itself (back-pressure) past this many times buffer_size
+LMDB_BATCH_HARD_LIMIT_FACTOR = 8
+# after a full disk the LMDB flusher retries this often (callers of sync() retry at once)
+LMDB_FULL_DISK_RETRY_S = 0.1
+# an EIO from an LMDB commit counts as a full disk when less than twice the batch plus this is free
+LMDB_FULL_DISK_SLACK_BYTES = 1024 * 1024
+BINDINGS_FILE_SIZE_MAX_BYTES = 1024 * 1024     # the bindings journal's files: queue bindings are few and small
+# the delivery-count shadow's entries: 1 MiB of them, one journal write-out per 32k dispatches
+SHADOW_ENTRIES_DEFAULT = 32 * 1024
+
+# ----- the broker (broker/) -------------------------------------------------------------------------------------
+NAME_LENGTH_MAX = 0xFFFF                # queue and address names (the store keeps them as u32-length strings)
+SELECTOR_LENGTH_MAX = 64 * 1024         # characters; a filter longer than this is a mistake, not a filter
+SELECTOR_NESTING_DEPTH_MAX = 64         # parentheses, NOT and sign chains: ~9 frames a level stays far below the recursion limit
+ADDRESS_SETTINGS_CACHE_ENTRIES_MAX = 65536      # per repository; past it the cache starts over (addresses are unbounded)
+REDELIVERY_DELAYS_LENGTH_MAX = 10_000
+
+
+# how the limits relate, checked at import with an ``if`` (``python -O`` removes an ``assert``)
+_RELATIONSHIPS = {
+    "array('Q') holds u64 and array('I') u32": array("Q").itemsize == 8 and array("I").itemsize == 4,
+    "the default buffer is within its bounds": BUFFER_SIZE_DEFAULT_BYTES >= BUFFER_SIZE_MIN_BYTES,
+    "the default flush window is within its bound": BUFFER_TIMEOUT_DEFAULT_US <= BUFFER_TIMEOUT_US_MAX,
+    "the default file count is within its bound": MIN_FILES_DEFAULT >= MIN_FILES_MIN,
+    "the default sync mode is a sync mode": SYNC_MODE_DEFAULT in SYNC_MODE_NAMES,
+    "the async receive's polls grow": 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S,
+    "an LMDB map starts within its growth": LMDB_MAP_SIZE_MIN_BYTES <= LMDB_MAP_SIZE_DEFAULT_BYTES
+                                            <= LMDB_MAP_SIZE_MAX_DEFAULT_BYTES,
+    "Java's bounds are the integer bounds": JAVA_LONG_MIN == I64_MIN and JAVA_LONG_MAX == I64_MAX
+                                            and JAVA_INT_MIN < 0 < JAVA_INT_MAX < U32_MAX,
+}
+if not all(_RELATIONSHIPS.values()):
+    raise ImportError("journal_engine.limits: " + "; ".join(what for what, holds in _RELATIONSHIPS.items() if not holds))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from journal_engine import Journal, JournalLockedError, MessageStore
+from journal_engine import Journal, JournalLockedError, MessageStore, limits
 from journal_engine.storage.format import LOCK_FILE as JOURNAL_LOCK_FILE
 from journal_engine.store.interface import stored_backend
 
@@ -240,7 +240,7 @@ def test_an_inspection_beside_a_writer_follows_the_map_the_writer_grows(tmp_path
     writer = Child("write-lmdb", "record", str(directory))
     try:
         assert writer.line() == "ready"
-        with LmdbRecordStore(directory, read_only=True, map_size=lmdb_store.MAP_SIZE_MIN_BYTES) as inspection:
+        with LmdbRecordStore(directory, read_only=True, map_size=limits.LMDB_MAP_SIZE_MIN_BYTES) as inspection:
             inspection.load()
             map_bytes = inspection.stats()["map_size"]
             data_path = directory / lmdb_store.DATA_FILE

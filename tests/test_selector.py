@@ -7,7 +7,8 @@ import math
 import pytest
 
 from journal_engine import ConfigError, Selector, SelectorError
-from journal_engine.broker.selector import NESTING_DEPTH_MAX, compile_selector
+from journal_engine.broker.selector import compile_selector
+from journal_engine.limits import SELECTOR_NESTING_DEPTH_MAX
 
 
 def artemis_message() -> dict:
@@ -433,12 +434,12 @@ def test_selector_of_the_wrong_type_is_a_type_error():
 
 
 def test_deep_nesting_is_refused_cleanly_not_with_recursion_error():
-    shallow = "(" * NESTING_DEPTH_MAX + "x = 1" + ")" * NESTING_DEPTH_MAX
+    shallow = "(" * SELECTOR_NESTING_DEPTH_MAX + "x = 1" + ")" * SELECTOR_NESTING_DEPTH_MAX
     assert Selector(shallow).matches({"x": 1})
     with pytest.raises(SelectorError, match="nesting deeper"):
-        Selector("(" * (NESTING_DEPTH_MAX + 5) + "x = 1" + ")" * (NESTING_DEPTH_MAX + 5))
+        Selector("(" * (SELECTOR_NESTING_DEPTH_MAX + 5) + "x = 1" + ")" * (SELECTOR_NESTING_DEPTH_MAX + 5))
     with pytest.raises(SelectorError, match="nesting deeper"):
-        Selector("NOT " * (NESTING_DEPTH_MAX + 5) + "x = 1")
+        Selector("NOT " * (SELECTOR_NESTING_DEPTH_MAX + 5) + "x = 1")
 
 
 # ----------------------------------------------------------------------------- compile once, use often

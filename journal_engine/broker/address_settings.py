@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from xml.etree import ElementTree
 
-from ..limits import JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN
+from ..limits import (ADDRESS_SETTINGS_CACHE_ENTRIES_MAX, JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN,
+                      REDELIVERY_DELAYS_LENGTH_MAX)
 from ..errors import ConfigError
 from .config_xml import (BrokerXmlDocument, address_setting_element,
                          address_setting_values, element_line, element_name_of, line_of, local_name,
@@ -34,8 +35,6 @@ from .config_xml import (BrokerXmlDocument, address_setting_element,
 from .wildcard import WildcardConfiguration, contains_wildcard, is_wild, to_regex, unescape, verify_match
 
 __all__ = ["AddressSettings", "HierarchicalRepository", "AddressSettingsRepository", "ADDRESS_SETTINGS_DEFAULTS"]
-CACHE_ENTRIES_MAX = 65536           # per repository; past it the cache starts over (addresses are unbounded)
-REDELIVERY_DELAYS_LENGTH_MAX = 10_000
 
 # Artemis's AddressSettings getter defaults (AddressSettings.java DEFAULT_*). max_redelivery_delay has no
 # fixed default: it is redelivery_delay * 10, computed on the merged settings.
@@ -514,7 +513,7 @@ class HierarchicalRepository(Generic[V]):
             values = [entry.value for entry in self._entries_for(address)]
             result = self._combine(values) if values else self._default_result()
             if result is not None:
-                if len(self._cache) >= CACHE_ENTRIES_MAX:
+                if len(self._cache) >= ADDRESS_SETTINGS_CACHE_ENTRIES_MAX:
                     self._cache.clear()
                 self._cache[address] = result
             return result

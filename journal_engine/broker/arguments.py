@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
-from ..limits import I64_MAX, I64_MIN, SYNC_MODE_NAMES
+from ..limits import I64_MAX, I64_MIN, NAME_LENGTH_MAX, SYNC_MODE_NAMES
 from ..store.message_store import BACKENDS
 
 __all__ = ["ROUTING_TYPES", "STORE_BACKENDS", "SYNC_MODES", "I64_MAX", "NAME_LENGTH_MAX", "check_name",
@@ -19,7 +19,6 @@ __all__ = ["ROUTING_TYPES", "STORE_BACKENDS", "SYNC_MODES", "I64_MAX", "NAME_LEN
 ROUTING_TYPES = ("anycast", "multicast")
 STORE_BACKENDS = BACKENDS           # the message store's backends, said once there
 SYNC_MODES = SYNC_MODE_NAMES        # the store's sync modes, said once in limits
-NAME_LENGTH_MAX = 0xFFFF            # queue and address names (the store keeps them as u32-length strings)
 _PROPERTY_TYPES = (str, int, float, bool, bytes, type(None))
 
 

@@ -38,14 +38,13 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
+from ..limits import SELECTOR_LENGTH_MAX, SELECTOR_NESTING_DEPTH_MAX
 from ..errors import SelectorError
 
 __all__ = ["Selector", "SelectorError", "compile_selector", "KEYWORDS"]
 
 KEYWORDS = frozenset({"NOT", "AND", "OR", "BETWEEN", "LIKE", "ESCAPE", "IN", "IS", "TRUE", "FALSE", "NULL",
                       "XPATH", "XQUERY"})
-SELECTOR_LENGTH_MAX = 64 * 1024     # characters; a filter longer than this is a mistake, not a filter
-NESTING_DEPTH_MAX = 64              # parentheses, NOT and sign chains: ~9 frames a level stays far below the recursion limit
 
 Env = Callable[[Any, Any], Any]     # compiled node: (properties, headers) -> value
 
@@ -395,8 +394,8 @@ class _Parser:
 
     def enter(self) -> None:
         self.depth += 1
-        if self.depth > NESTING_DEPTH_MAX:
-            raise self.error(f"nesting deeper than {NESTING_DEPTH_MAX} levels")
+        if self.depth > SELECTOR_NESTING_DEPTH_MAX:
+            raise self.error(f"nesting deeper than {SELECTOR_NESTING_DEPTH_MAX} levels")
 
     # -- checks made while parsing
     def require_condition(self, node: _Node, where: str) -> Env:

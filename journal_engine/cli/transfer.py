@@ -33,10 +33,10 @@ import click
 
 from .._impl import crc32c
 from ..errors import CorruptRecordError, JournalError
-from ..limits import EXPORT_HEADER_LINE_BYTES_MAX
+from ..limits import BINDINGS_FILE_SIZE_MAX_BYTES, EXPORT_HEADER_LINE_BYTES_MAX
 from ..record_format import REPLACEABLE_TYPES
 from ..storage.journal import Journal
-from ..store.message_store import BINDINGS_DIRECTORY, BINDINGS_FILE_SIZE_MAX_BYTES, MESSAGES_DIRECTORY
+from ..store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY
 from .console import EXIT_OK, progress, stdout
 from .damage import Damage, damage_in, damage_status
 from .records import decode_fields, json_value, type_name

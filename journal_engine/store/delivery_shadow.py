@@ -47,6 +47,7 @@ import random
 import struct
 import uuid
 
+from ..limits import SHADOW_ENTRIES_DEFAULT
 from .._impl import crc32c
 from ..errors import FileChangedError, IncompatibleFormatError
 from ..record_format import (SHADOW_ENTRY, SHADOW_ENTRY_BYTES, SHADOW_HEADER, SHADOW_HEADER_BYTES, SHADOW_MAGIC,
@@ -60,7 +61,6 @@ MAGIC = SHADOW_MAGIC
 VERSION = SHADOW_VERSION
 HEADER_BYTES = SHADOW_HEADER_BYTES
 ENTRY_BYTES = SHADOW_ENTRY_BYTES
-ENTRIES_DEFAULT = 32 * 1024                 # 1 MiB of entries: one journal write-out per 32k dispatches
 _HEADER = SHADOW_HEADER
 _HEADER_CRC = struct.Struct("<I")
 _ENTRY = SHADOW_ENTRY
@@ -112,7 +112,7 @@ def read_counts(path: str, this_boot: bytes | None = None) -> dict[tuple[int, in
 class DeliveryShadow:
     """The shadow of one store, open for writing (a new life). Its writer appends the entries."""
 
-    def __init__(self, path: str, write_out, *, entries: int = ENTRIES_DEFAULT, this_boot: bytes,
+    def __init__(self, path: str, write_out, *, entries: int = SHADOW_ENTRIES_DEFAULT, this_boot: bytes,
                  life: int | None = None) -> None:
         """write_out(): hands everything appended to the journal to the operating system."""
         assert entries >= 1 and len(this_boot) == 16

@@ -89,7 +89,10 @@ from ..errors import (
     UnknownTransactionError,
 )
 from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_DEFAULT_US,
-                      BUFFER_TIMEOUT_US_MAX, RECORD_TYPE_MAX, SYNC_MODE_DEFAULT, SYNC_MODE_NAMES)
+                      BUFFER_TIMEOUT_US_MAX, LMDB_BATCH_HARD_LIMIT_FACTOR, LMDB_BODY_BYTES_MAX,
+                      LMDB_FULL_DISK_RETRY_S, LMDB_FULL_DISK_SLACK_BYTES, LMDB_MAP_SIZE_DEFAULT_BYTES,
+                      LMDB_MAP_SIZE_MAX_DEFAULT_BYTES, LMDB_MAP_SIZE_MIN_BYTES, RECORD_TYPE_MAX,
+                      SYNC_MODE_DEFAULT, SYNC_MODE_NAMES, U64_MAX)
 from ..record_format import RecordKind
 from ..storage.directory_lock import DirectoryLock
 from ..storage.durability import rename_durably, unlink
@@ -104,19 +107,8 @@ LOCK_FILE = "store.lock"
 DATA_FILE = "data.mdb"                          # LMDB's names in a directory environment
 NEW_DATA_FILE = "data.mdb.new"                  # a new environment until it is synced and renamed (below)
 FORMAT_TAG = b"journal_engine.lmdb-record-store/1"
-MAP_SIZE_DEFAULT_BYTES = 64 * 1024 * 1024
-MAP_SIZE_MIN_BYTES = 1024 * 1024
-MAP_SIZE_MAX_DEFAULT_BYTES = 1 << 40           # 1 TiB of address space: the automatic growth stops here
-BODY_BYTES_MAX = 0xFFFFFFFF - 1                 # the prepared-transaction encoding keeps u32 lengths
-# a group-commit batch is committed by the appender itself (back-pressure) past this many times buffer_size
-BATCH_HARD_LIMIT_FACTOR = 8
-# after a full disk the flusher retries this often (callers of sync() retry at once)
-FULL_DISK_RETRY_S = 0.1
-# an EIO from a commit counts as a full disk when less than twice the batch plus this is free (see _is_full_disk)
-FULL_DISK_SLACK_BYTES = 1024 * 1024
 _ENTRY_OVERHEAD_BYTES = 17                      # key and type bytes counted per record in the byte counters
 
-_U64_MAX = 0xFFFFFFFFFFFFFFFF
 _ID = struct.Struct(">Q")
 _ID_SEQ = struct.Struct(">QQ")
 _U32 = struct.Struct("<I")
@@ -142,9 +134,9 @@ def _check_type(record_type: int) -> None:
 
 def _as_body(body) -> bytes:
     data = body if type(body) is bytes else bytes(body)
-    if len(data) > BODY_BYTES_MAX:
+    if len(data) > LMDB_BODY_BYTES_MAX:
         from ..errors import RecordTooLargeError
-        raise RecordTooLargeError(f"a record body of {len(data)} bytes is larger than {BODY_BYTES_MAX}")
+        raise RecordTooLargeError(f"a record body of {len(data)} bytes is larger than {LMDB_BODY_BYTES_MAX}")
     return data
 
 
@@ -218,7 +210,7 @@ class LmdbRecordStore:
     """A record store (store/interface.py) in one LMDB environment, with group commit."""
 
     def __init__(self, directory, *, sync: str = SYNC_MODE_DEFAULT, replaceable_types: dict | None = None,
-                 map_size: int = MAP_SIZE_DEFAULT_BYTES, map_size_max: int = MAP_SIZE_MAX_DEFAULT_BYTES,
+                 map_size: int = LMDB_MAP_SIZE_DEFAULT_BYTES, map_size_max: int = LMDB_MAP_SIZE_MAX_DEFAULT_BYTES,
                  buffer_timeout_us: int = BUFFER_TIMEOUT_DEFAULT_US, buffer_size: int = BUFFER_SIZE_DEFAULT_BYTES,
                  max_readers: int = 126, read_only: bool = False) -> None:
         """``read_only``: an inspection (the tools): nothing is created or written (beside a running
@@ -227,8 +219,8 @@ class LmdbRecordStore:
         writer holds the store and its reader table cannot be joined."""
         if sync not in SYNC_MODE_NAMES:
             raise ConfigError("sync", sync, f"must be one of {', '.join(SYNC_MODE_NAMES)}")
-        if not isinstance(map_size, int) or map_size < MAP_SIZE_MIN_BYTES:
-            raise ConfigError("map_size", map_size, f"must be an integer >= {MAP_SIZE_MIN_BYTES}")
+        if not isinstance(map_size, int) or map_size < LMDB_MAP_SIZE_MIN_BYTES:
+            raise ConfigError("map_size", map_size, f"must be an integer >= {LMDB_MAP_SIZE_MIN_BYTES}")
         if not isinstance(map_size_max, int) or map_size_max < map_size:
             raise ConfigError("map_size_max", map_size_max, f"must be an integer >= map_size ({map_size})")
         if not isinstance(buffer_timeout_us, int) or not 0 <= buffer_timeout_us <= BUFFER_TIMEOUT_US_MAX:
@@ -274,7 +266,7 @@ class LmdbRecordStore:
         self._resizing = False
         self._gate_lock = threading.Lock()                  # readers against a map resize
         # the batch size at which an appender commits it itself (see _make_room)
-        self._batch_limit = buffer_size if sync == "none" else buffer_size * BATCH_HARD_LIMIT_FACTOR
+        self._batch_limit = buffer_size if sync == "none" else buffer_size * LMDB_BATCH_HARD_LIMIT_FACTOR
         self._wait_by_default = sync == "always"            # sync=None waits for the disk
         self._gate = threading.Condition(self._gate_lock)
 
@@ -464,11 +456,11 @@ class LmdbRecordStore:
     # ----- the record API --------------------------------------------------------------------------------
     def _checked_body(self, record_id: int, record_type: int, body) -> bytes:
         """An add's or update's arguments checked, its body as bytes, room made in the batch."""
-        if not 0 <= record_id <= _U64_MAX:
+        if not 0 <= record_id <= U64_MAX:
             _check_id(record_id)
         if not 0 <= record_type <= RECORD_TYPE_MAX:
             _check_type(record_type)
-        data = body if type(body) is bytes and len(body) <= BODY_BYTES_MAX else _as_body(body)
+        data = body if type(body) is bytes and len(body) <= LMDB_BODY_BYTES_MAX else _as_body(body)
         if self._batch_bytes >= self._batch_limit:
             self._make_room()
         return data
@@ -904,7 +896,7 @@ class LmdbRecordStore:
             stats = os.statvfs(self.directory)
         except OSError:
             return False
-        needed = 2 * sum(_ENTRY_OVERHEAD_BYTES + self._op_body_bytes(op) for op in ops) + FULL_DISK_SLACK_BYTES
+        needed = 2 * sum(_ENTRY_OVERHEAD_BYTES + self._op_body_bytes(op) for op in ops) + LMDB_FULL_DISK_SLACK_BYTES
         return stats.f_bavail * stats.f_frsize < needed
 
     def _apply(self, txn, ops: list) -> int | None:
@@ -1018,7 +1010,7 @@ class LmdbRecordStore:
                 if self._state != "loaded" or self._failure is not None:
                     return
                 if not self._urgent:
-                    self._wake_flusher.wait(FULL_DISK_RETRY_S if self._full_since else timeout_s)
+                    self._wake_flusher.wait(LMDB_FULL_DISK_RETRY_S if self._full_since else timeout_s)
                 self._urgent = False
                 if self._state != "loaded":
                     return

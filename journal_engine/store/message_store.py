@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from .. import _impl
 from ..errors import (ConfigError, CorruptRecordError, DuplicateRecordError, JournalClosedError, JournalError,
                       JournalIOError, UnknownRecordError)
-from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, COMPACT_MIN_FILES_DEFAULT,
-                      COMPACT_PERCENTAGE_DEFAULT, FILE_SIZE_DEFAULT_BYTES, MAX_REDELIVERY_RECORDS_DEFAULT,
-                      MIN_FILES_DEFAULT, SYNC_MODE_DEFAULT, U64_MAX, check_max_redelivery_records)
+from ..limits import (BINDINGS_FILE_SIZE_MAX_BYTES, BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US,
+                      COMPACT_MIN_FILES_DEFAULT, COMPACT_PERCENTAGE_DEFAULT, FILE_SIZE_DEFAULT_BYTES,
+                      MAX_REDELIVERY_RECORDS_DEFAULT, MIN_FILES_DEFAULT, SYNC_MODE_DEFAULT, U64_MAX,
+                      check_max_redelivery_records)
 from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordKind, RecordType, StoredMessage, StoredQueue,
                              decode_delivery_count, decode_id_counter, decode_message, decode_queue, decode_queue_id,
                              decode_scheduled_time, encode_id_counter, encode_message,
@@ -47,7 +48,6 @@ MESSAGES_DIRECTORY = "messages"
 BINDINGS_DIRECTORY = "bindings"
 #: the bindings journal's record id of the ID counter: the one id no queue is ever given
 ID_COUNTER_RECORD_ID = U64_MAX
-BINDINGS_FILE_SIZE_MAX_BYTES = 1024 * 1024      # queue bindings are few and small
 BACKENDS = ("journal", "lmdb")
 
 
