@@ -921,6 +921,36 @@ class MessageStore:
         if sync or (sync is None and journal.sync_mode == "always"):
             journal.sync()
 
+    def commit_transaction(self, tx_id: int, messages, references, acknowledgements) -> None:
+        """A StoreTransaction's COMMIT appended, and what it makes true in this store's books: its messages
+        stored, its references live (`references`: (queue id, message id) pairs), its acknowledged
+        references gone. The caller then settles the boundary's sync (``end_transaction``)."""
+        journal = self._journal
+        with self._lock:
+            journal.commit(tx_id, sync=False)
+            for message_id in messages:
+                self._message_queues.add_message(message_id)
+            for queue_id, message_id in references:
+                self._writer.add_reference(queue_id, message_id, 0)
+                self._message_queues.add(message_id, queue_id)
+            if references:
+                self._referenced_upto = journal.appended_bytes
+            for queue_id, message_id in acknowledgements:
+                self._writer.remove_reference(queue_id, message_id)
+                self._message_queues.remove(message_id, queue_id)
+
+    def rollback_transaction(self, tx_id: int) -> None:
+        """A StoreTransaction's ROLLBACK appended (its records never touched the books)."""
+        with self._lock:
+            self._journal.rollback(tx_id, sync=False)
+
+    def end_transaction(self, sync: bool | None, *, committed: bool) -> None:
+        """The sync of a transaction boundary: sync=None follows the journal's rule (a commit waits unless
+        the mode is "none", a rollback only in "always"); True waits, False does not."""
+        mode = self._journal.sync_mode
+        if sync if sync is not None else (mode != "none" if committed else mode == "always"):
+            self._journal.sync()
+
     def acknowledge(self, queue_id: int, message_id: int, *, sync: bool | None = None) -> bool:
         """store_acknowledge, then delete_message when it was the message's last live reference (what
         Artemis does on an acknowledgement: ACKNOWLEDGE_REF 33, then DELETE). True if it deleted."""
@@ -1055,21 +1085,9 @@ class StoreTransaction:
         if not self.records:
             self.state = "committed"
             return
-        with store._lock:
-            store._journal.commit(self.tx_id, sync=False)
-            self.state = "committed"
-            for message_id in self._messages:
-                store._message_queues.add_message(message_id)
-            for queue_id, message_id in self._references:
-                store._writer.add_reference(queue_id, message_id, 0)
-                store._message_queues.add(message_id, queue_id)
-            if self._references:
-                store._referenced_upto = store._journal.appended_bytes
-            for queue_id, message_id in self._acknowledgements:
-                store._writer.remove_reference(queue_id, message_id)
-                store._message_queues.remove(message_id, queue_id)
-        if sync if sync is not None else store._journal.sync_mode != "none":
-            store._journal.sync()
+        store.commit_transaction(self.tx_id, self._messages, self._references, self._acknowledgements)
+        self.state = "committed"
+        store.end_transaction(sync, committed=True)
 
     def rollback(self, *, sync: bool | None = None) -> None:
         """Forget the transaction; a ROLLBACK record is appended when anything was written."""
@@ -1078,10 +1096,8 @@ class StoreTransaction:
         self.state = "rolled back"
         if not self.records:
             return
-        with store._lock:
-            store._journal.rollback(self.tx_id, sync=False)
-        if sync if sync is not None else store._journal.sync_mode == "always":
-            store._journal.sync()
+        store.rollback_transaction(self.tx_id)
+        store.end_transaction(sync, committed=False)
 
     def __enter__(self) -> "StoreTransaction":
         return self
