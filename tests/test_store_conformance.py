@@ -58,7 +58,7 @@ from journal_engine import (
 from journal_engine.errors import IncompatibleFormatError
 from journal_engine import record_format as records
 from journal_engine.store import delivery_shadow
-from journal_engine.store.interface import RECORD_STORE_METHODS, RecordStore, stored_backend
+from journal_engine.store.interface import RECORD_STORE_METHODS, RECORD_STORE_POSITIONS, RecordStore, stored_backend
 from journal_engine.store.lmdb_store import LmdbRecordStore
 from journal_engine.store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY
 
@@ -115,6 +115,10 @@ def test_both_record_stores_satisfy_the_interface(tmp_path):
             assert isinstance(store, RecordStore)
             for name in RECORD_STORE_METHODS:
                 assert callable(getattr(store, name)), name
+            store.load()
+            store.add(1, 10, b"one", sync=True)
+            positions = [getattr(store, name) for name in RECORD_STORE_POSITIONS]
+            assert positions[0] >= positions[1] >= positions[2] > 0 and positions[0] == positions[2], positions
     finally:
         journal.close()
         lmdb_store.close()

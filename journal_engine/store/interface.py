@@ -76,6 +76,13 @@ class RecordStore(Protocol):
 
     directory: str
     sync_mode: str          # "always" | "group" | "none"
+    # byte positions in the store's order of appends, each <= the one before: appended (accepted),
+    # written (reached the operating system: survives a killed process), durable (synced: survives a
+    # power cut). The message store compares them to know whether a count it is about to hand out
+    # is safe (strict mode) and whether the final sync of close() worked.
+    appended_bytes: int
+    written_bytes: int
+    durable_bytes: int
 
     def load(self) -> Any:
         """Once, right after opening: live records, prepared transactions and a report."""
@@ -118,6 +125,10 @@ class RecordStore(Protocol):
     def flush(self) -> None:
         """Return once everything appended before the call survives a killed process."""
 
+    async def sync_async(self) -> None:
+        """``sync()`` for the asyncio face: awaits, without blocking the event loop, until everything
+        appended before the call is durable."""
+
     def compact(self) -> None:
         """Reclaim the space of deleted and replaced records."""
 
@@ -132,7 +143,10 @@ class RecordStore(Protocol):
 
 
 RECORD_STORE_METHODS = ("load", "add", "update", "delete", "append_group", "add_tx", "update_tx", "delete_tx", "commit",
-                        "rollback", "is_live", "sync", "flush", "compact", "stats", "record_type_counts", "close")
+                        "rollback", "is_live", "sync", "flush", "sync_async", "compact", "stats", "record_type_counts",
+                        "close")
+#: the counters of appended, written and durable bytes every record store keeps (RecordStore)
+RECORD_STORE_POSITIONS = ("appended_bytes", "written_bytes", "durable_bytes")
 
 
 def stored_backend(directory) -> str | None:
