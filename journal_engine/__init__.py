@@ -11,7 +11,7 @@ from .record_format import RecordKind
 from .storage.journal import Journal, LoadReport, LoadResult, PreparedTransaction, TransactionRecord
 from .store import MessageStore, RecordType, RecoveredReference, RecoveredState, StoredMessage, StoredQueue
 from .broker.selector import Selector, SelectorError
-from .broker.settings import AddressSettings, AddressSettingsRepository, HierarchicalRepository
+from .broker.address_settings import AddressSettings, AddressSettingsRepository, HierarchicalRepository
 from .broker.broker import Broker
 from .broker.classic_policy import ClassicRedeliveryPolicy
 from .broker.classic_config import ClassicBrokerConfig
