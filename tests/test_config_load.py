@@ -74,7 +74,7 @@ def test_a_hornetq_configuration_is_recognised_and_sets_the_dialect():
     ("<broker xmlns='http://activemq.apache.org/schema/core'/>", "classic"),
 ])
 def test_detect_system_by_the_root_element(xml, system):
-    from journal_engine.broker.config_xml import parse_xml
+    from journal_engine.broker.config.safe_xml import parse_xml
     assert detect_system(parse_xml(xml, "t")) == system
 
 

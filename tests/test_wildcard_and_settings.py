@@ -10,7 +10,7 @@ import pytest
 
 import journal_engine
 from journal_engine import AddressSettings, AddressSettingsRepository, ConfigError, HierarchicalRepository
-from journal_engine.broker.broker_xml import read_artemis_broker_xml
+from journal_engine.broker.config.artemis import read_artemis_broker_xml
 from journal_engine.wildcard import is_wild, matches, verify_match
 
 # ------------------------------------------------------------------------------------------- wildcards

@@ -1,7 +1,7 @@
 """The broker layer: Artemis address settings, wildcards, JMS selectors (and the broker built on them)."""
 from .selector import Selector, SelectorError, compile_selector
 from .address_settings import AddressSettings, AddressSettingsRepository, HierarchicalRepository
-from .broker_xml import ArtemisBrokerXml, read_artemis_broker_xml
+from .config.artemis import ArtemisBrokerXml, read_artemis_broker_xml
 from .wildcard import WildcardConfiguration
 from .clock import Clock, ManualClock, WallClock
 from .message import Message

@@ -1,7 +1,7 @@
 """Address settings with Artemis's hierarchical wildcard lookup, field-wise merge and delay formula.
 
-Reading them from broker.xml is not done here: ``config_xml`` turns the XML into plain values below
-this module, so ``from_xml`` and ``from_broker_xml`` build from those (``broker_xml`` reads the rest of
+Reading them from broker.xml is not done here: ``config.safe_xml`` turns the XML into plain values below
+this module, so ``from_xml`` and ``from_broker_xml`` build from those (``config.artemis`` reads the rest of
 the file, above this module).
 
 ``AddressSettings`` holds the redelivery, dead-letter and expiry settings of one ``<address-setting>``;
@@ -29,7 +29,7 @@ from xml.etree import ElementTree
 from ..limits import (ADDRESS_SETTINGS_CACHE_ENTRIES_MAX, JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN,
                       REDELIVERY_DELAYS_LENGTH_MAX)
 from ..errors import ConfigError
-from .config_xml import (BrokerXmlDocument, address_setting_element,
+from .config.safe_xml import (BrokerXmlDocument, address_setting_element,
                          address_setting_values, element_line, element_name_of, line_of, local_name,
                          read_broker_xml_document, renamed)
 from .wildcard import WildcardConfiguration, contains_wildcard, is_wild, to_regex, unescape, verify_match
@@ -633,7 +633,7 @@ class AddressSettingsRepository(HierarchicalRepository[AddressSettings]):
 
     @classmethod
     def from_broker_xml_document(cls, document: BrokerXmlDocument) -> AddressSettingsRepository:
-        """The repository a broker.xml describes, already read (``config_xml.read_broker_xml_document``).
+        """The repository a broker.xml describes, already read (``config.safe_xml.read_broker_xml_document``).
 
         Raises ConfigError naming the element: bad wildcard characters or literal markers, an element
         other than ``<address-setting>`` in ``<address-settings>``, a missing match, a bad value.

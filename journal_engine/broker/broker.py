@@ -23,7 +23,7 @@ What happens, case by case, as in Artemis (the reference notes name the Java met
 Where the work is done: ``post_office`` (addresses, queues, references in and out, with their store
 writes), ``delivery`` (dispatch, ack, rollback, close: the consumers' side), ``transactions`` (the
 sessions' side), ``redelivery`` (a failed delivery), ``dead_letter`` (dead letters and expiry),
-``timers`` (scheduled deliveries, expiry watch), ``broker_xml`` (the configuration), ``arguments``
+``timers`` (scheduled deliveries, expiry watch), ``config`` (the configuration files), ``arguments``
 (checks of what users pass). This module builds them, holds the public API and sends.
 All state is guarded by one lock (``gate``); receivers wait on a condition variable per queue.
 
@@ -46,7 +46,7 @@ from ..limits import ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, REDR
 from ..limits import check_max_redelivery_records as check_cap
 from .address_settings import AddressSettings, AddressSettingsRepository
 from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
-from .configuration import load as load_config, merged_switch
+from .config.systems import load as load_config, merged_switch
 from .clock import Clock, WallClock
 from .classic import ClassicDeadLetters
 from .classic_config import ClassicBrokerConfig

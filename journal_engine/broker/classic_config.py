@@ -2,7 +2,7 @@
 
 The destination policies (``<destinationPolicy>``: per queue or topic pattern, the dead-letter
 strategy; a default entry), the redelivery plugin, the discarding-DLQ plugin and ``schedulerSupport``.
-Build one in code or read it from activemq.xml (``activemq_xml``); ``Broker(config=...)`` then runs with
+Build one in code or read it from activemq.xml (``config.classic``); ``Broker(config=...)`` then runs with
 Classic's dead-letter rules (``classic``). Why a module of its own: the reader builds it and the
 Classic dead-letter path reads it; neither imports the other.
 """

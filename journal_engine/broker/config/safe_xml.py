@@ -4,7 +4,7 @@ parsing, warnings for what the broker does not implement, and an Artemis broker.
 ``BrokerXmlDocument``.
 
 Why a module of its own: the settings classes (``address_settings``) build themselves from these plain
-values, and the broker.xml reader (``broker_xml``) builds the settings; keeping the XML below both lets
+values, and the broker.xml reader (``artemis``) builds the settings; keeping the XML below both lets
 each import only what sits beneath it, with no import cycle. Nothing here knows the settings classes.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ from xml.etree import ElementTree
 import defusedxml
 from defusedxml.ElementTree import DefusedXMLParser
 
-from ..errors import ConfigError
-from ..limits import CONFIG_FILE_BYTES_MAX, JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN
+from ...errors import ConfigError
+from ...limits import CONFIG_FILE_BYTES_MAX, JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN
 
 __all__ = ["ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS", "BrokerXmlDocument", "address_setting_element",
            "address_setting_values", "artemis_document", "element_name_of",

@@ -5,7 +5,7 @@ Which system's file it is follows from the root element: ``<configuration>`` or 
 Artemis broker.xml (a HornetQ file when its namespace is ``urn:hornetq``), ``<beans>`` or ``<broker>``
 an ActiveMQ Classic activemq.xml. Each system has one reader, a function of the parsed root element
 and the file's label, listed in ``READERS``; a system without a reader is refused with a
-ConfigError saying so. The XML is parsed once, by defusedxml (``config_xml.parse_xml``): a DOCTYPE, an
+ConfigError saying so. The XML is parsed once, by defusedxml (``safe_xml.parse_xml``): a DOCTYPE, an
 entity or an external reference is refused.
 """
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections.abc import Callable
 from typing import Any
 from xml.etree import ElementTree
 
-from ..errors import ConfigError
-from .activemq_xml import classic_config
-from .broker_config import BrokerConfig
-from .broker_xml import HORNETQ_NAMESPACE, artemis_config
-from .config_xml import ARTEMIS_ROOTS, line_of, local_name, namespace_of, parse_xml, read_source
+from ...errors import ConfigError
+from .classic import classic_config
+from .model import BrokerConfig
+from .artemis import HORNETQ_NAMESPACE, artemis_config
+from .safe_xml import ARTEMIS_ROOTS, line_of, local_name, namespace_of, parse_xml, read_source
 
 __all__ = ["BrokerConfig", "READERS", "detect_system", "load", "merged_switch"]
 

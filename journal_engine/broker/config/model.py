@@ -1,6 +1,6 @@
 """``BrokerConfig``: what a configuration file tells the Broker, whichever system's file it was.
 
-Why a module of its own: each system's reader (``broker_xml`` for Artemis and HornetQ, others beside
+Why a module of its own: each system's reader (``artemis`` for Artemis and HornetQ, others beside
 it) builds one, and ``configuration`` dispatches to the readers; the result sits below both, so no
 reader imports the dispatcher.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .address_settings import AddressSettingsRepository
-from .classic_config import ClassicBrokerConfig
+from ..address_settings import AddressSettingsRepository
+from ..classic_config import ClassicBrokerConfig
 
 __all__ = ["BrokerConfig", "SYSTEMS"]
 

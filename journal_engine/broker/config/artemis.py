@@ -3,7 +3,7 @@ it: the address settings, the wildcard syntax, literal markers and the two broke
 switches.
 
 Why a module of its own: reading configuration is a concern apart from holding settings
-(``address_settings``) and from running the broker (``broker``); ``config_xml`` below it does the XML,
+(``address_settings``) and from running the broker (``broker``); ``safe_xml`` below it does the XML,
 ``configuration`` above it recognises which system's file it is given.
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from xml.etree import ElementTree
 
-from .address_settings import AddressSettingsRepository
-from .broker_config import BrokerConfig
-from .config_xml import BrokerXmlDocument, artemis_document, line_of, local_name, log, read_broker_xml_document
+from ..address_settings import AddressSettingsRepository
+from .model import BrokerConfig
+from .safe_xml import BrokerXmlDocument, artemis_document, line_of, local_name, log, read_broker_xml_document
 
 __all__ = ["ArtemisBrokerXml", "HORNETQ_NAMESPACE", "read_artemis_broker_xml", "artemis_config"]
 
