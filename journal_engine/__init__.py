@@ -4,8 +4,8 @@
 the Python twin runs (forced by JOURNAL_ENGINE_IMPLEMENTATION=python).
 """
 from ._impl import IMPLEMENTATION, RecordInfo
-from .errors import (ConfigError, CorruptRecordError, DuplicateRecordError, FileChangedError, IncompatibleFormatError,
-                     JournalClosedError, JournalError, JournalFailedError, JournalLockedError,
+from .errors import (ConfigError, CorruptRecordError, DuplicateRecordError, FileChangedError, FileVanishedError,
+                     IncompatibleFormatError, JournalClosedError, JournalError, JournalFailedError, JournalLockedError,
                      RecordTooLargeError, StoreFullError, UnknownRecordError, UnknownTransactionError)
 from .record_format import RecordKind
 from .storage.journal import Journal, LoadReport, LoadResult, PreparedTransaction, TransactionRecord
@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "IMPLEMENTATION", "Journal", "LoadResult", "LoadReport", "RecordInfo", "PreparedTransaction",
     "TransactionRecord", "RecordKind",
-    "JournalError", "CorruptRecordError", "FileChangedError", "IncompatibleFormatError", "JournalClosedError", "JournalFailedError",
+    "JournalError", "CorruptRecordError", "FileChangedError", "FileVanishedError", "IncompatibleFormatError", "JournalClosedError", "JournalFailedError",
     "JournalLockedError", "ConfigError", "RecordTooLargeError", "StoreFullError", "UnknownRecordError",
     "DuplicateRecordError", "UnknownTransactionError",
     "MessageStore", "RecoveredState", "RecoveredReference", "StoredMessage", "StoredQueue", "RecordType",

@@ -82,6 +82,11 @@ class FileChangedError(CorruptRecordError):
     that a read of a mapped page past a file's new end would kill the interpreter with."""
 
 
+class FileVanishedError(FileChangedError):
+    """A file listed a moment before is gone: another process renamed or deleted it while it was read
+    (a live journal's writer compacting or recycling it, when an inspection reads beside it)."""
+
+
 class JournalLockedError(JournalError):
     """Another Journal in this or another process holds the directory; ``holder_pid`` is that
     process's id when the holder wrote it (the message names it too)."""

@@ -143,6 +143,11 @@ BINDINGS_FILE_SIZE_MAX_BYTES = 1024 * 1024     # the bindings journal's files: q
 # the delivery-count shadow's entries: 1 MiB of them, one journal write-out per 32k dispatches
 SHADOW_ENTRIES_DEFAULT = 32 * 1024
 
+# a read-only view of a journal a live writer changes (it compacts or recycles a file between the
+# listing and the read) lists the directory again, at most this many times, then says the journal is
+# in use instead of reading a set of files that never existed together
+LIVE_READ_ATTEMPTS_MAX = 5
+
 # ----- the broker (broker/) -------------------------------------------------------------------------------------
 NAME_LENGTH_MAX = 0xFFFF                # queue and address names (the store keeps them as u32-length strings)
 SELECTOR_LENGTH_MAX = 64 * 1024         # characters; a filter longer than this is a mistake, not a filter

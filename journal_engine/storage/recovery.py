@@ -14,7 +14,7 @@ from .._impl import GAP_REASONS, ReplayState
 from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
 from .format import CONTROL_FILE, HEADER_FLAG_RECYCLED, stamp_of
 from ..record_format import FrameCheck
-from .scan import cut_short, scan_data_file, scan_data_files
+from .scan import cut_short, read_while_live, scan_data_file, scan_data_files
 from .segment_files import Listing, list_directory
 
 
@@ -100,7 +100,16 @@ def classify_end(data, end: int, check: FrameCheck) -> FrameCheck:
 def analyze(directory: str, replaceable_types=(), *, remove_temporary: bool = False,
             as_if_compacted: bool = False) -> Analysis:
     """Replay every data file in sequence order and classify how each one ends (`as_if_compacted`:
-    a committed compaction is read as if finished; see list_directory)."""
+    a committed compaction is read as if finished, see list_directory; it is the read-only view of
+    inspections, which may run beside a live writer: a file that writer renames meanwhile makes it
+    read the directory again, see scan.read_while_live)."""
+    if as_if_compacted:
+        return read_while_live(directory, lambda: _analyze(directory, replaceable_types, remove_temporary,
+                                                           as_if_compacted))
+    return _analyze(directory, replaceable_types, remove_temporary, as_if_compacted)
+
+
+def _analyze(directory: str, replaceable_types, remove_temporary: bool, as_if_compacted: bool) -> Analysis:
     listing = list_directory(directory, remove_temporary=remove_temporary, as_if_compacted=as_if_compacted)
     columns = scan_data_files(listing.data)
     state = ReplayState(replaceable_types, sum(len(file_columns) for file_columns in columns))

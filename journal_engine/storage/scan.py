@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 from .._impl import GUARDS_MAPPED_READS, FrameColumns, scan_columns
-from ..errors import FileChangedError
-from ..limits import SCAN_THREADS_MAX, SCAN_THREADS_MIN_BYTES
+from ..errors import FileChangedError, FileVanishedError, JournalLockedError
+from ..limits import LIVE_READ_ATTEMPTS_MAX, SCAN_THREADS_MAX, SCAN_THREADS_MIN_BYTES
 from . import durability
 from .format import FileHeader, stamp_of
-from .segment_files import DataFile, list_directory, read_header
+from .segment_files import DataFile, list_directory, read_header, vanished
+
+T = TypeVar("T")
 
 
 def _map_for_reading(fd: int) -> mmap.mmap:
@@ -77,8 +81,25 @@ def scan_data_file(data: DataFile) -> FrameColumns:
                 except FileChangedError as cut:
                     raise FileChangedError(f"{cut.args[0].split(' (hint:')[0]}", path=data.path, offset=cut.offset,
                                            hint=cut.hint) from None
+    except FileNotFoundError as exc:
+        raise vanished(data.path) from exc
     except OSError as exc:
         raise durability.io_error(exc, data.path, "reading") from exc
+
+
+def read_while_live(directory: str, read: Callable[[], T]) -> T:
+    """``read()`` -- a listing of `directory` and a read of the files it listed -- done again when a file
+    it listed vanished meanwhile: a live writer beside a read-only view compacts or recycles files
+    (renames them) between the two. After LIVE_READ_ATTEMPTS_MAX tries JournalLockedError says the
+    journal is in use, rather than a view of files that never were the journal together."""
+    for attempt in range(LIVE_READ_ATTEMPTS_MAX):
+        try:
+            return read()
+        except FileVanishedError as gone:
+            last = gone
+            time.sleep(0.01 * attempt)     # the writer's compaction or recycling step is short
+    raise JournalLockedError(f"{directory} changed under {LIVE_READ_ATTEMPTS_MAX} reads in a row ({last.path} "
+                             f"vanished): a writer is compacting it", hint="read it again, or stop the writer first")
 
 
 def scan_data_files(files: list[DataFile]) -> list[FrameColumns]:
@@ -118,6 +139,9 @@ def scan_file(path: str) -> FileScan:
 
 def scan_directory(directory: str) -> list[FileScan]:
     """Decode every data file of one journal directory in replay order, changing nothing (an
-    interrupted compaction is read as the journal will be once it is finished)."""
-    files = list_directory(directory, as_if_compacted=True).data
-    return [FileScan(data, columns) for data, columns in zip(files, scan_data_files(files))]
+    interrupted compaction is read as the journal will be once it is finished; a file a live writer
+    renames meanwhile makes it read the directory again: read_while_live)."""
+    def read() -> list[FileScan]:
+        files = list_directory(directory, as_if_compacted=True).data
+        return [FileScan(data, columns) for data, columns in zip(files, scan_data_files(files))]
+    return read_while_live(directory, read)

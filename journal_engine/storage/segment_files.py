@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 
 from .._impl import Segment, crc32c
-from ..errors import CorruptRecordError, StoreFullError
+from ..errors import CorruptRecordError, FileVanishedError, StoreFullError
 from ..limits import FILE_HEADER_SIZE_BYTES, FILE_ID_MAX, FRAME_HEADER_SIZE_BYTES
 from . import durability
 from .format import (COMPACT_NAME, CONTROL_FILE, DATA_NAME, FREE_NAME, HEADER_FLAG_FRESH, HEADER_FLAG_RECYCLED, TMP_SUFFIX,
@@ -46,6 +46,14 @@ class Listing:
 _NOT_A_JOURNAL_FILE_ERRNOS = frozenset({errno.EISDIR, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.ENOENT})
 
 
+def vanished(path: str) -> FileVanishedError:
+    """What a reader raises for a file it listed that is gone when it opens it."""
+    return FileVanishedError("the file vanished after the directory was listed: another process renamed or "
+                             "deleted it", path=path, offset=0, field="file",
+                             hint="if a writer has the journal open, it compacted or recycled the file (read "
+                                  "again); otherwise a file of the journal was deleted")
+
+
 def read_header(path: str) -> DataFile:
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):   # a FIFO would block open(), a directory fail it
@@ -53,6 +61,8 @@ def read_header(path: str) -> DataFile:
         with open(path, "rb") as handle:
             raw = handle.read(FILE_HEADER_SIZE_BYTES)
             size = os.fstat(handle.fileno()).st_size
+    except FileNotFoundError as exc:
+        raise vanished(path) from exc
     except OSError as exc:
         if exc.errno not in _NOT_A_JOURNAL_FILE_ERRNOS:   # the disk failed, not the entry: an I/O error
             raise durability.io_error(exc, path, "reading the file header") from exc
