@@ -110,3 +110,25 @@ def test_inspections_beside_a_compacting_writer_exit_0_1_or_4_never_3(tmp_path, 
         writer.stdin.close()
         writer.kill()
         writer.wait()
+
+
+def test_a_compaction_control_file_that_vanished_is_read_again_not_an_io_error(tmp_path):
+    """The writer finishes its swap and deletes compaction.ctl between the view's look for it and its
+    read (the crash harness's live-inspect saw `print` exit 3 there): the view lists again."""
+    from journal_engine.storage.format import CONTROL_FILE
+    from journal_engine.storage.segment_files import read_compaction_plan
+    with pytest.raises(FileVanishedError) as gone:
+        read_compaction_plan(str(tmp_path / CONTROL_FILE))
+    assert gone.value.path.endswith(CONTROL_FILE)
+    directory = tmp_path / "journal"
+    build(directory)
+    control = directory / CONTROL_FILE
+    tries = []
+
+    def read():
+        tries.append(1)
+        if len(tries) == 1:
+            read_compaction_plan(str(control))    # it was there when looked for; gone when read
+        return list_directory(str(directory), as_if_compacted=True).data
+
+    assert len(read_while_live(str(directory), read)) > 0 and len(tries) == 2

@@ -796,7 +796,7 @@ class Campaign:
                                                                    context)
                 self.report.violations += problems
                 self._outcome("live-inspect", f"{' '.join(command[:2 if command[0] == 'dlq' else 1])} on {store}: "
-                                              f"exit {returncode}{', traceback' if problems else ''}")
+                                              f"exit {returncode}{', a violation' if problems else ''}")
             else:
                 self._outcome("live-inspect", "workload ended before the inspection")
             self.report.count("live-inspect")

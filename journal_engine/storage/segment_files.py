@@ -112,6 +112,8 @@ def read_compaction_plan(path: str) -> dict:
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
+    except FileNotFoundError as exc:     # a read-only view beside a writer that just finished the swap
+        raise vanished(path) from exc
     except OSError as exc:
         raise durability.io_error(exc, path, "reading") from exc
     body, _, crc_text = raw.rpartition(b"\n")
