@@ -121,18 +121,20 @@ def compact(journal, *, accept_damage: bool = False) -> None:
     """
     directory = journal.directory
     _finish_committed(journal)   # a swap that an earlier failure left part-way
+    # each file as it is on disk now, not as it was listed when it was written or loaded: another
+    # process may have cut or replaced it since
+    on_disk = {}
     if not accept_damage:
         # before the roll, so that a refused compaction (the automatic one retries at every file
         # switch) never leaves a fresh file behind
-        _refuse_damage(journal, [_as_it_is_now(journal, data) for data in journal.data_files()])
+        on_disk = {data.path: _as_it_is_now(journal, data) for data in journal.data_files()}
+        _refuse_damage(journal, list(on_disk.values()))
     active = journal.roll_for_compaction()
     journal.sync()
-    sources = [data for data in journal.data_files() if data.header.sequence < active.sequence]
+    sources = [on_disk.get(data.path) or _as_it_is_now(journal, data)      # a file switched to meanwhile
+               for data in journal.data_files() if data.header.sequence < active.sequence]
     if not sources:
         return
-    # each source as it is on disk now, not as it was listed when it was written or loaded: another
-    # process may have cut or replaced it since
-    sources = [_as_it_is_now(journal, data) for data in sources]
     state = ReplayState(journal.replaceable_types)
     damage = []
     for data in sources:
@@ -200,8 +202,9 @@ def _refuse_damage(journal, files: list, damage: list = ()) -> None:
     file of `files` that is cut short, or in one that load reported. Compacting a damaged file would
     drop every record past the damage and leave a journal that loads clean: the loss would be silent."""
     known = journal.damaged_files()
+    damage = list(damage)
     for data in files:
-        damage = list(damage) + damage_of_followed_file(data, data.size, FrameCheck.VALID)
+        damage += damage_of_followed_file(data, data.size, FrameCheck.VALID)
         if data.path in known:
             damage.append((data.path, 0, "load reported damage in this file"))
     if not damage:

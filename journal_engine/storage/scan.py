@@ -68,19 +68,20 @@ def scan_data_file(data: DataFile) -> FrameColumns:
     stamp, start = stamp_of(data.header.file_id), data.header.data_start
     try:
         with open(data.path, "rb") as handle:
-            if not GUARDS_MAPPED_READS:
-                view = _read_whole(handle.fileno(), data.size)
+            view = (_map_for_reading(handle.fileno()) if GUARDS_MAPPED_READS
+                    else _read_whole(handle.fileno(), data.size))
+            try:
                 if len(view) < data.size:
                     raise _cut_while_listed(data, len(view))
                 return scan_columns(view, stamp, start)
-            with _map_for_reading(handle.fileno()) as view:
-                if len(view) < data.size:
-                    raise _cut_while_listed(data, len(view))
-                try:
-                    return scan_columns(view, stamp, start)
-                except FileChangedError as cut:
-                    raise FileChangedError(f"{cut.args[0].split(' (hint:')[0]}", path=data.path, offset=cut.offset,
-                                           hint=cut.hint) from None
+            except FileChangedError as cut:     # the guard met the cut mid-scan: name the file
+                if cut.path is not None:
+                    raise
+                raise _cut_while_listed(data, cut.offset if cut.offset is not None
+                                        else os.fstat(handle.fileno()).st_size) from None
+            finally:
+                if GUARDS_MAPPED_READS:
+                    view.close()
     except FileNotFoundError as exc:
         raise vanished(data.path) from exc
     except OSError as exc:
