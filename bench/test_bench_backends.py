@@ -29,7 +29,7 @@ import pytest
 from workload import BODY
 
 from journal_engine import Journal, MessageStore
-from journal_engine.store.lmdb_store import LmdbRecordStore
+from journal_engine.message_store.lmdb_store import LmdbRecordStore
 
 BACKENDS = ["journal", "lmdb"]
 USER_TYPE = 1

@@ -8,13 +8,13 @@ from .errors import (ConfigError, CorruptRecordError, DuplicateRecordError, File
                      IncompatibleFormatError, JournalClosedError, JournalError, JournalFailedError, JournalLockedError,
                      RecordTooLargeError, StoreFullError, UnknownRecordError, UnknownTransactionError)
 from .record_format import RecordKind
-from .storage.journal import Journal, LoadReport, LoadResult, PreparedTransaction, TransactionRecord
-from .store import MessageStore, RecordType, RecoveredReference, RecoveredState, StoredMessage, StoredQueue
+from .journal.journal import Journal, LoadReport, LoadResult, PreparedTransaction, TransactionRecord
+from .message_store import MessageStore, RecordType, RecoveredReference, RecoveredState, StoredMessage, StoredQueue
 from .broker.selector import Selector, SelectorError
-from .broker.address_settings import AddressSettings, AddressSettingsRepository, HierarchicalRepository
+from .broker.artemis.address_settings import AddressSettings, AddressSettingsRepository, HierarchicalRepository
 from .broker.broker import Broker
-from .broker.classic_policy import ClassicRedeliveryPolicy
-from .broker.classic_config import ClassicBrokerConfig
+from .broker.classic.policy import ClassicRedeliveryPolicy
+from .broker.classic.config import ClassicBrokerConfig
 from .broker.clock import ManualClock, WallClock
 from .broker.consumer import Consumer
 from .broker.message import Message
@@ -23,7 +23,7 @@ from .broker.session import Session
 from .broker.dead_letter import DeadLetterReason
 from .broker.redrive import RedriveResult
 from .errors import MessageStateError, QueueExistsError, UnknownQueueError
-from .store.message_store import StoreTransaction
+from .message_store.message_store import StoreTransaction
 from . import config, wildcard
 from .config import BrokerConfig
 

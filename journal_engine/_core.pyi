@@ -1,7 +1,7 @@
 """Type stub of the compiled append path (pyx/journal_engine/_core.pyx, its contract _core.pxd;
 twin: _twin/core.py).
 
-``JournalCore`` is the base of ``storage.journal.Journal``: the record API below is what users call
+``JournalCore`` is the base of ``journal.journal.Journal``: the record API below is what users call
 on a Journal. Appends run with the GIL held and never release it, so the GIL is the append lock
 and every method may be called from several threads at once; write-out and fdatasync release it,
 and every thread waiting for durability is served by one shared fdatasync (group commit).
@@ -104,7 +104,7 @@ class JournalCore:
     def live_bytes(self) -> int:
         """Bytes of frames that live records occupy (adds and their updates)."""
 
-    # ----- set-up by the journal (storage/journal.py), not for users ---------------------------
+    # ----- set-up by the journal (journal/journal.py), not for users ---------------------------
     def _core_configure(self, mode: str, buffer_size: int, max_frame: int, replaceable: Iterable[int],
                         gather_us: int = 500) -> None:
         """Set the sync mode, the append buffer (``buffer_size`` bytes, allocated once, plus room for

@@ -19,7 +19,7 @@ from _typeshed import WriteableBuffer
 from typing_extensions import disjoint_base
 
 class _RecordStore(Protocol):
-    """What the writer uses of a record store (store/interface.py's RecordStore): a Journal, whose
+    """What the writer uses of a record store (message_store/interface.py's RecordStore): a Journal, whose
     core it appends into directly, or any other store (LMDB), written through these methods."""
 
     def add(self, record_id: int, record_type: int, body: bytes, *, sync: bool | None = None) -> None: ...
@@ -30,7 +30,7 @@ class _RecordStore(Protocol):
     def flush(self) -> None: ...
 
 class _Shadow(Protocol):
-    """What ``attach_shadow`` reads of a ``store.delivery_shadow.DeliveryShadow``."""
+    """What ``attach_shadow`` reads of a ``message_store.delivery_shadow.DeliveryShadow``."""
 
     @property
     def mapping(self) -> WriteableBuffer:
@@ -98,7 +98,7 @@ class RecordWriter:
         """Append ACKNOWLEDGE_REF and stop tracking the reference; with ``delete_message`` (its last
         reference) also the message's DELETE. Without sync; ``UnknownRecordError`` if untracked."""
 
-    # ----- the delivery-count shadow (store/delivery_shadow.py) ---------------------------------
+    # ----- the delivery-count shadow (message_store/delivery_shadow.py) ---------------------------------
     def attach_shadow(self, shadow: _Shadow) -> None:
         """From now on ``record_dispatch`` also writes each count into ``shadow``'s mapping;
         ``detach_shadow()`` before the mapping closes. ``RuntimeError`` if one is attached already,

@@ -188,7 +188,7 @@ GAP_REASONS: dict[int, str]
 
 GUARDS_MAPPED_READS: bool
 """True where scan_columns reads a mapped file under a SIGBUS guard (a file cut short meanwhile raises
-FileChangedError); storage/scan.py maps files only where it holds, and reads them otherwise."""
+FileChangedError); journal/scan.py maps files only where it holds, and reads them otherwise."""
 
 def scan_columns(buffer: ReadableBuffer, stamp: int, start: int) -> FrameColumns:
     """Decode every frame of one file from ``start`` into a :class:`FrameColumns`: the one parser

@@ -16,8 +16,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from .broker.dead_letter import (DEAD_LETTER_REASON, DEAD_LETTER_TIME, DELIVERY_HISTORY, DIALECTS,
-                                 ORIG_DELIVERY_COUNT)
+from .broker.dead_letter import DEAD_LETTER_REASON, DEAD_LETTER_TIME, DELIVERY_HISTORY, ORIG_DELIVERY_COUNT
+from .broker.dialects import DIALECTS
 from .limits import COMPACT_PERCENTAGE_DEFAULT
 from .record_format import RecordKind, RecordType
 

@@ -1,6 +1,6 @@
 """Every limit and default of the storage core in one place, with the relations between them.
 
-Each is tested at its maximum and one past it (tests/test_limits_and_config.py).
+Each is tested at its maximum and one past it (tests/broker/test_limits_and_config.py).
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ EXPORT_HEADER_LINE_BYTES_MAX = 64 * 1024
 CONFIG_FILE_BYTES_MAX = 16 * 1024 * 1024
 
 
-# ----- the stores (store/): the LMDB backend, the message store, the delivery-count shadow -----------------
+# ----- the stores (message_store/): the LMDB backend, the message store, the delivery-count shadow -----------------
 LMDB_MAP_SIZE_DEFAULT_BYTES = 64 * 1024 * 1024
 LMDB_MAP_SIZE_MIN_BYTES = 1024 * 1024
 LMDB_MAP_SIZE_MAX_DEFAULT_BYTES = 1 << 40      # 1 TiB of address space: the automatic growth stops here

@@ -3,7 +3,7 @@ numbers), the bodies they carry, the replaceable types, and the delivery-count s
 
 A leaf: it imports only errors and limits, so the compiled core, the twins, both stores and the tools
 take every format fact from here (the compiled modules check their own constants against it when
-they are imported). File-level facts (names, the file header) are in storage/format.py.
+they are imported). File-level facts (names, the file header) are in journal/format.py.
 
 Record ids and bodies (all integers little-endian, as in the rest of the journal format):
 
@@ -145,7 +145,7 @@ _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
 FLAG_DURABLE = 1
 
-# the delivery-count shadow (store/delivery_shadow.py): a header, then fixed-size entries, each with its CRC
+# the delivery-count shadow (message_store/delivery_shadow.py): a header, then fixed-size entries, each with its CRC
 SHADOW_MAGIC = b"JESHADOW"
 SHADOW_VERSION = 1
 SHADOW_HEADER_BYTES = 64
@@ -495,7 +495,7 @@ def encode_plain_message(address, body, properties, durable, expiration, routing
     """encode_message's bytes for the common message (no properties), in a fraction of its time: the
     head and the address of messages without an expiration are encoded once per address. Anything
     else (or anything invalid) goes through encode_message itself. Byte-identical output is checked
-    in tests/test_broker_store.py."""
+    in tests/broker/test_broker_store.py."""
     if not properties and type(body) is bytes and type(expiration) is int and expiration == 0:
         prefix = _PREFIXES.get((address, durable, routing_type))
         if prefix is not None:

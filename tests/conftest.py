@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 import journal_engine
 from journal_engine import Journal
 
-import skips_allowed
+# the helpers (child-process workers, the skip gate, shared journals) import by name from every folder
+sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))
+import skips_allowed  # noqa: E402
 
 SMALL_FILE = 256 * 1024   # small files so tests cross file boundaries quickly
 
@@ -18,7 +22,7 @@ def pytest_report_header(config):
 
 
 def pytest_configure(config):
-    # every skip listed with its message at the end; on CI (CI=true) one not in tests/skips_allowed.py fails
+    # every skip listed with its message at the end; on CI (CI=true) one not in tests/helpers/skips_allowed.py fails
     skips_allowed.pytest_configure(config)
 
 

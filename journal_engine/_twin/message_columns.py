@@ -2,7 +2,7 @@
 
 Each body goes through record_format's own decoders, and the fields land in the same Arrow buffers
 the compiled module fills (validity bitmaps, int64 values, string offsets, the int32 offsets
-of a map<string, string>). tests/test_message_columns.py checks that both give the same bytes.
+of a map<string, string>). tests/store/test_message_columns.py checks that both give the same bytes.
 """
 from __future__ import annotations
 

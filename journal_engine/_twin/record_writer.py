@@ -9,7 +9,7 @@ records as Artemis's AbstractJournalStorageManager does:
 * a scheduled-time record is skipped only by the cap (there is no "unchanged" rule).
 
 It keeps every live reference's last persisted count. Both twins produce the same
-journal bytes for the same calls (tests/test_message_store_parity.py).
+journal bytes for the same calls (tests/store/test_message_store_parity.py).
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class RecordWriter:
         self._persisted: dict[tuple[int, int], int] = {}   # (queue id, message id) -> last persisted count
         self.delivery_count_records_written = 0
         self.scheduled_time_records_written = 0
-        self._shadow = None                                 # store/delivery_shadow.py, when attached
+        self._shadow = None                                 # message_store/delivery_shadow.py, when attached
         self._shadow_lock = threading.Lock()
 
     # ----- the reference table ---------------------------------------------------------------
@@ -133,7 +133,7 @@ class RecordWriter:
         if delete_message:
             self._journal.delete(message_id, sync=False)
 
-    # ----- the delivery-count shadow (store/delivery_shadow.py) ---------------------------------------
+    # ----- the delivery-count shadow (message_store/delivery_shadow.py) ---------------------------------------
     def attach_shadow(self, shadow) -> None:
         """From now on record_dispatch() puts each dispatch's count into `shadow` as well."""
         if self._shadow is not None:

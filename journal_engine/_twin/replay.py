@@ -13,7 +13,7 @@ from ..record_format import FRAME_HEADER, GROUP_BODY, GROUP_MEMBER, GROUP_MEMBER
 from .livemap import LiveMap
 
 #: what a reader reports of damage (a FrameCheck other than VALID) followed by valid frames
-#: Python cannot survive a SIGBUS: storage/scan.py reads files into owned bytes for the twin, never maps them
+#: Python cannot survive a SIGBUS: journal/scan.py reads files into owned bytes for the twin, never maps them
 GUARDS_MAPPED_READS = False
 
 GAP_REASONS = {

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..limits import I64_MAX, I64_MIN, NAME_LENGTH_MAX, SYNC_MODE_NAMES
-from ..store.message_store import BACKENDS
+from ..message_store.message_store import BACKENDS
 
 __all__ = ["ROUTING_TYPES", "STORE_BACKENDS", "SYNC_MODES", "I64_MAX", "NAME_LENGTH_MAX", "check_name",
            "check_time", "checked_properties"]

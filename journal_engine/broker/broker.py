@@ -27,9 +27,8 @@ sessions' side), ``redelivery`` (a failed delivery), ``dead_letter`` (dead lette
 (checks of what users pass). This module builds them, holds the public API and sends.
 All state is guarded by one lock (``gate``); receivers wait on a condition variable per queue.
 
-One step is written twice on purpose: ``PostOffice.store_new`` + ``enqueue`` inline in ``_send`` for
-a message going to one direct queue, deliverable now; ``INLINE_SEND = False`` switches the copy off
-and tests/test_broker_fast_paths.py runs the same workload both ways.
+A send is written once: ``PostOffice.store_new`` (the store's one-call send; a single queue without a
+list built) and ``PostOffice.enqueue``, for one queue as for many.
 """
 from __future__ import annotations
 
@@ -41,25 +40,26 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError, JournalClosedError, MessageStateError, QueueExistsError, UnknownQueueError
-from ..store.message_store import MessageStore
+from ..message_store.message_store import MessageStore
 from ..limits import ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, REDRIVES_MAX_DEFAULT
 from ..limits import check_max_redelivery_records as check_cap
-from .address_settings import AddressSettings, AddressSettingsRepository
+from .artemis.address_settings import AddressSettings, AddressSettingsRepository
 from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
 from .config.systems import load as load_config, merged_switch
 from .clock import Clock, WallClock
-from .classic import ClassicDeadLetters
-from .classic_config import ClassicBrokerConfig
-from .classic_policy import ClassicRedeliveryPolicy
+from .classic.dead_letters import ClassicDeadLetters
+from .classic.config import ClassicBrokerConfig
+from .classic.policy import ClassicRedeliveryPolicy
 from .consumer import Consumer
-from .dead_letter import DeadLetters, dialect_named
+from .dead_letter import DeadLetters
+from .dialects import dialect_named
 from .delivery import Delivery
 from .gate import Gate
 from .message import Message, MessageData
 from .operations import SessionOperations
 from .post_office import PostOffice
-from .qpid import QpidQueuePolicy, dead_letter_exchange_name, dead_letter_queue_name
-from .queue import READY, QueueInfo, QueueState, Reference
+from .qpid.queue_policy import QpidQueuePolicy, dead_letter_exchange_name, dead_letter_queue_name
+from .queue import READY, QueueInfo, QueueState
 from .redelivery import Redelivery
 from .selector import Selector
 from .redrive import Redrive, RedriveResult, check_redrive_arguments
@@ -67,11 +67,7 @@ from .session import Session
 from .timers import DeliveryTimers
 from .transactions import Transactions
 
-__all__ = ["Broker", "INLINE_SEND"]
-
-#: the inlined copy of PostOffice.store_new + enqueue in _send; tests turn it off to run the general path
-INLINE_SEND = True
-
+__all__ = ["Broker"]
 
 class Broker:
     """A message broker in the process, durable in ``directory`` (None: nothing is persisted).
@@ -199,7 +195,7 @@ class Broker:
         ConfigError for a bad routing type or a bad argument.
 
         ``arguments``: Qpid Broker-J's queue-declare arguments (``x-qpid-maximum-delivery-count``,
-        ``x-qpid-dlq-enabled``; see ``journal_engine.broker.qpid``). With a DLQ the queue's dead-letter
+        ``x-qpid-dlq-enabled``; see ``journal_engine.broker.qpid.queue_policy``). With a DLQ the queue's dead-letter
         exchange ``<name>_DLE`` and queue ``<name>_DLQ`` are created with it (kept if they exist).
         """
         check_name(name, "name")
@@ -396,24 +392,9 @@ class Broker:
             if transacted:
                 self._add_routed(data, targets, scheduled_delivery_time, session)
                 return message_id
-            store = self._store
-            if targets is route.direct and not scheduled_delivery_time and INLINE_SEND:
-                # PostOffice.store_new + enqueue, inlined for the common case: one queue, deliverable now
-                queue = targets[0]
-                if durable and store is not None and queue.durable:
-                    store.store_message_references(message_id, address, body, queue.id_list, properties=properties,
-                                                   expiration=expiration, routing_type=routing_type)
-                    data.durable_refs = 1
-                ref = Reference(data, queue)
-                queue.count += 1
-                queue.messages_added += 1
-                queue.ready.append(ref)
-                if expiration:
-                    self._timers.watch_expiry(ref)
-                if queue.waiters:
-                    queue.condition.notify()
-                return message_id
-            self._add_routed(data, targets, scheduled_delivery_time, None)
+            if durable and self._store is not None:
+                post_office.store_new(data, targets, scheduled_delivery_time, None)
+            post_office.enqueue(data, targets, scheduled_delivery_time)
             return message_id
         finally:
             lock.release()

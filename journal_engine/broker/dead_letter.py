@@ -41,19 +41,18 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from typing import Iterable
 
-from ..errors import ConfigError
-from .address_settings import AddressSettings
+from .artemis.address_settings import AddressSettings
+from .artemis.dialect import Dialect
 from .message import MessageData
 from .post_office import PostOffice
 from .queue import EXPIRED, KILLED, NORMAL, AddressState, QueueState, Reference
 
-__all__ = ["Dialect", "DIALECTS", "ROUTING_TYPE_CODES", "DeadLetterReason", "DEAD_LETTER_REASONS",
+__all__ = ["ROUTING_TYPE_CODES", "DeadLetterReason", "DEAD_LETTER_REASONS",
            "DEAD_LETTER_REASON", "DEAD_LETTER_TIME", "DEAD_LETTER_COUNT", "ORIG_DELIVERY_COUNT", "DELIVERY_HISTORY",
            "encode_history", "decode_history", "add_account", "make_copy", "resource_queue_name", "origin_filter",
-           "dialect_named", "DeadLetters", "log_drop", "KILLED", "EXPIRED", "NORMAL"]
+           "DeadLetters", "log_drop", "KILLED", "EXPIRED", "NORMAL"]
 
 #: dropped messages are logged here (WARNING), as Artemis logs them
 log = logging.getLogger("journal_engine.broker")
@@ -97,38 +96,6 @@ def decode_history(text: object) -> list[dict]:
     except ValueError:
         return []
     return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """The property names a broker family gives dead-letter and expiry copies."""
-
-    name: str
-    orig_address: str
-    orig_queue: str
-    orig_message_id: str
-    orig_routing_type: str | None      # None: the family has no routing types
-    actual_expiry: str
-    jms_queue_prefix: str = "jms.queue."
-    #: a copy of a copy keeps the FIRST origin (HornetQ's ServerMessageImpl.setOriginalHeaders); Artemis's
-    #: referenceOriginalMessage records the latest operation
-    keeps_first_origin: bool = False
-
-
-DIALECTS = {
-    "artemis": Dialect("artemis", "_AMQ_ORIG_ADDRESS", "_AMQ_ORIG_QUEUE", "_AMQ_ORIG_MESSAGE_ID",
-                       "_AMQ_ORIG_ROUTING_TYPE", "_AMQ_ACTUAL_EXPIRY"),
-    "hornetq": Dialect("hornetq", "_HQ_ORIG_ADDRESS", "_HQ_ORIG_QUEUE", "_HQ_ORIG_MESSAGE_ID", None,
-                       "_HQ_ACTUAL_EXPIRY", keeps_first_origin=True),
-}
-
-
-def dialect_named(name: str) -> Dialect:
-    """The Dialect called ``name`` ("artemis" or "hornetq"); ConfigError for another name."""
-    try:
-        return DIALECTS[name]
-    except (KeyError, TypeError):
-        raise ConfigError("dialect", name, f"use one of {', '.join(sorted(DIALECTS))}") from None
 
 
 def add_account(properties: dict, reason: str, now_ms: int, delivery_count: int,

@@ -9,11 +9,9 @@ rollback and close, and the pump that makes due references deliverable and expir
 * close: unacknowledged messages go back without counting a failed delivery: their counts lowered and
   persisted, the dead-letter rule applied, no redelivery delay.
 
-Why a module of its own: this is the consumer-facing half of the broker and its hottest path.
-Two steps are written twice on purpose, for the common case: ``_dispatch`` inline in
-``next_delivery`` (when not strict) and ``PostOffice.remove`` inline in ``acknowledge``;
-``INLINE_DISPATCH`` and ``INLINE_ACK`` switch the copies off, and tests/test_broker_fast_paths.py runs
-the same workload both ways and compares everything observable.
+Why a module of its own: this is the consumer-facing half of the broker and its hottest path. Each
+step is written once: the dispatch in ``next_delivery`` (strict mode adds the store write after it,
+``_count_before_delivery``), the acknowledgement through ``PostOffice.remove``.
 
 Thread-safe: ``next_delivery``, ``acknowledge`` and ``rollback`` run with the broker's lock held by the
 Consumer, which keeps its own deliveries in the same step (consumer.py says why); the rest takes the
@@ -24,25 +22,20 @@ from __future__ import annotations
 import time
 
 from ..errors import JournalClosedError, MessageStateError
-from ..store.message_store import MessageStore
+from ..message_store.message_store import MessageStore
 from .arguments import I64_MAX
-from .classic_policy import ClassicRedeliveryPolicy
+from .classic.policy import ClassicRedeliveryPolicy
 from .clock import Clock
 from .dead_letter import DeadLetters
 from .gate import Gate
 from .message import Message, delivery_of
 from .operations import AcknowledgingSession, ConsumerOperations
 from .post_office import PostOffice
-from .queue import ACKED_IN_TX, DELIVERING, DONE, NORMAL, READY, QueueState, Reference
+from .queue import ACKED_IN_TX, DELIVERING, NORMAL, READY, QueueState, Reference
 from .redelivery import Redelivery
 from .consumer import Consumer
 
-__all__ = ["Delivery", "INLINE_DISPATCH", "INLINE_ACK"]
-
-#: the inlined copies of ``_dispatch`` (in receive) and ``PostOffice.remove`` (in acknowledge); tests
-#: turn them off to run the general path on the same workload
-INLINE_DISPATCH = True
-INLINE_ACK = True
+__all__ = ["Delivery"]
 
 
 class Delivery:
@@ -116,11 +109,11 @@ class Delivery:
                                 ready.appendleft(ref)       # the store failed: it stays where it was
                             raise
                         continue
-                if self._strict or not INLINE_DISPATCH:
-                    return self._dispatch(ref)
-                ref.delivery_count += 1     # _dispatch, inlined for the common case
+                ref.delivery_count += 1     # the dispatch: the count goes up first
                 ref.state = DELIVERING
                 queue.delivering += 1
+                if self._strict:
+                    self._count_before_delivery(ref)
                 return ref
             # nothing deliverable now
             if timeout == 0:
@@ -144,25 +137,21 @@ class Delivery:
                 queue.waiters -= 1
             closed = consumer.closed
 
-    def _dispatch(self, ref: Reference) -> Reference:
-        """Hand a reference out: the delivery count goes up first; in strict mode it reaches the store
-        before the message is handed out (lock held)."""
-        queue = ref.queue
-        count = ref.delivery_count + 1
-        ref.delivery_count = count
-        ref.state = DELIVERING
-        queue.delivering += 1
+    def _count_before_delivery(self, ref: Reference) -> None:
+        """Strict mode: the count of a reference just dispatched reaches the store before the message is
+        handed out; when the store fails, the dispatch is undone (the reference back in order) and the
+        error propagates (lock held)."""
         data = ref.data
-        if self._strict and data.durable_refs and queue.durable:
+        queue = ref.queue
+        if data.durable_refs and queue.durable:
             try:
-                self._store.before_delivery(queue.queue_id, data.message_id, count)
+                self._store.before_delivery(queue.queue_id, data.message_id, ref.delivery_count)
             except BaseException:
-                ref.delivery_count = count - 1
+                ref.delivery_count -= 1
                 ref.state = READY
                 queue.delivering -= 1
                 queue.add_sorted(ref)
                 raise
-        return ref
 
     # ------------------------------------------------------------------------------- settling
     @staticmethod
@@ -205,19 +194,8 @@ class Delivery:
             session.record_ack(ref)
             ref.state = ACKED_IN_TX
             return
-        queue = ref.queue
-        if not INLINE_ACK:
-            self._post_office.remove(ref, NORMAL, True)
-        else:
-            data = ref.data                 # PostOffice.remove(ref, NORMAL, True), inlined for the common case
-            if data.durable_refs and queue.durable:
-                self._store.acknowledge(queue.queue_id, data.message_id)     # + DELETE after the last one
-                data.durable_refs -= 1
-            ref.state = DONE
-            ref.delivery = None
-            queue.count -= 1
-            queue.messages_acknowledged += 1
-        queue.delivering -= 1
+        self._post_office.remove(ref, NORMAL, True)
+        ref.queue.delivering -= 1
 
     def rollback(self, consumer: Consumer, message: Message, ref: Reference | None, delay_ms: int | None,
                  policy: ClassicRedeliveryPolicy | None = None) -> None:

@@ -19,8 +19,8 @@ from operator import itemgetter, length_hint
 from .._impl import release_from_collector
 from ..errors import QueueExistsError
 from ..limits import MESSAGE_ID_BLOCK
-from ..store.message_store import MessageStore, RecoveredReferences
-from .address_settings import AddressSettingsRepository
+from ..message_store.message_store import MessageStore, RecoveredReferences
+from .artemis.address_settings import AddressSettingsRepository
 from .message import MESSAGE_ID_PROPERTY, MessageData
 from .queue import DONE, KILLED, NORMAL, READY, AddressState, QueueState, Reference
 from .timers import DeliveryTimers
@@ -233,13 +233,28 @@ class PostOffice:
         """ADD_MESSAGE + an ADD_REF per durable target, as one record group, or in the store transaction
         ``tx``; with a scheduled time (+ its record per target) always in a transaction. The caller
         checked the message is durable and there is a store."""
+        if tx is None and not scheduled_time:
+            # the common send: ADD_MESSAGE and its ADD_REFs as one record group, the store's one call
+            if len(targets) == 1:
+                queue = targets[0]
+                if not queue.durable:
+                    return
+                queue_ids = queue.id_list       # no list built for one queue
+            else:
+                queue_ids = [queue.queue_id for queue in targets if queue.durable]
+                if not queue_ids:
+                    return
+            self.store.store_message_references(data.message_id, data.address, data.body, queue_ids,
+                                                properties=data.stored_properties(), expiration=data.expiration,
+                                                routing_type=data.routing_type)
+            data.durable_refs = len(queue_ids)
+            return
         durable_targets = [queue for queue in targets if queue.durable]
         if not durable_targets:
             return
-        message_id = data.message_id
-        if tx is None and scheduled_time:
-            # the message, its references and their time in one unit, so that a crash never brings the
-            # message back due at once: a transaction, committed as a send's records are synced
+        if tx is None:
+            # scheduled: the message, its references and their time in one unit, so that a crash never
+            # brings the message back due at once: a transaction, committed as a send's records are synced
             store = self.store
             tx = store.transaction()
             try:
@@ -250,19 +265,13 @@ class PostOffice:
                     tx.rollback(sync=False)
                 raise
             return
-        if tx is None:
-            store = self.store
-            store.store_message_references(message_id, data.address, data.body,
-                                           [queue.queue_id for queue in durable_targets],
-                                           properties=data.stored_properties(),
-                                           durable=True, expiration=data.expiration, routing_type=data.routing_type)
-        else:
-            tx.store_message(message_id, data.address, data.body, properties=data.stored_properties(), durable=True,
-                             expiration=data.expiration, routing_type=data.routing_type)
-            for queue in durable_targets:
-                tx.store_reference(queue.queue_id, message_id)
-                if scheduled_time:
-                    tx.update_scheduled_delivery_time(queue.queue_id, message_id, scheduled_time)
+        message_id = data.message_id
+        tx.store_message(message_id, data.address, data.body, properties=data.stored_properties(), durable=True,
+                         expiration=data.expiration, routing_type=data.routing_type)
+        for queue in durable_targets:
+            tx.store_reference(queue.queue_id, message_id)
+            if scheduled_time:
+                tx.update_scheduled_delivery_time(queue.queue_id, message_id, scheduled_time)
         data.durable_refs = len(durable_targets)
 
     def schedule_again(self, ref: Reference, due_ms: int) -> None:

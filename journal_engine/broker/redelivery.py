@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import random
 
-from .address_settings import AddressSettings
-from .classic import DLQ_DELIVERY_FAILURE_CAUSE, ClassicDeadLetters, keeping_copy
-from .classic_policy import ClassicRedeliveryPolicy, poison_cause
+from .artemis.address_settings import AddressSettings
+from .classic.dead_letters import DLQ_DELIVERY_FAILURE_CAUSE, ClassicDeadLetters, keeping_copy
+from .classic.policy import ClassicRedeliveryPolicy, poison_cause
 from .dead_letter import DeadLetterReason, DeadLetters, add_account, log_drop
 from .post_office import PostOffice
-from .qpid import dead_letter_exchange_name
+from .qpid.queue_policy import dead_letter_exchange_name
 from .queue import DELIVERING, KILLED, READY, Reference
 
 __all__ = ["Redelivery", "redelivery_delay_ms", "CONSUMER_ROLLBACK", "SESSION_ROLLBACK"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 from ..limits import REDRIVES_MAX_DEFAULT
-from .dead_letter import Dialect
+from .artemis.dialect import Dialect
 from .message import HEADER_NAMES, MessageData
 from .post_office import PostOffice
 from .queue import NORMAL, READY, QueueState, Reference

@@ -13,7 +13,8 @@ from rich.table import Table
 
 from ..broker.broker import Broker
 from ..broker.dead_letter import (DEAD_LETTER_COUNT, DEAD_LETTER_REASON, DEAD_LETTER_TIME, DELIVERY_HISTORY,
-                                  DIALECTS, ORIG_DELIVERY_COUNT, decode_history)
+                                  ORIG_DELIVERY_COUNT, decode_history)
+from ..broker.dialects import DIALECTS
 from ..broker.redrive import REDRIVE_COUNT, REDRIVE_SOURCE, REDRIVE_TIME, redrive_count
 from ..errors import UnknownQueueError
 from ..limits import REDRIVES_MAX_DEFAULT

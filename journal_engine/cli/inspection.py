@@ -13,9 +13,9 @@ from rich.table import Table
 from ..errors import CorruptRecordError
 from ..limits import COMPACT_MIN_FILES_DEFAULT, COMPACT_PERCENTAGE_DEFAULT
 from ..record_format import REPLACEABLE_TYPES, FrameCheck, RecordKind, RecordType
-from ..storage.journal import compaction_due
-from ..storage.recovery import analyze
-from ..storage.segment_files import list_directory
+from ..journal.journal import compaction_due
+from ..journal.recovery import analyze
+from ..journal.segment_files import list_directory
 from .console import EXIT_DAMAGE, EXIT_OK, emit_json, emit_json_line, progress, stdout
 from .damage import Damage, damage_in, damage_status
 from .records import (BODY_KINDS, RecordFilter, decode_fields, json_value, kind_name, parse_kind, parse_type,
@@ -34,7 +34,7 @@ def _replaceable(part: Part) -> dict:
 
 def _lmdb_records(part: Part):
     """Live records of an LMDB record store, opened read-only."""
-    from ..store.lmdb_store import LmdbRecordStore
+    from ..message_store.lmdb_store import LmdbRecordStore
     with LmdbRecordStore(part.path, read_only=True) as store:
         return store.load(), store.stats()
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import click
 
 from ..errors import CorruptRecordError
-from ..storage.journal import Journal
-from ..store.message_store import MessageStore
+from ..journal.journal import Journal
+from ..message_store.message_store import MessageStore
 from .console import EXIT_OK, emit_json, stdout
 from .damage import Damage, report_damage
 from .inspection import verify_part

@@ -4,7 +4,7 @@ A directory is one of: a journal (``journal-*.jej`` files), an LMDB record store
 or a message store / broker directory (``messages/`` and ``bindings/``, each a journal or an LMDB
 store, as ``Broker(dir)`` and ``MessageStore(dir)`` write them). Every reader here opens what it
 reads read-only (``Journal(read_only=True)``, ``MessageStore(read_only=True)``, the recovery
-analysis, the columnar decoder of storage/scan.py): an inspection never writes, truncates, rolls
+analysis, the columnar decoder of journal/scan.py): an inspection never writes, truncates, rolls
 back or creates anything (an LMDB store is read under a shared directory lock, or, beside its
 writer, through LMDB's reader table: docs/cli.md, "Read-only by construction").
 """
@@ -17,10 +17,10 @@ from typing import Iterator
 
 from ..errors import JournalError, JournalIOError
 from ..record_format import FrameCheck
-from ..storage.scan import scan_directory
-from ..storage.segment_files import DataFile
-from ..store.interface import stored_backend
-from ..store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY, MessageStore
+from ..journal.scan import scan_directory
+from ..journal.segment_files import DataFile
+from ..message_store.interface import stored_backend
+from ..message_store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY, MessageStore
 
 __all__ = ["Target", "NoJournalError", "locate", "journal_frames"]
 
@@ -109,7 +109,7 @@ def locate(path: str) -> Target:
 
 def journal_frames(directory: str) -> Iterator[tuple[DataFile, list]]:
     """Each data file of a journal directory in replay order with its frames, decoded by the one
-    columnar decoder (storage/scan.py): (offset, FrameCheck, kind, user record type, record id,
+    columnar decoder (journal/scan.py): (offset, FrameCheck, kind, user record type, record id,
     tx id, body) each, and a last INVALID row where a torn write ends the valid data. Read-only:
     the listing reads an interrupted compaction as finished and removes nothing."""
     for scan in scan_directory(directory):

@@ -35,8 +35,8 @@ from .._impl import crc32c
 from ..errors import CorruptRecordError, JournalError
 from ..limits import BINDINGS_FILE_SIZE_MAX_BYTES, EXPORT_HEADER_LINE_BYTES_MAX
 from ..record_format import REPLACEABLE_TYPES
-from ..storage.journal import Journal
-from ..store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY
+from ..journal.journal import Journal
+from ..message_store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY
 from .console import EXIT_OK, progress, stdout
 from .damage import Damage, damage_in, damage_status
 from .records import decode_fields, json_value, type_name
@@ -100,7 +100,7 @@ def _trailer(header_line: str, row_lines: list[str]) -> dict:
 
 def _load_read_only(part: Part):
     if part.backend == "lmdb":
-        from ..store.lmdb_store import LmdbRecordStore
+        from ..message_store.lmdb_store import LmdbRecordStore
         with LmdbRecordStore(part.path, read_only=True) as store:
             return store.load()
     replaceable = REPLACEABLE_TYPES if part.name == MESSAGES_DIRECTORY else None
@@ -310,7 +310,7 @@ def export_command(directory: str, file_format: str, output, allow_damage: bool)
 def _open_record_store(path: str, name: str, backend: str):
     replaceable = REPLACEABLE_TYPES if name == MESSAGES_DIRECTORY else None
     if backend == "lmdb":
-        from ..store.lmdb_store import LmdbRecordStore
+        from ..message_store.lmdb_store import LmdbRecordStore
         return LmdbRecordStore(path, replaceable_types=replaceable, sync="none")
     file_size = {"file_size": BINDINGS_FILE_SIZE_MAX_BYTES} if name == BINDINGS_DIRECTORY else {}
     return Journal(path, replaceable_types=replaceable, sync="none", **file_size)

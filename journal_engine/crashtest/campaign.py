@@ -4,7 +4,7 @@ Fault modes (each named in the report with how often it ran):
   * ``kill``: SIGKILL of the workload at a seeded random time; kills chain on one directory (crash,
     recover, continue, crash again), over the three sync modes;
   * ``crash-point``: the workload runs with JOURNAL_ENGINE_CRASH_AT=<point> and dies (exit 137) the
-    first time it passes that durability step (storage.durability.CRASH_POINTS: file creation and
+    first time it passes that durability step (journal.durability.CRASH_POINTS: file creation and
     activation, every compaction step); each point is hit on purpose, several times;
   * ``io-error``: the workload runs with JOURNAL_ENGINE_FAIL_AT=<point>: that step fails once with
     EIO; the error must reach the caller as a JournalError and nothing durable may be lost;
@@ -59,8 +59,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..storage import durability
-from ..storage.journal import Journal
+from ..journal import durability
+from ..journal.journal import Journal
 from . import broker_workload, children, fault_workload, outside, power_loss
 from . import scratch as scratch_module
 from .checker import matching_prefix, recover_and_check

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..storage.journal import Journal
+from ..journal.journal import Journal
 from .model import Model, durable_ids, foreign_bodies, group_members, model_view, recovered_view, split_groups
 from .stores import open_store
 

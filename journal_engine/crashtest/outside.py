@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..storage.format import DATA_NAME
+from ..journal.format import DATA_NAME
 
 OUTSIDE_FILE_ACTIONS = ("truncate", "overwrite", "delete")
 SECOND_OPENER_VARIANTS = ("lock held", "lock file removed", "other backend")
@@ -40,8 +40,8 @@ INSPECTION_TIMEOUT_S = 120
 def frame_bounds(directory: str) -> list:
     """(path, start, end) of every valid frame of every data file of a journal: where damage is placed."""
     from .._impl import scan_frames
-    from ..storage.format import stamp_of
-    from ..storage.segment_files import list_directory
+    from ..journal.format import stamp_of
+    from ..journal.segment_files import list_directory
     bounds = []
     for data in list_directory(directory).data:
         raw = Path(data.path).read_bytes()

@@ -44,7 +44,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
-from ..storage.journal import Journal
+from ..journal.journal import Journal
 from .checker import repeatable_and_tidy
 from .children import bound_to_parent
 from .model import Model, foreign_bodies, group_members, model_view, recovered_view, split_groups

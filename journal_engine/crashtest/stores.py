@@ -1,6 +1,6 @@
 """Which record store a campaign crashes: ours (the journal, the LMDB store) or a user's, named by
 import path (``package.module:factory``). A factory takes the directory and ``sync`` (``"always"``,
-``"group"`` or ``"none"``) and returns an object of the record-store protocol (store/interface.py):
+``"group"`` or ``"none"``) and returns an object of the record-store protocol (message_store/interface.py):
 load(), add/update/delete(..., sync=None), add_tx/update_tx/delete_tx, prepare/commit/rollback,
 sync(), compact(), close(). For example (docs/crash-testing.md has it whole)::
 
@@ -27,10 +27,10 @@ VOLATILE_FILES = {"lmdb": ("lock.mdb", "store.lock")}
 def open_store(spec: str, directory: str, sync: str, *, for_recovery: bool = False):
     """The store `spec` names, opened on `directory` (recovery opens it with automatic compaction off)."""
     if spec == "journal":
-        from ..storage.journal import Journal
+        from ..journal.journal import Journal
         return Journal(directory, file_size=FILE_SIZE, sync=sync, compact_min_files=0 if for_recovery else 2)
     if spec == "lmdb":
-        from ..store.lmdb_store import LmdbRecordStore
+        from ..message_store.lmdb_store import LmdbRecordStore
         return LmdbRecordStore(directory, sync=sync)
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
@@ -42,7 +42,7 @@ def open_store(spec: str, directory: str, sync: str, *, for_recovery: bool = Fal
 def lock_file(spec: str) -> str:
     """The name of the lock file that keeps a second opener out of a built-in store's directory."""
     if spec == "journal":
-        from ..storage.format import LOCK_FILE
+        from ..journal.format import LOCK_FILE
         return LOCK_FILE
-    from ..store.lmdb_store import LOCK_FILE as LMDB_LOCK_FILE
+    from ..message_store.lmdb_store import LOCK_FILE as LMDB_LOCK_FILE
     return LMDB_LOCK_FILE

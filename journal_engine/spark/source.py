@@ -38,12 +38,12 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from ..errors import ConfigError, CorruptRecordError
 from ..record_format import FrameCheck
-from ..storage.journal import Journal
-from ..storage.recovery import (DAMAGED_END_REASON, TORN_TAIL_REASON, classify_end, cut_short_reason,
+from ..journal.journal import Journal
+from ..journal.recovery import (DAMAGED_END_REASON, TORN_TAIL_REASON, classify_end, cut_short_reason,
                                 gap_reason)
-from ..storage.format import DATA_NAME
-from ..storage.scan import scan_file
-from ..storage.segment_files import DataFile, list_directory
+from ..journal.format import DATA_NAME
+from ..journal.scan import scan_file
+from ..journal.segment_files import DataFile, list_directory
 from . import columns as arrow_columns
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 """Compiled frame codec: CRC32C, frame encoding and validation.
 
 The Python twin is ``journal_engine._twin.codec``; both produce the same bytes
-(tests/test_parity.py). The frame layout is record_format.FRAME_HEADER / FrameField
+(tests/core/test_parity.py). The frame layout is record_format.FRAME_HEADER / FrameField
 (docs/internals/format.md); _codec.pxd holds its offsets as constants, checked below.
 """
 from libc.string cimport memcpy, memset

@@ -14,7 +14,7 @@ here: its row is listed in ``rejected`` and its fields stay null, and the caller
 for the error (the one text users see). The layouts are record_format's: the record types, versions,
 flags, fixed body sizes, property tags and head sizes are read from it at import (the head layouts
 are checked against the struct formats compiled in). The twin is journal_engine._twin.message_columns;
-tests/test_message_columns.py keeps them equal.
+tests/store/test_message_columns.py keeps them equal.
 
 Property values become text, one rule for every type: a str as it is, an int in decimal, a float
 as Python's repr, true / false, bytes in hex, None as a null value.
@@ -975,7 +975,7 @@ def recover_messages(records, known_queues, long long now_ms):
             index.put(message_id, i)    # its body stays in the journal's buffers, read when the message is first used
             _put_u64(&order, message_id)
             key = message_id
-            if n_live == 1:     # one queue, the common case: its id, no container (see store/message_queues.py)
+            if n_live == 1:     # one queue, the common case: its id, no container (see message_store/message_queues.py)
                 message_queues[key] = live[0].queue_id
             else:
                 message_queues[key] = tuple([live[j].queue_id for j in range(n_live)])

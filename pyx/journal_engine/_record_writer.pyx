@@ -115,7 +115,7 @@ cdef class RecordWriter:
     cdef Py_ssize_t _used
     cdef Py_ssize_t _deleted
     cdef uint64_t _generation       # bumped whenever the slots move (a new allocation)
-    # the delivery-count shadow (store/delivery_shadow.py), when attached: entries go straight into its mapping
+    # the delivery-count shadow (message_store/delivery_shadow.py), when attached: entries go straight into its mapping
     cdef object _shadow
     cdef Py_buffer _shadow_view
     cdef bint _shadow_attached
@@ -131,7 +131,7 @@ cdef class RecordWriter:
         self._slots = NULL
 
     def __init__(self, store not None, max_redelivery_records=10):
-        """`store`: a record store (store/interface.py). The journal's frames are appended straight
+        """`store`: a record store (message_store/interface.py). The journal's frames are appended straight
         into its core's buffer; any other store (LMDB) gets the same records through the protocol's
         add / update / delete / is_live, so both backends share this writer and its rules."""
         check_max_redelivery_records(max_redelivery_records)

@@ -2,7 +2,7 @@
 """Compiled scan decoder and replay: journal files -> live records.
 
 One decoder serves recovery, compaction and the tools, so the format has a
-single reader. The Python twin is journal_engine.storage.replay; the rules are
+single reader. The Python twin is journal_engine.journal.replay; the rules are
 the table in docs/internals/recovery.md.
 """
 cimport cython
@@ -37,7 +37,7 @@ cdef extern from "bus_guard.h":
 from journal_engine.errors import FileChangedError
 
 #: scan_columns reads a mapped file under a SIGBUS guard: a file another process cuts short during
-#: the scan is a FileChangedError, not a dead interpreter (storage/scan.py maps only where this holds)
+#: the scan is a FileChangedError, not a dead interpreter (journal/scan.py maps only where this holds)
 GUARDS_MAPPED_READS = je_bus_install() == 0
 
 cdef array.array _LONGS = array.array("q")

@@ -1,7 +1,7 @@
 """Writes the pinned golden journal of tests/golden/ — only when asked to.
 
 The golden journal is a tiny journal (64 KiB files) holding a few records of
-every kind, written by a fixed op list. tests/test_parity.py checks that the
+every kind, written by a fixed op list. tests/core/test_parity.py checks that the
 current code loads it to the pinned records and writes the very same bytes for
 the same ops, so any change to the on-disk format shows up as a failing test
 instead of silently breaking journals already on users' disks.
@@ -20,14 +20,14 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))   # tests/, for journal_ops
+sys.path.insert(0, str(HERE.parent / "helpers"))   # tests/helpers/, for journal_ops
 
 from journal_ops import apply_ops, data_files
 
-from journal_engine.storage.format import FORMAT_VERSION
+from journal_engine.journal.format import FORMAT_VERSION
 
 # one pinned journal per format version; this script writes (or checks) the current version's,
-# and the older ones stay as they are: tests/test_parity.py loads every one of them
+# and the older ones stay as they are: tests/core/test_parity.py loads every one of them
 JOURNAL_DIR = HERE / f"format-v{FORMAT_VERSION}"
 PINNED_OPS = HERE / f"format-v{FORMAT_VERSION}.json"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from xml.etree import ElementTree
 
-from ..address_settings import AddressSettingsRepository
+from ..artemis.address_settings import AddressSettingsRepository
 from .model import BrokerConfig
 from .safe_xml import BrokerXmlDocument, artemis_document, line_of, local_name, log, read_broker_xml_document
 

@@ -33,14 +33,14 @@ from xml.etree import ElementTree
 
 from ...limits import JAVA_INT_MAX, JAVA_LONG_MAX
 from ...errors import ConfigError
-from ..address_settings import AddressSettingsRepository
+from ..artemis.address_settings import AddressSettingsRepository
 from .model import BrokerConfig
-from ..classic_config import ClassicBrokerConfig
-from ..classic_destinations import QUEUE, TOPIC, ClassicDestinationMap, check_pattern
-from ..classic_plugins import DiscardingDLQPlugin, RedeliveryPlugin, compile_drop_only
-from ..classic_policy import ClassicRedeliveryPolicy
+from ..classic.config import ClassicBrokerConfig
+from ..classic.destinations import QUEUE, TOPIC, ClassicDestinationMap, check_pattern
+from ..classic.plugins import DiscardingDLQPlugin, RedeliveryPlugin, compile_drop_only
+from ..classic.policy import ClassicRedeliveryPolicy
 from .safe_xml import line_of, local_name, located, report_unimplemented
-from ..dead_letter_strategy import (DeadLetterStrategy, DiscardingDeadLetterStrategy, IndividualDeadLetterStrategy,
+from ..classic.dead_letter_strategy import (DeadLetterStrategy, DiscardingDeadLetterStrategy, IndividualDeadLetterStrategy,
                                    SharedDeadLetterStrategy)
 
 __all__ = ["classic_config", "read_classic_document"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..address_settings import AddressSettingsRepository
-from ..classic_config import ClassicBrokerConfig
+from ..artemis.address_settings import AddressSettingsRepository
+from ..classic.config import ClassicBrokerConfig
 
 __all__ = ["BrokerConfig", "SYSTEMS"]
 

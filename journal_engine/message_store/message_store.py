@@ -1,0 +1,1110 @@
+"""MessageStore: messages, queue references, acknowledgements, delivery counts and scheduled
+redeliveries in journals, with Artemis's record types and rules (docs/message-store.md).
+
+Layout of a store directory (as Artemis keeps a bindings journal beside its message journal):
+
+    <directory>/messages/   a Journal of messages (45) and their reference updates (32, 33, 34, 36),
+                            every record keyed by the message id
+    <directory>/bindings/   a Journal of queue bindings (21), keyed by the queue id
+
+so queue ids and message ids are separate spaces and never collide.
+The hot writes (45 + 32 at a send, 33 at an ack, 34, 36) go through the compiled RecordWriter
+(journal_engine._record_writer, Python twin journal_engine._twin.record_writer), which enforces max_redelivery_records.
+"""
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .. import _impl
+from ..errors import (ConfigError, CorruptRecordError, DuplicateRecordError, JournalClosedError, JournalError,
+                      JournalIOError, UnknownRecordError)
+from ..limits import (BINDINGS_FILE_SIZE_MAX_BYTES, BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US,
+                      COMPACT_MIN_FILES_DEFAULT, COMPACT_PERCENTAGE_DEFAULT, FILE_SIZE_DEFAULT_BYTES,
+                      MAX_REDELIVERY_RECORDS_DEFAULT, MIN_FILES_DEFAULT, SYNC_MODE_DEFAULT, U64_MAX,
+                      check_max_redelivery_records)
+from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordKind, RecordType, StoredMessage, StoredQueue,
+                             decode_delivery_count, decode_id_counter, decode_message, decode_queue, decode_queue_id,
+                             decode_scheduled_time, encode_id_counter, encode_message,
+                             encode_plain_message, encode_queue, encode_queue_id, encode_scheduled_time)
+from ..journal.directory_lock import DirectoryLock
+from ..journal.journal import Journal
+from .delivery_shadow import FILE_NAME as SHADOW_FILE_NAME
+from .delivery_shadow import DeliveryShadow
+from .delivery_shadow import boot_id as shadow_boot_id
+from .delivery_shadow import read_counts as read_shadow_counts
+from .delivery_shadow import void as void_shadow
+from .message_queues import MessageQueues
+
+log = logging.getLogger(__name__)
+
+MESSAGES_DIRECTORY = "messages"
+BINDINGS_DIRECTORY = "bindings"
+#: the bindings journal's record id of the ID counter: the one id no queue is ever given
+ID_COUNTER_RECORD_ID = U64_MAX
+BACKENDS = ("journal", "lmdb")
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredReference:
+    """A message's reference on a queue as recovery restored it.
+
+    delivery_count is the last persisted count (0 if none was written): the next delivery
+    has delivery_count + 1 and is redelivered when that is > 1. scheduled_delivery_time is
+    an epoch ms in the future, or 0 for "deliver now" (a time that passed while the store
+    was closed also comes back as 0, as Artemis's PostOfficeJournalLoader does).
+    """
+
+    message_id: int
+    delivery_count: int = 0
+    scheduled_delivery_time: int = 0
+
+
+@dataclass
+class RecoveredState:
+    """What MessageStore.load() found."""
+
+    queues: dict = field(default_factory=dict)          # queue id -> StoredQueue
+    messages: dict = field(default_factory=dict)        # message id -> StoredMessage (with a live reference)
+    references: dict = field(default_factory=dict)      # queue id -> [RecoveredReference] in store order
+    # references whose queue the bindings journal does not hold: kept in the journal, not delivered
+    unknown_queue_references: dict = field(default_factory=dict)
+    anomalies: list = field(default_factory=list)       # human-readable, one per odd record; never fatal
+    deleted_messages: list = field(default_factory=list)    # no live reference left: deleted at load (Artemis)
+    corrupt_messages: list = field(default_factory=list)    # CorruptRecordError, with load(skip_corrupt=True)
+    reports: dict = field(default_factory=dict)         # "messages" / "bindings" -> the journal's LoadReport
+    max_message_id: int = 0
+    max_queue_id: int = 0
+    # every message id below it may have been handed out (the bindings journal's ID counter; 0: none)
+    message_id_floor: int = 0
+    counts_from_shadow: int = 0         # delivery counts a killed strict-mode process left in its shadow
+
+
+class RecoveredMessages(Mapping):
+    """``RecoveredState.messages`` of a compiled recovery: message id -> StoredMessage, each decoded
+    from the body the mapping holds when it is looked at (a recovered message costs no Python object
+    until the broker first needs it). Read-only."""
+
+    __slots__ = ("_bodies", "_path")
+
+    def __init__(self, bodies: dict, path) -> None:
+        self._bodies = bodies           # message id -> its ADD_MESSAGE body (checked at load)
+        self._path = path
+
+    def __getitem__(self, message_id: int) -> StoredMessage:
+        return StoredMessage(message_id, *self.fields(message_id))
+
+    def fields(self, message_id: int) -> tuple:
+        """(address, body, properties, durable, expiration, routing_type) of a message: its
+        StoredMessage's fields without the object (the broker's first use of a recovered message)."""
+        return _impl.decode_message_fields(message_id, self._bodies[message_id], self._path)
+
+    def fields_of(self, message_ids) -> list[tuple]:
+        """``fields`` of many messages at once, in the order of ``message_ids`` (one compiled call)."""
+        return _impl.decode_messages_fields(self._bodies, message_ids, self._path)
+
+    def __contains__(self, message_id) -> bool:
+        return message_id in self._bodies
+
+    def __iter__(self):
+        return iter(self._bodies)
+
+    def __len__(self) -> int:
+        return len(self._bodies)
+
+    def __repr__(self) -> str:
+        return f"<RecoveredMessages: {len(self._bodies)} messages>"
+
+
+class RecoveredReferences(Sequence):
+    """``RecoveredState.references[queue_id]`` of a compiled recovery: the queue's references in
+    store order, held as columns (``columns``: message ids, delivery counts, scheduled times, and
+    whether the ids rise, any is timed, any message is on another queue too); a RecoveredReference
+    is made when one is looked at. Equal to a list of the same RecoveredReferences."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns) -> None:
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(self.columns.message_ids)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        columns = self.columns
+        return RecoveredReference(columns.message_ids[index], columns.delivery_counts[index],
+                                  columns.scheduled_times[index])
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (list, tuple, RecoveredReferences)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None     # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MessageStore:
+    """A broker's durable state: queues, messages, references, acks, delivery counts, scheduled times.
+
+    Every write takes ``sync=None``: None lets the journal's mode decide ("always" waits for the
+    disk, "group" and "none" do not), True waits for a (shared) fdatasync, False never waits.
+    Writes that do not wait are durable within ``buffer_timeout_us`` in "group" mode.
+
+    Arguments (keyword-only after ``directory``; a bad value raises ``ConfigError``):
+
+    * ``directory``: the store's directory (its ``messages/`` and ``bindings/`` record stores).
+    * ``backend``: ``"journal"`` (default) or ``"lmdb"``; opening a directory written by the other
+      backend raises ``IncompatibleFormatError``.
+    * ``max_redelivery_records``: Artemis's cap: delivery-count and scheduled-time records stop past
+      this count (-1: no cap); default 10.
+    * ``persist_delivery_count_before_delivery``: ``before_delivery()`` makes the count survive a
+      killed process before the message is handed out; default False.
+    * ``strict_delivery_sync``: with the previous option, wait for a shared fdatasync instead, so a
+      power cut loses nothing either; default False.
+    * ``sync``: the journals' mode, ``"always"``, ``"group"`` (default) or ``"none"``.
+    * ``read_only``: an inspection (the tools): the record stores open read-only, load() returns
+      what a writing load would and changes nothing (no deletes, no shadow), every write raises
+      ``JournalClosedError``; JournalIOError when the directory is absent. Default False.
+    * ``clock``: an object with ``now_ms()`` (e.g. ``ManualClock``) for scheduled times at load;
+      default the wall clock.
+    * ``file_size`` (bytes, default 10 MiB), ``min_files`` (2), ``buffer_timeout_us`` (µs, 500),
+      ``buffer_size`` (bytes, 490 KiB), ``compact_min_files`` (10), ``compact_percentage`` (30): both
+      journals', as ``Journal`` takes them (the bindings journal's files are at most 1 MiB).
+
+    Call ``load()`` once after opening, then write; ``close()`` at the end. Thread safety: every
+    method may be called from several threads at once (a lock guards the store's bookkeeping and
+    the journals serialise appends) except ``load()`` and ``close()``, which run once each while no
+    other thread uses the store. A ``StoreTransaction`` belongs to one thread at a time.
+    """
+
+    def __init__(self, directory, *, backend: str = "journal",
+                 max_redelivery_records: int = MAX_REDELIVERY_RECORDS_DEFAULT,
+                 persist_delivery_count_before_delivery: bool = False, strict_delivery_sync: bool = False,
+                 sync: str = SYNC_MODE_DEFAULT, clock=None, file_size: int = FILE_SIZE_DEFAULT_BYTES,
+                 min_files: int = MIN_FILES_DEFAULT, buffer_timeout_us: int = BUFFER_TIMEOUT_DEFAULT_US,
+                 buffer_size: int = BUFFER_SIZE_DEFAULT_BYTES, compact_min_files: int = COMPACT_MIN_FILES_DEFAULT,
+                 compact_percentage: int = COMPACT_PERCENTAGE_DEFAULT, read_only: bool = False) -> None:
+        if backend not in BACKENDS:
+            raise ConfigError("backend", backend, f"use one of {', '.join(BACKENDS)}")
+        check_max_redelivery_records(max_redelivery_records)
+        if not isinstance(persist_delivery_count_before_delivery, bool):
+            raise ConfigError("persist_delivery_count_before_delivery", persist_delivery_count_before_delivery,
+                              "must be True or False")
+        if not isinstance(strict_delivery_sync, bool):
+            raise ConfigError("strict_delivery_sync", strict_delivery_sync, "must be True or False")
+        if strict_delivery_sync and not persist_delivery_count_before_delivery:
+            raise ConfigError("strict_delivery_sync", strict_delivery_sync,
+                              "only applies with persist_delivery_count_before_delivery=True")
+        self.directory = os.fspath(directory)
+        self.backend = backend
+        self.read_only = bool(read_only)
+        self.max_redelivery_records = max_redelivery_records
+        self.persist_delivery_count_before_delivery = persist_delivery_count_before_delivery
+        self.strict_delivery_sync = strict_delivery_sync
+        self.sync_mode = sync
+        self._clock = clock
+        options = dict(min_files=min_files, sync=sync, buffer_timeout_us=buffer_timeout_us,
+                       buffer_size=buffer_size, compact_min_files=compact_min_files,
+                       compact_percentage=compact_percentage, read_only=self.read_only)
+        if self.read_only:
+            if not os.path.isdir(self.directory):
+                raise JournalIOError(f"no message store at {self.directory}", errno=errno.ENOENT,
+                                     path=self.directory, hint="check the path; read_only=True creates nothing")
+            self._directory_lock = None
+        else:
+            os.makedirs(self.directory, exist_ok=True)
+            # one lock for the whole directory, whatever the backend, taken before messages/ and
+            # bindings/ exist: of two stores started at once (one per backend) one is refused, and it
+            # leaves the directory as the other makes it
+            self._directory_lock = DirectoryLock(self.directory, None, "MessageStore")
+        try:
+            self._open_record_stores(backend, file_size, options)
+        except BaseException:
+            self._release_directory()
+            raise
+        self._writer = _impl.RecordWriter(self._journal, max_redelivery_records)
+        self._lock = threading.Lock()          # the Python-side bookkeeping below; the writer needs none
+        self._shadow: DeliveryShadow | None = None     # strict mode: dispatch counts in shared memory
+        # the journal's appended_bytes after the last reference added: a count put in the shadow must
+        # not outlive a killed process whose reference was still in the write buffer
+        self._referenced_upto = 0
+        self._queues: dict[int, StoredQueue] = {}
+        self._message_queues = MessageQueues()     # live message id -> queue ids of its live references
+        self._id_counter_stored = False             # the bindings journal holds an ID counter record
+        self._state = "new"
+
+    def _open_record_stores(self, backend: str, file_size: int, options: dict) -> None:
+        """``messages/`` and ``bindings/``, each a record store of `backend` (the directory is locked)."""
+        if backend == "lmdb":
+            # the same two record stores (message_store/interface.py) on LMDB; the record writer reaches it
+            # through the protocol (the journal's core it writes into directly)
+            from .lmdb_store import LmdbRecordStore
+            lmdb_options = {name: options[name] for name in ("sync", "buffer_timeout_us", "buffer_size",
+                                                             "read_only")}
+            self._journal = LmdbRecordStore(os.path.join(self.directory, MESSAGES_DIRECTORY),
+                                            replaceable_types=REPLACEABLE_TYPES, **lmdb_options)
+            try:
+                self._bindings = LmdbRecordStore(os.path.join(self.directory, BINDINGS_DIRECTORY), **lmdb_options)
+            except BaseException:
+                self._journal.close()
+                raise
+        else:
+            from .interface import stored_backend
+            for sub in (MESSAGES_DIRECTORY, BINDINGS_DIRECTORY):
+                if stored_backend(os.path.join(self.directory, sub)) == "lmdb":   # the journal would ignore it
+                    from ..errors import IncompatibleFormatError
+                    raise IncompatibleFormatError("the store directory holds an LMDB store",
+                                                  path=os.path.join(self.directory, sub), hint='open it with '
+                                                  'backend="lmdb"')
+            self._journal = Journal(os.path.join(self.directory, MESSAGES_DIRECTORY), file_size=file_size,
+                                    replaceable_types=REPLACEABLE_TYPES, **options)
+            try:
+                self._bindings = Journal(os.path.join(self.directory, BINDINGS_DIRECTORY),
+                                         file_size=min(file_size, BINDINGS_FILE_SIZE_MAX_BYTES), **options)
+            except BaseException:
+                self._journal.close()
+                raise
+
+    def _release_directory(self) -> None:
+        if self._directory_lock is not None:
+            self._directory_lock.release()
+            self._directory_lock = None
+
+    # ----- life cycle ----------------------------------------------------------------------------------
+    def __enter__(self) -> "MessageStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"MessageStore({self.directory!r}, max_redelivery_records={self.max_redelivery_records}, "
+                f"persist_delivery_count_before_delivery={self.persist_delivery_count_before_delivery}, "
+                f"state={self._state})")
+
+    def close(self) -> None:
+        """Sync and close both journals; the store can be opened again with MessageStore(directory)."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        durable = False
+        try:
+            self._journal.close()
+            durable = self._journal.durable_bytes >= self._journal.appended_bytes   # its final sync worked
+        finally:
+            try:
+                self._bindings.close()
+            finally:
+                if self._shadow is not None:
+                    self._writer.detach_shadow()
+                    self._shadow.close(void=durable)    # the journal holds every count durably now
+                self._writer.clear()
+                self._message_queues = MessageQueues()     # a table per message: freed now, not by the collector
+                self._release_directory()
+
+    def _check_loaded(self) -> None:
+        if self._state != "loaded":
+            raise JournalClosedError("the message store is closed" if self._state == "closed"
+                                     else "the message store is not loaded; call load() after opening")
+
+    def _now_ms(self) -> int:
+        return self._clock.now_ms() if self._clock is not None else _wall_clock_ms()
+
+    def _wait(self, journal: Journal, sync) -> None:
+        """Wait for durability when asked, or when the journal's mode is "always"."""
+        if sync if sync is not None else journal.sync_mode == "always":
+            journal.sync()
+
+    def _settle_bindings(self, sync: bool) -> None:
+        """A bindings write made durable when `sync`, else written out: never left in this process
+        alone, where a killed process would lose it under messages the journal wrote out."""
+        if sync:
+            self._bindings.sync()
+        else:
+            self._bindings.flush()
+
+    # ----- recovery -------------------------------------------------------------------------------------
+    def load(self, *, now_ms: int | None = None, skip_corrupt: bool = False) -> RecoveredState:
+        """Recover queues, messages and every live reference's delivery count and scheduled time.
+
+        Runs once, after opening. Odd records (an ack of a reference that is not live, a
+        reference to an unknown queue, ...) are reported in `.anomalies`, never fatal. A
+        message body that does not decode raises CorruptRecordError naming the record, or with
+        skip_corrupt=True is left in the journal and listed in `.corrupt_messages`. Messages
+        with no live reference are deleted, as Artemis does.
+        """
+        if self._state != "new":
+            raise JournalError("load() runs once, right after opening" if self._state == "loaded"
+                               else "the message store is closed")
+        now = self._now_ms() if now_ms is None else now_ms
+        state = RecoveredState()
+        bindings_path = self._bindings.directory
+        messages_path = self._journal.directory
+        bindings = self._bindings.load()
+        state.reports["bindings"] = bindings.report
+        for queue_id, rec in bindings.records.items():
+            if queue_id == ID_COUNTER_RECORD_ID and rec.record_type == RecordType.ID_COUNTER:
+                last = rec.updates[-1][1] if rec.updates else rec.body      # (record type, body)
+                state.message_id_floor = decode_id_counter(last, record_id=queue_id, path=bindings_path)
+                self._id_counter_stored = True
+                continue
+            state.max_queue_id = max(state.max_queue_id, queue_id)
+            if rec.record_type != RecordType.QUEUE_BINDING_RECORD:
+                state.anomalies.append(f"bindings record {queue_id} has type {rec.record_type}, not a queue "
+                                       f"binding ({int(RecordType.QUEUE_BINDING_RECORD)}); ignored")
+                continue
+            if rec.updates:
+                state.anomalies.append(f"queue {queue_id} has {len(rec.updates)} updates; queue bindings "
+                                       "are never updated; ignored")
+            state.queues[queue_id] = decode_queue(queue_id, rec.body, path=bindings_path)
+            state.references[queue_id] = []
+        if bindings.prepared:
+            state.anomalies.append(f"{len(bindings.prepared)} prepared transactions in the bindings journal; "
+                                   "the store writes none; left as they are")
+
+        loaded = self._journal.load()
+        state.reports["messages"] = loaded.report
+        if loaded.prepared:
+            state.anomalies.append(f"{len(loaded.prepared)} prepared transactions in the message journal; "
+                                   "the store writes none; left as they are")
+        shadow_path = os.path.join(self.directory, SHADOW_FILE_NAME)
+        this_boot = shadow_boot_id()
+        shadow_counts = read_shadow_counts(shadow_path, this_boot) if this_boot is not None else {}
+        recovery = None if shadow_counts else _impl.recover_messages(loaded.records, state.queues, now)
+        if recovery is not None and recovery.complete:
+            # the common case in one compiled pass: references as columns, messages decoded when read
+            restored, unreferenced, from_shadow = [], recovery.unreferenced, []
+            state.max_message_id = recovery.max_record_id
+            state.messages = RecoveredMessages(recovery.bodies, messages_path)
+            for queue_id, columns in recovery.references.items():
+                state.references[queue_id] = RecoveredReferences(columns)
+            self._message_queues = MessageQueues(recovery.message_queues)
+            restored_batches = [(queue_id, columns.message_ids, columns.delivery_counts)
+                                for queue_id, columns in recovery.references.items() if len(columns)]
+        else:
+            restored, unreferenced, from_shadow = self._load_record_by_record(state, loaded.records, now, shadow_counts,
+                                                                              skip_corrupt, messages_path)
+            restored_batches = []
+        if state.unknown_queue_references:
+            # the id of a queue whose binding is gone while references on it live (a process killed in
+            # sync mode "none" before its bindings journal was written, when the message journal had
+            # been) stays taken: a queue created later with that id would adopt those references at
+            # the next load, messages never sent to it
+            state.max_queue_id = max(state.max_queue_id, max(state.unknown_queue_references))
+        self._queues = dict(state.queues)
+        if self.read_only:      # an inspection: what a writing load would do is reported, not done
+            self._state = "loaded"
+            state.counts_from_shadow = len(from_shadow)
+            return state
+        self._writer.reserve_references(len(restored) + sum(len(batch[1]) for batch in restored_batches))
+        for queue_id, message_id, count in restored:
+            self._writer.add_reference(queue_id, message_id, count)
+        for queue_id, message_ids, counts in restored_batches:
+            self._writer.add_references(queue_id, message_ids, counts)
+        self._state = "loaded"
+        for queue_id, message_id, count in from_shadow:        # into the journal, durably, before the
+            self._writer.update_delivery_count(queue_id, message_id, count, False)     # shadow starts over
+        if from_shadow:
+            self._journal.sync()
+        state.counts_from_shadow = len(from_shadow)
+        if self.persist_delivery_count_before_delivery and not self.strict_delivery_sync and this_boot is not None:
+            try:
+                self._shadow = DeliveryShadow(shadow_path, self._journal.flush, this_boot=this_boot)
+            except OSError as exc:      # no room (StoreFullError), or no shared mappings on this file system
+                log.warning("no delivery-count shadow (%s): each dispatch writes the journal out instead", exc)
+            else:
+                self._writer.attach_shadow(self._shadow)
+        else:
+            void_shadow(shadow_path)
+        for message_id in unreferenced:
+            self._journal.delete(message_id, sync=False)
+        if unreferenced:
+            self._wait(self._journal, None)
+        state.deleted_messages = unreferenced
+        return state
+
+    def _load_record_by_record(self, state: RecoveredState, records, now: int, shadow_counts: dict,
+                               skip_corrupt: bool, messages_path) -> tuple[list, list, list]:
+        """Every message record through record_format (what the compiled pass leaves to it: odd
+        records, damaged bodies, counts from a shadow); (restored, unreferenced, from_shadow)."""
+        restored = []          # (queue id, message id, count)
+        unreferenced = []
+        from_shadow = []       # (queue id, message id, count) the shadow holds and the journal does not
+        for message_id, rec in records.items():
+            state.max_message_id = max(state.max_message_id, message_id)
+            if rec.record_type != RecordType.ADD_MESSAGE:
+                state.anomalies.append(f"message journal record {message_id} has type {rec.record_type}, "
+                                       f"not a message ({int(RecordType.ADD_MESSAGE)}); ignored")
+                continue
+            try:
+                message = decode_message(message_id, rec.body, path=messages_path)
+                live = self._replay_references(message_id, rec.updates, state.anomalies, messages_path)
+            except CorruptRecordError as exc:
+                if not skip_corrupt:
+                    raise
+                state.corrupt_messages.append(exc)
+                continue
+            if not live:
+                unreferenced.append(message_id)
+                continue
+            state.messages[message_id] = message
+            self._message_queues.add_message(message_id, list(live))
+            for queue_id, (count, scheduled_ms) in live.items():
+                if scheduled_ms and scheduled_ms <= now:
+                    scheduled_ms = 0          # it fell due while the store was closed: deliver now
+                recovered_count = count
+                shadowed = shadow_counts.get((queue_id, message_id))
+                if shadowed is not None and shadowed != count:
+                    # the latest count a killed process left in the shadow (a dispatch, or a count lowered
+                    # by a close), whose journal record had not reached the operating system
+                    from_shadow.append((queue_id, message_id, shadowed))
+                    recovered_count = shadowed
+                reference = RecoveredReference(message_id, recovered_count, scheduled_ms)
+                if queue_id in state.queues:
+                    state.references[queue_id].append(reference)
+                else:
+                    state.anomalies.append(f"message {message_id} has a reference on queue {queue_id}, which "
+                                           "the bindings journal does not hold; kept, not delivered")
+                    state.unknown_queue_references.setdefault(queue_id, []).append(reference)
+                restored.append((queue_id, message_id, count))
+        return restored, unreferenced, from_shadow
+
+    @staticmethod
+    def _replay_references(message_id: int, updates, anomalies: list, path) -> dict:
+        """queue id -> [delivery count, scheduled ms] of the message's live references, in journal order."""
+        live: dict[int, list] = {}
+        for user_type, body in updates:
+            if user_type == RecordType.ADD_REF:
+                queue_id = decode_queue_id(body, message_id=message_id, record_type=user_type, path=path)
+                if queue_id in live:
+                    anomalies.append(f"message {message_id}: a second ADD_REF on queue {queue_id}; kept one")
+                    continue
+                live[queue_id] = [0, 0]
+            elif user_type == RecordType.ACKNOWLEDGE_REF:
+                queue_id = decode_queue_id(body, message_id=message_id, record_type=user_type, path=path)
+                if live.pop(queue_id, None) is None:
+                    anomalies.append(f"message {message_id}: acknowledgement on queue {queue_id}, which holds "
+                                     "no live reference of it; ignored")
+            elif user_type == RecordType.UPDATE_DELIVERY_COUNT:
+                queue_id, count = decode_delivery_count(body, message_id=message_id, path=path)
+                ref = live.get(queue_id)
+                if ref is None:
+                    anomalies.append(f"message {message_id}: delivery count {count} for queue {queue_id}, which "
+                                     "holds no live reference of it; ignored")
+                else:
+                    ref[0] = count      # the last record in journal order wins
+            elif user_type == RecordType.SET_SCHEDULED_DELIVERY_TIME:
+                queue_id, scheduled_ms = decode_scheduled_time(body, message_id=message_id, path=path)
+                ref = live.get(queue_id)
+                if ref is None:
+                    anomalies.append(f"message {message_id}: scheduled time {scheduled_ms} for queue {queue_id}, "
+                                     "which holds no live reference of it; ignored")
+                else:
+                    ref[1] = scheduled_ms
+            else:
+                anomalies.append(f"message {message_id}: update of unknown type {user_type}; ignored")
+        return live
+
+    # ----- queues ------------------------------------------------------------------------------------------
+    def store_queue(self, queue_id: int, name: str, address: str, *, routing_type: str = "anycast",
+                    filter: str | None = None, arguments: dict | None = None, sync: bool | None = None) -> None:
+        """Record a durable queue binding (type 21), with its queue-declare ``arguments`` if any. Waits
+        for the disk unless sync=False or sync="none"; written out to the operating system at once
+        either way, so that a killed process never keeps messages sent to the queue and loses the
+        queue (the message journal writes out, and syncs a full file, on its own schedule)."""
+        self._check_loaded()
+        if queue_id == ID_COUNTER_RECORD_ID:
+            raise ValueError(f"queue id {queue_id} is the bindings journal's ID counter; queues take ids below it")
+        body = encode_queue(name, address, routing_type=routing_type, filter=filter, arguments=arguments)
+        with self._lock:
+            if queue_id in self._queues:
+                raise DuplicateRecordError(f"queue {queue_id} is already stored")
+            self._bindings.add(queue_id, RecordType.QUEUE_BINDING_RECORD, body, sync=False)
+            self._queues[queue_id] = StoredQueue(queue_id, name, address, routing_type, filter, arguments or None)
+        self._settle_bindings(sync if sync is not None else self.sync_mode != "none")
+
+    def reserve_message_ids(self, below: int) -> None:
+        """Record that message ids below ``below`` may be handed out (the ID counter of the bindings
+        journal, type 24, as Artemis's BatchingIDGenerator keeps it), so that no restart hands out
+        one of them again, also after the messages that had them are deleted and compacted away.
+        Durable when it returns, unless the sync mode is "none" (then written out)."""
+        self._check_loaded()
+        body = encode_id_counter(below)
+        with self._lock:
+            if self._id_counter_stored:
+                self._bindings.update(ID_COUNTER_RECORD_ID, RecordType.ID_COUNTER, body, sync=False)
+            else:
+                self._bindings.add(ID_COUNTER_RECORD_ID, RecordType.ID_COUNTER, body, sync=False)
+                self._id_counter_stored = True
+        self._settle_bindings(self.sync_mode != "none")
+
+    def update_queue_arguments(self, queue_id: int, arguments: dict | None, *, sync: bool | None = None) -> None:
+        """Replace a stored queue's queue-declare ``arguments`` (None or {}: none). The binding is
+        rewritten in one bindings transaction (its delete and its new add), so a crash leaves the old
+        binding or the new one, never none."""
+        self._check_loaded()
+        with self._lock:
+            stored = self._queues.get(queue_id)
+            if stored is None:
+                raise UnknownRecordError(f"queue {queue_id} is not stored")
+            body = encode_queue(stored.name, stored.address, routing_type=stored.routing_type,
+                                filter=stored.filter, arguments=arguments)
+            tx_id = queue_id       # one rewrite of a queue at a time (the lock); committed at once
+            self._bindings.delete_tx(tx_id, queue_id)
+            self._bindings.add_tx(tx_id, queue_id, RecordType.QUEUE_BINDING_RECORD, body)
+            self._bindings.commit(tx_id, sync=False)
+            self._queues[queue_id] = StoredQueue(queue_id, stored.name, stored.address, stored.routing_type,
+                                                 stored.filter, dict(arguments) if arguments else None)
+        self._wait(self._bindings, sync if sync is not None else self.sync_mode != "none")
+
+    def delete_queue(self, queue_id: int, *, sync: bool | None = None) -> int:
+        """Remove a queue binding, acknowledging its live references first (messages left without
+        any reference are deleted). Returns how many references were acknowledged."""
+        self._check_loaded()
+        with self._lock:
+            if queue_id not in self._queues:
+                raise UnknownRecordError(f"queue {queue_id} is not stored")
+            acked = 0
+            for message_id, queue_ids in self._message_queues.items():
+                if queue_id in queue_ids:
+                    acked += 1
+                    if not self._acknowledge_locked(queue_id, message_id):
+                        self._delete_locked(message_id)
+            self._bindings.delete(queue_id, sync=False)
+            del self._queues[queue_id]
+        if acked:
+            self._wait(self._journal, sync)
+        self._wait(self._bindings, sync if sync is not None else self.sync_mode != "none")
+        return acked
+
+    def queues(self) -> dict:
+        """Queue id -> StoredQueue of the stored queues."""
+        with self._lock:
+            return dict(self._queues)
+
+    # ----- messages and references ----------------------------------------------------------------------
+    def store_message(self, message_id: int, address: str, body, *, properties: dict | None = None,
+                      durable: bool = True, expiration: int = 0, routing_type: str | None = None,
+                      sync: bool | None = None) -> None:
+        """Record a message (ADD_MESSAGE, 45). A broker following Artemis stores durable messages only."""
+        self._check_loaded()
+        data = encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
+                              routing_type=routing_type)
+        with self._lock:
+            if message_id in self._message_queues:
+                raise DuplicateRecordError(f"message {message_id} is already stored")
+            self._journal.add(message_id, RecordType.ADD_MESSAGE, data, sync=False)
+            self._message_queues.add_message(message_id)
+        self._wait(self._journal, sync)
+
+    def store_reference(self, queue_id: int, message_id: int, *, sync: bool | None = None) -> None:
+        """Record that a queue holds the message (ADD_REF, 32); its delivery count starts at 0."""
+        self._check_loaded()
+        with self._lock:
+            if queue_id not in self._queues:
+                raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
+            if message_id not in self._message_queues:
+                raise UnknownRecordError(f"message {message_id} is not stored; store_message() it first")
+            if self._message_queues.holds(message_id, queue_id):
+                raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
+            self._journal.update(message_id, RecordType.ADD_REF, encode_queue_id(queue_id), sync=False)
+            self._writer.add_reference(queue_id, message_id, 0)
+            self._message_queues.add(message_id, queue_id)
+            self._referenced_upto = self._journal.appended_bytes
+        self._wait(self._journal, sync)
+
+    def store_acknowledge(self, queue_id: int, message_id: int, *, sync: bool | None = None) -> None:
+        """Record an acknowledgement (ACKNOWLEDGE_REF, 33); the reference is no longer live.
+        The message stays until delete_message() (Artemis deletes it when no reference is left)."""
+        self._check_loaded()
+        with self._lock:
+            self._acknowledge_locked(queue_id, message_id)
+        self._wait(self._journal, sync)
+
+    def _acknowledge_locked(self, queue_id: int, message_id: int) -> int:
+        """ACKNOWLEDGE_REF of a live reference; how many live references the message has left."""
+        if not self._message_queues.holds(message_id, queue_id):
+            raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
+        self._journal.update(message_id, RecordType.ACKNOWLEDGE_REF, encode_queue_id(queue_id), sync=False)
+        self._writer.remove_reference(queue_id, message_id)
+        return self._message_queues.remove(message_id, queue_id)
+
+    def delete_message(self, message_id: int, *, sync: bool | None = None) -> None:
+        """Delete a message and whatever references it still has (Artemis: not synced)."""
+        self._check_loaded()
+        with self._lock:
+            self._delete_locked(message_id)
+        self._wait(self._journal, sync)
+
+    def _delete_locked(self, message_id: int) -> None:
+        queue_ids = self._message_queues.queues(message_id)
+        if queue_ids is None:
+            raise UnknownRecordError(f"message {message_id} is not stored")
+        self._journal.delete(message_id, sync=False)
+        for queue_id in queue_ids:
+            self._writer.remove_reference(queue_id, message_id)
+        self._message_queues.delete(message_id)
+
+    def has_message(self, message_id: int) -> bool:
+        """Whether the message is stored and not deleted (with or without live references)."""
+        return message_id in self._message_queues
+
+    def reference_queues(self, message_id: int) -> set:
+        """The queue ids holding a live reference of the message."""
+        with self._lock:
+            queue_ids = self._message_queues.queues(message_id)
+            if queue_ids is None:
+                raise UnknownRecordError(f"message {message_id} is not stored")
+            return set(queue_ids)
+
+    # ----- delivery counts and scheduled times (the compiled writers) -----------------------------------
+    def update_delivery_count(self, queue_id: int, message_id: int, delivery_count: int, *,
+                              sync: bool | None = None) -> bool:
+        """Persist a reference's delivery count (UPDATE_DELIVERY_COUNT, 34), as Artemis on a
+        cancel/rollback: False (nothing written) when the count equals the last persisted one or
+        max_redelivery_records >= 0 and the count exceeds it."""
+        if self._state != "loaded":
+            self._check_loaded()
+        return self._writer.update_delivery_count(queue_id, message_id, delivery_count, sync)
+
+    def update_delivery_count_after_cancel(self, queue_id: int, message_id: int, delivery_count: int) -> bool:
+        """Persist a count lowered because a delivery was handed back without failing (a consumer or
+        session closed: Artemis's cancelRefs, then checkRedelivery), as update_delivery_count: nothing
+        when it equals the persisted one or is above the cap. With persist_delivery_count_before_delivery
+        the dispatch's count had reached the operating system, so the lowered one does too (as
+        before_delivery, a later entry of the delivery-count shadow included), or recovery would raise
+        the count back. True if a record was written."""
+        if self.persist_delivery_count_before_delivery:
+            return self.before_delivery(queue_id, message_id, delivery_count)
+        return self.update_delivery_count(queue_id, message_id, delivery_count)
+
+    def update_scheduled_delivery_time(self, queue_id: int, message_id: int, scheduled_ms: int,
+                                       delivery_count: int, *, sync: bool | None = None) -> bool:
+        """Persist a reference's scheduled redelivery time (SET_SCHEDULED_DELIVERY_TIME, 36, absolute
+        epoch ms): False when max_redelivery_records >= 0 and delivery_count exceeds it."""
+        if self._state != "loaded":
+            self._check_loaded()
+        return self._writer.update_scheduled_delivery_time(queue_id, message_id, scheduled_ms, delivery_count,
+                                                           sync)
+
+    def update_redelivery(self, queue_id: int, message_id: int, delivery_count: int, scheduled_ms: int, *,
+                          sync: bool | None = None) -> int:
+        """A rollback that schedules its redelivery: update_delivery_count and
+        update_scheduled_delivery_time (each under its rule) written as one group, so a crash keeps
+        both records or neither. Returns how many were written (0..2)."""
+        if self._state != "loaded":
+            self._check_loaded()
+        return self._writer.update_redelivery(queue_id, message_id, delivery_count, scheduled_ms, sync)
+
+    def update_delivery_counts(self, queue_ids, message_ids, delivery_counts, *, sync: bool | None = None) -> int:
+        """Batch of update_delivery_count (sequences or arrays of equal length); one wait at the end.
+        Every reference is checked first, so an unknown one writes nothing. Returns records written."""
+        self._check_loaded()
+        return self._writer.update_delivery_counts(queue_ids, message_ids, delivery_counts, sync)
+
+    def update_scheduled_delivery_times(self, queue_ids, message_ids, scheduled_times, delivery_counts, *,
+                                        sync: bool | None = None) -> int:
+        """Batch of update_scheduled_delivery_time; returns records written."""
+        self._check_loaded()
+        return self._writer.update_scheduled_delivery_times(queue_ids, message_ids, scheduled_times,
+                                                            delivery_counts, sync)
+
+    def before_delivery(self, queue_id: int, message_id: int, delivery_count: int) -> bool:
+        """Call at dispatch, after incrementing the count and before handing the message out.
+
+        With persist_delivery_count_before_delivery the count record (capped and deduplicated as
+        update_delivery_count) is appended, and the count reaches the operating system before this
+        returns, so a killed process loses nothing: as an entry of the delivery-count shadow (a
+        shared mapping, message_store/delivery_shadow.py; no system call, except one write-out when a
+        reference added since the last write-out is still in the buffer), or where the system has no boot
+        id, by writing the journal out. With strict_delivery_sync the record is on disk instead (a
+        shared group-commit fdatasync), so a power cut loses nothing either. Without the option it
+        does nothing. Returns True if a record was written.
+        """
+        if not self.persist_delivery_count_before_delivery:
+            return False
+        if self._state != "loaded":
+            self._check_loaded()
+        cap = self.max_redelivery_records
+        if cap >= 0 and delivery_count > cap:
+            return False          # Artemis writes nothing above the cap, so there is nothing to wait for
+        if self._shadow is not None:        # the count into the shadow's page cache: no system call
+            if self._journal.written_bytes < self._referenced_upto:
+                # ...unless a reference added since the last write-out is still in this process's
+                # buffer: a killed process would lose the message it counts, delivered or not
+                self._journal.flush()
+            return self._writer.record_dispatch(queue_id, message_id, delivery_count)
+        written = self._writer.update_delivery_count(queue_id, message_id, delivery_count, False)
+        # also when unchanged: the record that persisted this count may still be in the write buffer
+        if self.strict_delivery_sync:
+            self._journal.sync()
+        else:
+            self._journal.flush()
+        return written
+
+    def before_delivery_batch(self, queue_ids, message_ids, delivery_counts) -> int:
+        """before_delivery for many references at once: one write-out (or one sync) for the batch."""
+        if not self.persist_delivery_count_before_delivery:
+            return 0
+        self._check_loaded()
+        written = self._writer.update_delivery_counts(queue_ids, message_ids, delivery_counts, False)
+        if self.strict_delivery_sync:
+            self._journal.sync()
+        else:
+            self._journal.flush()       # one write for the batch: the shadow would not save much here
+        return written
+
+    def persisted_delivery_count(self, queue_id: int, message_id: int) -> int:
+        """The reference's last persisted delivery count (restored at load, then kept by the writers)."""
+        self._check_loaded()
+        return self._writer.persisted_count(queue_id, message_id)
+
+    # ----- the asyncio face ---------------------------------------------------------------------------
+    # Each write below happens at once (as its synchronous form with sync=False), then the coroutine
+    # waits, without blocking its event loop, until it is durable: the journal's flusher resolves the
+    # waiting coroutines of each loop with one hand-over per sync (journal/durable_futures.py). On the
+    # LMDB backend the wait runs sync() on the loop's default executor instead.
+    async def sync_async(self) -> None:
+        """``sync()`` for coroutines: returns once everything written before the call is durable."""
+        self._check_loaded()
+        await self._journal.sync_async()
+        await self._bindings.sync_async()
+
+    async def store_message_references_async(self, message_id: int, address: str, body, queue_ids,
+                                             **options) -> None:
+        """``store_message_references()``, returning once the message and its references are durable."""
+        self.store_message_references(message_id, address, body, queue_ids, sync=False, **options)
+        await self._journal.sync_async()
+
+    async def acknowledge_async(self, queue_id: int, message_id: int) -> bool:
+        """``acknowledge()``, returning once the acknowledgement is durable."""
+        deleted = self.acknowledge(queue_id, message_id, sync=False)
+        await self._journal.sync_async()
+        return deleted
+
+    async def update_redelivery_async(self, queue_id: int, message_id: int, delivery_count: int,
+                                      scheduled_ms: int) -> int:
+        """``update_redelivery()``, returning once its records are durable."""
+        written = self.update_redelivery(queue_id, message_id, delivery_count, scheduled_ms, sync=False)
+        await self._journal.sync_async()
+        return written
+
+    # ----- durability and inspection -------------------------------------------------------------------
+    def sync(self) -> None:
+        """Return once everything written before the call is durable (both journals): the bindings
+        first, so that no reference becomes durable before the queue it names."""
+        self._check_loaded()
+        self._bindings.sync()
+        self._journal.sync()
+
+    def flush(self) -> None:
+        """Return once everything written before the call survives a killed process (not a power cut)."""
+        self._check_loaded()
+        self._bindings.flush()
+        self._journal.flush()
+
+    def compact(self) -> None:
+        """Compact the message journal now: only the latest 34 and 36 per reference survive."""
+        self._check_loaded()
+        self._journal.compact()
+
+    def record_count(self, record_type: int) -> int:
+        """Records of a user record type (34, 36, ...) held for live records and not yet compacted away
+        (type 21 counts queue bindings). Reads the journal files: for inspection and tests."""
+        self._check_loaded()
+        journal = self._bindings if record_type == RecordType.QUEUE_BINDING_RECORD else self._journal
+        return journal.record_type_counts().get(int(record_type), 0)
+
+    def stats(self) -> dict:
+        """Counters for inspection: the store's queues, messages and references and each record
+        store's own ``stats()``. JournalClosedError unless loaded."""
+        self._check_loaded()
+        return {
+            "directory": self.directory,
+            "backend": self.backend,
+            "max_redelivery_records": self.max_redelivery_records,
+            "persist_delivery_count_before_delivery": self.persist_delivery_count_before_delivery,
+            "strict_delivery_sync": self.strict_delivery_sync,
+            "queues": len(self._queues),
+            "messages": len(self._message_queues),
+            "live_references": len(self._writer),
+            "delivery_count_records_written": self._writer.delivery_count_records_written,
+            "scheduled_time_records_written": self._writer.scheduled_time_records_written,
+            "messages_journal": self._journal.stats(),
+            "bindings_journal": self._bindings.stats(),
+        }
+
+    # ----- transactions (added for the broker: dead-letter moves, transacted sessions) --------------------
+    def transaction(self) -> "StoreTransaction":
+        """Start a journal transaction: its records become visible together at commit(), or never.
+
+        Artemis writes a dead-letter move this way (the copy ADD_TX 45, an UPDATE_TX 32 per queue of
+        the dead-letter address, UPDATE_TX 33 for the original, COMMIT) and so does a transacted
+        session. Nothing is written until the first record; an empty transaction touches no file.
+        """
+        self._check_loaded()
+        return StoreTransaction(self, next(_TRANSACTION_IDS))
+
+    # ----- the broker's hot path: one call (one lock, one encode) per send and per acknowledgement ----------
+    def store_message_references(self, message_id: int, address: str, body, queue_ids, *,
+                                 properties: dict | None = None, durable: bool = True, expiration: int = 0,
+                                 routing_type: str | None = None, sync: bool | None = None) -> None:
+        """store_message + store_reference on each of ``queue_ids``, as one call: the same records
+        (ADD_MESSAGE 45, then an ADD_REF 32 per queue) for a fraction of the Python overhead. Every
+        queue is checked before anything is written."""
+        if self._state != "loaded":
+            self._check_loaded()
+        head = None     # the message record's bytes before the body, when it has no properties
+        if not properties and type(body) is bytes and type(expiration) is int and expiration == 0:   # cached path
+            head = cached_message_head(address, durable, routing_type)
+        data = None
+        if head is None:
+            data = encode_plain_message(address, body, properties, durable, expiration, routing_type)
+        journal = self._journal
+        lock = self._lock
+        lock.acquire()      # not `with`: on this hot path the with-statement costs twice acquire+release
+        try:
+            message_queues = self._message_queues
+            if message_id in message_queues:
+                raise DuplicateRecordError(f"message {message_id} is already stored")
+            if len(queue_ids) == 1:
+                queue_id = queue_ids[0]
+                if queue_id not in self._queues:
+                    raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
+                try:
+                    if head is not None:       # 45 + 32 in one compiled call, the record assembled there
+                        self._writer.store_message_reference(message_id, queue_id, head, body)
+                    else:
+                        self._writer.store_message_reference(message_id, queue_id, data)
+                except BaseException:
+                    if journal.is_live(message_id):
+                        message_queues.add_message(message_id)    # the message record went in, its reference not
+                    raise
+                message_queues.add_message_on(message_id, queue_id)
+                self._referenced_upto = journal.appended_bytes
+            else:
+                stored_queues = self._queues
+                for queue_id in queue_ids:
+                    if queue_id not in stored_queues:
+                        raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
+                references = set(queue_ids)
+                if len(references) != len(queue_ids):
+                    raise DuplicateRecordError(f"queue_ids {list(queue_ids)} names a queue twice")
+                if data is None:
+                    data = encode_plain_message(address, body, properties, durable, expiration, routing_type)
+                # the message and its references as one group: a crash keeps the send whole or not at all
+                journal.append_group([(_ADD, message_id, _ADD_MESSAGE, data)]
+                                     + [(_UPDATE, message_id, _ADD_REF, _QUEUE_ID_BYTES(queue_id))
+                                        for queue_id in queue_ids], sync=False)
+                message_queues.add_message(message_id, list(queue_ids))
+                writer = self._writer
+                for queue_id in queue_ids:
+                    writer.add_reference(queue_id, message_id, 0)
+                self._referenced_upto = journal.appended_bytes
+        finally:
+            lock.release()
+        if sync or (sync is None and journal.sync_mode == "always"):
+            journal.sync()
+
+    def commit_transaction(self, tx_id: int, messages, references, acknowledgements) -> None:
+        """A StoreTransaction's COMMIT appended, and what it makes true in this store's books: its messages
+        stored, its references live (`references`: (queue id, message id) pairs), its acknowledged
+        references gone. The caller then settles the boundary's sync (``end_transaction``)."""
+        journal = self._journal
+        with self._lock:
+            journal.commit(tx_id, sync=False)
+            for message_id in messages:
+                self._message_queues.add_message(message_id)
+            for queue_id, message_id in references:
+                self._writer.add_reference(queue_id, message_id, 0)
+                self._message_queues.add(message_id, queue_id)
+            if references:
+                self._referenced_upto = journal.appended_bytes
+            for queue_id, message_id in acknowledgements:
+                self._writer.remove_reference(queue_id, message_id)
+                self._message_queues.remove(message_id, queue_id)
+
+    def rollback_transaction(self, tx_id: int) -> None:
+        """A StoreTransaction's ROLLBACK appended (its records never touched the books)."""
+        with self._lock:
+            self._journal.rollback(tx_id, sync=False)
+
+    def end_transaction(self, sync: bool | None, *, committed: bool) -> None:
+        """The sync of a transaction boundary: sync=None follows the journal's rule (a commit waits unless
+        the mode is "none", a rollback only in "always"); True waits, False does not."""
+        mode = self._journal.sync_mode
+        if sync if sync is not None else (mode != "none" if committed else mode == "always"):
+            self._journal.sync()
+
+    def acknowledge(self, queue_id: int, message_id: int, *, sync: bool | None = None) -> bool:
+        """store_acknowledge, then delete_message when it was the message's last live reference (what
+        Artemis does on an acknowledgement: ACKNOWLEDGE_REF 33, then DELETE). True if it deleted."""
+        if self._state != "loaded":
+            self._check_loaded()
+        journal = self._journal
+        lock = self._lock
+        lock.acquire()
+        try:
+            message_queues = self._message_queues
+            queue_ids = message_queues.queues(message_id)
+            if queue_ids is None or queue_id not in queue_ids:
+                raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
+            deleted = len(queue_ids) == 1
+            self._writer.acknowledge_reference(queue_id, message_id, deleted)   # 33 (+ DELETE), compiled
+            if deleted:
+                message_queues.delete(message_id)
+            else:
+                message_queues.remove(message_id, queue_id)
+        finally:
+            lock.release()
+        if sync or (sync is None and journal.sync_mode == "always"):
+            journal.sync()
+        return deleted
+
+
+_ADD, _UPDATE = RecordKind.ADD, RecordKind.UPDATE
+_ADD_MESSAGE = int(RecordType.ADD_MESSAGE)
+_ADD_REF = int(RecordType.ADD_REF)
+_QUEUE_ID_BYTES = encode_queue_id
+
+
+# Journal transaction ids: unique within the process and, started from the wall clock in ns, larger than
+# any a previous run of the store could have used (it would need a transaction per nanosecond).
+_TRANSACTION_IDS = itertools.count(time.time_ns())
+
+
+class StoreTransaction:
+    """Messages, references, acknowledgements and scheduled times written in one journal transaction.
+
+    Each call appends its record at once (ADD_TX / UPDATE_TX, as Artemis does at send and ack time);
+    the store's view of live references changes only at commit(). rollback() appends a ROLLBACK when
+    anything was written. A transaction is used once.
+    """
+
+    __slots__ = ("store", "tx_id", "records", "state", "_messages", "_references", "_acknowledgements")
+
+    def __init__(self, store: MessageStore, tx_id: int) -> None:
+        self.store = store
+        self.tx_id = tx_id
+        self.records = 0                    # records appended so far
+        self.state = "open"                 # "open", "committed" or "rolled back"
+        self._messages: set = set()         # message ids added in this transaction
+        self._references: dict = {}         # (queue id, message id) -> None, in order
+        self._acknowledgements: dict = {}   # (queue id, message id) -> None, in order
+
+    def __repr__(self) -> str:
+        return f"StoreTransaction({self.tx_id}, records={self.records}, state={self.state})"
+
+    def _check_open(self) -> None:
+        if self.state != "open":
+            raise JournalError(f"transaction {self.tx_id} is already {self.state}")
+        self.store._check_loaded()
+
+    def store_message(self, message_id: int, address: str, body, *, properties: dict | None = None,
+                      durable: bool = True, expiration: int = 0, routing_type: str | None = None) -> None:
+        """ADD_TX of a message (45)."""
+        self._check_open()
+        store = self.store
+        data = encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
+                              routing_type=routing_type)
+        with store._lock:
+            if message_id in store._message_queues or message_id in self._messages:
+                raise DuplicateRecordError(f"message {message_id} is already stored")
+            store._journal.add_tx(self.tx_id, message_id, RecordType.ADD_MESSAGE, data)
+            self._messages.add(message_id)
+            self.records += 1
+
+    def store_reference(self, queue_id: int, message_id: int) -> None:
+        """UPDATE_TX ADD_REF (32): the queue holds the message once the transaction commits."""
+        self._check_open()
+        store = self.store
+        key = (queue_id, message_id)
+        with store._lock:
+            if queue_id not in store._queues:
+                raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
+            if message_id not in store._message_queues and message_id not in self._messages:
+                raise UnknownRecordError(f"message {message_id} is not stored; store_message() it first")
+            if store._message_queues.holds(message_id, queue_id) or key in self._references:
+                raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
+            store._journal.update_tx(self.tx_id, message_id, RecordType.ADD_REF, encode_queue_id(queue_id))
+            self._references[key] = None
+            self.records += 1
+
+    def store_acknowledge(self, queue_id: int, message_id: int) -> None:
+        """UPDATE_TX ACKNOWLEDGE_REF (33) of a live reference."""
+        self._check_open()
+        store = self.store
+        key = (queue_id, message_id)
+        with store._lock:
+            live = store._message_queues.holds(message_id, queue_id) or key in self._references
+            if not live:
+                raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
+            if key in self._acknowledgements:
+                raise DuplicateRecordError(f"the reference of message {message_id} on queue {queue_id} is already "
+                                           f"acknowledged in transaction {self.tx_id}")
+            store._journal.update_tx(self.tx_id, message_id, RecordType.ACKNOWLEDGE_REF, encode_queue_id(queue_id))
+            self._acknowledgements[key] = None
+            self.records += 1
+
+    def update_scheduled_delivery_time(self, queue_id: int, message_id: int, scheduled_ms: int) -> None:
+        """UPDATE_TX SET_SCHEDULED_DELIVERY_TIME (36) of a message sent with a delivery time. Artemis's
+        transactional variant is not capped by max_redelivery_records."""
+        self._check_open()
+        store = self.store
+        key = (queue_id, message_id)
+        with store._lock:
+            if not (store._message_queues.holds(message_id, queue_id) or key in self._references):
+                raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
+            store._journal.update_tx(self.tx_id, message_id, RecordType.SET_SCHEDULED_DELIVERY_TIME,
+                                     encode_scheduled_time(queue_id, scheduled_ms))
+            self.records += 1
+
+    def commit(self, *, sync: bool | None = None) -> None:
+        """Append COMMIT and apply the transaction to the store's live references.
+
+        sync=None: the journal's rule for transaction boundaries (wait for the disk unless its mode
+        is "none"); False: do not wait (a later sync() covers it, the journal keeps its order).
+        """
+        self._check_open()
+        store = self.store
+        if not self.records:
+            self.state = "committed"
+            return
+        store.commit_transaction(self.tx_id, self._messages, self._references, self._acknowledgements)
+        self.state = "committed"
+        store.end_transaction(sync, committed=True)
+
+    def rollback(self, *, sync: bool | None = None) -> None:
+        """Forget the transaction; a ROLLBACK record is appended when anything was written."""
+        self._check_open()
+        store = self.store
+        self.state = "rolled back"
+        if not self.records:
+            return
+        store.rollback_transaction(self.tx_id)
+        store.end_transaction(sync, committed=False)
+
+    def __enter__(self) -> "StoreTransaction":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.state == "open":
+            if exc_type is None:
+                self.commit()
+            else:
+                self.rollback()

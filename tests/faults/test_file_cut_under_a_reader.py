@@ -1,0 +1,166 @@
+"""A file that another process cuts short while it is read never kills the interpreter: the reader
+raises FileChangedError (a CorruptRecordError) naming the file. Before, a read-only load or `verify`
+of a 64 MiB file truncated mid-scan died of SIGBUS (the decoder reads the file through a mapping,
+and a mapped page past a file's new end raises SIGBUS).
+
+Each case runs in a child process, so that a SIGBUS shows as a signal death (return code -7) instead
+of killing the test run."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from journal_engine import IMPLEMENTATION, Journal
+
+FILE_SIZE = 16 << 20
+# the twin reads 32 MiB in Python for each try (seconds): fewer tries there, the same race
+RACE_TRIES = 12 if IMPLEMENTATION == "cython" else 2
+
+
+def run_child(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def big_journal(tmp_path_factory):
+    """Two 16 MiB files full of records (what a real broker's journal holds)."""
+    directory = tmp_path_factory.mktemp("big") / "journal"
+    with Journal(directory, file_size=FILE_SIZE, sync="none") as journal:
+        journal.load()
+        body = b"m" * 4000
+        for record_id in range(1, 6001):
+            journal.add(record_id, 45, body)
+    return directory
+
+
+def copy_of(directory, tmp_path):
+    import shutil
+    target = tmp_path / "copy"
+    shutil.copytree(directory, target)
+    return target
+
+
+@pytest.mark.skipif(IMPLEMENTATION != "cython", reason="the SIGBUS guard is the compiled decoder's; the twin "
+                                                      "never maps a file (test below)")
+def test_a_mapping_cut_by_another_process_mid_scan_raises_file_changed_error(big_journal, tmp_path):
+    directory = copy_of(big_journal, tmp_path)
+    result = run_child("""
+        import mmap, subprocess, sys
+        from journal_engine import FileChangedError
+        from journal_engine._impl import scan_columns
+        from journal_engine.journal.format import stamp_of
+        from journal_engine.journal.segment_files import list_directory
+        data = list_directory(sys.argv[1]).data[0]
+        with open(data.path, "rb") as handle:
+            view = mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ)
+            subprocess.run(["truncate", "-s", "1048576", data.path], check=True)   # after the map
+            try:
+                scan_columns(view, stamp_of(data.header.file_id), data.header.data_start)
+            except FileChangedError as error:
+                print("refused", error.offset, error)
+            else:
+                print("read a cut file without noticing")
+        """, str(directory))
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    assert result.stdout.startswith("refused 1048576 "), result.stdout
+
+
+def test_a_file_cut_after_it_was_listed_raises_file_changed_error_naming_it(big_journal, tmp_path):
+    directory = copy_of(big_journal, tmp_path)
+    result = run_child("""
+        import subprocess, sys
+        from journal_engine import FileChangedError
+        from journal_engine.journal.scan import scan_data_file
+        from journal_engine.journal.segment_files import list_directory
+        data = list_directory(sys.argv[1]).data[0]
+        subprocess.run(["truncate", "-s", "1048576", data.path], check=True)
+        try:
+            scan_data_file(data)
+        except FileChangedError as error:
+            print("refused", error.path == data.path, error.offset)
+        """, str(directory))
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    assert result.stdout.split() == ["refused", "True", "1048576"], result.stdout
+
+
+@pytest.mark.parametrize("reader", ["read-only load", "verify"])
+def test_readers_racing_a_truncation_by_another_process_never_die_of_a_signal(big_journal, tmp_path, reader):
+    """The attack as it was seen: a truncation at a random moment of a read, RACE_TRIES times; every reader
+    ends with an exit status (a result, or one line naming the file), never a signal."""
+    load = """
+        import sys
+        from journal_engine import Journal, JournalError
+        try:
+            with Journal(sys.argv[1], read_only=True) as journal:
+                report = journal.load().report
+            print("read", len(report.corrupt))
+        except JournalError as error:
+            print("refused", type(error).__name__, error)
+            sys.exit(1)
+        """
+    deaths, outcomes = [], []
+    for attempt in range(RACE_TRIES):
+        directory = copy_of(big_journal, tmp_path / str(attempt))
+        target = sorted(p for p in os.listdir(directory) if p.endswith(".jej"))[attempt % 2]
+        if reader == "verify":
+            command = [sys.executable, "-m", "journal_engine", "verify", str(directory)]
+        else:
+            command = [sys.executable, "-c", textwrap.dedent(load), str(directory)]
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.25 + 0.05 * attempt)     # the interpreter's start, then somewhere in the scan
+        subprocess.run(["truncate", "-s", str((1 + attempt) * 65536), str(directory / target)], check=True)
+        out, err = child.communicate(timeout=120)
+        if child.returncode < 0:
+            deaths.append((attempt, signal.Signals(-child.returncode).name, err[-500:]))
+        else:
+            assert "Traceback" not in err, err
+            outcomes.append(child.returncode)
+    assert not deaths, deaths
+    assert set(outcomes) <= {0, 1}, outcomes
+
+
+@pytest.mark.parametrize("cut_to", [0, 4096])
+def test_a_shadow_cut_under_a_strict_broker_is_an_error_at_the_next_receive_not_a_signal(tmp_path, cut_to):
+    """`delivery-counts.shadow` truncated by another process under a running broker with
+    persist_delivery_count_before_delivery: the next receive() that writes a count there raises
+    FileChangedError naming the file; the broker closes, and opens again with every message."""
+    result = run_child("""
+        import os, subprocess, sys
+        from journal_engine import Broker, FileChangedError, ManualClock
+        directory, cut_to = sys.argv[1], sys.argv[2]
+        broker = Broker(directory, clock=ManualClock(start_ms=1_700_000_000_000),
+                        persist_delivery_count_before_delivery=True)
+        broker.create_queue("orders")
+        for number in range(2000):
+            broker.send("orders", b"order %d" % number)
+        consumer = broker.create_consumer("orders")
+        consumer.ack(consumer.receive(0))
+        shadow = os.path.join(directory, "delivery-counts.shadow")
+        assert os.path.getsize(shadow) > 1 << 20, os.path.getsize(shadow)
+        subprocess.run(["truncate", "-s", cut_to, shadow], check=True)
+        refused = 0
+        for _ in range(1500):     # past the cut: entries ride 32 bytes each through the first pages
+            try:
+                message = consumer.receive(0)
+            except FileChangedError as error:
+                assert error.path == shadow, error.path
+                refused += 1
+                break
+            consumer.ack(message)
+        consumer.close()
+        broker.close()
+        broker = Broker(directory, clock=ManualClock(start_ms=1_700_000_000_000))
+        print(refused, broker.queue("orders").message_count)
+        broker.close()
+        """, str(tmp_path / "broker"), str(cut_to))
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    refused, left = map(int, result.stdout.split())
+    assert refused == 1
+    assert 0 < left < 2000

@@ -1,0 +1,15 @@
+"""A random.Random whose random() returns given values: the manuals' worked examples draw known numbers."""
+from __future__ import annotations
+
+import random
+
+
+class ScriptedRandom(random.Random):
+    """Returns the given values from random(), in order (the manual's "bold values")."""
+
+    def __init__(self, values):
+        super().__init__(0)
+        self._values = list(values)
+
+    def random(self):
+        return self._values.pop(0)
