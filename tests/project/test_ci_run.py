@@ -13,7 +13,8 @@ from locations import ROOT
 
 CI_RUN = ROOT / ".ci" / "run"
 
-pytestmark = pytest.mark.skipif(not CI_RUN.is_file(), reason="needs the checkout's .ci/run (not in an sdist)")
+pytestmark = [pytest.mark.skipif(not CI_RUN.is_file(), reason="needs the checkout's .ci/run (not in an sdist)"),
+              pytest.mark.same_on_both]   # CI's own machinery
 
 
 def run_setup(**env: str) -> subprocess.CompletedProcess[str]:

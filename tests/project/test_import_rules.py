@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from locations import ROOT
 
+pytestmark = pytest.mark.same_on_both   # read from the source
+
 PACKAGE = ROOT / "journal_engine"
 PYX = ROOT / "pyx" / "journal_engine"
 LEAVES = {"journal_engine.errors", "journal_engine.limits", "journal_engine.record_format", "journal_engine.group_commit"}

@@ -13,6 +13,8 @@ import pytest
 from skips_allowed import AllowedSkip
 from locations import HELPERS
 
+pytestmark = pytest.mark.same_on_both   # the skip gate itself
+
 HERE = HELPERS
 
 CONFTEST = """

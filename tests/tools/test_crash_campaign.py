@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from journal_engine.crashtest import Campaign
 from journal_engine.journal import durability, recovery
 from journal_engine.journal import journal as journal_module
@@ -27,6 +29,7 @@ def test_a_smoke_campaign_runs_every_fault_mode_and_finds_no_violation(tmp_path)
     assert report.acknowledged > 0 and report.calls >= report.acknowledged
 
 
+@pytest.mark.same_on_both     # the harness's own checks (the smoke campaign above runs on the twin)
 def test_the_campaign_catches_a_file_cut_short_that_recovery_does_not_report(tmp_path, monkeypatch):
     """Recovery as it was before format version 2: a file cut at a frame boundary lost records silently."""
     monkeypatch.setattr(recovery, "cut_short", lambda data: False)
@@ -37,6 +40,7 @@ def test_the_campaign_catches_a_file_cut_short_that_recovery_does_not_report(tmp
 
 
 
+@pytest.mark.same_on_both     # the harness's own checks (the smoke campaign above runs on the twin)
 def test_the_campaign_catches_damage_at_rest_passed_off_as_a_torn_tail(tmp_path, monkeypatch):
     """A recovery that calls every damage of the journal a torn write: a bit flip in a synced record
     then loses it under the verdict "torn tail", which the bit-flip check must not count as detected
@@ -57,6 +61,7 @@ def test_the_campaign_catches_damage_at_rest_passed_off_as_a_torn_tail(tmp_path,
     passed_off = [v for v in campaign.report.violations if "only a torn tail was reported" in v and "bit flip" in v]
     assert passed_off, campaign.report.damage
 
+@pytest.mark.same_on_both     # the harness's own checks (the smoke campaign above runs on the twin)
 def test_the_command_prints_violations_and_a_json_report(tmp_path):
     report_path = tmp_path / "report.json"
     done = subprocess.run([sys.executable, "-m", "journal_engine", "crash-test", "--smoke", "--seed", "5",
@@ -74,6 +79,7 @@ def test_the_command_prints_violations_and_a_json_report(tmp_path):
 JOURNAL_ONLY = {"crash-point", "io-error", "bit-flip", "truncation", "outside-file"}
 
 
+@pytest.mark.same_on_both     # the harness's own checks (the smoke campaign above runs on the twin)
 def test_the_campaign_crashes_the_lmdb_store_with_power_loss_and_libfiu_and_says_what_cannot_apply(tmp_path):
     report = Campaign(tmp_path / "scratch", size="smoke", seed=4, store="lmdb").run()
     assert report.violations == []
@@ -97,6 +103,7 @@ def open_store(directory, sync):
 '''
 
 
+@pytest.mark.same_on_both     # the harness's own checks (the smoke campaign above runs on the twin)
 def test_the_command_crashes_a_user_store_given_by_import_path(tmp_path):
     (tmp_path / "mystore.py").write_text(USER_STORE)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
@@ -117,6 +124,7 @@ def open_store(directory, sync):      # LMDB maps its lock file shared and writa
 '''
 
 
+@pytest.mark.same_on_both     # the harness's own checks (the smoke campaign above runs on the twin)
 def test_power_loss_is_not_applicable_to_a_user_store_that_writes_through_a_shared_mapping(tmp_path, monkeypatch):
     (tmp_path / "mappingstore.py").write_text(MAPPING_STORE)
     monkeypatch.syspath_prepend(str(tmp_path))
