@@ -154,6 +154,16 @@ SELECTOR_LENGTH_MAX = 64 * 1024         # characters; a filter longer than this 
 SELECTOR_NESTING_DEPTH_MAX = 64         # parentheses, NOT and sign chains: ~9 frames a level stays far below the recursion limit
 ADDRESS_SETTINGS_CACHE_ENTRIES_MAX = 65536      # per repository; past it the cache starts over (addresses are unbounded)
 REDELIVERY_DELAYS_LENGTH_MAX = 10_000
+# serve-stomp (integrations/stomp_frames.py): a STOMP frame past this many bytes (command, headers and
+# body) is refused with an ERROR frame before it is read whole, so one client cannot fill the server's
+# memory; past this many header lines likewise. A socket read takes up to STOMP_READ_BYTES at a time.
+STOMP_FRAME_BYTES_MAX = 16 * 1024 * 1024
+STOMP_HEADERS_MAX = 1000
+STOMP_READ_BYTES = 64 * 1024
+# after an ERROR frame the server stops writing, then reads (and drops) what the client still sends for
+# at most this long before it closes: closing with unread bytes would reset the connection, and a reset
+# can discard the ERROR frame before the client reads it
+STOMP_ERROR_LINGER_S = 1.0
 
 
 # how the limits relate, checked at import with an ``if`` (``python -O`` removes an ``assert``)
@@ -163,6 +173,7 @@ _RELATIONSHIPS = {
     "the default flush window is within its bound": BUFFER_TIMEOUT_DEFAULT_US <= BUFFER_TIMEOUT_US_MAX,
     "the default file count is within its bound": MIN_FILES_DEFAULT >= MIN_FILES_MIN,
     "the default sync mode is a sync mode": SYNC_MODE_DEFAULT in SYNC_MODE_NAMES,
+    "a STOMP read fits in a frame": 0 < STOMP_READ_BYTES <= STOMP_FRAME_BYTES_MAX,
     "the async receive's polls grow": 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S,
     "an LMDB map starts within its growth": LMDB_MAP_SIZE_MIN_BYTES <= LMDB_MAP_SIZE_DEFAULT_BYTES
                                             <= LMDB_MAP_SIZE_MAX_DEFAULT_BYTES,

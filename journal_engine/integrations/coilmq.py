@@ -40,9 +40,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
+import time
 import uuid
+from collections.abc import Iterator
+from datetime import datetime
 from itertools import chain
 from typing import Any
 
@@ -55,9 +59,13 @@ from coilmq.server.socket_server import StompRequestHandler, ThreadedStompServer
 from coilmq.store import QueueStore
 from coilmq.topic import TopicManager
 from coilmq.util.concurrency import synchronized
-from coilmq.util.frames import MESSAGE, ConnectedFrame, ErrorFrame, Frame
+from coilmq.util.frames import (ABORT, ACK, BEGIN, COMMIT, CONNECT, DISCONNECT, MESSAGE, NACK, SEND, STOMP_CMD,
+                                SUBSCRIBE, UNSUBSCRIBE, ConnectedFrame, ErrorFrame, Frame, ReceiptFrame)
 
 from .. import AddressSettings, Broker, ConfigError, JournalClosedError
+from ..errors import JournalError
+from ..limits import STOMP_ERROR_LINGER_S, STOMP_READ_BYTES
+from .stomp_frames import FrameReader, StompFrameError, pack
 
 __all__ = ["JournalQueueStore", "DurableQueueManager", "make_store", "build_server", "serve",
            "REDELIVERED_HEADER", "ORIGINAL_DESTINATION_HEADER", "DEFAULT_DEAD_LETTER_QUEUE"]
@@ -68,12 +76,16 @@ REDELIVERED_HEADER = "redelivered"
 ORIGINAL_DESTINATION_HEADER = "original-destination"
 DEFAULT_DEAD_LETTER_QUEUE = "/queue/DLQ"
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 10      # Artemis's default max-delivery-attempts
+_log = logging.getLogger(__name__)
 
 # How a coilmq frame is kept in a message: the body as bytes, the rest in message properties.
 _COMMAND = "stomp.command"
 _TEXT_BODY = "stomp.text"               # True when the frame's body was a str (coilmq's tests use str)
 _HEADER = "stomp.header."               # prefix of one property per header
 _REQUEST_HEADERS = frozenset({"receipt"})   # asks the broker for a RECEIPT; not part of the message
+_CONNECT_COMMANDS = frozenset({CONNECT, STOMP_CMD})
+_TRANSACTION_COMMANDS = frozenset({BEGIN, COMMIT, ABORT})
+_CLIENT_COMMANDS = _CONNECT_COMMANDS | _TRANSACTION_COMMANDS | {SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, DISCONNECT}
 _ORIGINAL_ADDRESS = ("_AMQ_ORIG_ADDRESS", "_HQ_ORIG_ADDRESS")   # set by the broker on dead-letter copies
 
 
@@ -385,11 +397,15 @@ class DurableQueueManager(QueueManager):
         for frame in frames:
             try:
                 self._send_frame(subscription, frame)
-            except Exception:
-                self.log.exception("Error sending message %s (requeueing)", frame)
+            except OSError as error:
+                # the subscriber's connection broke: a failed delivery; its own thread unbinds it. Not
+                # raised: this may run in another connection's thread (a SEND dispatching), whose
+                # client did nothing wrong
+                _log.warning("serve-stomp: a MESSAGE could not be written to a subscriber (%s); it is "
+                             "delivered again", error)
                 self._pending.pop(subscription, None)
                 self.store.requeue(destination, frame)
-                raise
+                return
 
     def _send_frame(self, subscription, frame) -> None:
         if frame.cmd == MESSAGE and subscription.connection.reliable_subscriber:
@@ -417,6 +433,26 @@ class _SettlingProtocol:
     hands one frame at a time to a client-acknowledging subscription, so the two modes coincide)."""
 
     _ack_id_header = "message-id"       # STOMP 1.2: "id", the MESSAGE's "ack" header
+
+    def process_frame(self, frame):
+        """coilmq's dispatch of a frame, except that an error is not answered here and the connection
+        kept: it propagates, and the request handler answers with an ERROR frame and closes (STOMP:
+        the server closes the connection after an ERROR). Only client commands are commands here."""
+        command = frame.cmd
+        if command not in _CLIENT_COMMANDS:
+            raise ProtocolError(f"unknown STOMP command {command[:40]!r}")
+        if not self.engine.connected and command not in _CONNECT_COMMANDS:
+            raise ProtocolError(f"{command} before CONNECT: the first frame must be CONNECT or STOMP")
+        transaction = frame.headers.get("transaction")
+        if transaction and command not in _TRANSACTION_COMMANDS:
+            if transaction not in self.engine.transactions:
+                raise ProtocolError(f"Invalid transaction specified: {transaction}")
+            self.engine.transactions[transaction].append(frame)
+        else:
+            getattr(self, command.lower())(frame)
+        receipt = frame.headers.get("receipt")
+        if receipt and command not in _CONNECT_COMMANDS:
+            self.engine.connection.send_frame(ReceiptFrame(receipt))
 
     def subscribe(self, frame):
         if (frame.headers.get("ack") or "").lower() == "client-individual":
@@ -461,31 +497,85 @@ _PROTOCOLS = {STOMP10: Stomp10, STOMP11: Stomp11, STOMP12: Stomp12}
 
 
 class _RequestHandler(StompRequestHandler):
-    """coilmq's connection handler, with our protocol adapters."""
+    """coilmq's connection handler with our frame reader and writer (stomp_frames.py says why) and
+    our protocol adapters. A frame that breaks the grammar, a limit or the protocol is answered with
+    an ERROR frame (its ``message`` header says what, ``receipt-id`` names the frame's receipt), then
+    the connection closes; the server and its other connections go on. Frames are written under a
+    per-connection lock: a MESSAGE dispatched from another connection's thread and this one's
+    RECEIPT must not interleave on the socket."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.reader = FrameReader()
+        self._send_lock = threading.Lock()
 
     def handle(self) -> None:
         frames = self.iter_frames()
+        engine = None
+        frame = None
         try:
-            first = next(frames)
-        except StopIteration:
-            return
-        try:
-            protocol = _PROTOCOLS[protocol_class_from_first_frame(first)]
-        except ProtocolError as error:
-            self.send_frame(ErrorFrame(error.args[0]))
-            return
-        engine = StompEngine(connection=self, authenticator=self.server.authenticator,
-                             queue_manager=self.server.queue_manager, topic_manager=self.server.topic_manager,
-                             protocol=protocol)
-        try:
-            for frame in chain([first], frames):
+            frame = next(frames, None)
+            if frame is None:
+                return
+            protocol = _PROTOCOLS[protocol_class_from_first_frame(frame)]
+            self.reader.escapes = protocol is not Stomp10       # 1.1 and 1.2 escape header values
+            engine = StompEngine(connection=self, authenticator=self.server.authenticator,
+                                 queue_manager=self.server.queue_manager, topic_manager=self.server.topic_manager,
+                                 protocol=protocol)
+            for frame in chain([frame], frames):
                 engine.process_frame(frame)
-        except (AuthError, ProtocolError):
+                if frame.cmd == DISCONNECT:
+                    return
+        except (StompFrameError, ProtocolError, AuthError) as error:
+            self._refuse(str(error), frame)
+        except OSError:                 # the client went away mid-read or mid-write
             pass
-        except OSError:                 # the client went away mid-write
-            pass
+        except JournalError as error:   # an operating error of the store (disk full, closed at shutdown)
+            _log.warning("serve-stomp: %s", error)
+            self._refuse(str(error), frame)
         finally:
-            engine.unbind()
+            if engine is not None:
+                engine.unbind()
+
+    def iter_frames(self) -> Iterator[Frame]:
+        """The client's frames until it closes the connection or the server shuts down."""
+        while not self.server.shutdown_requested.is_set():
+            try:
+                data = self.request.recv(STOMP_READ_BYTES)
+            except (socket.timeout, TimeoutError):
+                continue
+            if not data:
+                return
+            self.last_data = datetime.now()
+            yield from self.reader.feed(data)
+
+    def send_frame(self, frame: Frame) -> None:
+        data = pack(frame, escapes=self.reader.escapes)
+        with self._send_lock:
+            self.request.sendall(data)
+
+    def send_heartbeat(self) -> None:
+        with self._send_lock:
+            self.request.sendall(b"\n")
+
+    def _refuse(self, message: str, frame: Frame | None) -> None:
+        """An ERROR frame, then a clean close: stop writing, drop what the client still sends (for
+        STOMP_ERROR_LINGER_S at most), so that the close is no reset that could discard the ERROR."""
+        error = ErrorFrame(message, body=message)
+        error.headers["content-type"] = "text/plain"
+        receipt = frame.headers.get("receipt") if frame is not None else None
+        if receipt:
+            error.headers["receipt-id"] = receipt
+        try:
+            self.send_frame(error)
+            self.request.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + STOMP_ERROR_LINGER_S
+            while (left := deadline - time.monotonic()) > 0:
+                self.request.settimeout(left)
+                if not self.request.recv(STOMP_READ_BYTES):
+                    break
+        except OSError:
+            pass
 
 
 class _Server(ThreadedStompServer):
@@ -536,4 +626,4 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
     return 0
 
 
-logging.getLogger(__name__).addHandler(logging.NullHandler())
+_log.addHandler(logging.NullHandler())

@@ -1,0 +1,209 @@
+"""STOMP frames read from a byte stream and written to one, for ``journal-engine serve-stomp``.
+
+Why not coilmq's ``FrameBuffer``: it parses from whatever one ``recv`` returned as if it held whole
+lines, so a header line cut by a TCP read boundary (``destin`` | ``ation:/queue/a``) makes
+``parse_headers`` raise ``ValueError`` out of the request handler and drops the connection with
+everything still unread in it; a header value holding ``:`` does the same; a frame without its NUL
+yet raises ``BodyNotTerminated``; heart-beat EOLs before a command stall it; its buffer is never
+trimmed. Its ``Frame.pack`` counts a text body's characters as its ``content-length`` and escapes no
+header. :class:`FrameReader` reads frames from any split of the stream, STOMP 1.0, 1.1 and 1.2
+(heart-beat EOLs, CRLF line ends, header escapes, the first of repeated headers, ``content-length``
+bodies holding NULs), and refuses what breaks the grammar or the limits with :class:`StompFrameError`,
+which the server answers with an ERROR frame before it closes the connection. :func:`pack` writes a
+frame with a byte-exact ``content-length`` and escaped headers.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from coilmq.util.frames import CONNECT, CONNECTED, Frame
+
+from ..errors import JournalError
+from ..limits import STOMP_FRAME_BYTES_MAX, STOMP_HEADERS_MAX
+
+__all__ = ["StompFrameError", "FrameReader", "pack"]
+
+_EOL = b"\n"
+_NUL = b"\x00"
+# STOMP 1.1 escapes (1.2 adds \r); an undefined escape is a fatal protocol error (1.2 spec, "Value Encoding")
+_UNESCAPES = {"n": "\n", "c": ":", "\\": "\\", "r": "\r"}
+_ESCAPE_SEQUENCE = re.compile(r"\\(.?)", re.DOTALL)
+_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"})
+# CONNECT and CONNECTED carry no escapes: they come before the version is agreed (1.2 spec)
+_UNESCAPED_COMMANDS = frozenset({CONNECT, CONNECTED, "STOMP"})
+
+
+class StompFrameError(JournalError, ValueError):
+    """A client's frame breaks STOMP's grammar or a limit (limits.py, ``STOMP_*``); the server answers
+    with an ERROR frame whose ``message`` is this error's text, then closes the connection."""
+
+
+class FrameReader:
+    """Frames from a byte stream fed in pieces of any size.
+
+    ``feed(data)`` yields the frames completed so far, in order, and keeps the rest. ``escapes``
+    (False until the connection agreed on STOMP 1.1 or 1.2) decodes header escapes. A frame of more
+    than ``frame_bytes_max`` bytes is refused as soon as that many are buffered without its end.
+    """
+
+    def __init__(self, *, frame_bytes_max: int = STOMP_FRAME_BYTES_MAX, headers_max: int = STOMP_HEADERS_MAX) -> None:
+        self.escapes = False
+        self._frame_bytes_max = frame_bytes_max
+        self._headers_max = headers_max
+        self._buffer = bytearray()
+        # the frame whose headers are read and whose body is awaited: (command, headers, body start,
+        # content-length or None); and where the search for its NUL goes on
+        self._pending: tuple[str, dict[str, str], int, int | None] | None = None
+        self._searched = 0
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received and not yet part of a returned frame."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> Iterator[Frame]:
+        """Buffer ``data``; yield each frame completed, one at a time, so that the frames before a
+        broken one are handled before its StompFrameError is raised."""
+        self._buffer += data
+        while (frame := self._next_frame()) is not None:
+            yield frame
+
+    def _next_frame(self) -> Frame | None:
+        buffer = self._buffer
+        if self._pending is None:
+            start = 0
+            while start < len(buffer) and buffer[start] in b"\r\n":    # heart-beats between frames
+                start += 1
+            if start:
+                del buffer[:start]
+            end = _end_of_headers(buffer)
+            if end is None:
+                # refuse garbage at once rather than wait for an empty line that may never come
+                line_end = buffer.find(_EOL)
+                if line_end >= 0:
+                    _command(bytes(buffer[:line_end]))
+                if buffer.find(_NUL) >= 0:
+                    raise StompFrameError("a frame ends (NUL) before the empty line that ends its headers")
+                self._check_size(len(buffer))
+                return None
+            header_end, body_start = end
+            self._check_size(body_start)
+            command, headers = self._headers(bytes(buffer[:header_end]))
+            self._pending = (command, headers, body_start, self._content_length(headers))
+            self._searched = body_start
+        command, headers, body_start, length = self._pending
+        if length is not None:
+            self._check_size(body_start + length + 1)
+            if len(buffer) <= body_start + length:
+                return None
+            if buffer[body_start + length] != 0:
+                raise StompFrameError(f"{command} frame: the byte after its content-length of {length} is not the "
+                                      "NUL that ends a frame (the body is longer than content-length says)")
+            end = body_start + length
+        else:
+            end = buffer.find(_NUL, self._searched)
+            if end < 0:
+                self._searched = len(buffer)
+                self._check_size(len(buffer))
+                return None
+        body = bytes(buffer[body_start:end])
+        del buffer[:end + 1]
+        self._pending = None
+        return Frame(command, headers=headers, body=body)
+
+    def _headers(self, block: bytes) -> tuple[str, dict[str, str]]:
+        first, _, rest = block.partition(_EOL)
+        command = _command(first)
+        if b"\x00" in rest:
+            raise StompFrameError(f"{command} frame: a NUL among its headers")
+        try:
+            text = rest.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise StompFrameError(f"{command} frame: its headers are not UTF-8 (byte {error.start})") from None
+        lines = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")] if rest else []
+        if len(lines) > self._headers_max:
+            raise StompFrameError(f"{command} frame has {len(lines)} headers, more than {self._headers_max} "
+                                  "(STOMP_HEADERS_MAX)")
+        escapes = self.escapes and command not in _UNESCAPED_COMMANDS
+        headers: dict[str, str] = {}
+        for line in lines:
+            name, colon, value = line.partition(":")
+            if not colon:
+                raise StompFrameError(f"{command} frame: the header line {line[:80]!r} has no colon")
+            if escapes:
+                name, value = _unescape(name, command), _unescape(value, command)
+            headers.setdefault(name, value)         # a repeated header: the first one counts
+        return command, headers
+
+    @staticmethod
+    def _content_length(headers: dict[str, str]) -> int | None:
+        value = headers.get("content-length")
+        if value is None:
+            return None
+        value = value.strip()
+        if not (value.isascii() and value.isdigit()):
+            raise StompFrameError(f"content-length {value[:40]!r} is not a number of bytes")
+        return int(value)
+
+    def _check_size(self, size: int) -> None:
+        if size > self._frame_bytes_max:
+            raise StompFrameError(f"a frame of more than {self._frame_bytes_max} bytes (STOMP_FRAME_BYTES_MAX)")
+
+
+def _command(line: bytes) -> str:
+    """The command of a frame's first line (a CR before its LF dropped); StompFrameError unless it is
+    a word of ASCII letters, as every STOMP command is."""
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    if not (line.isascii() and line.isalpha()):
+        raise StompFrameError(f"{line[:40]!r} is not a STOMP command line")
+    return line.decode("ascii")
+
+
+def _end_of_headers(buffer: bytearray) -> tuple[int, int] | None:
+    """Where the header block ends (the EOL of its last line) and the body starts: after the first
+    empty line (LF LF or LF CR LF). None until it is buffered."""
+    index = buffer.find(b"\n\n")
+    crlf = buffer.find(b"\n\r\n")
+    if crlf >= 0 and (index < 0 or crlf < index):
+        return crlf, crlf + 3
+    if index >= 0:
+        return index, index + 2
+    return None
+
+
+def _unescape(text: str, command: str) -> str:
+    if "\\" not in text:
+        return text
+
+    def one(match: re.Match) -> str:
+        escaped = match.group(1)
+        if escaped not in _UNESCAPES:
+            raise StompFrameError(f"{command} frame: undefined escape \\{escaped} in a header")
+        return _UNESCAPES[escaped]
+    return _ESCAPE_SEQUENCE.sub(one, text)
+
+
+def pack(frame: Frame, *, escapes: bool) -> bytes:
+    """The bytes of ``frame``: its headers (escaped when ``escapes``, except on CONNECTED), a
+    ``content-length`` counting the body's bytes (a str body is written as UTF-8), the body, NUL."""
+    body = frame.body
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    elif body is None:
+        body = b""
+    escape = escapes and frame.cmd not in _UNESCAPED_COMMANDS
+    lines = [frame.cmd]
+    for name, value in frame.headers.items():
+        if name == "content-length":
+            continue
+        name, value = str(name), str(value)
+        if escape:
+            name, value = name.translate(_ESCAPES), value.translate(_ESCAPES)
+        else:
+            # 1.0 has no escapes: a line break would end the header; it becomes a space
+            name, value = name.replace("\n", " ").replace("\r", " "), value.replace("\n", " ").replace("\r", " ")
+        lines.append(f"{name}:{value}")
+    lines.append(f"content-length:{len(body)}")
+    return ("\n".join(lines) + "\n\n").encode("utf-8") + bytes(body) + _NUL

@@ -1,0 +1,135 @@
+"""`journal-engine serve-stomp` in a child process, and a raw-socket STOMP client that reads the
+server's frames with a reader of its own (not the server's parser: the tests judge that one).
+
+Everything on the loopback interface with a port the kernel picks (the command prints it); each wait
+has a deadline.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from locations import ROOT
+
+START_TIMEOUT_S = 30.0
+READ_TIMEOUT_S = 10.0
+
+
+class Server:
+    """`python -m journal_engine serve-stomp --data DATA --port 0 ...`; ``port`` is the one it printed."""
+
+    def __init__(self, data: Path, log: Path, *extra: str) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        self.log_path = log
+        self.log = open(log, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "journal_engine", "serve-stomp", "--data", str(data), "--port", "0",
+             "--host", "127.0.0.1", *extra],
+            stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, env=env, cwd=str(ROOT))
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: lines.put(self.process.stdout.readline()), daemon=True).start()
+        try:
+            line = lines.get(timeout=START_TIMEOUT_S).decode()
+        except queue.Empty:
+            self.kill()
+            raise AssertionError(f"serve-stomp did not start within {START_TIMEOUT_S} s; see {log}")
+        assert "listening on 127.0.0.1:" in line, (line, log.read_text())
+        self.port = int(line.split("listening on 127.0.0.1:")[1].split()[0])
+
+    def stderr(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+        self.log.close()
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=15)
+        finally:
+            self.kill()
+
+
+def frame_bytes(command: str, headers: dict | None = None, body: bytes = b"", *, content_length: bool = True) -> bytes:
+    """A client frame as STOMP 1.0 writes it (no escapes): with ``content-length`` unless told not to."""
+    headers = dict(headers or {})
+    if content_length:
+        headers["content-length"] = str(len(body))
+    head = command + "\n" + "".join(f"{name}:{value}\n" for name, value in headers.items()) + "\n"
+    return head.encode() + body + b"\x00"
+
+
+class RawClient:
+    """A STOMP client on a bare socket: writes the bytes it is given, reads whole server frames."""
+
+    def __init__(self, port: int) -> None:
+        self.socket = socket.create_connection(("127.0.0.1", port), timeout=READ_TIMEOUT_S)
+        self.pending = b""
+
+    def connect(self, version: str = "1.0") -> dict:
+        headers = {} if version == "1.0" else {"accept-version": version, "host": "127.0.0.1"}
+        self.socket.sendall(frame_bytes("CONNECT", headers, content_length=False))
+        command, headers, _ = self.read_frame()
+        assert command == "CONNECTED", (command, headers)
+        return headers
+
+    def send_raw(self, data: bytes) -> None:
+        self.socket.sendall(data)
+
+    def read_frame(self, timeout: float = READ_TIMEOUT_S) -> tuple[str, dict, bytes]:
+        """The next server frame (command, headers, body); heart-beat EOLs skipped. EOFError when the
+        server closed the connection first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.pending = self.pending.lstrip(b"\r\n")
+            head_end = self.pending.find(b"\n\n")
+            if head_end >= 0:
+                lines = self.pending[:head_end].decode().split("\n")
+                headers = dict(line.split(":", 1) for line in lines[1:])
+                start = head_end + 2
+                if "content-length" in headers:
+                    end = start + int(headers["content-length"])
+                    if len(self.pending) > end:
+                        assert self.pending[end:end + 1] == b"\x00", self.pending[:200]
+                        body, self.pending = self.pending[start:end], self.pending[end + 1:]
+                        return lines[0], headers, body
+                else:
+                    end = self.pending.find(b"\x00", start)
+                    if end >= 0:
+                        body, self.pending = self.pending[start:end], self.pending[end + 1:]
+                        return lines[0], headers, body
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no whole frame within {timeout} s; have {self.pending[:200]!r}")
+            self.socket.settimeout(left)
+            data = self.socket.recv(1 << 16)
+            if not data:
+                raise EOFError(f"the server closed the connection; unread {self.pending[:200]!r}")
+            self.pending += data
+
+    def closed_by_server(self, timeout: float = READ_TIMEOUT_S) -> bool:
+        """True once the server closed its side (EOF), with nothing more sent."""
+        self.socket.settimeout(timeout)
+        try:
+            return self.socket.recv(1) == b"" and not self.pending.strip(b"\r\n")
+        except ConnectionResetError:
+            return False
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def has_traceback(text: str) -> bool:
+    return "Traceback" in text or "Error processing STOMP frame" in text
