@@ -68,7 +68,12 @@ class Segment:
         """Close the file descriptor; idempotent."""
 
 @disjoint_base
-class JournalCore:
+class RecordSink:
+    """Where a compiled record writer puts its records: the journal's core, or a store taken through
+    the record-store protocol (``_record_writer.ProtocolSink``). Its methods are C-level only."""
+
+@disjoint_base
+class JournalCore(RecordSink):
     """Appends frames to the active file and makes them durable in groups.
 
     Counters are bytes of frames (with their padding) since the journal was loaded.

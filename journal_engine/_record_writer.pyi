@@ -18,6 +18,8 @@ from typing import Protocol
 from _typeshed import WriteableBuffer
 from typing_extensions import disjoint_base
 
+from ._core import RecordSink
+
 class _RecordStore(Protocol):
     """What the writer uses of a record store (message_store/interface.py's RecordStore): a Journal, whose
     core it appends into directly, or any other store (LMDB), written through these methods."""
@@ -44,6 +46,13 @@ class _Shadow(Protocol):
     @property
     def life(self) -> int: ...
     def roll(self) -> None: ...
+
+@disjoint_base
+class ProtocolSink(RecordSink):
+    """The record writer's sink for a store other than the journal: each record through the
+    record-store protocol (add / update / delete, append_group, is_live)."""
+
+    def __init__(self, store: _RecordStore) -> None: ...
 
 @disjoint_base
 class RecordWriter:

@@ -287,17 +287,16 @@ class PostOffice:
     def enqueue(self, data: MessageData, targets: list[QueueState], scheduled_time: int) -> None:
         """A new reference of the message on each target queue: scheduled when ``scheduled_time`` is
         set, else at the tail, waking one receiver."""
-        timers = self.timers
         for queue in targets:
             ref = Reference(data, queue)
             queue.count += 1
             queue.messages_added += 1
             if scheduled_time:
-                timers.schedule(ref, scheduled_time)
+                self.timers.schedule(ref, scheduled_time)
                 continue
             queue.ready.append(ref)
             if data.expiration:
-                timers.watch_expiry(ref)
+                self.timers.watch_expiry(ref)
             if queue.waiters:
                 queue.condition.notify()
 

@@ -24,7 +24,18 @@ cdef class Segment:
     cdef int datasync(self) except -1
 
 
-cdef class JournalCore:
+cdef class RecordSink:
+    # where a compiled record writer puts its records: the journal's core (frames straight into its
+    # buffer) or another record store through the record-store protocol (_record_writer.ProtocolSink)
+    cdef int _append_raw(self, uint8_t kind, uint8_t user_type, uint64_t record_id, uint64_t tx_id,
+                         const unsigned char *body, Py_ssize_t n, object sync) except -1
+    cdef int _begin_group(self, Py_ssize_t total) except -1
+    cdef int _end_group(self, object sync) except -1
+    cdef int _abort_group(self, object exc) except -1
+    cdef bint _is_live(self, uint64_t record_id) except -1
+
+
+cdef class JournalCore(RecordSink):
     cdef Segment _active
     cdef int _mode
     cdef readonly uint64_t appended_bytes
@@ -95,6 +106,7 @@ cdef class JournalCore:
     cdef int _begin_group(self, Py_ssize_t total) except -1
     cdef int _end_group(self, object sync) except -1
     cdef int _abort_group(self, object exc) except -1
+    cdef bint _is_live(self, uint64_t record_id) except -1
     cdef int _notify(self, int which) except -1
     cdef int _kick(self, bint urgent) except -1
     cdef int _sleep(self, uint64_t target, int what) except -1

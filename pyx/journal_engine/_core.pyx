@@ -196,7 +196,29 @@ cdef inline bint _wants_wait(int mode, object sync):
     return sync is True or bool(sync)
 
 
-cdef class JournalCore:
+cdef class RecordSink:
+    """Where a compiled record writer puts its records (the record writer's one path): JournalCore puts
+    the frames straight into its buffer; _record_writer.ProtocolSink hands them to another record store
+    through the record-store protocol. The methods here are what every sink implements."""
+
+    cdef int _append_raw(self, uint8_t kind, uint8_t user_type, uint64_t record_id, uint64_t tx_id,
+                         const unsigned char *body, Py_ssize_t n, object sync) except -1:
+        raise NotImplementedError(f"{type(self).__name__} does not take records")
+
+    cdef int _begin_group(self, Py_ssize_t total) except -1:
+        raise NotImplementedError(f"{type(self).__name__} does not take record groups")
+
+    cdef int _end_group(self, object sync) except -1:
+        raise NotImplementedError(f"{type(self).__name__} does not take record groups")
+
+    cdef int _abort_group(self, object exc) except -1:
+        raise NotImplementedError(f"{type(self).__name__} does not take record groups")
+
+    cdef bint _is_live(self, uint64_t record_id) except -1:
+        raise NotImplementedError(f"{type(self).__name__} does not say which records are live")
+
+
+cdef class JournalCore(RecordSink):
     """Appends frames to the active file and makes them durable in groups."""
 
     def __cinit__(self, *args, **kwargs):
@@ -600,6 +622,9 @@ cdef class JournalCore:
         self._grouped = False
         self._core_fail(exc)
         return 0
+
+    cdef bint _is_live(self, uint64_t record_id) except -1:
+        return self._live.contains(record_id)
 
     def _apply_commit(self, tx):
         cdef uint64_t rid

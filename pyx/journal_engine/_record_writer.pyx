@@ -29,7 +29,7 @@ cdef extern from *:
 
 from journal_engine._codec cimport (KIND_ADD, KIND_DELETE, KIND_UPDATE, frame_size, je_crc32c, je_crc32c_init,
                                     store_u32, store_u64)
-from journal_engine._core cimport JournalCore
+from journal_engine._core cimport RecordSink
 
 import time
 
@@ -99,13 +99,58 @@ cdef inline uint64_t _hash(uint64_t queue_id, uint64_t message_id) noexcept nogi
     return x
 
 
+cdef class ProtocolSink(RecordSink):
+    """The record writer's sink for a store other than the journal (LMDB, a user's): each record
+    through the record-store protocol's add / update / delete, a group gathered and handed to its
+    append_group, liveness from its is_live."""
+
+    cdef object _store
+    cdef list _group_records        # the records of the group being written, else None
+
+    def __init__(self, store not None):
+        self._store = store
+        self._group_records = None
+
+    cdef int _append_raw(self, uint8_t kind, uint8_t user_type, uint64_t record_id, uint64_t tx_id,
+                         const unsigned char *body, Py_ssize_t n, object sync) except -1:
+        if self._group_records is not None:
+            self._group_records.append((kind, record_id, user_type, PyBytes_FromStringAndSize(<const char *>body, n)))
+            return 0
+        if kind == KIND_ADD:
+            self._store.add(record_id, user_type, PyBytes_FromStringAndSize(<const char *>body, n), sync=sync)
+        elif kind == KIND_UPDATE:
+            self._store.update(record_id, user_type, PyBytes_FromStringAndSize(<const char *>body, n), sync=sync)
+        elif kind == KIND_DELETE:
+            self._store.delete(record_id, sync=sync)
+        else:
+            raise AssertionError(f"the record writer writes no frames of kind {kind}")
+        return 0
+
+    cdef int _begin_group(self, Py_ssize_t total) except -1:
+        self._group_records = []
+        return 0
+
+    cdef int _end_group(self, object sync) except -1:
+        cdef list records
+        records, self._group_records = self._group_records, None
+        if records:
+            self._store.append_group(records, sync=sync)
+        return 0
+
+    cdef int _abort_group(self, object exc) except -1:
+        self._group_records = None      # nothing of it reached the store
+        return 0
+
+    cdef bint _is_live(self, uint64_t record_id) except -1:
+        return bool(self._store.is_live(record_id))
+
+
 cdef class RecordWriter:
     """The message store's record writer for one message journal: sends, acknowledgements, and the
     capped delivery-count and scheduled-time records."""
 
-    cdef JournalCore _journal       # the journal's core, written into directly; None for any other store
+    cdef RecordSink _sink           # where the records go: the journal's core, or a ProtocolSink
     cdef object _store              # the record store (the record-store protocol): the journal, or LMDB
-    cdef list _group_records        # another store's records of the group being written, else None
     cdef readonly long long max_redelivery_records
     cdef readonly unsigned long long delivery_count_records_written
     cdef readonly unsigned long long scheduled_time_records_written
@@ -136,57 +181,10 @@ cdef class RecordWriter:
         add / update / delete / is_live, so both backends share this writer and its rules."""
         check_max_redelivery_records(max_redelivery_records)
         self._store = store
-        self._journal = store if isinstance(store, JournalCore) else None
+        self._sink = store if isinstance(store, RecordSink) else ProtocolSink(store)
         self.max_redelivery_records = max_redelivery_records
         self._always = getattr(store, "sync_mode", "group") == "always"
         self._allocate(INITIAL_CAPACITY)
-
-    cdef int _append(self, uint8_t kind, uint8_t user_type, uint64_t record_id, uint64_t tx_id,
-                     const unsigned char *body, Py_ssize_t n, object sync) except -1:
-        """One record: into the journal core's buffer, or through the protocol."""
-        if self._journal is not None:
-            return self._journal._append_raw(kind, user_type, record_id, tx_id, body, n, sync)
-        if self._group_records is not None:
-            self._group_records.append((kind, record_id, user_type, PyBytes_FromStringAndSize(<const char *>body, n)))
-            return 0
-        if kind == KIND_ADD:
-            self._store.add(record_id, user_type, PyBytes_FromStringAndSize(<const char *>body, n), sync=sync)
-        elif kind == KIND_UPDATE:
-            self._store.update(record_id, user_type, PyBytes_FromStringAndSize(<const char *>body, n), sync=sync)
-        elif kind == KIND_DELETE:
-            self._store.delete(record_id, sync=sync)
-        else:
-            raise AssertionError(f"the record writer writes no frames of kind {kind}")
-        return 0
-
-    # ----- record groups: written as one, so a crash keeps all of a group or none ---------------------
-    cdef int _begin_group(self, Py_ssize_t frame_bytes) except -1:
-        """The records appended until _end_group form one group of at most `frame_bytes` bytes of
-        frames: reserved in the journal's core, or gathered for the other store's append_group."""
-        if self._journal is not None:
-            return self._journal._begin_group(frame_bytes)
-        self._group_records = []
-        return 0
-
-    cdef int _end_group(self, object sync) except -1:
-        cdef list records
-        if self._journal is not None:
-            return self._journal._end_group(sync)
-        records, self._group_records = self._group_records, None
-        if records:
-            self._store.append_group(records, sync=sync)
-        return 0
-
-    cdef int _abort_group(self, object exc) except -1:
-        if self._journal is not None:
-            return self._journal._abort_group(exc)
-        self._group_records = None      # nothing of it reached the store
-        return 0
-
-    cdef bint _is_live(self, uint64_t record_id) except -1:
-        if self._journal is not None:
-            return self._journal._live.contains(record_id)
-        return bool(self._store.is_live(record_id))
 
     def __dealloc__(self):
         if self._shadow_attached:
@@ -286,7 +284,7 @@ cdef class RecordWriter:
                       unsigned int persisted_count=0):
         """Start tracking a live reference; persisted_count is what recovery restored (0 if none).
         The message must be live in the journal, and stay live until the reference is removed."""
-        if not self._is_live(message_id):
+        if not self._sink._is_live(message_id):
             raise UnknownRecordError.of_message(message_id)
         if self._find(queue_id, message_id) != NULL:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
@@ -312,7 +310,7 @@ cdef class RecordWriter:
             if i + PREFETCH_AHEAD < n:  # the slot a later key probes first: its cache miss overlaps this one's work
                 __builtin_prefetch(&self._slots[_hash(queue_id, messages[i + PREFETCH_AHEAD])
                                                 & <uint64_t>(self._capacity - 1)])
-            if not self._is_live(messages[i]):
+            if not self._sink._is_live(messages[i]):
                 raise UnknownRecordError.of_message(messages[i])
             if self._shadow_attached:   # refused before it voids any shadow entry, as add_reference is
                 if self._find(queue_id, messages[i]) != NULL:
@@ -371,19 +369,19 @@ cdef class RecordWriter:
         cdef unsigned char ref_body[QUEUE_ID_BODY]
         cdef Py_ssize_t head_n = PyBytes_GET_SIZE(head), body_n, n
         cdef unsigned char *record
-        if self._is_live(message_id):
+        if self._sink._is_live(message_id):
             raise DuplicateRecordError(f"record {message_id} is already live; update or delete it first")
         if self._find(queue_id, message_id) != NULL:
             raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
         store_u64(ref_body, queue_id)
         if body is None:
-            self._begin_group(frame_size(head_n) + frame_size(QUEUE_ID_BODY))
+            self._sink._begin_group(frame_size(head_n) + frame_size(QUEUE_ID_BODY))
             try:
-                self._append(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0,
+                self._sink._append_raw(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0,
                              <const unsigned char *>PyBytes_AS_STRING(head), head_n, False)
-                self._append(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
+                self._sink._append_raw(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
             except BaseException as exc:
-                self._abort_group(exc)
+                self._sink._abort_group(exc)
                 raise
         else:
             body_n = PyBytes_GET_SIZE(body)
@@ -398,16 +396,16 @@ cdef class RecordWriter:
                 store_u32(record + head_n, <uint32_t>body_n)
                 memcpy(record + head_n + 4, PyBytes_AS_STRING(body), body_n)
                 store_u32(record + head_n + 4 + body_n, 0)
-                self._begin_group(frame_size(n) + frame_size(QUEUE_ID_BODY))
+                self._sink._begin_group(frame_size(n) + frame_size(QUEUE_ID_BODY))
                 try:
-                    self._append(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0, record, n, False)
-                    self._append(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
+                    self._sink._append_raw(KIND_ADD, TYPE_ADD_MESSAGE, message_id, 0, record, n, False)
+                    self._sink._append_raw(KIND_UPDATE, TYPE_ADD_REF, message_id, 0, ref_body, QUEUE_ID_BODY, False)
                 except BaseException as exc:
-                    self._abort_group(exc)
+                    self._sink._abort_group(exc)
                     raise
             finally:
                 PyMem_Free(record)
-        self._end_group(False)
+        self._sink._end_group(False)
         self._track(queue_id, message_id, 0)
 
     def acknowledge_reference(self, unsigned long long queue_id, unsigned long long message_id,
@@ -419,10 +417,10 @@ cdef class RecordWriter:
         if slot == NULL:
             raise UnknownRecordError.of_reference(queue_id, message_id)
         store_u64(body, queue_id)
-        self._append(KIND_UPDATE, TYPE_ACKNOWLEDGE_REF, message_id, 0, body, QUEUE_ID_BODY, False)
+        self._sink._append_raw(KIND_UPDATE, TYPE_ACKNOWLEDGE_REF, message_id, 0, body, QUEUE_ID_BODY, False)
         self._untrack(queue_id, message_id)        # looked up again: the append may have let another thread in
         if delete_message:
-            self._append(KIND_DELETE, 0, message_id, 0, body, 0, False)
+            self._sink._append_raw(KIND_DELETE, 0, message_id, 0, body, 0, False)
 
     # ----- the delivery-count shadow ------------------------------------------------------------------
     def attach_shadow(self, shadow):
@@ -553,7 +551,7 @@ cdef class RecordWriter:
         slot.persisted = count
         # the append may release the GIL (file switch, sync wait): `slot` is not used after it
         try:
-            self._append(KIND_UPDATE, TYPE_UPDATE_DELIVERY_COUNT, message_id, 0, body,
+            self._sink._append_raw(KIND_UPDATE, TYPE_UPDATE_DELIVERY_COUNT, message_id, 0, body,
                                       DELIVERY_COUNT_BODY, sync)
         except BaseException:
             slot = self._find(queue_id, message_id)
@@ -570,7 +568,7 @@ cdef class RecordWriter:
             return 0
         store_u64(body, queue_id)
         store_u64(body + 8, scheduled_ms)
-        self._append(KIND_UPDATE, TYPE_SET_SCHEDULED_DELIVERY_TIME, message_id, 0, body,
+        self._sink._append_raw(KIND_UPDATE, TYPE_SET_SCHEDULED_DELIVERY_TIME, message_id, 0, body,
                                   SCHEDULED_TIME_BODY, sync)
         self.scheduled_time_records_written += 1
         return 1
@@ -609,22 +607,22 @@ cdef class RecordWriter:
             return 0                    # neither record is written above the cap
         while True:
             count_changed = delivery_count != slot.persisted
-            self._begin_group((frame_size(DELIVERY_COUNT_BODY) if count_changed else 0)
+            self._sink._begin_group((frame_size(DELIVERY_COUNT_BODY) if count_changed else 0)
                               + frame_size(SCHEDULED_TIME_BODY))
             # the reservation may have let another thread in: the slot may have moved or changed
             slot = self._find(queue_id, message_id)
             if slot != NULL and count_changed == (delivery_count != slot.persisted):
                 break
-            self._end_group(False)      # nothing appended yet: look again
+            self._sink._end_group(False)      # nothing appended yet: look again
             if slot == NULL:
                 raise UnknownRecordError.of_reference(queue_id, message_id)
         try:
             count_written = self._write_count(slot, delivery_count, False)
             written = count_written + self._write_time(queue_id, message_id, scheduled_ms, delivery_count, False)
         except BaseException as exc:
-            self._abort_group(exc)
+            self._sink._abort_group(exc)
             raise
-        self._end_group(sync)
+        self._sink._end_group(sync)
         if count_written:
             self._shadow_follow(queue_id, message_id, delivery_count)
         return written
