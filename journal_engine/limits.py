@@ -164,6 +164,9 @@ STOMP_READ_BYTES = 64 * 1024
 # at most this long before it closes: closing with unread bytes would reset the connection, and a reset
 # can discard the ERROR frame before the client reads it
 STOMP_ERROR_LINGER_S = 1.0
+# a destination's watcher (integrations/coilmq.py) waits in Consumer.receive, which wakes when a message
+# becomes deliverable; it returns at least this often to see whether its subscribers are gone
+STOMP_WATCH_WAIT_S = 1.0
 
 
 # how the limits relate, checked at import with an ``if`` (``python -O`` removes an ``assert``)

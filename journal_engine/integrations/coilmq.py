@@ -64,7 +64,7 @@ from coilmq.util.frames import (ABORT, ACK, BEGIN, COMMIT, CONNECT, DISCONNECT, 
 
 from .. import AddressSettings, Broker, ConfigError, JournalClosedError
 from ..errors import JournalError
-from ..limits import STOMP_ERROR_LINGER_S, STOMP_READ_BYTES
+from ..limits import STOMP_ERROR_LINGER_S, STOMP_READ_BYTES, STOMP_WATCH_WAIT_S
 from .stomp_frames import FrameReader, StompFrameError, pack
 
 __all__ = ["JournalQueueStore", "DurableQueueManager", "make_store", "build_server", "serve",
@@ -233,9 +233,11 @@ class JournalQueueStore(QueueStore):
             self._broker.close()
 
     # ---------------------------------------------------------------- beyond coilmq's interface
-    def deliver(self, destination: str) -> Frame | None:
+    def deliver(self, destination: str, *, timeout_s: float = 0.0) -> Frame | None:
         """Hand out the next frame of ``destination`` and keep it until :meth:`acknowledge` (or
-        :meth:`requeue`, a failed delivery). Its delivery count is persisted before it is returned."""
+        :meth:`requeue`, a failed delivery). Its delivery count is persisted before it is returned.
+        ``timeout_s`` > 0: wait that long for one to become deliverable (a send, a failed delivery
+        put back, a dead letter, a redelivery falling due), without holding the store's lock."""
         with self._lock:
             self._check_open()
             if destination not in self._queues:
@@ -243,12 +245,18 @@ class JournalQueueStore(QueueStore):
             consumer = self._consumers.get(destination)
             if consumer is None:
                 consumer = self._consumers[destination] = self._broker.create_consumer(destination)
-            message = consumer.receive(0)
-            if message is None:
-                return None
-            frame = _frame_of(message, destination)
-            self._held[id(frame)] = (frame, consumer, message)
-            return frame
+            if not timeout_s:
+                return self._hold(destination, consumer, consumer.receive(0))
+        message = consumer.receive(timeout_s)   # the broker's consumer is thread-safe
+        with self._lock:
+            return self._hold(destination, consumer, message)
+
+    def _hold(self, destination: str, consumer, message) -> Frame | None:
+        if message is None:
+            return None
+        frame = _frame_of(message, destination)
+        self._held[id(frame)] = (frame, consumer, message)
+        return frame
 
     def acknowledge(self, frame: Frame) -> bool:
         """The frame handed out by :meth:`deliver` was consumed: it leaves the store. False if it was
@@ -310,19 +318,22 @@ class DurableQueueManager(QueueManager):
       model) through ``store.deliver``; its ACK acknowledges it in the store; its NACK, or the
       connection ending first, is a failed delivery (``store.requeue``), and the frame goes to
       another subscriber, or the same one again.
-    * An ``ack: auto`` subscriber gets frames through ``store.dequeue`` (gone once sent).
-    * With a redelivery delay a thread offers due redeliveries every ``poll_interval_s``.
+    * An ``ack: auto`` subscriber gets frames that leave the store once written to it.
+    * A message that becomes deliverable with nothing sent (a dead letter or expiry copy reaching
+      its queue, a redelivery falling due after the redelivery delay) reaches a live subscriber at
+      once: each destination with subscribers has a watcher thread that waits in the broker's
+      ``Consumer.receive``, which wakes when a message becomes deliverable there and when the
+      broker's next scheduled time comes (no poll interval).
     """
 
-    def __init__(self, store: JournalQueueStore, subscriber_scheduler=None, queue_scheduler=None,
-                 *, poll_interval_s: float = 0.1) -> None:
+    def __init__(self, store: JournalQueueStore, subscriber_scheduler=None, queue_scheduler=None) -> None:
         super().__init__(store, subscriber_scheduler=subscriber_scheduler, queue_scheduler=queue_scheduler)
-        self._stopping = threading.Event()
-        self._poller = None
-        if getattr(store, "redelivery_delay_ms", 0):
-            self._poller = threading.Thread(target=self._poll, args=(poll_interval_s,),
-                                            name="journal-engine-redelivery", daemon=True)
-            self._poller.start()
+        self._stopping = False
+        # signalled (under coilmq's manager lock) whenever a subscription comes, goes or becomes idle
+        self._changed = threading.Condition(_manager_lock)
+        self._watchers: dict[str, threading.Thread] = {}
+        # frames a watcher took for a subscriber that was no longer idle when it came: handed out first
+        self._parked: dict[str, list[Frame]] = {}
 
     def send(self, message: Frame) -> None:
         destination = message.headers.get("destination")
@@ -334,17 +345,28 @@ class DurableQueueManager(QueueManager):
         self.dispatch(destination)
 
     @synchronized(_manager_lock)
+    def subscribe(self, connection, destination, id=None) -> None:
+        super().subscribe(connection, destination, id=id)
+        if destination not in self._watchers and not self._stopping:
+            watcher = threading.Thread(target=self._watch, args=(destination,), daemon=True,
+                                       name=f"serve-stomp watcher {destination}")
+            self._watchers[destination] = watcher
+            watcher.start()
+        self._changed.notify_all()
+
+    @synchronized(_manager_lock)
+    def unsubscribe(self, connection, destination, id=None) -> None:
+        super().unsubscribe(connection, destination, id=id)
+        self._changed.notify_all()
+
+    @synchronized(_manager_lock)
     def dispatch(self, destination: str) -> None:
-        """Hand stored frames of ``destination`` to its idle subscribers while both last."""
-        while self.store.has_frames(destination):
+        """Hand frames of ``destination`` to its idle subscribers while both last."""
+        while True:
             idle = [s for s in self._subscriptions.subscribers(destination) if s not in self._pending]
             chosen = self.subscriber_scheduler.choice(idle, None)
-            if chosen is None:
+            if chosen is None or not self._send_backlog(chosen, destination):
                 return
-            before = self.store.size(destination)
-            self._send_backlog(chosen, destination)
-            if self.store.size(destination) >= before:
-                return                               # nothing deliverable now (e.g. scheduled)
 
     @synchronized(_manager_lock)
     def ack(self, connection, frame, transaction=None, id=None) -> None:
@@ -368,6 +390,7 @@ class DurableQueueManager(QueueManager):
             self._send_backlog(subscription)
             if failed:
                 self.dispatch(destination)
+            self._changed.notify_all()
             return True
         self.log.warning("%s of message-id %s matches no pending frame", "NACK" if failed else "ACK", message_id)
         return False
@@ -379,52 +402,103 @@ class DurableQueueManager(QueueManager):
         super().disconnect(connection)               # store.requeue of each pending frame: failed deliveries
         for destination in returned:
             self.dispatch(destination)
+        self._changed.notify_all()
 
-    def _send_backlog(self, subscription, destination=None) -> None:
+    def _send_backlog(self, subscription, destination=None) -> bool:
+        """Hand ``subscription`` the next frame of ``destination`` (of any of its destinations with one
+        when None); all of them to an ``ack: auto`` subscriber. Whether a frame was handed."""
         if destination is None:
             candidates = {dest: subscribers for dest, subscribers in self._subscriptions.all_subscribers()
-                          if subscription in subscribers and self.store.has_frames(dest)}
+                          if subscription in subscribers and (self._parked.get(dest) or self.store.has_frames(dest))}
             destination = self.queue_scheduler.choice(candidates, subscription)
             if destination is None:
-                return
-        if subscription.connection.reliable_subscriber:
-            if subscription in self._pending:
-                return
-            frame = self.store.deliver(destination)
-            frames = [frame] if frame is not None else []
-        else:
-            frames = self.store.frames(destination)
-        for frame in frames:
-            try:
-                self._send_frame(subscription, frame)
-            except OSError as error:
-                # the subscriber's connection broke: a failed delivery; its own thread unbinds it. Not
-                # raised: this may run in another connection's thread (a SEND dispatching), whose
-                # client did nothing wrong
-                _log.warning("serve-stomp: a MESSAGE could not be written to a subscriber (%s); it is "
-                             "delivered again", error)
-                self._pending.pop(subscription, None)
-                self.store.requeue(destination, frame)
-                return
+                return False
+        reliable = subscription.connection.reliable_subscriber
+        if reliable and subscription in self._pending:
+            return False
+        handed = False
+        while (frame := self._take(destination)) is not None:
+            if not self._hand(subscription, destination, frame):
+                break
+            handed = True
+            if reliable:
+                break
+        return handed
+
+    def _take(self, destination: str) -> Frame | None:
+        parked = self._parked.get(destination)
+        if parked:
+            return parked.pop(0)
+        return self.store.deliver(destination)
+
+    def _hand(self, subscription, destination: str, frame: Frame) -> bool:
+        """Write ``frame`` to ``subscription``; an ``ack: auto`` one's frame leaves the store once
+        written. False when the write failed (a failed delivery)."""
+        try:
+            self._send_frame(subscription, frame)
+        except OSError as error:
+            # the subscriber's connection broke: a failed delivery; its own thread unbinds it. Not
+            # raised: this may run in another connection's thread (a SEND dispatching), whose
+            # client did nothing wrong
+            _log.warning("serve-stomp: a MESSAGE could not be written to a subscriber (%s); it is "
+                         "delivered again", error)
+            self._pending.pop(subscription, None)
+            self.store.requeue(destination, frame)
+            return False
+        if not subscription.connection.reliable_subscriber:
+            self.store.acknowledge(frame)
+        return True
 
     def _send_frame(self, subscription, frame) -> None:
         if frame.cmd == MESSAGE and subscription.connection.reliable_subscriber:
             frame.headers["ack"] = frame.headers.get("message-id")   # STOMP 1.2 acknowledges by this id
         super()._send_frame(subscription, frame)
 
-    def _poll(self, interval_s: float) -> None:
-        while not self._stopping.wait(interval_s):
-            try:
-                for destination in list(self.store.destinations()):
-                    self.dispatch(destination)
-            except Exception:                        # a closed store at shutdown ends the poller
-                if self._stopping.is_set():
-                    return
-                self.log.exception("redelivery poll failed")
+    def _watch(self, destination: str) -> None:
+        """The watcher of ``destination``: while it has subscribers, wait (outside the manager's lock)
+        for a message to become deliverable there whenever one of them is idle, and hand it over."""
+        try:
+            while self._wait_for_idle_subscriber(destination):
+                frame = self.store.deliver(destination, timeout_s=STOMP_WATCH_WAIT_S)
+                if frame is not None:
+                    self._offer(destination, frame)
+        except JournalClosedError:      # the store closed under it: the server is stopping
+            pass
+        finally:
+            with self._changed:
+                if self._watchers.get(destination) is threading.current_thread():
+                    del self._watchers[destination]
+
+    def _wait_for_idle_subscriber(self, destination: str) -> bool:
+        """Wait until a subscriber of ``destination`` is idle (True), or none is left or the manager
+        stops (False)."""
+        with self._changed:
+            while not self._stopping:
+                subscribers = self._subscriptions.subscribers(destination)
+                if not subscribers:
+                    return False
+                if any(s not in self._pending for s in subscribers):
+                    return True
+                self._changed.wait()
+            return False
+
+    @synchronized(_manager_lock)
+    def _offer(self, destination: str, frame: Frame) -> None:
+        """A frame a watcher took: to an idle subscriber, else parked until one is (the subscribers
+        may have been served or gone meanwhile)."""
+        idle = [s for s in self._subscriptions.subscribers(destination) if s not in self._pending]
+        chosen = self.subscriber_scheduler.choice(idle, frame)
+        if chosen is None:
+            self._parked.setdefault(destination, []).append(frame)
+            return
+        self._hand(chosen, destination, frame)
+        self.dispatch(destination)      # an auto subscriber takes what else is there
 
     def close(self) -> None:
-        self._stopping.set()
-        super().close()
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+        super().close()                 # closes the store: a watcher's waiting receive ends
 
 
 # ------------------------------------------------------------------------------------ protocol

@@ -1,0 +1,81 @@
+"""A message that becomes deliverable while nothing is sent reaches a live subscriber of
+`journal-engine serve-stomp` (a child process) at once: a dead letter made by a NACK or by a
+disconnect past the delivery limit reaches a subscriber of /queue/DLQ, and a redelivery held back by
+--redelivery-delay-ms reaches its subscriber when due (not before).
+
+Before, serve-stomp dispatched only on a SEND, an ACK, a NACK or a SUBSCRIBE, and only on the
+destination concerned: a dead letter sat in /queue/DLQ until a later SUBSCRIBE there, and due
+redeliveries were offered by a poller that ran only when a redelivery delay was set.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+from stomp_server import RawClient, Server, frame_bytes, has_traceback
+
+pytest.importorskip("coilmq", reason="coilmq is not installed (pip install 'journal_engine[coilmq]')")
+
+ARRIVAL_S = 5.0                 # a bound for "at once" on a loaded machine; typically milliseconds
+
+
+def subscriber(port: int, destination: str, ack: str) -> RawClient:
+    client = RawClient(port)
+    client.connect("1.2")
+    client.send_raw(frame_bytes("SUBSCRIBE", {"destination": destination, "id": "s", "ack": ack, "receipt": "sub"}))
+    command, headers, _ = client.read_frame()
+    assert (command, headers.get("receipt-id")) == ("RECEIPT", "sub"), (command, headers)
+    return client
+
+
+def send(port: int, destination: str, body: bytes) -> None:
+    client = RawClient(port)
+    client.connect("1.2")
+    client.send_raw(frame_bytes("SEND", {"destination": destination, "receipt": "sent", "x-kind": "work"}, body))
+    assert client.read_frame()[1]["receipt-id"] == "sent"
+    client.close()
+
+
+@pytest.mark.parametrize("failure", ["nack", "disconnect"])
+def test_a_new_dead_letter_reaches_a_live_dlq_subscriber(tmp_path, failure):
+    server = Server(tmp_path / "store", tmp_path / "server.log", "--max-delivery-attempts", "1")
+    try:
+        dead_letters = subscriber(server.port, "/queue/DLQ", "auto")
+        worker = subscriber(server.port, "/queue/work", "client-individual")
+        send(server.port, "/queue/work", b"poison")
+        command, headers, body = worker.read_frame()
+        assert (command, body) == ("MESSAGE", b"poison")
+        if failure == "nack":
+            worker.send_raw(frame_bytes("NACK", {"id": headers["ack"], "receipt": "nacked"}))
+            assert worker.read_frame()[1]["receipt-id"] == "nacked"
+        else:
+            worker.close()
+        started = time.monotonic()
+        command, headers, body = dead_letters.read_frame(ARRIVAL_S)
+        print(f"dead letter ({failure}) reached the DLQ subscriber in {1000 * (time.monotonic() - started):.1f} ms")
+        assert (command, body) == ("MESSAGE", b"poison")
+        assert headers["destination"] == "/queue/DLQ" and headers["original-destination"] == "/queue/work"
+        assert headers["x-kind"] == "work"
+        assert not has_traceback(server.stderr()), server.stderr()[-3000:]
+    finally:
+        server.stop()
+
+
+def test_a_delayed_redelivery_reaches_its_live_subscriber_when_due(tmp_path):
+    delay_ms = 400
+    server = Server(tmp_path / "store", tmp_path / "server.log", "--redelivery-delay-ms", str(delay_ms))
+    try:
+        worker = subscriber(server.port, "/queue/work", "client-individual")
+        send(server.port, "/queue/work", b"again")
+        command, headers, _ = worker.read_frame()
+        worker.send_raw(frame_bytes("NACK", {"id": headers["ack"], "receipt": "nacked"}))
+        assert worker.read_frame()[1]["receipt-id"] == "nacked"
+        nacked = time.monotonic()
+        command, headers, body = worker.read_frame(delay_ms / 1000 + ARRIVAL_S)
+        waited_ms = 1000 * (time.monotonic() - nacked)
+        print(f"redelivery after {waited_ms:.1f} ms (delay {delay_ms} ms)")
+        assert (command, body, headers.get("redelivered")) == ("MESSAGE", b"again", "true")
+        assert waited_ms >= delay_ms * 0.9, waited_ms          # not before it is due (clock granularity aside)
+        assert not has_traceback(server.stderr()), server.stderr()[-3000:]
+    finally:
+        server.stop()
