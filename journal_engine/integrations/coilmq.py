@@ -37,6 +37,7 @@ coilmq is imported by this module only; ``pip install "journal_engine[coilmq]"``
 """
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import signal
@@ -68,12 +69,14 @@ from ..limits import STOMP_ERROR_LINGER_S, STOMP_READ_BYTES, STOMP_WATCH_WAIT_S
 from .stomp_frames import FrameReader, StompFrameError, pack
 
 __all__ = ["JournalQueueStore", "DurableQueueManager", "make_store", "build_server", "serve",
-           "REDELIVERED_HEADER", "ORIGINAL_DESTINATION_HEADER", "DEFAULT_DEAD_LETTER_QUEUE"]
+           "REDELIVERED_HEADER", "ORIGINAL_DESTINATION_HEADER", "EXPIRES_HEADER", "DEFAULT_DEAD_LETTER_QUEUE"]
 
 #: set to "true" on a MESSAGE that may have been delivered before (ActiveMQ's STOMP header name)
 REDELIVERED_HEADER = "redelivered"
 #: on a MESSAGE taken from the dead-letter queue: the destination it was sent to (ActiveMQ's name)
 ORIGINAL_DESTINATION_HEADER = "original-destination"
+#: on a SEND: when the message expires (epoch ms; ActiveMQ's name); it then goes to the dead-letter queue
+EXPIRES_HEADER = "expires"
 DEFAULT_DEAD_LETTER_QUEUE = "/queue/DLQ"
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 10      # Artemis's default max-delivery-attempts
 _log = logging.getLogger(__name__)
@@ -106,6 +109,18 @@ def _message_of(frame: Frame) -> tuple[bytes, dict]:
             value = str(value)          # e.g. coilmq's HeaderValue
         properties[_HEADER + str(name)] = value
     return bytes(body), properties
+
+
+def _expiration_of(frame: Frame) -> int:
+    """The frame's ``expires`` header (ActiveMQ's STOMP header: epoch ms, 0 or none: never) as the
+    message's expiration; ConfigError naming the header unless it is such a number."""
+    value = frame.headers.get(EXPIRES_HEADER)
+    if value is None or value == "":
+        return 0
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit()):
+        raise ConfigError(EXPIRES_HEADER, value, "must be a time in epoch milliseconds, 0 for none")
+    return int(text)
 
 
 def _frame_of(message, destination: str) -> Frame:
@@ -160,7 +175,7 @@ class JournalQueueStore(QueueStore):
         try:
             self._broker.address_settings.add("#", AddressSettings(
                 max_delivery_attempts=max_delivery_attempts, redelivery_delay=redelivery_delay_ms,
-                dead_letter_address=dead_letter_queue))
+                dead_letter_address=dead_letter_queue, expiry_address=dead_letter_queue))
             if dead_letter_queue is not None:
                 # the dead-letter queue keeps what reaches it: no limit, no dead-letter address of its own
                 self._broker.address_settings.add(dead_letter_queue, AddressSettings(max_delivery_attempts=-1))
@@ -172,6 +187,12 @@ class JournalQueueStore(QueueStore):
         # frames handed out by deliver() and not yet settled: id(frame) -> (frame, consumer, message);
         # the entry holds the frame, so its id() is not reused while it is here
         self._held: dict[int, tuple[Frame, Any, Any]] = {}
+        # the expirations of the messages sent through this store, (epoch ms, destination) in a heap:
+        # a timer thread runs the broker's reaper when the first comes, so that the expiry copy reaches
+        # a waiting deliver(timeout_s=...) then (the broker's receive wakes at scheduled times only)
+        self._expirations: list[tuple[int, str]] = []
+        self._expiration_changed = threading.Condition(self._lock)
+        self._expiry_timer: threading.Thread | None = None
         self._closed = False
 
     # ---------------------------------------------------------------- coilmq's QueueStore interface
@@ -183,7 +204,11 @@ class JournalQueueStore(QueueStore):
         with self._lock:
             self._check_open()
             self._ensure_queue(destination)
-            self._broker.send(destination, body, properties=properties, routing_type="anycast")
+            expiration = _expiration_of(frame)
+            self._broker.send(destination, body, properties=properties, routing_type="anycast",
+                              expiration=expiration)
+            if expiration:
+                self._watch_expiration(expiration, destination)
         if self._wait_for_disk:
             self._broker.sync()         # outside the lock: concurrent enqueues share one fdatasync
 
@@ -229,6 +254,7 @@ class JournalQueueStore(QueueStore):
             if self._closed:
                 return
             self._closed = True
+            self._expiration_changed.notify_all()
             self._held.clear()
             self._broker.close()
 
@@ -236,8 +262,9 @@ class JournalQueueStore(QueueStore):
     def deliver(self, destination: str, *, timeout_s: float = 0.0) -> Frame | None:
         """Hand out the next frame of ``destination`` and keep it until :meth:`acknowledge` (or
         :meth:`requeue`, a failed delivery). Its delivery count is persisted before it is returned.
-        ``timeout_s`` > 0: wait that long for one to become deliverable (a send, a failed delivery
-        put back, a dead letter, a redelivery falling due), without holding the store's lock."""
+        ``timeout_s`` > 0: wait up to that long for one to become deliverable (a send, a failed
+        delivery put back, a dead letter or expiry copy, a redelivery falling due), without holding
+        the store's lock; a message sent here expiring sooner ends the wait when it expires."""
         with self._lock:
             self._check_open()
             if destination not in self._queues:
@@ -247,9 +274,40 @@ class JournalQueueStore(QueueStore):
                 consumer = self._consumers[destination] = self._broker.create_consumer(destination)
             if not timeout_s:
                 return self._hold(destination, consumer, consumer.receive(0))
-        message = consumer.receive(timeout_s)   # the broker's consumer is thread-safe
+        # the broker's consumer is thread-safe; its receive wakes on a message becoming deliverable
+        # (an expiry copy included: the store's expiry timer runs the reaper) and at the broker's
+        # next scheduled time
+        message = consumer.receive(timeout_s)
         with self._lock:
             return self._hold(destination, consumer, message)
+
+    def _watch_expiration(self, expiration_ms: int, destination: str) -> None:
+        """Lock held. Have the broker's reaper run when ``expiration_ms`` comes."""
+        heapq.heappush(self._expirations, (expiration_ms, destination))
+        if self._expiry_timer is None:
+            self._expiry_timer = threading.Thread(target=self._expire_when_due, daemon=True,
+                                                  name="serve-stomp expiry timer")
+            self._expiry_timer.start()
+        self._expiration_changed.notify()
+
+    def _expire_when_due(self) -> None:
+        """The expiry timer: sleeps until the earliest expiration, then asks the broker for the queue's
+        counts, which first expires what expired (the copy goes to the dead-letter queue)."""
+        expirations = self._expirations
+        with self._expiration_changed:
+            while not self._closed:
+                if not expirations:
+                    self._expiration_changed.wait()
+                    continue
+                wait_s = (expirations[0][0] + 1) / 1000 - time.time()
+                if wait_s > 0:
+                    self._expiration_changed.wait(wait_s)
+                    continue
+                _, destination = heapq.heappop(expirations)
+                try:
+                    self._broker.queue(destination)
+                except JournalError as error:           # the store failed; the next receive reaps it
+                    _log.warning("serve-stomp: expiring messages of %s: %s", destination, error)
 
     def _hold(self, destination: str, consumer, message) -> Frame | None:
         if message is None:

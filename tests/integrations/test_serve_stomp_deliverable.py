@@ -1,7 +1,8 @@
 """A message that becomes deliverable while nothing is sent reaches a live subscriber of
 `journal-engine serve-stomp` (a child process) at once: a dead letter made by a NACK or by a
 disconnect past the delivery limit reaches a subscriber of /queue/DLQ, and a redelivery held back by
---redelivery-delay-ms reaches its subscriber when due (not before).
+--redelivery-delay-ms reaches its subscriber when due (not before), and a message sent with an
+``expires`` header reaches a subscriber of /queue/DLQ as an expiry copy when it expires.
 
 Before, serve-stomp dispatched only on a SEND, an ACK, a NACK or a SUBSCRIBE, and only on the
 destination concerned: a dead letter sat in /queue/DLQ until a later SUBSCRIBE there, and due
@@ -15,6 +16,8 @@ import pytest
 from stomp_server import RawClient, Server, frame_bytes, has_traceback
 
 pytest.importorskip("coilmq", reason="coilmq is not installed (pip install 'journal_engine[coilmq]')")
+
+from journal_engine.limits import STOMP_WATCH_WAIT_S  # noqa: E402
 
 ARRIVAL_S = 5.0                 # a bound for "at once" on a loaded machine; typically milliseconds
 
@@ -76,6 +79,33 @@ def test_a_delayed_redelivery_reaches_its_live_subscriber_when_due(tmp_path):
         print(f"redelivery after {waited_ms:.1f} ms (delay {delay_ms} ms)")
         assert (command, body, headers.get("redelivered")) == ("MESSAGE", b"again", "true")
         assert waited_ms >= delay_ms * 0.9, waited_ms          # not before it is due (clock granularity aside)
+        assert not has_traceback(server.stderr()), server.stderr()[-3000:]
+    finally:
+        server.stop()
+
+
+def test_an_expiry_copy_reaches_a_live_dlq_subscriber(tmp_path):
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    try:
+        dead_letters = subscriber(server.port, "/queue/DLQ", "auto")
+        client = RawClient(server.port)
+        client.connect("1.2")
+        expires_ms = int(time.time() * 1000) + 300
+        client.send_raw(frame_bytes("SEND", {"destination": "/queue/nobody", "receipt": "sent",
+                                             "expires": str(expires_ms)}, b"stale"))
+        assert client.read_frame()[1]["receipt-id"] == "sent"
+        command, headers, body = dead_letters.read_frame(ARRIVAL_S)
+        late_ms = time.time() * 1000 - expires_ms
+        print(f"expiry copy reached the DLQ subscriber {late_ms:.1f} ms after the expiration")
+        assert (command, body) == ("MESSAGE", b"stale")
+        assert headers["original-destination"] == "/queue/nobody" and late_ms >= 0
+        # an expiry timer brings it, not the watcher's own return every STOMP_WATCH_WAIT_S
+        assert late_ms < STOMP_WATCH_WAIT_S * 1000 / 2, late_ms
+        # an expires header that is no time is refused with an ERROR frame naming it
+        client.send_raw(frame_bytes("SEND", {"destination": "/queue/nobody", "expires": "tomorrow"}, b"x"))
+        command, headers, _ = client.read_frame()
+        assert command == "ERROR" and "expires" in headers["message"], headers
+        assert client.closed_by_server()
         assert not has_traceback(server.stderr()), server.stderr()[-3000:]
     finally:
         server.stop()
