@@ -69,10 +69,13 @@ from ..limits import STOMP_ERROR_LINGER_S, STOMP_READ_BYTES, STOMP_WATCH_WAIT_S
 from .stomp_frames import FrameReader, StompFrameError, pack
 
 __all__ = ["JournalQueueStore", "DurableQueueManager", "make_store", "build_server", "serve",
-           "REDELIVERED_HEADER", "ORIGINAL_DESTINATION_HEADER", "EXPIRES_HEADER", "DEFAULT_DEAD_LETTER_QUEUE"]
+           "REDELIVERED_HEADER", "DELIVERY_COUNT_HEADER", "ORIGINAL_DESTINATION_HEADER", "EXPIRES_HEADER", "DEFAULT_DEAD_LETTER_QUEUE"]
 
 #: set to "true" on a MESSAGE that may have been delivered before (ActiveMQ's STOMP header name)
 REDELIVERED_HEADER = "redelivered"
+#: on every MESSAGE: the delivery attempt it is, 1 the first time (the broker's delivery count, persisted
+#: before the frame leaves, so an attempt cut by a crash counts)
+DELIVERY_COUNT_HEADER = "delivery-count"
 #: on a MESSAGE taken from the dead-letter queue: the destination it was sent to (ActiveMQ's name)
 ORIGINAL_DESTINATION_HEADER = "original-destination"
 #: on a SEND: when the message expires (epoch ms; ActiveMQ's name); it then goes to the dead-letter queue
@@ -316,6 +319,13 @@ class JournalQueueStore(QueueStore):
         self._held[id(frame)] = (frame, consumer, message)
         return frame
 
+    def delivery_count(self, frame: Frame) -> int | None:
+        """Which delivery of its message ``frame`` is (1 the first time), while :meth:`deliver` holds
+        it; None otherwise."""
+        with self._lock:
+            entry = self._held.get(id(frame))
+            return entry[2].delivery_count if entry is not None else None
+
     def acknowledge(self, frame: Frame) -> bool:
         """The frame handed out by :meth:`deliver` was consumed: it leaves the store. False if it was
         not held (already settled, or never delivered by this store)."""
@@ -508,8 +518,12 @@ class DurableQueueManager(QueueManager):
         return True
 
     def _send_frame(self, subscription, frame) -> None:
-        if frame.cmd == MESSAGE and subscription.connection.reliable_subscriber:
-            frame.headers["ack"] = frame.headers.get("message-id")   # STOMP 1.2 acknowledges by this id
+        if frame.cmd == MESSAGE:
+            count = self.store.delivery_count(frame)
+            if count is not None:
+                frame.headers[DELIVERY_COUNT_HEADER] = str(count)
+            if subscription.connection.reliable_subscriber:
+                frame.headers["ack"] = frame.headers.get("message-id")   # STOMP 1.2 acknowledges by this id
         super()._send_frame(subscription, frame)
 
     def _watch(self, destination: str) -> None:

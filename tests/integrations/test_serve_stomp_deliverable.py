@@ -71,6 +71,7 @@ def test_a_delayed_redelivery_reaches_its_live_subscriber_when_due(tmp_path):
         worker = subscriber(server.port, "/queue/work", "client-individual")
         send(server.port, "/queue/work", b"again")
         command, headers, _ = worker.read_frame()
+        assert (headers["delivery-count"], headers.get("redelivered")) == ("1", None), headers
         worker.send_raw(frame_bytes("NACK", {"id": headers["ack"], "receipt": "nacked"}))
         assert worker.read_frame()[1]["receipt-id"] == "nacked"
         nacked = time.monotonic()
@@ -78,6 +79,7 @@ def test_a_delayed_redelivery_reaches_its_live_subscriber_when_due(tmp_path):
         waited_ms = 1000 * (time.monotonic() - nacked)
         print(f"redelivery after {waited_ms:.1f} ms (delay {delay_ms} ms)")
         assert (command, body, headers.get("redelivered")) == ("MESSAGE", b"again", "true")
+        assert headers["delivery-count"] == "2", headers
         assert waited_ms >= delay_ms * 0.9, waited_ms          # not before it is due (clock granularity aside)
         assert not has_traceback(server.stderr()), server.stderr()[-3000:]
     finally:
