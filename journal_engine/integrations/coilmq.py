@@ -27,7 +27,11 @@ The model, in three layers:
 * **The server** (:func:`build_server`, :func:`serve`, ``journal-engine serve-stomp``): coilmq's
   threaded socket server with our manager and protocol adapters (NACK, which coilmq 1.1.0 answers
   with an error; ``client-individual`` acknowledgement; STOMP 1.2's ``ack`` header and a CONNECT
-  whose ``host`` is the address the client dialled).
+  whose ``host`` is the address the client dialled), and our frame reader and writer
+  (``stomp_frames.py``: coilmq's parser breaks on a frame split across socket reads). A bad frame
+  or a protocol error gets an ERROR frame and a clean close. Each destination with subscribers has
+  a watcher that hands over a message as soon as it becomes deliverable (a dead letter, an expiry
+  copy, a redelivery falling due), waking on the broker's own events.
 
 A message handed to a subscriber has its delivery count written before it leaves
 (``persist_delivery_count_before_delivery``), so after a crash a message that may have reached a
