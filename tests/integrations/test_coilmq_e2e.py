@@ -13,59 +13,18 @@ Everything runs on the loopback interface, with bounded counts and timeouts: the
 """
 from __future__ import annotations
 
-import os
 import queue
-import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from locations import ROOT
+from stomp_server import Server
 
 stomp = pytest.importorskip("stomp", reason="stomp.py is not installed (pip install 'journal_engine[coilmq]')")
 pytest.importorskip("coilmq", reason="coilmq is not installed (pip install 'journal_engine[coilmq]')")
 
-START_TIMEOUT_S = 30.0
 RECEIPT_TIMEOUT_S = 10.0
 QUIET_S = 2.0                       # no message for this long: the queue is drained
-
-
-class Server:
-    """`python -m journal_engine serve-stomp` in a child process on a free loopback port."""
-
-    def __init__(self, data: Path, log: Path, *extra: str) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-        self.log = open(log, "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "journal_engine", "serve-stomp", "--data", str(data), "--port", "0",
-             "--host", "127.0.0.1", *extra],
-            stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, env=env, cwd=str(ROOT))
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: lines.put(self.process.stdout.readline()), daemon=True).start()
-        try:
-            line = lines.get(timeout=START_TIMEOUT_S).decode()
-        except queue.Empty:
-            self.kill()
-            raise AssertionError(f"serve-stomp did not start within {START_TIMEOUT_S} s; see {log}")
-        assert "listening on 127.0.0.1:" in line, (line, log.read_text())
-        self.port = int(line.split("listening on 127.0.0.1:")[1].split()[0])
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-        self.log.close()
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=15)
-        finally:
-            self.kill()
 
 
 class Client(stomp.ConnectionListener):
