@@ -408,8 +408,6 @@ class Broker:
         if session is not None and session.transacted:
             if data.durable and store is not None:
                 post_office.store_new(data, targets, scheduled_delivery_time, session.transaction(store))
-            for queue in targets:
-                queue.pending_sends += 1
             session.add_send(data, targets, scheduled_delivery_time)
             return
         if data.durable and store is not None:

@@ -196,8 +196,7 @@ class DeadLetters:
                      f"its dead-letter address {address!r} has no queues")
         else:
             log_drop("AMQ222150", ref.data, queue.name, reason, "no dead-letter address is configured")
-        queue.messages_dropped += 1
-        self._post_office.remove(ref, KILLED, True)
+        self._post_office.drop(ref, KILLED)
 
     def no_route(self, data: MessageData, settings: AddressSettings, now: int
                  ) -> tuple[MessageData, list[QueueState]] | None:
@@ -246,8 +245,7 @@ class DeadLetters:
                      f"its expiry address {address!r} has no queues")
         else:
             log_drop("AMQ222147", data, ref.queue.name, DeadLetterReason.EXPIRED, "no expiry address is configured")
-        ref.queue.messages_dropped += 1
-        post_office.remove(ref, EXPIRED, True)
+        post_office.drop(ref, EXPIRED)
 
     def expire_due(self, now: int) -> None:
         """The reaper: expire every watched READY reference whose expiration is ``now`` or earlier (each is

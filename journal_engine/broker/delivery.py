@@ -205,8 +205,7 @@ class Delivery:
         Lock held by the consumer."""
         if ref is None or ref.delivery is not message or ref.state != DELIVERING:
             self._owned(consumer, message, "rolled back")       # raises, saying why
-        ref.queue.delivering -= 1
-        ref.delivery = None
+        ref.leave_consumer()
         self._redelivery.cancel(ref, self._clock.now_ms(), delay_ms, policy=policy)
 
     def close_consumer(self, consumer: Consumer) -> None:
@@ -227,10 +226,9 @@ class Delivery:
         for ref in refs:
             # not a failed delivery: Artemis decrements the count (ServerConsumerImpl.cancelRefs), then
             # checkRedelivery persists the lowered count and applies the dead-letter rule, without a delay
-            ref.delivery = None
+            ref.leave_consumer()
             if not self._close_keeps_count:     # Classic keeps it: the message comes back redelivered, and it
                 ref.delivery_count -= 1         # counts toward the redelivery plugin's limit
-            queue.delivering -= 1
             try:
                 cancel(ref, now, None, counted=False)
             except BaseException as exc:      # the store failed: this one is back in its queue; the rest too

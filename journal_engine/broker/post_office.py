@@ -300,6 +300,13 @@ class PostOffice:
             if queue.waiters:
                 queue.condition.notify()
 
+    def drop(self, ref: Reference, reason: str) -> None:
+        """The reference leaves its queue for good with nowhere to go (no dead-letter or expiry
+        address with queues, a discarding rule): counted as dropped and as ``reason`` (KILLED, EXPIRED),
+        its ACK stored."""
+        ref.queue.messages_dropped += 1
+        self.remove(ref, reason, True)
+
     def remove(self, ref: Reference, reason: str, write_store: bool) -> None:
         """The reference leaves its queue for good, counted by ``reason`` (NORMAL, KILLED, EXPIRED).
         ``write_store``: append its ACK (33) here (False when a transaction already holds it). The

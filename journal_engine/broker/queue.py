@@ -44,6 +44,18 @@ class Reference:
         self.delivery = None          # the Message of the current delivery (identity proves ownership)
         self.failures: list[tuple[int, str]] | None = None   # (time ms, reason) of each failed delivery seen
 
+    def leave_consumer(self) -> None:
+        """The reference is no longer held by a consumer (a rollback, a close, a session rolled back): its
+        queue counts one delivering reference less. Its state is the caller's next decision."""
+        self.delivery = None
+        self.queue.delivering -= 1
+
+    def undo_transacted_ack(self) -> None:
+        """An acknowledgement in a transaction that rolled back: the reference was delivering when it
+        was acknowledged, and leaves its consumer as a failed delivery."""
+        self.state = DELIVERING
+        self.leave_consumer()
+
     def record_failure(self, now_ms: int, reason: str) -> None:
         """Note a failed delivery, for the history a dead-letter copy carries."""
         if self.failures is None:

@@ -186,8 +186,7 @@ class Redelivery:
         if target is None or not target.has_queues():
             log_drop("Qpid Broker-J", ref.data, queue.name, DeadLetterReason.MAX_DELIVERY_ATTEMPTS,
                      f"delivered {ref.delivery_count} times, the maximum delivery count, and the queue has no DLQ")
-            queue.messages_dropped += 1
-            post_office.remove(ref, KILLED, True)
+            post_office.drop(ref, KILLED)
             return
         data = ref.data
         properties = dict(data.properties) if data.properties else {}

@@ -101,13 +101,20 @@ class Session:
         return tuple(self._consumers)
 
     def add_send(self, data: MessageData, targets: list[QueueState], scheduled_time: int) -> None:
-        """A send routed to ``targets``, to enqueue at commit."""
+        """A send routed to ``targets``, to enqueue at commit (each target counts it as pending until the
+        transaction ends)."""
+        for queue in targets:
+            queue.pending_sends += 1
         self._sends.append((data, targets, scheduled_time))
 
     def take_sends(self) -> list[tuple[MessageData, list[QueueState], int]]:
-        """The pending sends, in send order; the session holds none afterwards."""
+        """The pending sends, in send order; the session holds none afterwards, and their targets no
+        longer count them as pending."""
         sends = self._sends
         self._sends = []
+        for _data, targets, _scheduled_time in sends:
+            for queue in targets:
+                queue.pending_sends -= 1
         return sends
 
     def record_ack(self, ref: Reference) -> None:

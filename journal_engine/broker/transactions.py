@@ -20,7 +20,7 @@ from .clock import Clock
 from .delivery import Delivery
 from .gate import Gate
 from .post_office import PostOffice
-from .queue import DELIVERING, NORMAL
+from .queue import NORMAL
 from .redelivery import SESSION_ROLLBACK, Redelivery
 from .session import Session
 
@@ -53,8 +53,6 @@ class Transactions:
                 session.end_transaction()
             for data, targets, scheduled_time in session.take_sends():
                 live = [queue for queue in targets if not queue.deleted]
-                for queue in targets:
-                    queue.pending_sends -= 1
                 if scheduled_time and scheduled_time <= self._clock.now_ms():
                     scheduled_time = 0
                 post_office.enqueue(data, live, scheduled_time)
@@ -77,21 +75,16 @@ class Transactions:
         tx = session.end_transaction()
         if tx is not None:
             tx.rollback(sync=False)
-        for _, targets, _ in session.take_sends():
-            for queue in targets:
-                queue.pending_sends -= 1
+        session.take_sends()
         now = self._clock.now_ms()
         failed = list(session.acks())
         session.clear_acks()
         for ref in failed:
-            ref.state = DELIVERING
-            ref.delivery = None
-            ref.queue.delivering -= 1
+            ref.undo_transacted_ack()
         if include_delivering:
             for consumer in session.consumers():
                 for ref in consumer.take_deliveries():
-                    ref.delivery = None
-                    ref.queue.delivering -= 1
+                    ref.leave_consumer()
                     failed.append(ref)
         for ref in failed:
             self._redelivery.cancel(ref, now, None, SESSION_ROLLBACK)

@@ -178,5 +178,4 @@ class ClassicDeadLetters(DeadLetters):
         self._discard(ref, reason)
 
     def _discard(self, ref: Reference, reason: str) -> None:
-        ref.queue.messages_dropped += 1
-        self._post_office.remove(ref, reason, True)
+        self._post_office.drop(ref, reason)
