@@ -597,12 +597,22 @@ class _SettlingProtocol:
         if transaction and command not in _TRANSACTION_COMMANDS:
             if transaction not in self.engine.transactions:
                 raise ProtocolError(f"Invalid transaction specified: {transaction}")
+            # its RECEIPT comes at COMMIT, once it is processed (a SEND: stored), or at ABORT
             self.engine.transactions[transaction].append(frame)
-        else:
-            getattr(self, command.lower())(frame)
+            return
+        getattr(self, command.lower())(frame)
         receipt = frame.headers.get("receipt")
         if receipt and command not in _CONNECT_COMMANDS:
             self.engine.connection.send_frame(ReceiptFrame(receipt))
+
+    def abort(self, frame):
+        """ABORT: the transaction's frames are dropped; those that asked for a RECEIPT get it now
+        (they were processed: discarded), so that no client waits for one in vain."""
+        dropped = self.engine.transactions.get(frame.transaction, ())
+        super().abort(frame)
+        for buffered in dropped:
+            if buffered.headers.get("receipt"):
+                self.engine.connection.send_frame(ReceiptFrame(buffered.headers["receipt"]))
 
     def subscribe(self, frame):
         if (frame.headers.get("ack") or "").lower() == "client-individual":

@@ -224,3 +224,25 @@ def test_a_receipted_send_survives_a_sigkill_right_after_its_receipt(tmp_path):
         assert not has_traceback(restarted.stderr()), restarted.stderr()[-3000:]
     finally:
         restarted.stop()
+
+
+def test_a_send_in_a_transaction_is_receipted_once_at_commit(server):
+    """A SEND in a transaction is stored at COMMIT: its RECEIPT comes then, once (coilmq sent one when
+    the frame was buffered and a second when COMMIT processed it); ABORT receipts what it drops."""
+    client = RawClient(server.port)
+    client.connect("1.1")
+    client.send_raw(frame_bytes("BEGIN", {"transaction": "t1"}))
+    client.send_raw(frame_bytes("SEND", {"destination": "/queue/tx", "transaction": "t1", "receipt": "in-t1"}, b"one"))
+    with pytest.raises(TimeoutError):
+        client.read_frame(0.5)                  # not stored yet: no receipt
+    client.send_raw(frame_bytes("COMMIT", {"transaction": "t1", "receipt": "commit-t1"}))
+    assert [client.read_frame()[1]["receipt-id"] for _ in range(2)] == ["in-t1", "commit-t1"]
+    client.send_raw(frame_bytes("BEGIN", {"transaction": "t2"}))
+    client.send_raw(frame_bytes("SEND", {"destination": "/queue/tx", "transaction": "t2", "receipt": "in-t2"}, b"two"))
+    client.send_raw(frame_bytes("ABORT", {"transaction": "t2", "receipt": "abort-t2"}))
+    assert [client.read_frame()[1]["receipt-id"] for _ in range(2)] == ["in-t2", "abort-t2"]
+    with pytest.raises(TimeoutError):
+        client.read_frame(0.5)                  # nothing twice
+    client.close()
+    assert [body for _, body in drain(server.port, "/queue/tx", 1)] == [b"one"]
+    assert not has_traceback(server.stderr()), server.stderr()[-3000:]
