@@ -539,23 +539,22 @@ class DurableQueueManager(QueueManager):
                 if frame is not None:
                     self._offer(destination, frame)
         except JournalClosedError:      # the store closed under it: the server is stopping
-            pass
-        finally:
             with self._changed:
-                if self._watchers.get(destination) is threading.current_thread():
-                    del self._watchers[destination]
+                self._watchers.pop(destination, None)
 
     def _wait_for_idle_subscriber(self, destination: str) -> bool:
         """Wait until a subscriber of ``destination`` is idle (True), or none is left or the manager
-        stops (False)."""
+        stops (False: the watcher is struck off in the same hold of the lock, so a SUBSCRIBE coming
+        next starts a new one)."""
         with self._changed:
             while not self._stopping:
                 subscribers = self._subscriptions.subscribers(destination)
                 if not subscribers:
-                    return False
+                    break
                 if any(s not in self._pending for s in subscribers):
                     return True
                 self._changed.wait()
+            del self._watchers[destination]
             return False
 
     @synchronized(_manager_lock)

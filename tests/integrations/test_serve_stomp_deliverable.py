@@ -111,3 +111,21 @@ def test_an_expiry_copy_reaches_a_live_dlq_subscriber(tmp_path):
         assert not has_traceback(server.stderr()), server.stderr()[-3000:]
     finally:
         server.stop()
+
+
+def test_a_dlq_subscriber_coming_after_the_last_one_left_gets_dead_letters_at_once(tmp_path):
+    """A destination's watcher ends once its subscribers are gone; the next SUBSCRIBE starts another."""
+    server = Server(tmp_path / "store", tmp_path / "server.log", "--max-delivery-attempts", "1")
+    try:
+        subscriber(server.port, "/queue/DLQ", "auto").close()
+        time.sleep(STOMP_WATCH_WAIT_S * 1.5)        # the watcher has seen that nobody is left
+        dead_letters = subscriber(server.port, "/queue/DLQ", "auto")
+        worker = subscriber(server.port, "/queue/work", "client")
+        send(server.port, "/queue/work", b"poison")
+        headers = worker.read_frame()[1]
+        worker.send_raw(frame_bytes("NACK", {"id": headers["ack"]}))
+        command, headers, body = dead_letters.read_frame(ARRIVAL_S)
+        assert (command, body, headers["original-destination"]) == ("MESSAGE", b"poison", "/queue/work")
+        assert not has_traceback(server.stderr()), server.stderr()[-3000:]
+    finally:
+        server.stop()
