@@ -44,7 +44,8 @@ class Server:
         self.port = int(line.split("listening on 127.0.0.1:")[1].split()[0])
 
     def stderr(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text(errors="replace")
 
     def kill(self) -> None:
