@@ -129,3 +129,29 @@ def test_a_dlq_subscriber_coming_after_the_last_one_left_gets_dead_letters_at_on
         assert not has_traceback(server.stderr()), server.stderr()[-3000:]
     finally:
         server.stop()
+
+
+def test_delayed_redeliveries_come_when_due_not_at_a_poll(tmp_path):
+    """Ten NACKs with a 200 ms redelivery delay: each redelivery comes within milliseconds of its due
+    time. A poller every 100 ms (what serve-stomp had) makes them ~60 ms late here."""
+    delay_ms, rounds = 200, 10
+    server = Server(tmp_path / "store", tmp_path / "server.log", "--redelivery-delay-ms", str(delay_ms),
+                    "--max-delivery-attempts", "-1")
+    try:
+        worker = subscriber(server.port, "/queue/work", "client-individual")
+        send(server.port, "/queue/work", b"again")
+        headers = worker.read_frame()[1]
+        lateness_ms = []
+        for _ in range(rounds):
+            time.sleep(0.037)       # off any 100 ms beat the arrivals could fall into step with
+            worker.send_raw(frame_bytes("NACK", {"id": headers["ack"]}))
+            nacked = time.monotonic()
+            command, headers, body = worker.read_frame(delay_ms / 1000 + ARRIVAL_S)
+            assert (command, body) == ("MESSAGE", b"again")
+            lateness_ms.append(1000 * (time.monotonic() - nacked) - delay_ms)
+        mean_ms = sum(lateness_ms) / rounds
+        print(f"redeliveries late by {mean_ms:.1f} ms on average (min {min(lateness_ms):.1f}, max {max(lateness_ms):.1f})")
+        assert min(lateness_ms) >= -delay_ms * 0.1, lateness_ms        # never (much) before due
+        assert mean_ms < 30, lateness_ms
+    finally:
+        server.stop()
