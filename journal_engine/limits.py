@@ -167,6 +167,11 @@ STOMP_ERROR_LINGER_S = 1.0
 # a destination's watcher (integrations/coilmq.py) waits in Consumer.receive, which wakes when a message
 # becomes deliverable; it returns at least this often to see whether its subscribers are gone
 STOMP_WATCH_WAIT_S = 1.0
+# a STOMP connection's frames wait in an outbox written by a thread of its own; past this many bytes
+# queued, queueing more waits for the client to read. A write (or that wait) taking longer than
+# STOMP_WRITE_TIMEOUT_S shuts the connection down (part of a frame may be out: nothing may follow it)
+STOMP_OUTBOX_BYTES_MAX = 32 * 1024 * 1024
+STOMP_WRITE_TIMEOUT_S = 10.0
 
 
 # how the limits relate, checked at import with an ``if`` (``python -O`` removes an ``assert``)
@@ -177,6 +182,7 @@ _RELATIONSHIPS = {
     "the default file count is within its bound": MIN_FILES_DEFAULT >= MIN_FILES_MIN,
     "the default sync mode is a sync mode": SYNC_MODE_DEFAULT in SYNC_MODE_NAMES,
     "a STOMP read fits in a frame": 0 < STOMP_READ_BYTES <= STOMP_FRAME_BYTES_MAX,
+    "a STOMP outbox holds a frame of the largest size": STOMP_FRAME_BYTES_MAX < STOMP_OUTBOX_BYTES_MAX,
     "the async receive's polls grow": 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S,
     "an LMDB map starts within its growth": LMDB_MAP_SIZE_MIN_BYTES <= LMDB_MAP_SIZE_DEFAULT_BYTES
                                             <= LMDB_MAP_SIZE_MAX_DEFAULT_BYTES,

@@ -44,12 +44,14 @@ from __future__ import annotations
 import heapq
 import logging
 import os
+import selectors
 import signal
 import socket
 import sys
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from datetime import datetime
 from itertools import chain
@@ -69,7 +71,8 @@ from coilmq.util.frames import (ABORT, ACK, BEGIN, COMMIT, CONNECT, DISCONNECT, 
 
 from .. import AddressSettings, Broker, ConfigError, JournalClosedError
 from ..errors import JournalError
-from ..limits import STOMP_ERROR_LINGER_S, STOMP_READ_BYTES, STOMP_WATCH_WAIT_S
+from ..limits import (STOMP_ERROR_LINGER_S, STOMP_OUTBOX_BYTES_MAX, STOMP_READ_BYTES, STOMP_WATCH_WAIT_S,
+                      STOMP_WRITE_TIMEOUT_S)
 from .stomp_frames import FrameReader, StompFrameError, pack
 
 __all__ = ["JournalQueueStore", "DurableQueueManager", "make_store", "build_server", "serve",
@@ -655,18 +658,107 @@ class Stomp12(_SettlingProtocol, STOMP12):
 _PROTOCOLS = {STOMP10: Stomp10, STOMP11: Stomp11, STOMP12: Stomp12}
 
 
+class _Outbox:
+    """A connection's bytes on their way out, written by a thread of its own.
+
+    Why: coilmq writes a MESSAGE from the thread that dispatches it (a producer's SEND, another
+    client's ACK), holding the queue manager's lock; a subscriber that paused reading then held up
+    the producer's RECEIPT and every other delivery, and the server's 0.5 s socket timeout cut the
+    frame short in the middle. Here ``put`` only queues; it waits (up to STOMP_WRITE_TIMEOUT_S) only
+    when more than STOMP_OUTBOX_BYTES_MAX are queued. A write that fails or times out shuts the
+    connection down (part of a frame may be out: nothing may follow it); its reader then sees the end
+    and the connection is unbound (its unacknowledged frames are failed deliveries).
+    """
+
+    def __init__(self, sock: socket.socket, name: str) -> None:
+        self._socket = sock
+        self._queued: deque[bytes] = deque()
+        self._queued_bytes = 0          # queued or being written
+        self._changed = threading.Condition()
+        self._closing = False
+        self.broken = False
+        self._writer = threading.Thread(target=self._write_out, daemon=True, name=f"serve-stomp writer {name}")
+        self._writer.start()
+
+    def put(self, data: bytes) -> None:
+        """Queue ``data`` (whole frames, in order); BrokenPipeError once the connection is given up."""
+        with self._changed:
+            deadline = time.monotonic() + STOMP_WRITE_TIMEOUT_S
+            while not self.broken and self._queued_bytes and self._queued_bytes + len(data) > STOMP_OUTBOX_BYTES_MAX:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._give_up()
+                    break
+                self._changed.wait(left)
+            if self.broken:
+                raise BrokenPipeError("the connection was given up after a write failed or timed out")
+            self._queued.append(data)
+            self._queued_bytes += len(data)
+            self._changed.notify_all()
+
+    def close(self, timeout_s: float) -> None:
+        """Write what is queued (for ``timeout_s`` at most), then stop the writer."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+            deadline = time.monotonic() + timeout_s
+            while self._queued_bytes and not self.broken and (left := deadline - time.monotonic()) > 0:
+                self._changed.wait(left)
+            if self._queued_bytes and not self.broken:
+                self._give_up()
+        self._writer.join(timeout_s)
+
+    def _write_out(self) -> None:
+        while True:
+            with self._changed:
+                while not self._queued and not self._closing and not self.broken:
+                    self._changed.wait()
+                if self.broken or not self._queued:
+                    return
+                data = self._queued.popleft()
+            try:
+                self._socket.sendall(data)      # the socket's timeout: STOMP_WRITE_TIMEOUT_S
+            except OSError:
+                with self._changed:
+                    self._give_up()
+                return
+            with self._changed:
+                self._queued_bytes -= len(data)
+                self._changed.notify_all()
+
+    def _give_up(self) -> None:
+        """Lock held."""
+        self.broken = True
+        self._queued.clear()
+        self._queued_bytes = 0
+        self._changed.notify_all()
+        try:
+            self._socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 class _RequestHandler(StompRequestHandler):
-    """coilmq's connection handler with our frame reader and writer (stomp_frames.py says why) and
-    our protocol adapters. A frame that breaks the grammar, a limit or the protocol is answered with
-    an ERROR frame (its ``message`` header says what, ``receipt-id`` names the frame's receipt), then
-    the connection closes; the server and its other connections go on. Frames are written under a
-    per-connection lock: a MESSAGE dispatched from another connection's thread and this one's
-    RECEIPT must not interleave on the socket."""
+    """coilmq's connection handler with our frame reader and writer (stomp_frames.py says why), an
+    outbox written by a thread of its own (:class:`_Outbox` says why) and our protocol adapters. A
+    frame that breaks the grammar, a limit or the protocol is answered with an ERROR frame (its
+    ``message`` header says what, ``receipt-id`` names the frame's receipt), then the connection
+    closes; the server and its other connections go on."""
 
     def setup(self) -> None:
         super().setup()
         self.reader = FrameReader()
-        self._send_lock = threading.Lock()
+        # coilmq sets the server's 0.5 s timeout on the socket, for its reads to see a shutdown; reads
+        # wait on a selector with that timeout instead, and the socket's own timeout is the writes'
+        self.request.settimeout(STOMP_WRITE_TIMEOUT_S)
+        self._readable = selectors.DefaultSelector()
+        self._readable.register(self.request, selectors.EVENT_READ)
+        self._outbox = _Outbox(self.request, f"{self.client_address}")
+
+    def finish(self) -> None:
+        self._outbox.close(STOMP_WRITE_TIMEOUT_S)       # what is queued goes out before the close
+        self._readable.close()
+        super().finish()
 
     def handle(self) -> None:
         frames = self.iter_frames()
@@ -699,23 +791,19 @@ class _RequestHandler(StompRequestHandler):
     def iter_frames(self) -> Iterator[Frame]:
         """The client's frames until it closes the connection or the server shuts down."""
         while not self.server.shutdown_requested.is_set():
-            try:
-                data = self.request.recv(STOMP_READ_BYTES)
-            except (socket.timeout, TimeoutError):
+            if not self._readable.select(self.server.timeout):
                 continue
+            data = self.request.recv(STOMP_READ_BYTES)
             if not data:
                 return
             self.last_data = datetime.now()
             yield from self.reader.feed(data)
 
     def send_frame(self, frame: Frame) -> None:
-        data = pack(frame, escapes=self.reader.escapes)
-        with self._send_lock:
-            self.request.sendall(data)
+        self._outbox.put(pack(frame, escapes=self.reader.escapes))
 
     def send_heartbeat(self) -> None:
-        with self._send_lock:
-            self.request.sendall(b"\n")
+        self._outbox.put(b"\n")
 
     def _refuse(self, message: str, frame: Frame | None) -> None:
         """An ERROR frame, then a clean close: stop writing, drop what the client still sends (for
@@ -727,6 +815,7 @@ class _RequestHandler(StompRequestHandler):
             error.headers["receipt-id"] = receipt
         try:
             self.send_frame(error)
+            self._outbox.close(STOMP_ERROR_LINGER_S)
             self.request.shutdown(socket.SHUT_WR)
             deadline = time.monotonic() + STOMP_ERROR_LINGER_S
             while (left := deadline - time.monotonic()) > 0:

@@ -249,3 +249,27 @@ def test_a_send_in_a_transaction_is_receipted_once_at_commit(server):
     client.close()
     assert [body for _, body in drain(server.port, "/queue/tx", 1)] == [b"one"]
     assert not has_traceback(server.stderr()), server.stderr()[-3000:]
+
+
+def test_a_subscriber_that_stops_reading_for_a_while_gets_every_frame_whole(server):
+    """Frames larger than the socket buffers to a subscriber that reads nothing for 2 s: the server's
+    writes wait for it (they used to give up after the server's 0.5 s read timeout, mid-frame)."""
+    bodies = [bytes([n]) * (8 * 1024 * 1024) for n in range(1, 4)]
+    client = RawClient(server.port)
+    client.connect("1.1")
+    client.send_raw(frame_bytes("SUBSCRIBE", {"destination": "/queue/slow", "id": "s", "ack": "auto",
+                                              "receipt": "sub"}))
+    assert client.read_frame()[1]["receipt-id"] == "sub"
+    producer = RawClient(server.port)
+    producer.connect()
+    for n, body in enumerate(bodies):
+        producer.send_raw(frame_bytes("SEND", {"destination": "/queue/slow", "receipt": f"big-{n}"}, body))
+        assert producer.read_frame(WAIT_S)[1]["receipt-id"] == f"big-{n}"
+    producer.close()
+    time.sleep(2.0)
+    got = [client.read_frame(WAIT_S) for _ in bodies]
+    assert [(command, body) for command, _, body in got] == [("MESSAGE", body) for body in bodies]
+    with pytest.raises(TimeoutError):
+        client.read_frame(0.5)              # nothing delivered twice
+    client.close()
+    assert not has_traceback(server.stderr()), server.stderr()[-3000:]
