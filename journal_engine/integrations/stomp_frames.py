@@ -107,6 +107,7 @@ class FrameReader:
                 self._searched = len(buffer)
                 self._check_size(len(buffer))
                 return None
+            self._check_size(end + 1)
         body = bytes(buffer[body_start:end])
         del buffer[:end + 1]
         self._pending = None
