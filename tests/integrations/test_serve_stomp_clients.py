@@ -28,7 +28,7 @@ WAIT_S = 30.0
 def server(tmp_path):
     started = Server(tmp_path / "store", tmp_path / "server.log")
     yield started
-    started.stop()
+    assert started.stop() == 0          # SIGTERM: a clean stop, watchers and writers included
 
 
 def drain(port: int, destination: str, count: int, version: str = "1.0") -> list[tuple[dict, bytes]]:
