@@ -278,7 +278,11 @@ class JournalQueueStore(QueueStore):
         with self._lock:
             self._check_open()
             if destination not in self._queues:
-                return None
+                if not timeout_s:
+                    return None
+                # a wait needs the queue (the broker's receive waits on it): created, empty, as a
+                # SEND would create it
+                self._ensure_queue(destination)
             consumer = self._consumers.get(destination)
             if consumer is None:
                 consumer = self._consumers[destination] = self._broker.create_consumer(destination)

@@ -10,7 +10,9 @@ redeliveries were offered by a poller that ran only when a redelivery delay was 
 """
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 from stomp_server import RawClient, Server, frame_bytes, has_traceback
@@ -153,5 +155,28 @@ def test_delayed_redeliveries_come_when_due_not_at_a_poll(tmp_path):
         print(f"redeliveries late by {mean_ms:.1f} ms on average (min {min(lateness_ms):.1f}, max {max(lateness_ms):.1f})")
         assert min(lateness_ms) >= -delay_ms * 0.1, lateness_ms        # never (much) before due
         assert mean_ms < 30, lateness_ms
+    finally:
+        server.stop()
+
+
+def server_cpu_s(server: Server) -> float:
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")      # utime + stime
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the server's CPU time from /proc")
+def test_a_subscriber_on_a_queue_nobody_sent_to_costs_no_cpu_and_gets_the_first_send(tmp_path):
+    """The watcher of a queue that did not exist yet waits on it (it spun at full speed: 2.6 s of CPU
+    in 3 s)."""
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    try:
+        waiting = subscriber(server.port, "/queue/never-sent", "auto")
+        before = server_cpu_s(server)
+        time.sleep(2.0)
+        spent_s = server_cpu_s(server) - before
+        assert spent_s < 0.3, f"an idle server spent {spent_s:.2f} s of CPU in 2 s"
+        send(server.port, "/queue/never-sent", b"first")
+        command, _, body = waiting.read_frame(ARRIVAL_S)
+        assert (command, body) == ("MESSAGE", b"first")
     finally:
         server.stop()
