@@ -442,7 +442,7 @@ class DurableQueueManager(QueueManager):
     def dispatch(self, destination: str) -> None:
         """Hand frames of ``destination`` to its idle subscribers while both last."""
         while True:
-            idle = [s for s in self._subscriptions.subscribers(destination) if s not in self._pending]
+            idle = self._idle(destination)
             chosen = self.subscriber_scheduler.choice(idle, None)
             if chosen is None or not self._send_backlog(chosen, destination):
                 return
@@ -504,6 +504,12 @@ class DurableQueueManager(QueueManager):
                 break
         return handed
 
+    def _idle(self, destination: str) -> list:
+        """The subscriptions of ``destination`` that can take a frame now: none pending, and a
+        connection that was not given up (a failed write shuts it down; its thread then unbinds it)."""
+        return [s for s in self._subscriptions.subscribers(destination)
+                if s not in self._pending and not getattr(s.connection, "given_up", False)]
+
     def _take(self, destination: str) -> Frame | None:
         parked = self._parked.get(destination)
         if parked:
@@ -555,10 +561,9 @@ class DurableQueueManager(QueueManager):
         next starts a new one)."""
         with self._changed:
             while not self._stopping:
-                subscribers = self._subscriptions.subscribers(destination)
-                if not subscribers:
+                if not self._subscriptions.subscribers(destination):
                     break
-                if any(s not in self._pending for s in subscribers):
+                if self._idle(destination):
                     return True
                 self._changed.wait()
             del self._watchers[destination]
@@ -568,7 +573,7 @@ class DurableQueueManager(QueueManager):
     def _offer(self, destination: str, frame: Frame) -> None:
         """A frame a watcher took: to an idle subscriber, else parked until one is (the subscribers
         may have been served or gone meanwhile)."""
-        idle = [s for s in self._subscriptions.subscribers(destination) if s not in self._pending]
+        idle = self._idle(destination)
         chosen = self.subscriber_scheduler.choice(idle, frame)
         if chosen is None:
             self._parked.setdefault(destination, []).append(frame)
@@ -802,6 +807,11 @@ class _RequestHandler(StompRequestHandler):
                 return
             self.last_data = datetime.now()
             yield from self.reader.feed(data)
+
+    @property
+    def given_up(self) -> bool:
+        """True once a write failed or timed out: the connection is being shut down."""
+        return self._outbox.broken
 
     def send_frame(self, frame: Frame) -> None:
         self._outbox.put(pack(frame, escapes=self.reader.escapes))
