@@ -497,8 +497,7 @@ class DurableQueueManager(QueueManager):
             return False
         handed = False
         while (frame := self._take(destination)) is not None:
-            if not self._hand(subscription, destination, frame):
-                break
+            self._hand(subscription, frame)
             handed = True
             if reliable:
                 break
@@ -516,23 +515,12 @@ class DurableQueueManager(QueueManager):
             return parked.pop(0)
         return self.store.deliver(destination)
 
-    def _hand(self, subscription, destination: str, frame: Frame) -> bool:
-        """Write ``frame`` to ``subscription``; an ``ack: auto`` one's frame leaves the store once
-        written. False when the write failed (a failed delivery)."""
-        try:
-            self._send_frame(subscription, frame)
-        except OSError as error:
-            # the subscriber's connection broke: a failed delivery; its own thread unbinds it. Not
-            # raised: this may run in another connection's thread (a SEND dispatching), whose
-            # client did nothing wrong
-            _log.warning("serve-stomp: a MESSAGE could not be written to a subscriber (%s); it is "
-                         "delivered again", error)
-            self._pending.pop(subscription, None)
-            self.store.requeue(destination, frame)
-            return False
+    def _hand(self, subscription, frame: Frame) -> None:
+        """Send ``frame`` to ``subscription`` (into its connection's outbox, which never raises); an
+        ``ack: auto`` subscriber's frame leaves the store then."""
+        self._send_frame(subscription, frame)
         if not subscription.connection.reliable_subscriber:
             self.store.acknowledge(frame)
-        return True
 
     def _send_frame(self, subscription, frame) -> None:
         if frame.cmd == MESSAGE:
@@ -578,7 +566,7 @@ class DurableQueueManager(QueueManager):
         if chosen is None:
             self._parked.setdefault(destination, []).append(frame)
             return
-        self._hand(chosen, destination, frame)
+        self._hand(chosen, frame)
         self.dispatch(destination)      # an auto subscriber takes what else is there
 
     def close(self) -> None:
@@ -690,7 +678,9 @@ class _Outbox:
         self._writer.start()
 
     def put(self, data: bytes) -> None:
-        """Queue ``data`` (whole frames, in order); BrokenPipeError once the connection is given up."""
+        """Queue ``data`` (whole frames, in order). Once the connection is given up, dropped: its
+        reader is ending it, and what it had not acknowledged becomes failed deliveries then (an
+        error here would only reach the thread that dispatched, another client's)."""
         with self._changed:
             deadline = time.monotonic() + STOMP_WRITE_TIMEOUT_S
             while not self.broken and self._queued_bytes and self._queued_bytes + len(data) > STOMP_OUTBOX_BYTES_MAX:
@@ -700,7 +690,7 @@ class _Outbox:
                     break
                 self._changed.wait(left)
             if self.broken:
-                raise BrokenPipeError("the connection was given up after a write failed or timed out")
+                return
             self._queued.append(data)
             self._queued_bytes += len(data)
             self._changed.notify_all()

@@ -9,6 +9,8 @@ SENDs got about 100 RECEIPTs, then a ValueError from parse_headers dropped the c
 """
 from __future__ import annotations
 
+import socket
+import struct
 import threading
 import time
 
@@ -272,4 +274,37 @@ def test_a_subscriber_that_stops_reading_for_a_while_gets_every_frame_whole(serv
     with pytest.raises(TimeoutError):
         client.read_frame(0.5)              # nothing delivered twice
     client.close()
+    assert not has_traceback(server.stderr()), server.stderr()[-3000:]
+
+
+def test_subscribers_vanishing_mid_delivery_lose_nothing_and_leave_no_traceback(server):
+    """Topic and client-acknowledging queue subscribers reset their connections while MESSAGEs are
+    being written to them: the server goes on, every queue message is still there, stderr is quiet
+    (coilmq's topic manager logged a traceback for each write that failed)."""
+    queue_bodies = []
+    for round_number in range(10):
+        vanishing = []
+        for number in range(4):
+            client = RawClient(server.port)
+            client.connect()
+            destination, ack = ("/topic/vanish", "auto") if number % 2 else ("/queue/vanish", "client")
+            client.send_raw(frame_bytes("SUBSCRIBE", {"destination": destination, "ack": ack, "receipt": "s"}))
+            while client.read_frame()[0] != "RECEIPT":
+                pass                            # a queue message left by the round before may come first
+            vanishing.append(client)
+        producer = RawClient(server.port)
+        producer.connect()
+        topic_burst = b"".join(frame_bytes("SEND", {"destination": "/topic/vanish"}, b"t" * 1000) for _ in range(300))
+        bodies = [f"{round_number}-{n}".encode() for n in range(5)]
+        queue_bodies += bodies
+        producer.send_raw(topic_burst + b"".join(frame_bytes("SEND", {"destination": "/queue/vanish"}, body)
+                                                 for body in bodies))
+        for client in vanishing:
+            client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()                      # a reset, with frames in flight to it
+        producer.send_raw(topic_burst + frame_bytes("SEND", {"destination": "/queue/other", "receipt": "end"}))
+        assert producer.read_frame(WAIT_S)[1]["receipt-id"] == "end"
+        producer.close()
+    drained = drain(server.port, "/queue/vanish", len(queue_bodies))
+    assert sorted(body for _, body in drained) == sorted(queue_bodies)
     assert not has_traceback(server.stderr()), server.stderr()[-3000:]
