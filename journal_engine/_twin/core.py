@@ -531,6 +531,9 @@ class JournalCore:
                     return
                 seen.limit = seen.position
                 self._write_active()
+                if seen.written + FRAME_HEADER_SIZE_BYTES <= seen.size:
+                    # a zero header ends the data (the compiled core says why)
+                    seen.write_at(bytes(FRAME_HEADER_SIZE_BYTES), seen.written)
                 # durable before the next file takes a byte (the compiled core says why)
                 seen.datasync()
                 seen.synced = seen.written

@@ -103,6 +103,9 @@ cdef enum FlusherState:
 SYNC_MODES = dict(zip(SYNC_MODE_NAMES, (MODE_ALWAYS, MODE_GROUP, MODE_NONE)))
 
 
+cdef unsigned char _ZERO_HEADER[FRAME_HEADER_SIZE]    # zero-initialised: what a file switch writes after the last frame
+
+
 cdef int _pwrite_all(int fd, const unsigned char *data, Py_ssize_t n, Py_ssize_t offset) noexcept nogil:
     """pwrite every byte, retrying short writes and EINTR; 0 or the errno of the failure."""
     cdef Py_ssize_t done = 0, rc
@@ -930,6 +933,10 @@ cdef class JournalCore(RecordSink):
                 return
             seen.limit = seen.position     # appenders that still see it find it full and wait here
             self._write_active()
+            if seen.written + FRAME_HEADER_SIZE <= seen.size:
+                # a zero header ends the data for every reader: past it, a recycled file keeps its
+                # earlier life, whose bytes could read as a damaged frame of this file
+                seen.write_at(_ZERO_HEADER, FRAME_HEADER_SIZE, seen.written, FRAME_HEADER_SIZE)
             # durable before the next file takes a byte: a power cut could otherwise keep the next
             # file's writes and lose this one's tail, which ends in zeros like a file sealed early
             seen.datasync()

@@ -131,6 +131,37 @@ def test_clean_end_by_zeros_is_not_reported(journal_dir):
     assert bodies(result) == expected
 
 
+def test_a_sealed_files_end_is_marked_so_earlier_bytes_never_read_as_its_damage(journal_dir):
+    """A recycled file keeps its earlier life's bytes past the new data, and a body there can hold this
+    file's stamp (a small number, like the record ids and sequence numbers in it) where the scan reads
+    the stamp of the next frame header: read as a damaged frame of this file, followed by later files,
+    a clean journal was reported damaged and compaction refused it (found by the crash campaign). The
+    file switch now writes a zero header after the last frame (E1)."""
+    with Journal(journal_dir, file_size=FILE_SIZE, sync="always", compact_min_files=0) as journal:
+        journal.load()
+        journal.add(0, 1, body(0))
+        first = Path(journal.stats()["active_file"])
+        stamp = stamp_of(int(first.name[8:24], 16))
+        # the earlier life, planted over the file's unused part: every 8-aligned 32 bytes read as a
+        # header of this file (the stamp at its place) with garbage around it
+        written = scan_frames(first.read_bytes(), stamp, DATA_START_BYTES)[-1][0]
+        with open(first, "r+b") as handle:
+            handle.seek(written)
+            handle.write(struct.pack("<II", 0x93E3EB94, stamp) * ((FILE_SIZE - written) // 8))
+        expected = {0: body(0)}
+        record_id = 1
+        while Path(journal.stats()["active_file"]) == first:     # fill it: the switch seals it
+            expected[record_id] = body(record_id, 1000)
+            journal.add(record_id, 1, expected[record_id], sync=False)
+            record_id += 1
+        for later in range(record_id, record_id + 5):              # data in the next file
+            expected[later] = body(later)
+            journal.add(later, 1, expected[later])
+    result = reopen(journal_dir)
+    assert_clean(result.report)
+    assert bodies(result) == expected
+
+
 def test_clean_end_by_bytes_of_a_recycled_file_is_not_reported(journal_dir):
     """A reclaimed file keeps its old frames; stamped for its old id, they end the new data."""
     expected = {}
