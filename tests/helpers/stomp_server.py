@@ -134,3 +134,22 @@ class RawClient:
 
 def has_traceback(text: str) -> bool:
     return "Traceback" in text or "Error processing STOMP frame" in text
+
+
+def subscriber(port: int, destination: str, ack: str) -> RawClient:
+    """A STOMP 1.2 connection subscribed to `destination` (its SUBSCRIBE receipted)."""
+    client = RawClient(port)
+    client.connect("1.2")
+    client.send_raw(frame_bytes("SUBSCRIBE", {"destination": destination, "id": "s", "ack": ack, "receipt": "sub"}))
+    command, headers, _ = client.read_frame()
+    assert (command, headers.get("receipt-id")) == ("RECEIPT", "sub"), (command, headers)
+    return client
+
+
+def send(port: int, destination: str, body: bytes) -> None:
+    """One receipted SEND on a connection of its own."""
+    client = RawClient(port)
+    client.connect("1.2")
+    client.send_raw(frame_bytes("SEND", {"destination": destination, "receipt": "sent", "x-kind": "work"}, body))
+    assert client.read_frame()[1]["receipt-id"] == "sent"
+    client.close()
