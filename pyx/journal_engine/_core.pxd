@@ -99,14 +99,8 @@ cdef class JournalCore(RecordSink):
     cdef void _pad_locked(self, Segment seg) noexcept nogil
     cdef int _append(self, uint8_t kind, int user_type, object record_id, uint64_t tx_id,
                      object body, object sync) except -1
-    cdef int _append_raw(self, uint8_t kind, uint8_t user_type, uint64_t record_id, uint64_t tx_id,
-                         const unsigned char *body, Py_ssize_t n, object sync) except -1
     cdef int _after_append(self, object sync) except -1
     cdef int _make_room(self, Py_ssize_t size) except -1
-    cdef int _begin_group(self, Py_ssize_t total) except -1
-    cdef int _end_group(self, object sync) except -1
-    cdef int _abort_group(self, object exc) except -1
-    cdef bint _is_live(self, uint64_t record_id) except -1
     cdef int _notify(self, int which) except -1
     cdef int _kick(self, bint urgent) except -1
     cdef int _sleep(self, uint64_t target, int what) except -1
