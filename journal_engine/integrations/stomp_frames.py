@@ -55,7 +55,10 @@ class FrameReader:
         # the frame whose headers are read and whose body is awaited: (command, headers, body start,
         # content-length or None); and where the search for its NUL goes on
         self._pending: tuple[str, dict[str, str], int, int | None] | None = None
+        # how far the search for the end of the headers (or, once they are read, for the body's NUL)
+        # has looked: each byte is looked at once, however the stream is split
         self._searched = 0
+        self._command_checked = False
 
     @property
     def buffered_bytes(self) -> int:
@@ -77,14 +80,18 @@ class FrameReader:
                 start += 1
             if start:
                 del buffer[:start]
-            end = _end_of_headers(buffer)
+                self._searched = 0
+            end = _end_of_headers(buffer, max(self._searched - 2, 0))    # an empty line is 2 or 3 bytes
             if end is None:
                 # refuse garbage at once rather than wait for an empty line that may never come
-                line_end = buffer.find(_EOL)
-                if line_end >= 0:
-                    _command(bytes(buffer[:line_end]))
-                if buffer.find(_NUL) >= 0:
+                if not self._command_checked:
+                    line_end = buffer.find(_EOL, self._searched)
+                    if line_end >= 0:
+                        _command(bytes(buffer[:line_end]))
+                        self._command_checked = True
+                if buffer.find(_NUL, self._searched) >= 0:
                     raise StompFrameError("a frame ends (NUL) before the empty line that ends its headers")
+                self._searched = len(buffer)
                 self._check_size(len(buffer))
                 return None
             header_end, body_start = end
@@ -111,6 +118,8 @@ class FrameReader:
         body = bytes(buffer[body_start:end])
         del buffer[:end + 1]
         self._pending = None
+        self._searched = 0
+        self._command_checked = False
         return Frame(command, headers=headers, body=body)
 
     def _headers(self, block: bytes) -> tuple[str, dict[str, str]]:
@@ -162,11 +171,11 @@ def _command(line: bytes) -> str:
     return line.decode("ascii")
 
 
-def _end_of_headers(buffer: bytearray) -> tuple[int, int] | None:
+def _end_of_headers(buffer: bytearray, start: int = 0) -> tuple[int, int] | None:
     """Where the header block ends (the EOL of its last line) and the body starts: after the first
-    empty line (LF LF or LF CR LF). None until it is buffered."""
-    index = buffer.find(b"\n\n")
-    crlf = buffer.find(b"\n\r\n")
+    empty line (LF LF or LF CR LF) at or after ``start``. None until it is buffered."""
+    index = buffer.find(b"\n\n", start)
+    crlf = buffer.find(b"\n\r\n", start)
     if crlf >= 0 and (index < 0 or crlf < index):
         return crlf, crlf + 3
     if index >= 0:
