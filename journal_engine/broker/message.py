@@ -44,10 +44,10 @@ class MessageData:
         self._view: Mapping[str, Any] | None = None
 
     def set_property(self, name: str, value: Any) -> None:
-        """Set one property (the broker's own, such as Classic's ``redeliveryDelay``)."""
-        if self.properties is None:
-            self.properties = {}
-        self.properties[name] = value
+        """Set one property (the broker's own, such as Classic's ``redeliveryDelay``) in a new dict:
+        deliveries already handed out hold the old one and must not see it change."""
+        properties = self.properties
+        self.properties = {**properties, name: value} if properties else {name: value}
         self._view = None
 
     def stored_properties(self) -> dict | None:
@@ -83,14 +83,16 @@ class Message:
     """One delivery of a message (or a browsed copy, whose delivery_count is 0).
 
     ``delivery_count`` is 1 on the first delivery and goes up at each dispatch; ``redelivered`` is
-    ``delivery_count > 1``. ``properties`` is read-only. ``queue`` names the queue it came from.
+    ``delivery_count > 1``. ``properties`` is read-only and those of this delivery: a later change
+    (a redelivery's ``redeliveryDelay``) is not seen. ``queue`` names the queue it came from.
     Acknowledge or roll it back through the consumer that received it.
     """
 
-    __slots__ = ("_data", "delivery_count", "queue", "_ref", "_owner")
+    __slots__ = ("_data", "_properties", "delivery_count", "queue", "_ref", "_owner")
 
     def __init__(self, data: MessageData, delivery_count: int, queue: str, ref=None, owner=None) -> None:
         self._data = data
+        self._properties = data.properties    # the dict of this moment: the broker replaces, never changes it
         self.delivery_count = delivery_count
         self.queue = queue
         self._ref = ref           # the queue reference this delivery is of (None: browsed)
@@ -110,7 +112,11 @@ class Message:
 
     @property
     def properties(self) -> Mapping[str, Any]:
-        return self._data.properties_view()
+        data = self._data
+        properties = self._properties
+        if properties is data.properties:
+            return data.properties_view()
+        return types.MappingProxyType(properties) if properties else _EMPTY
 
     @property
     def durable(self) -> bool:
