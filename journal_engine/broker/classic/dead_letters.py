@@ -4,7 +4,8 @@ What Classic does, read from its source (RegionBroker.sendToDeadLetterQueue, the
 plugins) and checked against ../shared/reference/activemq-classic-observed.md:
 
 * a consumer's failure is a **poison ack** (a rollback by a consumer without a ClassicRedeliveryPolicy,
-  or a consumer whose policy's maximum was passed); an **expired** message goes the same way;
+  or a consumer whose policy's maximum was passed); an **expired** message goes the same way; a poison
+  ack on a non-durable topic subscription drops the message (TopicSubscription.acknowledge only counts it);
 * the redelivery plugin, when configured, takes a poison ack first (``classic_plugins``): it schedules
   the message again (any consumer may take it when due, the delay recorded as ``redeliveryDelay``), or
   dead-letters it, or drops it;
@@ -76,11 +77,17 @@ class ClassicDeadLetters(DeadLetters):
     # ------------------------------------------------------------------------------- entry points
     def poison(self, ref: Reference, cause: str | None, now: int) -> None:
         """A poison ack of a reference that has just left its consumer."""
+        destination = self._destination_of(ref)
+        if not destination.is_queue and not ref.queue.durable:
+            # TopicSubscription.acknowledge: a non-durable subscription's poison ack only updates its
+            # statistics; neither the redelivery plugin nor a DLQ sees the message
+            self._drop(ref, KILLED, destination, "a poison ack on a non-durable topic subscription only updates "
+                       "its statistics (TopicSubscription.acknowledge)")
+            return
         plugin = self.config.redelivery_plugin
         if plugin is None:
             self.send_to_dead_letter_queue(ref, cause, now, expired=False)
             return
-        destination = self._destination_of(ref)
         policy = plugin.policy_for(destination)
         if policy is None:
             if plugin.fallback_to_dead_letter:
@@ -89,10 +96,7 @@ class ClassicDeadLetters(DeadLetters):
                 self._drop(ref, KILLED, destination, "no redelivery policy matches (fallbackToDeadLetter is false)")
             return
         data = ref.data
-        previous = (data.properties or {}).get(REDELIVERY_DELAY_PROPERTY, 0)
-        if isinstance(previous, bool) or not isinstance(previous, int):
-            previous = 0
-        delay = plugin.delay_for(policy, ref.delivery_count - 1, previous, self._rng)
+        delay = plugin.delay_for(policy, ref.delivery_count - 1, self._rng)
         if delay is None:
             if plugin.send_to_dlq_if_max_retries_exceeded:
                 self.send_to_dead_letter_queue(ref, cause, now, expired=False)

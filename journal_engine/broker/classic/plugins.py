@@ -12,8 +12,9 @@ Redelivery plugin (RedeliveryPlugin): a poison ack does not dead-letter the mess
 of its destination (a ``ClassicDestinationMap`` of ClassicRedeliveryPolicy, else ``default_entry``)
 schedules it again, through the scheduler, so any consumer can take it: while the message's redelivery
 counter (its previous redeliveries) is below ``maximum_redeliveries`` (or that is -1) the delay is
-``initial_redelivery_delay`` for the first redelivery and ``next_redelivery_delay(previous)`` after,
-the delay recorded on the message as ``redeliveryDelay`` (a policy's ``redelivery_delays``, the
+``initial_redelivery_delay`` followed by ``next_redelivery_delay`` once per earlier redelivery (the
+counter, not the delay recorded last: they differ when disconnects raised the counter), the delay
+recorded on the message as ``redeliveryDelay`` (a policy's ``redelivery_delays``, the
 journal_engine extension, gives the first delays explicitly). Past the maximum the message is dead-lettered
 (``send_to_dlq_if_max_retries_exceeded``, default true) or dropped. A destination without a policy is
 dead-lettered (``fallback_to_dead_letter``, default true) or dropped. An expired message goes the usual
@@ -110,15 +111,12 @@ class RedeliveryPlugin:
         policy = self.policies.get(destination)
         return policy if policy is not None else self.default_entry
 
-    def delay_for(self, policy: ClassicRedeliveryPolicy, redelivery_counter: int, previous_delay: int,
-                  rng) -> int | None:
-        """The delay of the next redelivery of a message redelivered ``redelivery_counter`` times so far,
-        or None when the maximum is reached."""
+    def delay_for(self, policy: ClassicRedeliveryPolicy, redelivery_counter: int, rng) -> int | None:
+        """The delay of the next redelivery of a message redelivered ``redelivery_counter`` times so far
+        (disconnects included), or None when the maximum is reached. As RedeliveryPlugin computes it,
+        from the counter alone: ``initial_redelivery_delay``, then ``next_redelivery_delay`` once per
+        earlier redelivery (no delay recorded on the message is read)."""
         maximum = policy.maximum_redeliveries
         if maximum != -1 and redelivery_counter >= maximum:
             return None
-        if redelivery_counter < len(policy.redelivery_delays):     # the journal_engine extension
-            return policy.listed_delay(redelivery_counter, rng)
-        if redelivery_counter == 0:
-            return policy.initial_redelivery_delay
-        return policy.next_redelivery_delay(previous_delay, rng)
+        return policy.redelivery_delay_for(redelivery_counter + 1, rng)

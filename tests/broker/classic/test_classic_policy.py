@@ -171,7 +171,7 @@ def test_redelivery_plugin_delays():
     plugin = RedeliveryPlugin(default_entry=ClassicRedeliveryPolicy(maximum_redeliveries=3, initial_redelivery_delay=5000,
                                                                     redelivery_delay=10000))
     policy = plugin.policy_for(ClassicDestination(QUEUE, "anything"))
-    assert [plugin.delay_for(policy, n, 5000 if n else 0, None) for n in range(4)] == [5000, 10000, 10000, None]
+    assert [plugin.delay_for(policy, n, None) for n in range(4)] == [5000, 10000, 10000, None]
 
 
 def test_the_redelivery_delays_extension_lists_the_first_delays_then_the_arithmetic_goes_on():
@@ -182,7 +182,7 @@ def test_the_redelivery_delays_extension_lists_the_first_delays_then_the_arithme
     plugin = RedeliveryPlugin(default_entry=ClassicRedeliveryPolicy(maximum_redeliveries=4, redelivery_delays=(7, 9),
                                                                     redelivery_delay=500))
     policy = plugin.default_entry
-    assert [plugin.delay_for(policy, n, 9, None) for n in range(5)] == [7, 9, 500, 500, None]
+    assert [plugin.delay_for(policy, n, None) for n in range(5)] == [7, 9, 500, 500, None]
     with pytest.raises(ConfigError) as caught:
         ClassicRedeliveryPolicy(redelivery_delays=(1, -1))
     assert caught.value.field == "redelivery_delays"
