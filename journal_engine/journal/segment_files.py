@@ -129,12 +129,16 @@ def read_compaction_plan(path: str) -> dict:
     return plan
 
 
-def list_directory(directory: str, *, remove_temporary: bool = False, as_if_compacted: bool = False) -> Listing:
+def list_directory(directory: str, *, remove_temporary: bool = False, as_if_compacted: bool = False,
+                   unreadable: list | None = None) -> Listing:
     """Classify the directory's files; foreign names are left alone.
 
     `as_if_compacted`: where a compaction committed but did not finish its swap (a control file),
     list the data files as they will be once load() finishes it — its outputs in, the files they
-    replace out — without renaming anything (a read-only view)."""
+    replace out — without renaming anything (a read-only view).
+    `unreadable`: a reader that reports damage instead of stopping at it (the Spark source) passes a
+    list; a data file whose header does not decode is appended to it as its CorruptRecordError and
+    left out of the listing, instead of raised."""
     listing = Listing()
     plan = None
     if as_if_compacted and os.path.exists(os.path.join(directory, CONTROL_FILE)):
@@ -155,7 +159,15 @@ def list_directory(directory: str, *, remove_temporary: bool = False, as_if_comp
         if plan is not None and name in plan["outputs"]:
             match = COMPACT_NAME.match(name)
         if match:
-            data = read_header(path)
+            try:
+                data = read_header(path)
+            except FileVanishedError:
+                raise
+            except CorruptRecordError as damaged:
+                if unreadable is None:
+                    raise
+                unreadable.append(damaged)
+                continue
             listing.data.append(data)
             listing.max_id = max(listing.max_id, _id_in_name(match, path), data.header.file_id)
             continue

@@ -36,13 +36,13 @@ import sys
 import numpy as np
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from ..errors import ConfigError, CorruptRecordError
+from ..errors import ConfigError, CorruptRecordError, FileVanishedError
 from ..record_format import FrameCheck
 from ..journal.journal import Journal
 from ..journal.recovery import (DAMAGED_END_REASON, TORN_TAIL_REASON, classify_end, cut_short_reason,
                                 gap_reason)
 from ..journal.format import DATA_NAME
-from ..journal.scan import scan_file
+from ..journal.scan import FileScan, read_while_live, scan_data_file, scan_file
 from ..journal.segment_files import DataFile, list_directory
 from . import columns as arrow_columns
 
@@ -113,11 +113,22 @@ def paths_of(options: dict) -> list[str]:
 
 
 class FilePart(InputPartition):
-    """Rows of one data file of a journal: part ``part`` of ``parts`` (by row)."""
+    """Rows of one replay slot of a journal as the plan listed it: part ``part`` of ``parts`` (by row) of
+    the data file that held sequence ``data.header.sequence`` (or of the file that took that place in
+    replay order since, when a compaction replaced it: ``JournalReader._slot``)."""
 
     def __init__(self, journal: str, data: DataFile, part: int, parts: int) -> None:
         super().__init__((data.path, part))
         self.journal, self.data, self.part, self.parts = journal, data, part, parts
+
+
+class DamagePart(InputPartition):
+    """One damage row the plan found: a data file whose header does not decode, a journal that does
+    not list (a damaged compaction control file, two files claiming one replay position)."""
+
+    def __init__(self, path: str, offset: int | None, damage: str) -> None:
+        super().__init__((path, offset))
+        self.path, self.offset, self.damage = path, offset, damage
 
 
 class LiveJournal(InputPartition):
@@ -187,18 +198,38 @@ class JournalReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         if self.live:
             return [LiveJournal(directory) for directory in self.journals]
-        found = []
+        found: list[InputPartition] = []
         for directory in self.journals:
-            files = list_directory(directory, as_if_compacted=True).data   # what load() replays, in its order
+            try:
+                files, unreadable = read_while_live(directory, lambda: self._listing(directory))
+            except CorruptRecordError as damaged:       # the journal does not list at all
+                found.append(self._damage_part(damaged, directory))
+                continue
+            found += [self._damage_part(damaged, directory) for damaged in unreadable]
             for data in files:
                 parts = max(1, -(-data.size // self.split_bytes))
                 found += [FilePart(directory, data, part, parts) for part in range(parts)]
         return found
 
+    @staticmethod
+    def _listing(directory: str) -> tuple[list[DataFile], list[CorruptRecordError]]:
+        """What load() replays, in its order, and the files whose header does not decode."""
+        unreadable: list[CorruptRecordError] = []
+        return list_directory(directory, as_if_compacted=True, unreadable=unreadable).data, unreadable
+
+    def _damage_part(self, damaged: CorruptRecordError, directory: str) -> DamagePart:
+        """A damage row for an error of the plan (failfast: the error itself, raised)."""
+        if self.mode == "failfast":
+            raise damaged
+        return DamagePart(damaged.path or directory, damaged.offset, str(damaged))
+
     def read(self, partition):
         _freeze_a_workers_heap_once()
         if isinstance(partition, LiveJournal):
             yield from self._read_live(partition.directory)
+        elif isinstance(partition, DamagePart):
+            yield arrow_columns.single_row(self.columns, path=partition.path, offset=partition.offset,
+                                           damage=partition.damage)
         else:
             yield from self._read_file(partition)
 
@@ -209,9 +240,40 @@ class JournalReader(DataSourceReader):
                                           '"permissive" returns it as a row with `damage` set')
         return reason
 
+    @staticmethod
+    def _slot(partition: FilePart) -> FileScan | None:
+        """The file of the partition's replay slot, scanned: the planned file while its header still
+        names the planned file id and sequence; once a compaction has replaced it, the file that holds
+        that sequence now (compaction gives its k-th output the k-th replaced file's sequence), or None
+        when the compaction needed fewer files than it replaced. A file is never damage for being gone."""
+        planned = partition.data.header
+
+        def successor() -> FileScan | None:
+            for data in list_directory(partition.journal, as_if_compacted=True).data:
+                if data.header.sequence == planned.sequence:
+                    return FileScan(data, scan_data_file(data))
+            return None
+
+        try:
+            scan = scan_file(partition.data.path)
+        except FileVanishedError:
+            return read_while_live(partition.journal, successor)
+        if (scan.header.file_id, scan.header.sequence) != (planned.file_id, planned.sequence):
+            return read_while_live(partition.journal, successor)   # the name taken again since the plan
+        return scan
+
     def _read_file(self, partition: FilePart):
-        data = partition.data
-        scan = scan_file(data.path)
+        try:
+            scan = self._slot(partition)
+        except CorruptRecordError as damaged:       # a header damaged since the plan, a file cut while read
+            if self.mode == "failfast":
+                raise
+            yield arrow_columns.single_row(self.columns, path=damaged.path or partition.data.path,
+                                           offset=damaged.offset, damage=str(damaged))
+            return
+        if scan is None:
+            return
+        data = scan.data
         frames = scan.columns
         start = frames.count * partition.part // partition.parts
         stop = frames.count * (partition.part + 1) // partition.parts
@@ -228,26 +290,34 @@ class JournalReader(DataSourceReader):
         yield from arrow_columns.batches(file_arrays, message_arrays, damage, stop - start, self.batch_rows,
                                          self.columns)
         if partition.part == partition.parts - 1:
-            yield from self._file_end(partition, frames.end_offset, FrameCheck(frames.end_check))
+            yield from self._file_end(partition.journal, data, frames.end_offset, FrameCheck(frames.end_check))
             if scan.cut_short:
                 yield self._damage_row(data, data.size, cut_short_reason(data))
 
-    def _file_end(self, partition: FilePart, end: int, check: FrameCheck):
+    def _file_end(self, journal: str, data: DataFile, end: int, check: FrameCheck):
         """Where the file's valid frames stop: a clean end (no row), or damage — a torn tail when no later
         file holds data, else damage followed by later files (recovery's decision)."""
-        if classify_end(partition.data, end, check) == FrameCheck.INVALID:
-            later = [data for data in list_directory(partition.journal, as_if_compacted=True).data
-                     if data.header.sequence > partition.data.header.sequence]
-            reason = DAMAGED_END_REASON if _any_holds_data(later) else TORN_TAIL_REASON
-            yield self._damage_row(partition.data, end, reason)
+        if classify_end(data, end, check) == FrameCheck.INVALID:
+            def later_data() -> bool:
+                return _any_holds_data([later for later in list_directory(journal, as_if_compacted=True).data
+                                        if later.header.sequence > data.header.sequence])
+            reason = DAMAGED_END_REASON if read_while_live(journal, later_data) else TORN_TAIL_REASON
+            yield self._damage_row(data, end, reason)
 
     def _damage_row(self, data: DataFile, offset: int, reason: str):
         return arrow_columns.single_row(self.columns, path=data.path, file_id=data.header.file_id, sequence=data.header.sequence,
                                         offset=offset, damage=self._damage(data.path, offset, reason))
 
     def _read_live(self, directory: str):
-        with Journal(directory, read_only=True) as journal:    # read only: no lock, nothing written
-            loaded = journal.load()
+        try:
+            with Journal(directory, read_only=True) as journal:    # read only: no lock, nothing written
+                loaded = journal.load()
+        except CorruptRecordError as damaged:       # load() refuses the journal (a file whose header does not decode)
+            if self.mode == "failfast":
+                raise
+            yield arrow_columns.single_row(self.columns, path=damaged.path or directory, offset=damaged.offset,
+                                           damage=str(damaged))
+            return
         report = loaded.report
         if self.mode == "failfast" and (report.corrupt or report.torn_tail):
             path, offset, reason = report.corrupt[0] if report.corrupt else (*report.torn_tail, TORN_TAIL_REASON)
