@@ -121,17 +121,14 @@ class PostOffice:
                 queue.messages_added += len(columns)
                 queue.restore_later(partial(self._recovered_references, queue, columns, state.messages))
                 continue
-            for recovered in sorted(references, key=lambda r: r.message_id):
-                data = datas.get(recovered.message_id)
-                if data is None:
-                    stored = state.messages[recovered.message_id]
-                    properties = dict(stored.properties)
-                    public_id = properties.pop(MESSAGE_ID_PROPERTY, None)
-                    data = MessageData(stored.message_id, stored.address, stored.body, properties or None,
-                                       stored.durable, stored.expiration, stored.routing_type)
-                    if public_id is not None:
-                        data.public_id = public_id
-                    datas[recovered.message_id] = data
+            references = sorted(references, key=lambda r: r.message_id)
+            new_ids = [recovered.message_id for recovered in references if recovered.message_id not in datas]
+            stored = [state.messages[message_id] for message_id in new_ids]
+            fields = [(message.address, message.body, dict(message.properties), message.durable, message.expiration,
+                       message.routing_type) for message in stored]     # properties copied: the state keeps its own
+            datas.update(zip(new_ids, _message_datas(new_ids, fields, 0)))
+            for recovered in references:
+                data = datas[recovered.message_id]
                 data.durable_refs += 1
                 ref = Reference(data, queue, recovered.delivery_count)
                 queue.count += 1
@@ -147,8 +144,6 @@ class PostOffice:
     def _recovered_references(queue: QueueState, columns, messages) -> list[Reference]:
         """The References of a queue's recovered columns, in message order (as load sorts them): every
         message decoded in one call of the store (``fields_of``), then its MessageData and Reference."""
-        references = []
-        append = references.append
         collecting = gc.isenabled()
         gc.disable()        # objects that are no garbage, a few per message: no collection passes between them
         try:
@@ -156,17 +151,11 @@ class PostOffice:
             if not columns.ascending:
                 pairs = sorted(zip(message_ids, counts), key=itemgetter(0))
                 message_ids, counts = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
-            for message_id, count, (address, body, properties, durable, expiration, routing_type) in zip(
-                    message_ids, counts, messages.fields_of(message_ids)):
-                public_id = properties.pop(MESSAGE_ID_PROPERTY, None) if properties else None
-                data = MessageData(message_id, address, body, properties or None, durable, expiration, routing_type)
-                if public_id is not None:
-                    data.public_id = public_id
-                data.durable_refs = 1
-                append(Reference(data, queue, count))
+            datas = _message_datas(message_ids, messages.fields_of(message_ids), 1)
+            references = [Reference(data, queue, count) for data, count in zip(datas, counts)]
             # a message's data refers to nothing that could refer back to it (text, bytes, numbers, a
             # dict of plain properties): the collector's full passes need not visit a million of them
-            release_from_collector([reference.data for reference in references])
+            release_from_collector(datas)
         finally:
             if collecting:
                 gc.enable()
@@ -329,3 +318,19 @@ class PostOffice:
             queue.messages_killed += 1
         else:
             queue.messages_expired += 1
+
+
+def _message_datas(message_ids, fields, durable_refs: int) -> list[MessageData]:
+    """The MessageData of recovered messages, from their ids and stored ``fields`` (address, body,
+    properties, durable, expiration, routing type), each with ``durable_refs`` set: the one place a
+    stored message becomes the broker's (the id consumers see comes out of its properties)."""
+    datas = []
+    append = datas.append
+    for message_id, (address, body, properties, durable, expiration, routing_type) in zip(message_ids, fields):
+        public_id = properties.pop(MESSAGE_ID_PROPERTY, None) if properties else None
+        data = MessageData(message_id, address, body, properties or None, durable, expiration, routing_type)
+        if public_id is not None:
+            data.public_id = public_id
+        data.durable_refs = durable_refs
+        append(data)
+    return datas
