@@ -63,7 +63,7 @@ from .queue import READY, QueueInfo, QueueState
 from .redelivery import Redelivery
 from .selector import Selector
 from .redrive import Redrive, RedriveResult, check_redrive_arguments
-from .session import Session
+from .session import CLIENT_DEFAULT, ClientDefault, Session
 from .timers import DeliveryTimers
 from .transactions import Transactions
 
@@ -440,12 +440,14 @@ class Broker:
         with ``dlqDeliveryFailureCause`` naming the delivery and the policy (docs/broker.md, "ActiveMQ
         Classic"). TypeError for anything else.
         """
-        if redelivery_policy is not None and not isinstance(redelivery_policy, ClassicRedeliveryPolicy):
-            raise TypeError(f"redelivery_policy must be a ClassicRedeliveryPolicy, not {type(redelivery_policy).__name__}")
         return self._create_consumer(queue_name, None, redelivery_policy)
 
     def _create_consumer(self, queue_name: str, session: Session | None,
-                         redelivery_policy: ClassicRedeliveryPolicy | None = None) -> Consumer:
+                         redelivery_policy: ClassicRedeliveryPolicy | ClientDefault | None) -> Consumer:
+        if redelivery_policy is CLIENT_DEFAULT:
+            redelivery_policy = ClassicRedeliveryPolicy() if self.classic_config is not None else None
+        elif redelivery_policy is not None and not isinstance(redelivery_policy, ClassicRedeliveryPolicy):
+            raise TypeError(f"redelivery_policy must be a ClassicRedeliveryPolicy, not {type(redelivery_policy).__name__}")
         with self._gate.lock:
             self._gate.check_open()
             if session is not None and session.closed:

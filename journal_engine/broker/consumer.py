@@ -136,6 +136,11 @@ class Consumer:
         self._delivering.clear()
         return refs
 
+    def restore(self, ref: Reference) -> None:
+        """Hold ``ref`` again, undecided: its acknowledgement in a transaction was undone (Classic's
+        STOMP ABORT) and it stays this consumer's delivery."""
+        self._delivering[ref.delivery] = ref
+
     def detach(self) -> tuple[QueueState, list[Reference]] | None:
         """Mark the consumer closed; its queue and the references it held (in delivery order), for the
         broker to return. None when it was closed already."""

@@ -191,7 +191,7 @@ class Delivery:
             queue = ref.queue
             if data.durable_refs and queue.durable:
                 session.transaction(self._store).store_acknowledge(queue.queue_id, data.message_id)
-            session.record_ack(ref)
+            session.record_ack(ref, consumer)
             ref.state = ACKED_IN_TX
             return
         self._post_office.remove(ref, NORMAL, True)

@@ -40,7 +40,7 @@ class SessionOperations:
     """The broker's side of a Session: each runs under the broker's lock and raises what the
     Session's method of the same name documents."""
 
-    create_consumer: Callable[[str, Any], Any]        # (queue name, session) -> Consumer
+    create_consumer: Callable[[str, Any, Any], Any]   # (queue name, session, redelivery policy) -> Consumer
     send: Callable[..., int]                          # (address, body, properties, durable, expiration,
                                                       #  scheduled_delivery_time, routing_type, session)
     commit: Callable[[Any], None]
@@ -55,4 +55,4 @@ class AcknowledgingSession(Protocol):
 
     def transaction(self, store: Any) -> Any: ...
 
-    def record_ack(self, ref: Reference) -> None: ...
+    def record_ack(self, ref: Reference, consumer: Any) -> None: ...

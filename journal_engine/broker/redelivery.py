@@ -76,6 +76,11 @@ class Redelivery:
         # Classic's dead-letter path when the broker runs with an activemq.xml
         self._classic = dead_letters if isinstance(dead_letters, ClassicDeadLetters) else None
 
+    @property
+    def by_classic_rules(self) -> bool:
+        """Does the broker run with ActiveMQ Classic's rules (an activemq.xml or a ClassicBrokerConfig)?"""
+        return self._classic is not None
+
     def cancel(self, ref: Reference, now: int, delay_override: int | None, failure: str = CONSUMER_ROLLBACK, *,
                counted: bool = True, policy: ClassicRedeliveryPolicy | None = None) -> None:
         """A failed delivery of a reference that has just left its consumer (state DELIVERING, no longer

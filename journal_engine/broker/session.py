@@ -5,7 +5,12 @@ writes them inside one journal transaction as they happen (UPDATE_TX 33 at ack t
 UPDATE_TX 32 at send time, as Artemis does) and the COMMIT makes them durable and visible at once.
 ``rollback()`` discards the sends and puts every message delivered in the session and not yet
 committed through the redelivery path (its delivery count persisted, dead-lettered when it reached
-max_delivery_attempts, redelivered after the redelivery delay otherwise).
+max_delivery_attempts, redelivered after the redelivery delay otherwise), each by its consumer's
+redelivery policy when it has one. On a broker with ActiveMQ Classic's rules a session's consumer has
+the Classic client's default policy unless told otherwise (ActiveMQMessageConsumer.rollback redelivers
+under the connection's RedeliveryPolicy before its poison ack); one created with ``redelivery_policy=None``
+is a STOMP subscription, whose ABORT only undoes the transaction's acknowledgements: its messages stay
+with it, pending.
 
 The session owns its open unit of work (the store transaction, the pending sends, the acknowledged
 references) and its consumers; the broker works through the SessionOperations it gave the session and
@@ -13,14 +18,28 @@ changes that state only through the methods below.
 """
 from __future__ import annotations
 
+import enum
 from typing import Any
 
+from .classic.policy import ClassicRedeliveryPolicy
 from .consumer import Consumer
 from .message import MessageData
 from .operations import SessionOperations
 from .queue import QueueState, Reference
 
-__all__ = ["Session"]
+__all__ = ["Session", "ClientDefault", "CLIENT_DEFAULT"]
+
+
+class ClientDefault(enum.Enum):
+    """The type of CLIENT_DEFAULT."""
+
+    POLICY = "the client's default redelivery policy"
+
+
+#: Session.create_consumer's default redelivery policy: ActiveMQ Classic's client default
+#: (``ClassicRedeliveryPolicy()``: 6 redeliveries, then the poison ack) on a broker run with Classic's
+#: rules, none on any other.
+CLIENT_DEFAULT = ClientDefault.POLICY
 
 
 class Session:
@@ -36,7 +55,7 @@ class Session:
         self._consumers: list[Consumer] = []
         self._tx = None            # the store transaction, opened by the first persistent write
         self._sends: list = []     # (message data, target queues, scheduled time) to enqueue at commit
-        self._acked: dict = {}     # reference -> None: acknowledged in the open transaction, in order
+        self._acked: dict = {}     # reference -> its consumer: acknowledged in the open transaction, in order
         self._closed = False
 
     @property
@@ -49,10 +68,14 @@ class Session:
         """Sends and acknowledgements waiting for commit()."""
         return len(self._sends) + len(self._acked)
 
-    def create_consumer(self, queue_name: str) -> Consumer:
-        """A consumer whose acknowledgements belong to this session. UnknownQueueError for an unknown
-        queue; MessageStateError when the session is closed."""
-        return self._operations.create_consumer(queue_name, self)
+    def create_consumer(self, queue_name: str, *,
+                        redelivery_policy: ClassicRedeliveryPolicy | ClientDefault | None = CLIENT_DEFAULT) -> Consumer:
+        """A consumer whose acknowledgements belong to this session. ``redelivery_policy``: a
+        ClassicRedeliveryPolicy its rollbacks (and this session's) follow, as Broker.create_consumer's;
+        by default Classic's client default on a broker with Classic's rules, else none (module
+        docstring). UnknownQueueError for an unknown queue; MessageStateError when the session is
+        closed; TypeError for a policy of another type."""
+        return self._operations.create_consumer(queue_name, self, redelivery_policy)
 
     def send(self, address: str, body, *, properties: dict | None = None, durable: bool = True,
              expiration: int = 0, scheduled_delivery_time: int = 0, routing_type: str | None = None) -> int:
@@ -117,13 +140,13 @@ class Session:
                 queue.pending_sends -= 1
         return sends
 
-    def record_ack(self, ref: Reference) -> None:
-        """``ref`` was acknowledged in the open transaction."""
-        self._acked[ref] = None
+    def record_ack(self, ref: Reference, consumer: Consumer) -> None:
+        """``ref`` was acknowledged in the open transaction, by ``consumer``."""
+        self._acked[ref] = consumer
 
-    def acks(self) -> tuple[Reference, ...]:
-        """The references acknowledged in the open transaction, in order."""
-        return tuple(self._acked)
+    def acks(self) -> tuple[tuple[Reference, Consumer], ...]:
+        """The references acknowledged in the open transaction with their consumers, in order."""
+        return tuple(self._acked.items())
 
     def clear_acks(self) -> None:
         self._acked.clear()

@@ -5,9 +5,13 @@ rollback and close of a session's unit of work.
   the pending sends are enqueued (scheduled when their time is still ahead) and the acknowledged
   references leave their queues.
 * rollback: the store transaction rolls back, the sends are dropped, and every reference the session
-  acknowledged or still holds in delivery takes the redelivery path.
+  acknowledged or still holds in delivery takes the redelivery path, by its consumer's redelivery
+  policy when it has one. With ActiveMQ Classic's rules a consumer without a policy is a STOMP
+  subscription: the ABORT only undoes its acknowledgements, and its messages stay with it, pending
+  (ProtocolConverter.onStompAbort).
 * close: the session's consumers close (their messages go back uncounted), then the acknowledged
-  references take the redelivery path.
+  references take the redelivery path (with Classic's rules they come back as a closed consumer's do,
+  their count kept: the transaction of a consumer that went away rolls back without a poison ack).
 
 Why a module of its own: the session state (``Session``) and the consumer-side work (``delivery``) are
 apart; what a unit of work does to both at once is said here. Thread-safe: every operation takes the
@@ -20,7 +24,7 @@ from .clock import Clock
 from .delivery import Delivery
 from .gate import Gate
 from .post_office import PostOffice
-from .queue import NORMAL
+from .queue import DELIVERING, NORMAL
 from .redelivery import SESSION_ROLLBACK, Redelivery
 from .session import Session
 
@@ -56,7 +60,7 @@ class Transactions:
                 if scheduled_time and scheduled_time <= self._clock.now_ms():
                     scheduled_time = 0
                 post_office.enqueue(data, live, scheduled_time)
-            for ref in session.acks():
+            for ref, _consumer in session.acks():
                 ref.queue.delivering -= 1
                 post_office.remove(ref, NORMAL, False)
             session.clear_acks()
@@ -77,17 +81,32 @@ class Transactions:
             tx.rollback(sync=False)
         session.take_sends()
         now = self._clock.now_ms()
-        failed = list(session.acks())
+        acked = session.acks()
         session.clear_acks()
-        for ref in failed:
+        redelivery = self._redelivery
+        classic = redelivery.by_classic_rules
+        failed = []
+        for ref, consumer in acked:
+            policy = consumer.redelivery_policy
+            if classic and policy is None and not consumer.closed:
+                ref.state = DELIVERING          # a STOMP ABORT: the acknowledgement undone, the message pending
+                consumer.restore(ref)
+                continue
             ref.undo_transacted_ack()
+            failed.append((ref, policy))
         if include_delivering:
             for consumer in session.consumers():
+                policy = consumer.redelivery_policy
+                if classic and policy is None:
+                    continue                    # a STOMP subscription keeps what it was delivered
                 for ref in consumer.take_deliveries():
                     ref.leave_consumer()
-                    failed.append(ref)
-        for ref in failed:
-            self._redelivery.cancel(ref, now, None, SESSION_ROLLBACK)
+                    failed.append((ref, policy))
+        for ref, policy in failed:
+            if classic and not include_delivering:      # the session closes: back as a closed consumer's
+                redelivery.cancel(ref, now, None, counted=False)
+            else:
+                redelivery.cancel(ref, now, None, SESSION_ROLLBACK, policy=policy)
 
     def close(self, session: Session) -> None:
         """See Session.close. Closing twice is harmless."""

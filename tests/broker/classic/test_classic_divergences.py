@@ -127,3 +127,107 @@ def test_the_plugin_delay_ignores_a_redelivery_delay_property_the_sender_set():
     consumer.rollback(consumer.receive(0))
     clock.advance(2000)                         # 1000, then doubled once: not 50,000 doubled
     assert consumer.receive(0).properties["redeliveryDelay"] == 2000
+
+
+# ---------------------------------------------------------------- 2. session rollback
+ACTIVEMQ_XML = """<beans xmlns="http://www.springframework.org/schema/beans">
+<broker xmlns="http://activemq.apache.org/schema/core" brokerName="localhost"/>
+</beans>"""
+
+
+def test_a_session_rollback_redelivers_under_the_openwire_default_policy_then_poisons():
+    # ActiveMQ 5.17.2 ActiveMQMessageConsumer.rollback: the redelivery counter rises, the message comes back
+    # after RedeliveryPolicy's delay (defaults: initialRedeliveryDelay 1000, maximumRedeliveries 6, no
+    # back-off); past the maximum the consumer sends a poison ack (RegionBroker.sendToDeadLetterQueue)
+    clock = ManualClock(START)
+    broker = Broker(clock=clock, config=ACTIVEMQ_XML)
+    broker.create_queue("orders")
+    broker.send("orders", b"o")
+    session = broker.create_session(transacted=True)
+    consumer = session.create_consumer("orders")
+    assert consumer.redelivery_policy == ClassicRedeliveryPolicy()
+    for delivery in range(1, 8):
+        message = consumer.receive(0)
+        assert message is not None and message.delivery_count == delivery
+        if delivery % 2:
+            consumer.ack(message)               # acknowledged in the transaction or not: both roll back
+        session.rollback()
+        assert "ActiveMQ.DLQ" not in broker.queue_names() or delivery == 7
+        if delivery < 7:
+            clock.advance(999)
+            assert consumer.receive(0) is None
+            clock.advance(1)
+    [dead] = broker.browse("ActiveMQ.DLQ")
+    assert dead.properties["dlqDeliveryFailureCause"].startswith(
+        "java.lang.Throwable: Delivery[7] exceeds redelivery policy limit:RedeliveryPolicy {")
+    assert broker.queue("orders").message_count == 0
+
+
+def test_a_session_consumer_takes_the_policy_it_is_given():
+    clock = ManualClock(START)
+    broker = Broker(clock=clock, config=ACTIVEMQ_XML)
+    broker.create_queue("orders")
+    broker.send("orders", b"o")
+    session = broker.create_session(transacted=True)
+    consumer = session.create_consumer("orders", redelivery_policy=ClassicRedeliveryPolicy(
+        maximum_redeliveries=1, initial_redelivery_delay=0))
+    consumer.receive(0)
+    session.rollback()
+    assert consumer.receive(0).delivery_count == 2
+    session.rollback()
+    assert len(broker.browse("ActiveMQ.DLQ")) == 1
+    with pytest.raises(TypeError):
+        session.create_consumer("orders", redelivery_policy={"maximum_redeliveries": 1})
+
+
+def test_without_a_client_policy_a_session_rollback_only_restores_the_pending_acks():
+    # ActiveMQ 5.17.2 StompSubscription.onStompAbort / ProtocolConverter.onStompAbort: an ABORT undoes the
+    # transaction's acks; the messages stay dispatched to the subscription, nothing is redelivered or dead-lettered
+    clock = ManualClock(START)
+    broker = Broker(clock=clock, config=ACTIVEMQ_XML)
+    broker.create_queue("orders")
+    broker.send("orders", b"a")
+    broker.send("orders", b"b")
+    session = broker.create_session(transacted=True)
+    consumer = session.create_consumer("orders", redelivery_policy=None)
+    first, second = consumer.receive(0), consumer.receive(0)
+    consumer.ack(first)
+    session.send("orders", b"discarded")
+    session.rollback()
+    assert consumer.delivering_count == 2 and consumer.receive(0) is None
+    assert broker.queue("orders").message_count == 2 and "ActiveMQ.DLQ" not in broker.queue_names()
+    consumer.ack(first)                         # still this consumer's, pending again
+    consumer.ack(second)
+    session.commit()
+    assert broker.queue("orders").message_count == 0
+
+
+def test_on_an_artemis_broker_a_session_consumer_policy_is_followed_at_session_rollback():
+    # the policy given to Session.create_consumer is the consumer's whatever the broker (as Broker.create_consumer's)
+    clock = ManualClock(START)
+    broker = Broker(clock=clock)
+    broker.create_queue("orders")
+    broker.send("orders", b"o")
+    session = broker.create_session(transacted=True)
+    consumer = session.create_consumer("orders", redelivery_policy=ClassicRedeliveryPolicy(initial_redelivery_delay=500))
+    consumer.receive(0)
+    session.rollback()
+    assert consumer.receive(0) is None
+    clock.advance(500)
+    assert consumer.receive(0).delivery_count == 2
+    assert broker.create_session().create_consumer("orders").redelivery_policy is None   # no Classic config
+
+
+def test_a_closing_session_hands_its_acknowledged_messages_back_redelivered_not_dead_lettered():
+    # ActiveMQ 5.17.2: the open transaction of a session that goes away rolls back (TransactionBroker) and its
+    # consumer's dispatched messages return to the queue with their redelivery counter (no poison ack)
+    broker = Broker(clock=ManualClock(START), config=ACTIVEMQ_XML)
+    broker.create_queue("orders")
+    broker.send("orders", b"o")
+    session = broker.create_session(transacted=True)
+    consumer = session.create_consumer("orders")
+    consumer.ack(consumer.receive(0))
+    session.close()
+    assert "ActiveMQ.DLQ" not in broker.queue_names()
+    message = broker.create_consumer("orders").receive(0)
+    assert message.delivery_count == 2 and message.redelivered
