@@ -504,15 +504,11 @@ class _Parser:
     def make_equality(op: str, left: _Node, right: _Node) -> _Node:
         lf, rf = left.fn, right.fn
 
-        def equality(p: Any, h: Any, negated: bool = op != "=") -> Any:
-            lv = lf(p, h)
-            if lv is None:
-                return None
-            rv = rf(p, h)
-            if rv is None:
-                return None
+        negated = op != "="
+
+        def equality(lv: Any, rv: Any) -> bool:
             return bool(_equal(lv, rv)) != negated
-        return _Node(equality, left.token, boolean=True)
+        return _Node(_on_known(lf, rf, equality), left.token, boolean=True)
 
     def parse_comparison(self) -> _Node:
         left = self.parse_additive()
@@ -628,17 +624,7 @@ class _Parser:
     def make_arithmetic(self, op: str, left: _Node, right: _Node) -> _Node:
         self.check_arithmetic_operand(left, op)
         self.check_arithmetic_operand(right, op)
-        lf, rf = left.fn, right.fn
-
-        def arithmetic(p: Any, h: Any) -> Any:
-            lv = lf(p, h)
-            if lv is None:
-                return None
-            rv = rf(p, h)
-            if rv is None:
-                return None
-            return _arith(op, lv, rv)
-        return _Node(arithmetic, left.token)
+        return _Node(_on_known(left.fn, right.fn, functools.partial(_arith, op)), left.token)
 
     def parse_unary(self) -> _Node:
         if self.at_operator("+", "-"):
@@ -716,16 +702,24 @@ def _compare3(left: Any, right: Any, accept: Callable[[int], bool]) -> bool | No
 def _ordered(op: str, lf: Env, rf: Env) -> Env:
     accept = _ACCEPT[op]
 
-    def compare(p: Any, h: Any) -> Any:
+    def compare(lv: Any, rv: Any) -> bool:
+        c = _order(lv, rv)
+        return False if c is None else accept(c)
+    return _on_known(lf, rf, compare)
+
+
+def _on_known(lf: Env, rf: Env, combine: Callable[[Any, Any], Any]) -> Env:
+    """A binary operator in three-valued logic: UNKNOWN (None) when either operand is, else
+    ``combine`` of the two values (the right operand is not evaluated after an unknown left one)."""
+    def on_known(p: Any, h: Any) -> Any:
         lv = lf(p, h)
         if lv is None:
             return None
         rv = rf(p, h)
         if rv is None:
             return None
-        c = _order(lv, rv)
-        return False if c is None else accept(c)
-    return compare
+        return combine(lv, rv)
+    return on_known
 
 
 # ------------------------------------------------------------------------------------------ public API
