@@ -41,9 +41,9 @@ from ..record_format import FrameCheck
 from ..journal.journal import Journal
 from ..journal.recovery import (DAMAGED_END_REASON, TORN_TAIL_REASON, classify_end, cut_short_reason,
                                 gap_reason)
-from ..journal.format import DATA_NAME
 from ..journal.scan import FileScan, read_while_live, scan_data_file, scan_file
 from ..journal.segment_files import DataFile, list_directory
+from ..message_store.interface import stored_backend
 from . import columns as arrow_columns
 
 log = logging.getLogger(__name__)
@@ -76,27 +76,27 @@ def _freeze_a_workers_heap_once() -> None:
         gc.freeze()
 
 
-def find_journals(path: str) -> list[str]:
-    """The journal directories at ``path``: itself when it holds journal data files, else those of its
-    immediate subdirectories that do (a broker's or message store's ``messages`` and ``bindings``)."""
-    def holds_journal(directory: str) -> bool:
-        try:
-            return any(DATA_NAME.match(name) for name in os.listdir(directory))
-        except OSError:
-            return False
-
+def find_stores(path: str) -> list[tuple[str, str]]:
+    """The record stores at ``path`` as (directory, backend: "journal" or "lmdb"): itself when it holds
+    one, else those of its immediate subdirectories that do (a broker's or message store's ``messages``
+    and ``bindings``)."""
     path = os.path.abspath(path)
     if not os.path.isdir(path):
-        raise ConfigError("path", path, "not a directory", hint="give a journal directory, or a broker's or "
-                                                                "message store's directory")
-    if holds_journal(path):
-        return [path]
-    found = sorted(os.path.join(path, name) for name in os.listdir(path)
-                   if os.path.isdir(os.path.join(path, name)) and holds_journal(os.path.join(path, name)))
+        raise ConfigError("path", path, "not a directory", hint="give a journal directory, an LMDB store, or a "
+                                                                "broker's or message store's directory")
+    backend = stored_backend(path)
+    if backend is not None:
+        return [(path, backend)]
+    found = []
+    for name in sorted(os.listdir(path)):
+        directory = os.path.join(path, name)
+        backend = stored_backend(directory) if os.path.isdir(directory) else None
+        if backend is not None:
+            found.append((directory, backend))
     if not found:
-        raise ConfigError("path", path, "holds no journal files (journal-*.jej), nor do its subdirectories",
-                          hint="an LMDB-backed store has no journal to read; give the directory Broker() or "
-                               "MessageStore() wrote with the journal backend")
+        raise ConfigError("path", path, "holds no record store (journal-*.jej files, an LMDB data.mdb), nor do "
+                                        "its subdirectories",
+                          hint="give the directory Broker() or MessageStore() wrote, or one of its journals")
     return found
 
 
@@ -131,12 +131,13 @@ class DamagePart(InputPartition):
         self.path, self.offset, self.damage = path, offset, damage
 
 
-class LiveJournal(InputPartition):
-    """The live records of one journal (option live=true)."""
+class LiveStore(InputPartition):
+    """The live records of one record store: a journal read with live=true, or an LMDB store (which holds
+    only live records)."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, backend: str) -> None:
         super().__init__(directory)
-        self.directory = directory
+        self.directory, self.backend = directory, backend
 
 
 def register(spark) -> None:
@@ -193,13 +194,14 @@ class JournalReader(DataSourceReader):
             raise ConfigError("mode", options.get("mode"), f"use one of {', '.join(MODES)}")
         self.split_bytes = _positive(options, "split_bytes", SPLIT_BYTES_DEFAULT)
         self.batch_rows = _positive(options, "batch_rows", BATCH_ROWS_DEFAULT)
-        self.journals = [journal for path in paths_of(options) for journal in find_journals(path)]
+        self.stores = [store for path in paths_of(options) for store in find_stores(path)]
 
     def partitions(self) -> list[InputPartition]:
-        if self.live:
-            return [LiveJournal(directory) for directory in self.journals]
         found: list[InputPartition] = []
-        for directory in self.journals:
+        for directory, backend in self.stores:
+            if self.live or backend != "journal":
+                found.append(LiveStore(directory, backend))
+                continue
             try:
                 files, unreadable = read_while_live(directory, lambda: self._listing(directory))
             except CorruptRecordError as damaged:       # the journal does not list at all
@@ -225,8 +227,8 @@ class JournalReader(DataSourceReader):
 
     def read(self, partition):
         _freeze_a_workers_heap_once()
-        if isinstance(partition, LiveJournal):
-            yield from self._read_live(partition.directory)
+        if isinstance(partition, LiveStore):
+            yield from self._read_live(partition)
         elif isinstance(partition, DamagePart):
             yield arrow_columns.single_row(self.columns, path=partition.path, offset=partition.offset,
                                            damage=partition.damage)
@@ -308,11 +310,17 @@ class JournalReader(DataSourceReader):
         return arrow_columns.single_row(self.columns, path=data.path, file_id=data.header.file_id, sequence=data.header.sequence,
                                         offset=offset, damage=self._damage(data.path, offset, reason))
 
-    def _read_live(self, directory: str):
+    def _read_live(self, partition: LiveStore):
+        directory = partition.directory
         try:
-            with Journal(directory, read_only=True) as journal:    # read only: no lock, nothing written
-                loaded = journal.load()
-        except CorruptRecordError as damaged:       # load() refuses the journal (a file whose header does not decode)
+            if partition.backend == "lmdb":
+                from ..message_store.lmdb_store import LmdbRecordStore    # lmdb: only where an LMDB store is read
+                opened = LmdbRecordStore(directory, read_only=True)      # beside a writer: LMDB's reader table
+            else:
+                opened = Journal(directory, read_only=True)              # read only: no lock, nothing written
+            with opened:
+                loaded = opened.load()
+        except CorruptRecordError as damaged:       # load() refuses the store (a file whose header does not decode)
             if self.mode == "failfast":
                 raise
             yield arrow_columns.single_row(self.columns, path=damaged.path or directory, offset=damaged.offset,

@@ -26,10 +26,11 @@ FAILED_AT = [NOW + 10_000 + k * REDELIVERY_DELAY_MS for k in range(MAX_DELIVERY_
 POISON_SENT_AT = NOW + 1
 
 
-def write_broker(directory: Path) -> dict:
-    """The broker story of the module docstring; returns the message ids by role."""
+def write_broker(directory: Path, store: str = "journal") -> dict:
+    """The broker story of the module docstring (``store``: the broker's backend); returns the message ids
+    by role."""
     clock = ManualClock(NOW)
-    broker = Broker(str(directory), clock=clock)
+    broker = Broker(str(directory), clock=clock, store=store)
     try:
         broker.address_settings.add("orders", AddressSettings(max_delivery_attempts=MAX_DELIVERY_ATTEMPTS,
                                                               dead_letter_address="DLA",

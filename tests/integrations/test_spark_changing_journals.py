@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from spark_journals import python_rows, write_journal
+from spark_journals import python_rows, write_broker, write_journal
 
 from journal_engine.spark.source import JournalReader
 
@@ -80,3 +80,26 @@ def test_a_live_read_of_a_journal_with_a_bad_header_is_a_damage_row(spark, tmp_p
     assert [(row.path, row.offset) for row in damaged] == [(stray, 0)]
     assert "bad magic" in damaged[0].damage
     assert {row.path for row in rows if row.damage is None} == {str(other)}    # the other journal is read
+
+
+def test_an_lmdb_store_reads_as_its_live_records_with_the_message_store_columns(spark, tmp_path):
+    from journal_engine.message_store.lmdb_store import LmdbRecordStore
+    lmdb_broker, journal_broker = tmp_path / "lmdb", tmp_path / "journal"
+    write_broker(lmdb_broker, store="lmdb")
+    write_broker(journal_broker)
+    columns = "kind, record_id, record_type, body, address, queue_id, queue_name, delivery_count, properties, damage"
+    for part in ("messages", "bindings"):
+        with LmdbRecordStore(str(lmdb_broker / part), read_only=True) as store:
+            stored = store.load().records
+        rows = spark.read.format("journal_engine").load(str(lmdb_broker / part)).collect()
+        assert {row.path for row in rows} == {str(lmdb_broker / part)}
+        signed = {record_id: record_id - (1 << 64) if record_id >= 1 << 63 else record_id for record_id in stored}
+        expected = [("ADD", signed[record_id], record.record_type, record.body) for record_id, record in stored.items()]
+        expected += [("UPDATE", signed[record_id], *update) for record_id, record in stored.items()
+                     for update in record.updates]
+        assert sorted((row.kind, row.record_id, row.record_type, bytes(row.body)) for row in rows) == sorted(expected)
+        # the same store columns as the journal broker's live records (same story, same ids)
+        live = spark.read.format("journal_engine").option("live", "true").load(str(journal_broker / part))
+        assert sorted(map(repr, spark.read.format("journal_engine").load(str(lmdb_broker / part))
+                          .selectExpr(*columns.split(", ")).collect())) == \
+            sorted(map(repr, live.selectExpr(*columns.split(", ")).collect()))

@@ -221,7 +221,7 @@ def test_a_body_the_store_cannot_decode_is_a_damage_row_with_record_formats_word
 
 
 def test_bad_options_and_paths_are_named(spark, tmp_path):
-    with pytest.raises(Exception, match="holds no journal files"):
+    with pytest.raises(Exception, match="holds no record store"):
         spark.read.format("journal_engine").load(str(tmp_path)).count()
     with pytest.raises(Exception, match="mode="):
         spark.read.format("journal_engine").option("mode", "sometimes").load(str(tmp_path)).count()
