@@ -58,7 +58,9 @@ from .gate import Gate
 from .message import Message, MessageData
 from .operations import SessionOperations
 from .post_office import PostOffice
-from .qpid.queue_policy import QpidQueuePolicy, dead_letter_exchange_name, dead_letter_queue_name
+from .qpid.queue_policy import (DLQ_ENABLED_ARGUMENT, MAXIMUM_DELIVERY_COUNT_ARGUMENT, QpidQueuePolicy,
+                                QpidVirtualHostContext, dead_letter_exchange_name, dead_letter_queue_name,
+                                storable_arguments)
 from .queue import READY, QueueInfo, QueueState
 from .redelivery import Redelivery
 from .selector import Selector
@@ -82,7 +84,9 @@ class Broker:
     ``rng`` (a random.Random) draws the redelivery collision avoidance; seed it for repeatable runs.
     ``sync`` is the message store's sync mode ("group": writes become durable within the group-commit
     window without the caller waiting; ``sync()`` waits). ``store_options`` go to MessageStore
-    (file_size, buffer_timeout_us, ...).
+    (file_size, buffer_timeout_us, ...). ``qpid_context``: a Qpid Broker-J virtual host's context
+    variables (``queue.deadLetterQueueEnabled``, ``queue.maximumDeliveryAttempts``,
+    ``queue.defaultExpiryPolicy``): every queue declared then follows Qpid's rules, these its defaults.
 
     Bad arguments or configuration raise ConfigError (a ValueError) naming the field; the store's
     errors (JournalLockedError, CorruptRecordError, ...) propagate from opening and recovery.
@@ -93,8 +97,9 @@ class Broker:
                  max_redelivery_records: int = 10, persist_delivery_count_before_delivery: bool = False,
                  store: str = "journal", dialect: str = "artemis", config: Any = None,
                  rng: random.Random | None = None, sync: str = "group", jms_queue_names: bool = False,
-                 store_options: dict | None = None) -> None:
+                 store_options: dict | None = None, qpid_context: Mapping | None = None) -> None:
         dialect_named(dialect)              # an unknown dialect is refused before the configuration is read
+        self._qpid_context = QpidVirtualHostContext.from_variables(qpid_context) if qpid_context is not None else None
         if clock is None:
             clock = WallClock()
         elif not callable(getattr(clock, "now_ms", None)):
@@ -154,9 +159,9 @@ class Broker:
                 recovered = self._store.load()
                 self._post_office.load(recovered)
                 for stored in recovered.queues.values():   # Qpid's rules, kept with their bindings
-                    if stored.arguments:
+                    if stored.arguments or self._qpid_context is not None:
                         self._post_office.queues_by_id[stored.queue_id].set_qpid_policy(
-                            _qpid_policy(stored.arguments))
+                            self._qpid_policy(stored.arguments))
             except BaseException:
                 self._store.close()
                 raise
@@ -195,8 +200,10 @@ class Broker:
         ConfigError for a bad routing type or a bad argument.
 
         ``arguments``: Qpid Broker-J's queue-declare arguments (``x-qpid-maximum-delivery-count``,
-        ``x-qpid-dlq-enabled``; see ``journal_engine.broker.qpid.queue_policy``). With a DLQ the queue's dead-letter
-        exchange ``<name>_DLE`` and queue ``<name>_DLQ`` are created with it (kept if they exist).
+        ``x-qpid-dlq-enabled``, ``alternateExchange`` and the attributes ``maximumDeliveryAttempts``,
+        ``alternateBinding``, ``expiryPolicy``; see ``journal_engine.broker.qpid.queue_policy``). With a DLQ
+        the queue's dead-letter exchange ``<name>_DLE`` and queue ``<name>_DLQ`` are created with it
+        (kept if they exist).
         """
         check_name(name, "name")
         if address is not None:
@@ -207,7 +214,7 @@ class Broker:
             raise TypeError(f"filter must be a str (a JMS selector) or None, not {type(filter).__name__}")
         if not isinstance(durable, bool):
             raise ConfigError("durable", durable, "must be True or False")
-        qpid_policy = _qpid_policy(arguments)
+        qpid_policy = self._qpid_policy(arguments)
         if self.jms_queue_names:
             name = self._jms_name(name)
             address = self._jms_name(address) if address is not None else name
@@ -224,7 +231,7 @@ class Broker:
                 raise QueueExistsError("name", name, "a queue of that name exists",
                                        hint="broker.set_queue_arguments(name, arguments) changes its arguments")
             queue = post_office.create_queue(name, address, routing_type, filter, durable,
-                                             arguments=dict(arguments) if qpid_policy is not None else None)
+                                             arguments=storable_arguments(arguments) if arguments else None)
             self._apply_qpid_policy(queue, qpid_policy)
             return queue.info()
 
@@ -232,22 +239,36 @@ class Broker:
         """Give an existing queue Qpid's queue-declare ``arguments`` (None or {}: none), as ``create_queue``
         does; a durable queue keeps them with its binding, so a restarted broker applies them again.
         UnknownQueueError, ConfigError as create_queue."""
-        qpid_policy = _qpid_policy(arguments)
+        qpid_policy = self._qpid_policy(arguments)
         with self._gate.lock:
             self._gate.check_open()
             queue = self._queue_named(name)
             if queue.durable and self._store is not None:
-                self._store.update_queue_arguments(queue.queue_id, dict(arguments) if qpid_policy is not None else None)
+                self._store.update_queue_arguments(queue.queue_id, storable_arguments(arguments) if arguments else None)
             self._apply_qpid_policy(queue, qpid_policy)
             return queue.info()
+
+    def _qpid_policy(self, arguments: Mapping | None) -> QpidQueuePolicy | None:
+        """The Qpid rule of queue-declare ``arguments`` with the virtual host's defaults (None for none: no
+        arguments and no ``qpid_context``); TypeError, ConfigError."""
+        if arguments is not None and not isinstance(arguments, Mapping):
+            raise TypeError(f"arguments must be a mapping, not {type(arguments).__name__}")
+        if not arguments and self._qpid_context is None:
+            return None
+        return QpidQueuePolicy.from_arguments(arguments or {}, self._qpid_context)
 
     def _apply_qpid_policy(self, queue: QueueState, qpid_policy: QpidQueuePolicy | None) -> None:
         """Set the queue's Qpid rule; with a DLQ, create ``<name>_DLQ`` on ``<name>_DLE`` unless it exists."""
         if qpid_policy is not None and qpid_policy.dlq_enabled:
             dlq = dead_letter_queue_name(queue.name)
             if dlq not in self._post_office.queues:
-                self._post_office.create_queue(dlq, dead_letter_exchange_name(queue.name), "anycast", None,
-                                               queue.durable)
+                # on a virtual host with defaults the DLQ says it has no DLQ and no maximum of its own
+                arguments = None if self._qpid_context is None else {DLQ_ENABLED_ARGUMENT: False,
+                                                                     MAXIMUM_DELIVERY_COUNT_ARGUMENT: 0}
+                dead = self._post_office.create_queue(dlq, dead_letter_exchange_name(queue.name), "anycast", None,
+                                                      queue.durable, arguments=arguments)
+                if arguments is not None:
+                    dead.set_qpid_policy(QpidQueuePolicy.from_arguments(arguments))
         queue.set_qpid_policy(qpid_policy)
 
     def delete_queue(self, name: str) -> int:
@@ -596,12 +617,3 @@ class Broker:
         where = repr(self.directory) if self.directory is not None else "in memory"
         return (f"Broker({where}, queues={len(self._post_office.queues)}, dialect={self._dialect.name!r}, "
                 f"closed={self._gate.closed})")
-
-
-def _qpid_policy(arguments: Mapping | None) -> QpidQueuePolicy | None:
-    """The Qpid rule of queue-declare ``arguments`` (None for none); TypeError, ConfigError."""
-    if arguments is None:
-        return None
-    if not isinstance(arguments, Mapping):
-        raise TypeError(f"arguments must be a mapping, not {type(arguments).__name__}")
-    return QpidQueuePolicy.from_arguments(arguments) if arguments else None

@@ -47,6 +47,7 @@ from .artemis.address_settings import AddressSettings
 from .artemis.dialect import Dialect
 from .message import MessageData
 from .post_office import PostOffice
+from .qpid.queue_policy import QpidQueuePolicy
 from .queue import EXPIRED, KILLED, NORMAL, AddressState, QueueState, Reference
 
 __all__ = ["ROUTING_TYPE_CODES", "DeadLetterReason", "DEAD_LETTER_REASONS",
@@ -153,6 +154,15 @@ def log_drop(code: str, data: MessageData, queue_name: str | None, reason: str, 
                        "message_id": data.public_id})
 
 
+def keeping_copy(original: MessageData, new_id: int, to_address: str, properties: dict | None, *,
+                 expiration: int) -> MessageData:
+    """A persistent copy of ``original`` for ``to_address`` under a new store id that keeps the id
+    consumers see (Classic and Qpid move the message itself to a DLQ)."""
+    copy = MessageData(new_id, to_address, original.body, properties or None, True, expiration, None)
+    copy.public_id = original.public_id
+    return copy
+
+
 def resource_queue_name(prefix: str, address: str, suffix: str) -> str:
     """The auto-created dead-letter (or expiry) queue of an address: prefix + address + suffix."""
     return f"{prefix}{address}{suffix}"
@@ -228,10 +238,47 @@ class DeadLetters:
             return None
         return copy, targets
 
+    def route_to_alternate(self, ref: Reference, policy: QpidQueuePolicy, now: int, *, expired: bool) -> None:
+        """Qpid's QueueEntryImpl.routeToAlternate: the message (its id, body and properties kept, with the
+        account every dead-letter copy carries) to the queue's alternate destination, one store
+        transaction; no alternate, or one without queues: discarded (logged at WARNING). ``expired``: an
+        expired message (ROUTE_TO_ALTERNATE), whose copy does not expire again; else it reached the
+        maximum delivery count."""
+        post_office = self._post_office
+        queue = ref.queue
+        data = ref.data
+        ack_reason = EXPIRED if expired else KILLED
+        reason = DeadLetterReason.EXPIRED if expired else DeadLetterReason.MAX_DELIVERY_ATTEMPTS
+        destination = policy.alternate_of(queue.name)
+        target = post_office.addresses.get(destination) if destination is not None else None
+        if target is None or not target.has_queues():
+            why = "expired" if expired else f"delivered {ref.delivery_count} times, the maximum delivery count"
+            where = (f"its alternate {destination!r} has no queue" if destination is not None
+                     else "the queue has no alternate binding (no DLQ)")
+            log_drop("Qpid Broker-J", data, queue.name, reason, f"{why}, and {where}")
+            post_office.drop(ref, ack_reason)
+            return
+        properties = dict(data.properties) if data.properties else {}
+        add_account(properties, reason, now, ref.delivery_count, ref.failures or ())
+        copy = keeping_copy(data, post_office.new_message_id(), target.name, properties,
+                            expiration=0 if expired else data.expiration)
+        copy.durable = data.durable
+        self.move_copy(ref, copy, target, ack_reason)
+
     def expire(self, ref: Reference, now: int) -> None:
-        """An expired reference (READY): to the expiry address of the MESSAGE's address, else dropped."""
+        """An expired reference (READY): to the expiry address of the MESSAGE's address, else dropped. On a
+        Qpid queue its expiry policy decides (AbstractQueue.expireEntry): deleted, or to its alternate."""
         post_office = self._post_office
         data = ref.data
+        qpid = ref.queue.qpid_policy
+        if qpid is not None:
+            if qpid.routes_expired_to_alternate:
+                self.route_to_alternate(ref, qpid, now, expired=True)
+            else:
+                log_drop("Qpid Broker-J", data, ref.queue.name, DeadLetterReason.EXPIRED,
+                         "expired (the queue's expiryPolicy is DELETE)")
+                post_office.drop(ref, EXPIRED)
+            return
         settings = post_office.address_settings.get(data.address)
         address = settings.expiry_address
         if address:         # None or "" = drop

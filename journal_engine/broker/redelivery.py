@@ -18,8 +18,9 @@ goes with the reference into the dead-letter copy (``_JE_ORIG_DELIVERY_COUNT``).
 Three other rules replace the address settings' when they apply (written the same way):
 
 * a Qpid queue (``queue.qpid_policy``, from its queue-declare arguments, ``qpid``): at the maximum
-  delivery count the message goes to ``<queue>_DLE`` (keeping its id), or is discarded without a DLQ;
-  below it, back at once;
+  delivery count the message goes to the queue's alternate destination (``<queue>_DLE`` with the DLQ
+  enabled; keeping its id; ``DeadLetters.route_to_alternate``), or is discarded without one; below it,
+  back at once;
 * a consumer with a ClassicRedeliveryPolicy: the message's redelivery counter becomes its delivery
   count; past the policy's maximum a poison ack (cause: ``classic_policy.poison_cause``), else back
   after the policy's delay for that counter;
@@ -33,12 +34,11 @@ from __future__ import annotations
 import random
 
 from .artemis.address_settings import AddressSettings
-from .classic.dead_letters import DLQ_DELIVERY_FAILURE_CAUSE, ClassicDeadLetters, keeping_copy
+from .classic.dead_letters import DLQ_DELIVERY_FAILURE_CAUSE, ClassicDeadLetters
 from .classic.policy import ClassicRedeliveryPolicy, poison_cause
-from .dead_letter import DeadLetterReason, DeadLetters, add_account, log_drop
+from .dead_letter import DeadLetterReason, DeadLetters
 from .post_office import PostOffice
-from .qpid.queue_policy import dead_letter_exchange_name
-from .queue import DELIVERING, KILLED, READY, Reference
+from .queue import DELIVERING, READY, Reference
 
 __all__ = ["Redelivery", "redelivery_delay_ms", "CONSUMER_ROLLBACK", "SESSION_ROLLBACK"]
 
@@ -153,7 +153,7 @@ class Redelivery:
         delay = delay_override or 0
         if qpid is not None:
             if qpid.reached(count):
-                self._qpid_dead_letter(ref, qpid.dlq_enabled, now)
+                self._dead_letters.route_to_alternate(ref, qpid, now, expired=False)
                 return True
         elif not counted:
             self._persist_count(ref, counted)
@@ -182,20 +182,3 @@ class Redelivery:
             ref.data.set_property(DLQ_DELIVERY_FAILURE_CAUSE, cause)
         repository = self._post_office.address_settings
         self._dead_letters.dead_letter(ref, repository.get(ref.queue.address), now, DeadLetterReason.POISON_ACK)
-
-    def _qpid_dead_letter(self, ref: Reference, dlq_enabled: bool, now: int) -> None:
-        """Qpid's sendToDLQOrDiscard: to the queue's dead-letter exchange, keeping the message, or dropped."""
-        post_office = self._post_office
-        queue = ref.queue
-        target = post_office.addresses.get(dead_letter_exchange_name(queue.name)) if dlq_enabled else None
-        if target is None or not target.has_queues():
-            log_drop("Qpid Broker-J", ref.data, queue.name, DeadLetterReason.MAX_DELIVERY_ATTEMPTS,
-                     f"delivered {ref.delivery_count} times, the maximum delivery count, and the queue has no DLQ")
-            post_office.drop(ref, KILLED)
-            return
-        data = ref.data
-        properties = dict(data.properties) if data.properties else {}
-        add_account(properties, DeadLetterReason.MAX_DELIVERY_ATTEMPTS, now, ref.delivery_count, ref.failures or ())
-        copy = keeping_copy(data, post_office.new_message_id(), target.name, properties, expiration=data.expiration)
-        copy.durable = data.durable
-        self._dead_letters.move_copy(ref, copy, target, KILLED)

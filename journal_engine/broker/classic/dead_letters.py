@@ -39,27 +39,17 @@ from .destinations import ClassicDestination, destination_of_queue
 from .plugins import REDELIVERY_DELAY_PROPERTY
 from .policy import expired_cause
 from ..artemis.dialect import Dialect
-from ..dead_letter import DeadLetterReason, DeadLetters, add_account, log, log_drop
-from ..message import MessageData
+from ..dead_letter import DeadLetterReason, DeadLetters, add_account, keeping_copy, log, log_drop
 from ..post_office import PostOffice
 from ..queue import EXPIRED, KILLED, AddressState, Reference
 
 __all__ = ["ClassicDeadLetters", "ORIGINAL_DESTINATION", "ORIGINAL_EXPIRATION", "DLQ_DELIVERY_FAILURE_CAUSE",
-           "ORIGINAL_DELIVERY_MODE", "keeping_copy"]
+           "ORIGINAL_DELIVERY_MODE"]
 
 ORIGINAL_DESTINATION = "originalDestination"
 ORIGINAL_EXPIRATION = "originalExpiration"
 DLQ_DELIVERY_FAILURE_CAUSE = "dlqDeliveryFailureCause"
 ORIGINAL_DELIVERY_MODE = "originalDeliveryMode"
-
-
-def keeping_copy(original: MessageData, new_id: int, to_address: str, properties: dict | None, *,
-                 expiration: int) -> MessageData:
-    """A persistent copy of ``original`` for ``to_address`` under a new store id that keeps the id
-    consumers see (Classic and Qpid move the message itself to a DLQ)."""
-    copy = MessageData(new_id, to_address, original.body, properties or None, True, expiration, None)
-    copy.public_id = original.public_id
-    return copy
 
 
 class ClassicDeadLetters(DeadLetters):
