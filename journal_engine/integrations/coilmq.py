@@ -73,6 +73,7 @@ from .. import AddressSettings, Broker, ConfigError, JournalClosedError
 from ..errors import JournalError
 from ..limits import (STOMP_ERROR_LINGER_S, STOMP_OUTBOX_BYTES_MAX, STOMP_READ_BYTES, STOMP_WATCH_WAIT_S,
                       STOMP_WRITE_TIMEOUT_S)
+from .exchanges import CONTROL_PREFIX, EXCHANGE_PREFIX, REQUEUE_HEADER, ROUTING_KEY_HEADER, ExchangeTable
 from .stomp_frames import FrameReader, StompFrameError, pack
 
 __all__ = ["JournalQueueStore", "DurableQueueManager", "make_store", "build_server", "serve",
@@ -182,6 +183,7 @@ class JournalQueueStore(QueueStore):
                               persist_delivery_count_before_delivery=persist_delivery_count_before_delivery,
                               store_options=store_options)
         self._queues: set[str] = set(self._broker.queue_names())
+        self._exchanges = ExchangeTable(self.data_dir)     # kombu's exchanges and bindings (exchanges.py)
         try:
             self._broker.address_settings.add("#", AddressSettings(
                 max_delivery_attempts=max_delivery_attempts, redelivery_delay=redelivery_delay_ms,
@@ -348,6 +350,85 @@ class JournalQueueStore(QueueStore):
             consumer.ack(message)
             return True
 
+    def dead_letter(self, frame: Frame) -> bool:
+        """The frame handed out by :meth:`deliver` is refused for good (kombu's ``reject(requeue=False)``):
+        a copy goes to the dead-letter queue, naming its origin, then the original is acknowledged. A
+        crash between the two leaves it in both (at least once). Without a dead-letter queue it is
+        dropped. False if the frame was not held."""
+        with self._lock:
+            entry = self._held.pop(id(frame), None)
+            if entry is None:
+                return False
+            _, consumer, message = entry
+            if self.dead_letter_queue is not None:
+                properties = dict(message.properties or {})
+                properties[_ORIGINAL_ADDRESS[0]] = message.queue
+                self._broker.send(self.dead_letter_queue, message.body, properties=properties,
+                                  routing_type="anycast")
+            consumer.ack(message)
+            return True
+
+    def sync(self) -> None:
+        """Wait until everything done so far is on disk (unless sync="none"); not under the lock, so
+        that concurrent callers share one fdatasync."""
+        if self._wait_for_disk:
+            self._broker.sync()
+
+    def route(self, exchange: str, routing_key: str) -> list[str]:
+        """The destinations of a SEND to ``/exchange/<exchange>`` with ``routing_key`` (exchanges.py)."""
+        with self._lock:
+            self._check_open()
+            return self._exchanges.route(exchange, routing_key)
+
+    def control(self, operation: str, headers: dict) -> dict[str, str]:
+        """A request of the kombu transport (a SEND to ``/journal-engine/<operation>``); returns the
+        headers of its RECEIPT. ConfigError for an unknown operation or a missing header.
+
+        ``declare-exchange`` (exchange, exchange-type, passive), ``delete-exchange`` (exchange),
+        ``declare-queue`` (queue: its destination, passive), ``bind`` / ``unbind`` (exchange,
+        routing-key, queue), ``purge`` and ``delete-queue`` (queue): ``exists`` and ``message-count``
+        (messages not handed out; for purge and delete-queue, those removed) in the reply.
+        """
+        def header(name: str) -> str:
+            value = headers.get(name)
+            if value is None:
+                raise ConfigError(name, None, f"the {operation} request needs this header")
+            return str(value)
+
+        passive = str(headers.get("passive", "")).lower() == "true"
+        with self._lock:
+            self._check_open()
+            if operation in ("declare-exchange", "delete-exchange"):
+                exchange = header("exchange")
+                if operation == "delete-exchange":
+                    self._exchanges.delete(exchange)
+                elif not passive:
+                    self._exchanges.declare(exchange, header("exchange-type"))
+                return {"exists": str(self._exchanges.exists(exchange)).lower()}
+            if operation in ("bind", "unbind"):
+                exchange, routing_key, destination = header("exchange"), header(ROUTING_KEY_HEADER), header("queue")
+                if operation == "bind":
+                    self._ensure_queue(destination)
+                    self._exchanges.bind(exchange, routing_key, destination)
+                else:
+                    self._exchanges.unbind(exchange, routing_key, destination)
+                return {}
+            if operation in ("declare-queue", "purge", "delete-queue"):
+                destination = header("queue")
+                exists = destination in self._queues
+                if operation == "declare-queue":
+                    if not passive:
+                        self._ensure_queue(destination)
+                    return {"exists": str(exists or not passive).lower(), "message-count": str(self.size(destination))}
+                removed = 0
+                while (frame := self.deliver(destination)) is not None:
+                    self.acknowledge(frame)
+                    removed += 1
+                if operation == "delete-queue":
+                    self._exchanges.unbind_destination(destination)
+                return {"exists": str(exists).lower(), "message-count": str(removed)}
+        raise ConfigError("destination", CONTROL_PREFIX + operation, "no such request of serve-stomp")
+
     @property
     def broker(self) -> Broker:
         """The journal_engine Broker underneath (for inspection: ``broker.queue(name)``, ``stats()``)."""
@@ -419,9 +500,22 @@ class DurableQueueManager(QueueManager):
         if not destination:
             raise ValueError(f"Cannot send frame with no destination: {message}")
         message.cmd = MESSAGE
+        if destination.startswith(EXCHANGE_PREFIX):
+            self._send_to_exchange(destination[len(EXCHANGE_PREFIX):], message)
+            return
         message.headers.setdefault("message-id", str(uuid.uuid4()))
         self.store.enqueue(destination, message)    # not under the manager's lock: syncs are shared
         self.dispatch(destination)
+
+    def _send_to_exchange(self, exchange: str, message: Frame) -> None:
+        """A copy of ``message`` in each queue the exchange routes its ``routing-key`` to (exchanges.py),
+        each with a message-id of its own; none when nothing is bound (AMQP drops it)."""
+        routing_key = str(message.headers.get(ROUTING_KEY_HEADER, ""))
+        for destination in self.store.route(exchange, routing_key):
+            copy = Frame(MESSAGE, headers=dict(message.headers, destination=destination,
+                                               **{"message-id": str(uuid.uuid4())}), body=message.body)
+            self.store.enqueue(destination, copy)
+            self.dispatch(destination)
 
     @synchronized(_manager_lock)
     def subscribe(self, connection, destination, id=None) -> None:
@@ -452,9 +546,11 @@ class DurableQueueManager(QueueManager):
         self.settle(connection, frame.headers.get("message-id"), id, failed=False)
 
     @synchronized(_manager_lock)
-    def settle(self, connection, message_id: str | None, subscription_id: str | None, *, failed: bool) -> bool:
+    def settle(self, connection, message_id: str | None, subscription_id: str | None, *, failed: bool,
+               dead_letter: bool = False) -> bool:
         """The ACK (``failed=False``) or NACK (``failed=True``) of the frame ``message_id`` pending on
-        one of ``connection``'s subscriptions (``subscription_id`` when given). False when none is."""
+        one of ``connection``'s subscriptions (``subscription_id`` when given); a NACK with
+        ``dead_letter`` sends it to the dead-letter queue at once. False when none is pending."""
         for subscription, pending in list(self._pending.items()):
             if subscription.connection is not connection or pending.headers.get("message-id") != message_id:
                 continue
@@ -462,7 +558,9 @@ class DurableQueueManager(QueueManager):
                 continue
             del self._pending[subscription]
             destination = pending.headers.get("destination")
-            if failed:
+            if failed and dead_letter:
+                self.store.dead_letter(pending)
+            elif failed:
                 self.store.requeue(destination, pending)
             else:
                 self.store.acknowledge(pending)
@@ -599,10 +697,22 @@ class _SettlingProtocol:
             # its RECEIPT comes at COMMIT, once it is processed (a SEND: stored), or at ABORT
             self.engine.transactions[transaction].append(frame)
             return
-        getattr(self, command.lower())(frame)
+        reply = getattr(self, command.lower())(frame)
         receipt = frame.headers.get("receipt")
         if receipt and command not in _CONNECT_COMMANDS:
-            self.engine.connection.send_frame(ReceiptFrame(receipt))
+            if command in (ACK, NACK):
+                self.engine.queue_manager.store.sync()      # a receipted settlement is on disk
+            self.engine.connection.send_frame(ReceiptFrame(receipt, extra_headers=reply if isinstance(reply, dict) else None))
+
+    def send(self, frame):
+        """SEND: to a queue, to an exchange (routed by the server's bindings), or a request of the kombu
+        transport to the server, whose answer goes in the RECEIPT's headers (exchanges.py)."""
+        destination = frame.headers.get("destination") or ""
+        if destination.startswith(CONTROL_PREFIX):
+            return self.engine.queue_manager.store.control(destination[len(CONTROL_PREFIX):], frame.headers)
+        if destination.startswith(EXCHANGE_PREFIX):
+            return self.engine.queue_manager.send(frame)
+        return super().send(frame)
 
     def abort(self, frame):
         """ABORT: the transaction's frames are dropped; those that asked for a RECEIPT get it now
@@ -628,8 +738,9 @@ class _SettlingProtocol:
         message_id = frame.headers.get(self._ack_id_header)
         if not message_id:
             raise ProtocolError(f"No {self._ack_id_header} specified for {frame.cmd} command.")
+        dead_letter = failed and str(frame.headers.get(REQUEUE_HEADER, "true")).lower() == "false"
         self.engine.queue_manager.settle(self.engine.connection, message_id, frame.headers.get("subscription"),
-                                         failed=failed)
+                                         failed=failed, dead_letter=dead_letter)
 
 
 class Stomp10(_SettlingProtocol, STOMP10):
