@@ -172,6 +172,9 @@ STOMP_WATCH_WAIT_S = 1.0
 # STOMP_WRITE_TIMEOUT_S shuts the connection down (part of a frame may be out: nothing may follow it)
 STOMP_OUTBOX_BYTES_MAX = 32 * 1024 * 1024
 STOMP_WRITE_TIMEOUT_S = 10.0
+# the kombu transport (integrations/kombu.py) waits this long for the RECEIPT of a request (a publish,
+# a declaration, an ACK) before it gives the connection up as lost
+KOMBU_REPLY_TIMEOUT_S = 30.0
 
 
 # how the limits relate, checked at import with an ``if`` (``python -O`` removes an ``assert``)

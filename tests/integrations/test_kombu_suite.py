@@ -1,0 +1,113 @@
+"""kombu's own integration suite, run on the journal-engine transport against `journal-engine
+serve-stomp` in a child process.
+
+kombu's source distribution ships ``t/integration/common.py`` with the classes every transport's
+integration tests subclass (``BasicFunctionality``, ``BaseExchangeTypes``, ``BaseTimeToLive``,
+``BasePriority``, ``BaseMessage``; each test takes a ``connection`` or ``invalid_connection``
+fixture). We do not copy that file: the session fetches the sdist of the installed kombu with pip,
+unpacks it into a temporary directory and imports the module from there (as test_coilmq_store.py
+does with coilmq's). What does not apply is skipped with its reason (docs/integrations.md lists them;
+tests/helpers/skips_allowed.py allows them in CI).
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import subprocess
+import sys
+import tarfile
+
+import pytest
+from stomp_server import Server
+
+kombu = pytest.importorskip("kombu", reason="kombu is not installed (pip install 'journal_engine[celery]')")
+import journal_engine.integrations.kombu  # noqa: E402,F401  (registers the journal-engine scheme)
+
+# the classes of kombu's t/integration/common.py that a transport runs, and their tests;
+# test_the_fetched_suite_is_the_one_run checks the lists are complete
+SUITE = {
+    "BasicFunctionality": ["test_connect", "test_failed_connect", "test_failed_connection", "test_failed_channel",
+                           "test_failed_default_channel", "test_default_channel_autoconnect", "test_channel",
+                           "test_default_channel", "test_autoretry_default_channel", "test_publish_consume",
+                           "test_consume_empty_queue", "test_simple_queue_publish_consume",
+                           "test_simple_buffer_publish_consume"],
+    "BaseExchangeTypes": ["test_direct", "test_direct_routing_keys", "test_fanout", "test_topic",
+                          "test_publish_empty_exchange"],
+    "BaseTimeToLive": ["test_publish_consume", "test_simple_queue_publish_consume",
+                       "test_simple_buffer_publish_consume"],
+    "BasePriority": ["test_publish_consume", "test_publish_requeue_consume", "test_simple_queue_publish_consume",
+                     "test_simple_buffer_publish_consume"],
+    "BaseMessage": ["test_ack", "test_reject_no_requeue", "test_reject_requeue", "test_requeue"],
+}
+# what does not apply, and why (docs/integrations.md, "What kombu's suite skips")
+NOT_APPLICABLE = {
+    "BasePriority": "serve-stomp queues are first in, first out: journal_engine's broker has no message priority",
+}
+
+
+@pytest.fixture(scope="session")
+def kombu_common(tmp_path_factory):
+    """kombu's t/integration/common.py, imported from the sdist of the installed kombu, fetched once."""
+    download = tmp_path_factory.mktemp("kombu-sdist")
+    requirement = f"kombu=={kombu.__version__}"
+    command = [sys.executable, "-m", "pip", "download", requirement, "--no-binary", ":all:", "--no-deps",
+               "--disable-pip-version-check", "-d", str(download)]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        pytest.skip(f"kombu's integration suite is missing: `{' '.join(command)}` could not run ({error})")
+    archives = sorted(download.glob("kombu-*.tar.gz"))
+    if result.returncode != 0 or not archives:
+        pytest.skip(f"kombu's integration suite is missing: `{' '.join(command)}` fetched no sdist "
+                    f"(exit {result.returncode}: {result.stderr.strip()[-300:]})")
+    with tarfile.open(archives[0]) as archive:
+        archive.extractall(download, filter="data")
+    source = download / archives[0].name[:-len(".tar.gz")] / "t" / "integration" / "common.py"
+    if not source.is_file():
+        pytest.fail(f"{archives[0].name} has no t/integration/common.py: kombu's layout changed")
+    spec = importlib.util.spec_from_file_location("kombu_sdist_integration_common", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("kombu-suite")
+    started = Server(directory / "store", directory / "server.log")
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def connection(server):
+    connection = kombu.Connection(f"journal-engine://127.0.0.1:{server.port}")
+    yield connection
+    connection.release()
+
+
+@pytest.fixture
+def invalid_connection():
+    return kombu.Connection("journal-engine://127.0.0.1:1", connect_timeout=2)
+
+
+def test_the_fetched_suite_is_the_one_run(kombu_common):
+    for name, tests in SUITE.items():
+        fetched = sorted(attribute for attribute in dir(getattr(kombu_common, name)) if attribute.startswith("test_"))
+        assert fetched == sorted(tests), name
+
+
+def test_a_url_of_the_scheme_picks_the_transport():
+    assert kombu.Connection("journal-engine://127.0.0.1:61613").transport_cls == "journal-engine"
+    assert type(kombu.Connection("journal-engine://127.0.0.1:61613").transport) is journal_engine.integrations.kombu.Transport
+
+
+@pytest.mark.parametrize("case", [f"{name}.{test}" for name, tests in SUITE.items() for test in tests])
+def test_kombu_integration_suite(kombu_common, request, case):
+    name, test = case.split(".")
+    if name in NOT_APPLICABLE:
+        pytest.skip(f"kombu's {name} does not apply: {NOT_APPLICABLE[name]}")
+    suite_class = type(f"test_JournalEngine{name}", (getattr(kombu_common, name),), {})
+    method = getattr(suite_class(), test)
+    arguments = {parameter: request.getfixturevalue(parameter) for parameter in inspect.signature(method).parameters}
+    method(**arguments)
