@@ -1,0 +1,163 @@
+"""Celery end to end on journal_engine: a `journal-engine serve-stomp` server in a child process, Celery
+workers started with `celery -A celery_app worker` (tests/helpers/celery_app.py) in child processes,
+tasks sent from this process. Each task run appends a line to a file, so runs are counted across
+workers, killed ones included.
+
+* A task with acks_late whose worker is SIGKILLed mid-task comes back from the server to the next
+  worker with `redelivered` set, and runs there to the end.
+* A task that always fails and rejects without requeue ends in the dead-letter queue, naming the
+  queue it came from; it is not run again.
+* An acknowledged task is never run twice after the server is SIGKILLed and restarted on its data
+  directory; the worker reconnects and runs what is sent next.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from locations import HELPERS, ROOT
+from stomp_server import Server
+
+pytest.importorskip("celery", reason="celery is not installed (pip install 'journal_engine[celery]')")
+import kombu  # noqa: E402
+
+from celery_app import always_fails, app, hold, work  # noqa: E402
+
+WAIT_S = 60.0                   # a bound on a loaded machine; each wait ends as soon as its condition holds
+
+
+class Worker:
+    """`celery -A celery_app worker -P solo` on the server at ``port``; its output in ``log``."""
+
+    def __init__(self, port: int, runs: Path, log: Path, name: str) -> None:
+        env = dict(os.environ, JOURNAL_ENGINE_BROKER_URL=f"journal-engine://127.0.0.1:{port}",
+                   CELERY_RUNS_FILE=str(runs),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(HELPERS), str(ROOT), os.environ.get("PYTHONPATH")])))
+        self.log_path = log
+        self.log = open(log, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "solo", "-c", "1", "-n",
+             f"{name}@%h", "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "info"],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(log.parent))
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        self.log.close()
+
+
+def runs_of(runs: Path) -> list[tuple[str, str, bool]]:
+    if not runs.exists():
+        return []
+    return [(task, key, redelivered == "True")
+            for task, key, redelivered in (line.split() for line in runs.read_text().splitlines())]
+
+
+def wait_for(condition, what: str, *workers: Worker) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        for worker in workers:
+            assert worker.process.poll() is None, f"the worker ended while waiting for {what}:\n{worker.output()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {what} within {WAIT_S} s:\n" + "\n".join(
+            worker.output()[-3000:] for worker in workers)
+        time.sleep(0.05)
+
+
+def send(port: int, task, *args) -> None:
+    with app.connection_for_write(f"journal-engine://127.0.0.1:{port}") as connection:
+        task.apply_async(args, connection=connection)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_acks_late_task_whose_worker_is_sigkilled_comes_back_redelivered(tmp_path):
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    runs = tmp_path / "runs"
+    first = Worker(server.port, runs, tmp_path / "worker-1.log", "first")
+    second = None
+    try:
+        send(server.port, hold, "k1")
+        wait_for(lambda: ("hold", "k1", False) in runs_of(runs), "run of the task on the first worker", first)
+        first.kill()            # mid-task: the task was not acknowledged
+        second = Worker(server.port, runs, tmp_path / "worker-2.log", "second")
+        wait_for(lambda: len(runs_of(runs)) == 2, "second run of the task", second)
+        assert runs_of(runs) == [("hold", "k1", False), ("hold", "k1", True)]
+        # it ran to the end on the second worker and was acknowledged: nothing is left in the queue
+        with kombu.Connection(f"journal-engine://127.0.0.1:{server.port}") as connection:
+            wait_for(lambda: connection.default_channel.queue_declare("celery", passive=True).message_count == 0
+                     and kombu.Queue("celery", no_declare=True)(connection.default_channel).get() is None,
+                     "the acknowledgement", second)
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+        server.stop()
+
+
+def test_a_task_rejected_without_requeue_ends_in_the_dead_letter_queue_with_its_origin(tmp_path):
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    runs = tmp_path / "runs"
+    worker = Worker(server.port, runs, tmp_path / "worker.log", "only")
+    try:
+        send(server.port, always_fails, "poison")
+        with kombu.Connection(f"journal-engine://127.0.0.1:{server.port}") as connection:
+            dead_letters = kombu.Queue("DLQ", no_declare=True)(connection.default_channel)
+            found = []
+            wait_for(lambda: found.append(dead_letters.get()) or found[-1] is not None,
+                     "the task in the dead-letter queue", worker)
+            message = found[-1]
+            assert message.headers["task"] == "celery_app.always_fails"
+            assert message.delivery_info["original_queue"] == "celery"
+            assert message.decode()[0] == ["poison"]
+            message.ack()
+        assert runs_of(runs) == [("always_fails", "poison", False)]     # rejected for good: not run again
+    finally:
+        worker.stop()
+        server.stop()
+
+
+def test_no_acknowledged_task_runs_twice_after_the_server_is_sigkilled_and_restarted(tmp_path):
+    port = free_port()
+    server = Server(tmp_path / "store", tmp_path / "server.log", "--port", str(port))
+    runs = tmp_path / "runs"
+    worker = Worker(port, runs, tmp_path / "worker.log", "only")
+    try:
+        for index in range(10):
+            send(port, work, f"before-{index}")
+        # Celery acknowledges `work` when it takes it, before it runs; the transport's ACK returns once the
+        # server has it on disk: every task that ran is acknowledged on disk
+        wait_for(lambda: len(runs_of(runs)) == 10, "ten runs before the kill", worker)
+        server.kill()
+        server = Server(tmp_path / "store", tmp_path / "server-2.log", "--port", str(port))
+        for index in range(5):
+            send(port, work, f"after-{index}")
+        wait_for(lambda: len(runs_of(runs)) >= 15, "five runs after the restart", worker)
+        keys = [key for _, key, _ in runs_of(runs)]
+        assert sorted(keys) == sorted({*(f"before-{i}" for i in range(10)), *(f"after-{i}" for i in range(5))}), keys
+    finally:
+        worker.stop()
+        server.stop()
