@@ -1,0 +1,239 @@
+"""The journal-engine kombu transport between processes: `journal-engine serve-stomp` in a child
+process, a consumer in another child process, this process as the producer.
+
+What kombu's own suite (test_kombu_suite.py) runs in one process cannot show: the bindings a worker
+declared route what another process publishes, a delivery a killed consumer held comes back from the
+server (redelivered, its delivery count up), the server's redelivery delay and delivery limit apply
+to reject(requeue=True), and the bindings outlive a server restart.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from locations import ROOT
+from stomp_server import RawClient, Server, frame_bytes, has_traceback
+
+kombu = pytest.importorskip("kombu", reason="kombu is not installed (pip install 'journal_engine[celery]')")
+import journal_engine.integrations.kombu  # noqa: E402,F401  (registers the journal-engine scheme)
+from journal_engine.errors import ConfigError, CorruptRecordError  # noqa: E402
+from journal_engine.integrations.exchanges import EXCHANGES_FILE, ExchangeTable  # noqa: E402
+
+READ_TIMEOUT_S = 30.0
+
+# A consumer in a process of its own: declares exchange ORDERS (topic) and queue EU bound with
+# "orders.eu.#", prints "ready", then for each message a JSON line (body, redelivered, delivery count),
+# acknowledging it unless told to hold it (then it waits to be killed).
+CONSUMER = """
+import json, sys, time
+import kombu
+import journal_engine.integrations.kombu
+
+url, hold = sys.argv[1], sys.argv[2] == "hold"
+exchange = kombu.Exchange("orders", type="topic")
+queue = kombu.Queue("eu", exchange=exchange, routing_key="orders.eu.#")
+
+def received(body, message):
+    info = message.delivery_info
+    print(json.dumps([body, info["redelivered"], info["delivery_count"]]), flush=True)
+    if hold:
+        time.sleep(120)
+    message.ack()
+
+with kombu.Connection(url) as connection:
+    with kombu.Consumer(connection, [queue], callbacks=[received], accept=["json"]):
+        print("ready", flush=True)
+        while True:
+            try:
+                connection.drain_events(timeout=1)
+            except TimeoutError:
+                pass
+"""
+
+
+class Consumer:
+    def __init__(self, port: int, hold: bool) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        self.process = subprocess.Popen([sys.executable, "-c", CONSUMER, f"journal-engine://127.0.0.1:{port}",
+                                         "hold" if hold else "ack"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        stdin=subprocess.DEVNULL, env=env)
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.line() == "ready", self.stderr()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line.decode().strip())
+
+    def line(self) -> str:
+        try:
+            return self.lines.get(timeout=READ_TIMEOUT_S)
+        except queue.Empty:
+            raise AssertionError(f"the consumer printed nothing within {READ_TIMEOUT_S} s: {self.stderr()}") from None
+
+    def delivery(self) -> list:
+        return json.loads(self.line())
+
+    def stderr(self) -> str:
+        if self.process.poll() is None:
+            return "(running)"
+        return self.process.stderr.read().decode(errors="replace")[-3000:]
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+
+def url(server: Server) -> str:
+    return f"journal-engine://127.0.0.1:{server.port}"
+
+
+def publish(server: Server, body, routing_key: str) -> None:
+    """To exchange "orders" from this process, which declares the exchange and nothing else."""
+    with kombu.Connection(url(server)) as connection:
+        producer = kombu.Producer(connection.default_channel, exchange=kombu.Exchange("orders", type="topic"))
+        producer.publish(body, routing_key=routing_key, serializer="json")
+
+
+def test_bindings_declared_by_the_consumer_route_what_another_process_publishes(tmp_path):
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    consumer = Consumer(server.port, hold=False)
+    try:
+        publish(server, {"order": 1}, "orders.eu.paris")
+        publish(server, {"order": 2}, "orders.us.boston")       # bound nowhere: dropped, as AMQP does
+        publish(server, {"order": 3}, "orders.eu")
+        assert consumer.delivery() == [{"order": 1}, False, 1]
+        assert consumer.delivery() == [{"order": 3}, False, 1]
+    finally:
+        consumer.kill()
+        server.stop()
+
+
+def test_a_delivery_a_killed_consumer_held_comes_back_from_the_server_redelivered(tmp_path):
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    first = Consumer(server.port, hold=True)
+    try:
+        publish(server, {"order": 7}, "orders.eu.rome")
+        assert first.delivery() == [{"order": 7}, False, 1]
+        first.kill()                    # not acknowledged; no client of kombu's is left to restore it
+        second = Consumer(server.port, hold=False)
+        try:
+            assert second.delivery() == [{"order": 7}, True, 2]
+        finally:
+            second.kill()
+    finally:
+        first.kill()
+        server.stop()
+
+
+def test_reject_with_requeue_is_a_failed_delivery_with_the_servers_delay_and_limit(tmp_path):
+    delay_ms = 300
+    server = Server(tmp_path / "store", tmp_path / "server.log", "--redelivery-delay-ms", str(delay_ms),
+                    "--max-delivery-attempts", "2")
+    try:
+        with kombu.Connection(url(server)) as connection:
+            work = connection.SimpleQueue("work")
+            work.put({"job": 1})
+            message = work.get(timeout=READ_TIMEOUT_S)
+            assert (message.delivery_info["redelivered"], message.delivery_info["delivery_count"]) == (False, 1)
+            rejected = time.monotonic()
+            message.reject(requeue=True)
+            with pytest.raises(work.Empty):
+                work.get_nowait()       # held back by the redelivery delay
+            message = work.get(timeout=READ_TIMEOUT_S)
+            assert time.monotonic() - rejected >= delay_ms / 1000
+            assert (message.delivery_info["redelivered"], message.delivery_info["delivery_count"]) == (True, 2)
+            message.reject(requeue=True)        # the second failed delivery of two allowed: dead-lettered
+            dead_letters = kombu.Queue("DLQ", no_declare=True)(connection.default_channel)
+            dead = dead_letters.get()
+            assert dead is not None and dead.payload == {"job": 1}
+            assert dead.delivery_info["original_queue"] == "work"
+            dead.ack()
+            work.close()
+    finally:
+        server.stop()
+
+
+def test_bindings_outlive_a_server_killed_and_restarted(tmp_path):
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    with kombu.Connection(url(server)) as connection:
+        kombu.Queue("eu", exchange=kombu.Exchange("orders", type="topic"),
+                    routing_key="orders.eu.#")(connection.default_channel).declare()
+    server.kill()
+    server = Server(tmp_path / "store", tmp_path / "server-2.log")
+    try:
+        publish(server, {"order": 9}, "orders.eu.oslo")
+        with kombu.Connection(url(server)) as connection:
+            message = kombu.Queue("eu", no_declare=True)(connection.default_channel).get()
+            assert message is not None and message.payload == {"order": 9}
+            message.ack()
+    finally:
+        server.stop()
+
+
+def test_a_request_serve_stomp_does_not_know_gets_an_error_frame_and_no_traceback(tmp_path):
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    try:
+        client = RawClient(server.port)
+        client.connect("1.1")
+        client.send_raw(frame_bytes("SEND", {"destination": "/journal-engine/rename-queue", "receipt": "r"}))
+        command, headers, _ = client.read_frame()
+        assert command == "ERROR" and "no such request of serve-stomp" in headers["message"], headers
+        client.send_raw(frame_bytes("SEND", {"destination": "/journal-engine/bind", "exchange": "nowhere",
+                                             "routing-key": "k", "queue": "/queue/q", "receipt": "r"}))
+        assert client.closed_by_server()
+        assert not has_traceback(server.stderr()), server.stderr()[-3000:]
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------ the exchange table alone
+def test_the_exchange_table_routes_as_amqp(tmp_path):
+    table = ExchangeTable(str(tmp_path))
+    table.declare("direct", "direct")
+    table.declare("topic", "topic")
+    table.declare("fanout", "fanout")
+    table.bind("direct", "d1", "/queue/a")
+    table.bind("direct", "d1", "/queue/a")      # the same binding twice is one
+    table.bind("direct", "d2", "/queue/b")
+    table.bind("topic", "t.*", "/queue/a")
+    table.bind("topic", "t.#", "/queue/b")
+    table.bind("topic", "t", "/queue/c")
+    table.bind("fanout", "", "/queue/a")
+    table.bind("fanout", "anything", "/queue/b")
+    assert table.route("direct", "d1") == ["/queue/a"]
+    assert table.route("direct", "d3") == []
+    assert table.route("topic", "t.1") == ["/queue/a", "/queue/b"]
+    assert table.route("topic", "t.1.2") == ["/queue/b"]
+    assert table.route("topic", "t") == ["/queue/b", "/queue/c"]
+    assert table.route("fanout", "x") == ["/queue/a", "/queue/b"]
+    assert table.route("undeclared", "x") == []
+    table.unbind_destination("/queue/a")
+    assert ExchangeTable(str(tmp_path)).route("fanout", "x") == ["/queue/b"]   # kept on disk
+
+
+def test_the_exchange_table_refuses_what_amqp_refuses(tmp_path):
+    table = ExchangeTable(str(tmp_path))
+    table.declare("orders", "direct")
+    with pytest.raises(ConfigError, match="exists with type 'direct'"):
+        table.declare("orders", "fanout")
+    with pytest.raises(ConfigError, match="serve-stomp routes direct, topic, fanout"):
+        table.declare("headers", "headers")
+    with pytest.raises(ConfigError, match="no such exchange"):
+        table.bind("missing", "k", "/queue/a")
+
+
+def test_a_damaged_exchange_table_is_refused_naming_its_path(tmp_path):
+    Path(tmp_path, EXCHANGES_FILE).write_text('{"orders": {"type": "headers", "bindings": []}}')
+    with pytest.raises(CorruptRecordError, match=EXCHANGES_FILE) as raised:
+        ExchangeTable(str(tmp_path))
+    assert raised.value.hint
