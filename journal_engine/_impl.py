@@ -41,7 +41,8 @@ if IMPLEMENTATION == "cython":
     from ._message_columns import (ROUTING_NAMES, MessageColumns, MessageRecovery, QueueReferences, decode_message_columns,
                                    decode_message_fields, decode_messages_fields, recover_messages,
                                    release_from_collector)
-    from ._replay import GAP_REASONS, GUARDS_MAPPED_READS, FrameColumns, RecordInfo, ReplayState, scan_columns, scan_frames
+    from ._replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, FrameColumns, MappedFile, RecordInfo, ReplayState,
+                          is_pinned, scan_columns, scan_frames)
     from ._record_writer import RecordWriter
 else:
     from ._twin.codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame, encode_group
@@ -51,11 +52,11 @@ else:
                                         decode_message_columns, decode_message_fields, decode_messages_fields,
                                         recover_messages, release_from_collector)
     from ._twin.record_writer import RecordWriter
-    from ._twin.replay import (GAP_REASONS, GUARDS_MAPPED_READS, FrameColumns, RecordInfo, ReplayState, scan_columns,
-                               scan_frames)
+    from ._twin.replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, FrameColumns, MappedFile, RecordInfo,
+                               ReplayState, is_pinned, scan_columns, scan_frames)
 
 __all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", "ReplayState", "scan_frames", "scan_columns", "FrameColumns",
            "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "encode_group", "check_frame", "RecordWriter",
            "MessageColumns", "decode_message_columns", "ROUTING_NAMES", "GAP_REASONS", "MessageRecovery",
            "QueueReferences", "recover_messages", "decode_message_fields", "decode_messages_fields",
-           "release_from_collector", "GUARDS_MAPPED_READS"]
+           "release_from_collector", "GUARDS_MAPPED_READS", "Body", "MappedFile", "is_pinned"]

@@ -7,12 +7,67 @@ the start of a file; ``stamp`` is the low 32 bits of the file id.
 """
 from array import array
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
-from typing import Any, final
+from typing import Any, SupportsIndex, final, overload
 
 from _typeshed import ReadableBuffer
 from typing_extensions import disjoint_base
 
 from journal_engine._livemap import LiveMap
+
+@final
+class MappedFile:
+    """One data file mapped read-only, whole: what the bodies of ``load()`` point into. Each
+    :class:`Body` view holds it, so it is unmapped when the last view goes; while it lives the file
+    is pinned (:func:`is_pinned`) and the journal never recycles it."""
+
+    def __init__(self, fd: int, size: int, path: str, key: tuple[int, int]) -> None:
+        """Map ``size`` bytes of ``fd`` (open for reading); ``key``: the file's (st_dev, st_ino)."""
+    @property
+    def size(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    def __len__(self) -> int: ...
+
+def is_pinned(key: tuple[int, int]) -> bool:
+    """True while a body view (or a scan's columns) maps the file whose (st_dev, st_ino) is ``key``."""
+
+@final
+class Body:
+    """A record's body as a read-only view into its mapped journal file (what ``load()`` returns):
+    bytes-like (``==``, ordering and ``hash`` as the bytes it holds, ``len``, indexing and slicing
+    into bytes, the buffer protocol, read-only), kept as long as the user likes: it keeps its file
+    mapped and pinned. Copies out of it read under the SIGBUS guard (FileChangedError when another
+    process cut the file); reads through its buffer do not."""
+
+    def __init__(self, *args: object) -> None:
+        """Raises TypeError: views are made by ``Journal.load()``."""
+    @property
+    def path(self) -> str | None:
+        """The journal file the view points into."""
+    def __bytes__(self) -> bytes: ...
+    def tobytes(self) -> bytes: ...
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, index: SupportsIndex, /) -> int: ...
+    @overload
+    def __getitem__(self, index: slice, /) -> bytes: ...
+    def __iter__(self) -> Iterator[int]: ...
+    def __contains__(self, item: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    def __lt__(self, other: ReadableBuffer | Body, /) -> bool: ...
+    def __le__(self, other: ReadableBuffer | Body, /) -> bool: ...
+    def __gt__(self, other: ReadableBuffer | Body, /) -> bool: ...
+    def __ge__(self, other: ReadableBuffer | Body, /) -> bool: ...
+    def __add__(self, other: ReadableBuffer, /) -> bytes: ...
+    def __radd__(self, other: bytes, /) -> bytes: ...
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str: ...
+    def hex(self, *args: Any) -> str: ...
+    def startswith(self, *args: Any) -> bool: ...
+    def endswith(self, *args: Any) -> bool: ...
+    def find(self, *args: Any) -> int: ...
+    def __reduce__(self) -> tuple[type[bytes], tuple[bytes]]: ...
 
 @disjoint_base
 class RecordInfo:
@@ -22,21 +77,21 @@ class RecordInfo:
     so loading a million of them triggers no collection.
     """
 
-    def __init__(self, record_id: int, record_type: int, body: bytes,
-                 updates: Iterable[tuple[int, bytes]] | None = None) -> None: ...
+    def __init__(self, record_id: int, record_type: int, body: bytes | Body,
+                 updates: Iterable[tuple[int, bytes | Body]] | None = None) -> None: ...
     @property
     def record_id(self) -> int: ...
     @property
     def record_type(self) -> int:
         """The user record type of the add (0..255)."""
     @property
-    def body(self) -> bytes:
-        """The add's body."""
+    def body(self) -> bytes | Body:
+        """The add's body: a view into the mapped file (``load()``), or bytes (``load(copy=True)``)."""
     @property
-    def updates(self) -> list[tuple[int, bytes]]:
+    def updates(self) -> list[tuple[int, bytes | Body]]:
         """``(record_type, body)`` of each update, in append order."""
     def __eq__(self, other: object, /) -> bool: ...
-    def __reduce__(self) -> tuple[type[RecordInfo], tuple[int, int, bytes, list[tuple[int, bytes]]]]: ...
+    def __reduce__(self) -> tuple[type[RecordInfo], tuple[int, int, bytes | Body, list[tuple[int, bytes | Body]]]]: ...
 
 @disjoint_base
 class ReplayState:
@@ -81,7 +136,7 @@ class ReplayState:
         value) says what lies there. Damage followed by valid frames goes to ``corrupt`` and is
         skipped, never taken for the end.
         """
-    def body(self, location: int) -> bytes:
+    def body(self, location: int) -> bytes | Body:
         """The body of the frame at a location."""
     def apply_ops(self, ops: list[tuple[int, int, int, int, int]], path: str | None = None,
                   offset: int = 0) -> None:
@@ -139,7 +194,7 @@ class RecordColumns:
 
 def record_columns(records: Mapping[int, RecordInfo]) -> RecordColumns | None:
     """Live records as RecordColumns: straight from the replay's columns for ``LoadResult.records``
-    (no RecordInfo made), else one buffer per body; None when a body is not bytes."""
+    (no RecordInfo made), else one buffer per body; None when a body is neither bytes nor a Body."""
 
 @disjoint_base
 class FrameColumns:
@@ -150,7 +205,9 @@ class FrameColumns:
     row. Columns are memoryviews of typed arrays: ``offset``, ``size`` and ``body_offsets`` 'q',
     ``check``, ``kind`` and ``record_type`` 'B', ``record_id`` and ``tx_id`` 'Q'. Body ``i`` is
     ``bodies[body_offsets[i]:body_offsets[i + 1]]`` (``count + 1`` offsets: Arrow's large_binary
-    layout).
+    layout) -- unless ``mapped`` (a scan with ``copy=False``): then ``bodies`` is the scanned
+    MappedFile, body ``i`` lies after the frame header at ``offset[i]`` and is
+    ``body_offsets[i + 1] - body_offsets[i]`` bytes long, and ``body(i)`` is a :class:`Body` view.
     """
 
     @property
@@ -162,7 +219,9 @@ class FrameColumns:
     def end_check(self) -> int:
         """The ``FrameCheck`` of what lies at ``end_offset``."""
     @property
-    def bodies(self) -> bytes: ...
+    def bodies(self) -> bytes | MappedFile: ...
+    @property
+    def mapped(self) -> bool: ...
     @property
     def offset(self) -> memoryview: ...
     @property
@@ -179,7 +238,7 @@ class FrameColumns:
     def tx_id(self) -> memoryview: ...
     @property
     def body_offsets(self) -> memoryview: ...
-    def body(self, row: int) -> bytes:
+    def body(self, row: int) -> bytes | Body:
         """The body of one row (empty for a damaged region)."""
     def __len__(self) -> int: ...
 
@@ -190,7 +249,7 @@ GUARDS_MAPPED_READS: bool
 """True where scan_columns reads a mapped file under a SIGBUS guard (a file cut short meanwhile raises
 FileChangedError); journal/scan.py maps files only where it holds, and reads them otherwise."""
 
-def scan_columns(buffer: ReadableBuffer, stamp: int, start: int) -> FrameColumns:
+def scan_columns(buffer: ReadableBuffer, stamp: int, start: int, copy: bool = True) -> FrameColumns:
     """Decode every frame of one file from ``start`` into a :class:`FrameColumns`: the one parser
     of the format, which recovery, compaction, the tools and the Spark source read through."""
 

@@ -23,6 +23,22 @@ GAP_REASONS = {
 }
 _TX_KINDS = (RecordKind.ADD_TX, RecordKind.UPDATE_TX, RecordKind.DELETE_TX)
 
+#: the twin's bodies are bytes: it never maps a file, so no body is a view (the compiled core's Body)
+Body = bytes
+
+
+class MappedFile:
+    """The compiled core maps a data file for its body views; the twin never does (journal/scan.py
+    reads the file into memory for it), so making one is a bug."""
+
+    def __init__(self, fd: int, size: int, path, key) -> None:
+        raise NotImplementedError("the Python twin never maps a journal file (GUARDS_MAPPED_READS is False)")
+
+
+def is_pinned(key) -> bool:
+    """No body of the twin pins a file: they are bytes it owns."""
+    return False
+
 
 class RecordInfo:
     """A live record after replay: its add, then its updates in append order."""
@@ -267,8 +283,9 @@ class FrameColumns:
         self._body_offsets.append(self._body_offsets[-1] + body_len)
 
 
-def scan_columns(buffer, stamp: int, start: int) -> FrameColumns:
-    """Decode every frame of one file from ``start`` into a :class:`FrameColumns`."""
+def scan_columns(buffer, stamp: int, start: int, copy: bool = True) -> FrameColumns:
+    """Decode every frame of one file from ``start`` into a :class:`FrameColumns`. The twin's
+    bodies are always copied (``copy=False`` leaves them in the buffer in the compiled core)."""
     cols = FrameColumns()
     bodies = []
     pos = start

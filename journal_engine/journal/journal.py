@@ -26,6 +26,7 @@ from . import compactor, durability
 from .format import FORMAT_VERSION, LOCK_FILE, FileHeader
 from ..record_format import RecordKind
 from .recovery import LoadReport, analyze, cut_short
+from .scan import pinned
 from .directory_lock import DirectoryLock
 from .durable_futures import DurableFutures
 from .segment_files import DataFile, FilePool
@@ -232,8 +233,18 @@ class Journal(JournalCore):
         return f"Journal({self.directory!r}, sync={self.sync_mode!r}, state={self._state})"
 
     # ----- recovery ---------------------------------------------------------------------------
-    def load(self) -> LoadResult:
+    def load(self, *, copy: bool = False) -> LoadResult:
         """Replay every file; return the live records, prepared transactions and a report.
+
+        Bodies (``RecordInfo.body`` and its updates', prepared transactions' records) are read-only
+        ``Body`` views into the mapped data files: bytes-like, hashable, equal to the bytes they hold,
+        and the caller may keep them -- each keeps its file mapped and pinned (never recycled by a
+        compaction) while it lives. Nothing is copied until a body is read as bytes, so recovery
+        costs the files' pages in the page cache, not a copy of every body in the process's memory.
+        ``copy=True`` returns owned ``bytes`` instead: pick it when the bodies must outlive changes
+        other processes make to the files (a view of a file another process truncates raises
+        FileChangedError when copied, and a read through its buffer may die of SIGBUS), or when
+        holding them must not pin files. The Python twin always returns bytes.
 
         Recovery acts on what it finds (docs/internals/recovery.md): it finishes an interrupted
         compaction, erases a torn tail (``report.torn_tail_truncated``), rolls back transactions that
@@ -251,9 +262,9 @@ class Journal(JournalCore):
                                else "the journal is closed")
         started = time.perf_counter()
         if self.read_only:
-            return self._load_read_only(started)
+            return self._load_read_only(started, copy)
         compactor.recover(self.directory)
-        analysis = analyze(self.directory, self.replaceable_types, remove_temporary=True)
+        analysis = analyze(self.directory, self.replaceable_types, remove_temporary=True, copy=copy)
         listing, state, ends, last, report = (analysis.listing, analysis.state, analysis.ends,
                                               analysis.last_with_data, analysis.report)
         next_id = listing.max_id + 1
@@ -319,12 +330,12 @@ class Journal(JournalCore):
             log.warning("torn tail truncated in %s at offset %d", *report.torn_tail)
         return LoadResult(records=state.records, prepared=prepared, report=report)
 
-    def _load_read_only(self, started: float) -> LoadResult:
+    def _load_read_only(self, started: float, copy: bool) -> LoadResult:
         """load() of an inspection: the same records, prepared transactions and damage a writing load
         would return, with nothing changed on disk. A committed compaction is read as if finished;
         a torn tail is reported (``torn_tail``) but not erased (``torn_tail_truncated`` stays False);
         incomplete transactions are listed in ``report.incomplete_transactions``, not rolled back."""
-        analysis = analyze(self.directory, self.replaceable_types, as_if_compacted=True)
+        analysis = analyze(self.directory, self.replaceable_types, as_if_compacted=True, copy=copy)
         state, report = analysis.state, analysis.report
         report.torn_tail_truncated = False
         prepared = []
@@ -514,7 +525,12 @@ class Journal(JournalCore):
         self._data_files = sorted(list(outputs) + kept, key=lambda data: data.header.sequence)
 
     def reclaim_file(self, data_path: str, file_id: int) -> None:
-        """A data file compaction replaced goes back to the file pool (or is deleted)."""
+        """A data file compaction replaced goes back to the file pool (or is deleted). A file a body
+        view of load() still maps is deleted, never recycled: its name goes at once, its pages when
+        the last view does (the mapping keeps them), and no view ever reads a recycled file's new life."""
+        if pinned(data_path):
+            durability.unlink(data_path)
+            return
         self._pool.reclaim(data_path, file_id)
 
     def allocate_file_id(self) -> int:

@@ -98,20 +98,22 @@ def classify_end(data, end: int, check: FrameCheck) -> FrameCheck:
 
 
 def analyze(directory: str, replaceable_types=(), *, remove_temporary: bool = False,
-            as_if_compacted: bool = False) -> Analysis:
+            as_if_compacted: bool = False, copy: bool = True) -> Analysis:
     """Replay every data file in sequence order and classify how each one ends (`as_if_compacted`:
     a committed compaction is read as if finished, see list_directory; it is the read-only view of
     inspections, which may run beside a live writer: a file that writer renames meanwhile makes it
-    read the directory again, see scan.read_while_live)."""
+    read the directory again, see scan.read_while_live). ``copy=False``: the replay's bodies stay in
+    the files' mappings (scan.scan_data_file)."""
     if as_if_compacted:
         return read_while_live(directory, lambda: _analyze(directory, replaceable_types, remove_temporary,
-                                                           as_if_compacted))
-    return _analyze(directory, replaceable_types, remove_temporary, as_if_compacted)
+                                                           as_if_compacted, copy))
+    return _analyze(directory, replaceable_types, remove_temporary, as_if_compacted, copy)
 
 
-def _analyze(directory: str, replaceable_types, remove_temporary: bool, as_if_compacted: bool) -> Analysis:
+def _analyze(directory: str, replaceable_types, remove_temporary: bool, as_if_compacted: bool,
+             copy: bool) -> Analysis:
     listing = list_directory(directory, remove_temporary=remove_temporary, as_if_compacted=as_if_compacted)
-    columns = scan_data_files(listing.data)
+    columns = scan_data_files(listing.data, copy)
     state = ReplayState(replaceable_types, sum(len(file_columns) for file_columns in columns))
     ends = []
     for data, file_columns in zip(listing.data, columns):

@@ -1,9 +1,11 @@
 """Journal files through the one columnar decoder, read-only: what recovery, compaction and the tools read.
 
-`scan_data_file` maps a file, decodes every frame into a `FrameColumns` (typed columns and one
-bodies buffer the result owns) and unmaps it, so nothing refers to a file that may later be
-recycled or truncated. `scan_file` and `scan_directory` are the same for a path and for a whole
-journal directory, for readers outside the journal (the CLI, the Spark data source).
+`scan_data_file` maps a file and decodes every frame into a `FrameColumns`. By default it copies
+the bodies into one buffer the result owns and unmaps the file, so nothing refers to a file that
+may later be recycled or truncated; with ``copy=False`` (what `Journal.load()` reads) the bodies
+stay in the mapping, which the columns keep (a `MappedFile`: while it lives the file is pinned,
+and the journal never recycles it). `scan_file` and `scan_directory` are the same for a path and
+for a whole journal directory, for readers outside the journal (the CLI, the Spark data source).
 
 Another process may cut a file short while it is read. A read of a mapped page past the new end
 raises SIGBUS, which would kill the interpreter: the compiled decoder reads mappings under a SIGBUS
@@ -19,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from .._impl import GUARDS_MAPPED_READS, FrameColumns, scan_columns
+from .._impl import GUARDS_MAPPED_READS, FrameColumns, MappedFile, is_pinned, scan_columns
 from ..errors import FileChangedError, FileVanishedError, JournalLockedError
 from ..limits import LIVE_READ_ATTEMPTS_MAX, SCAN_THREADS_MAX, SCAN_THREADS_MIN_BYTES
 from . import durability
@@ -62,25 +64,48 @@ def cut_short(data: DataFile) -> bool:
     return 0 < data.size < data.header.file_size
 
 
-def scan_data_file(data: DataFile) -> FrameColumns:
+def _map_pinned(fd: int, data: DataFile) -> MappedFile:
+    """The file mapped for bodies that outlive the scan: the mapping pins the file while it lives."""
+    status = os.fstat(fd)
+    return MappedFile(fd, min(status.st_size, data.size), data.path, (status.st_dev, status.st_ino))
+
+
+def pinned(path: str) -> bool:
+    """True while a body view (a mapping of `scan_data_file(copy=False)`) holds the file at `path`."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise durability.io_error(exc, path, "checking") from exc
+    return is_pinned((status.st_dev, status.st_ino))
+
+
+def scan_data_file(data: DataFile, copy: bool = True) -> FrameColumns:
     """Every frame of one listed data file, from its data start, as columns; FileChangedError when
-    another process cuts it short before or during the read."""
+    another process cuts it short before or during the read. ``copy=False``: the bodies stay in the
+    file's mapping, which the columns keep (the twin reads the file into memory either way)."""
     stamp, start = stamp_of(data.header.file_id), data.header.data_start
+    mapped = GUARDS_MAPPED_READS and not copy
     try:
         with open(data.path, "rb") as handle:
-            view = (_map_for_reading(handle.fileno()) if GUARDS_MAPPED_READS
-                    else _read_whole(handle.fileno(), data.size))
+            if mapped:
+                view = _map_pinned(handle.fileno(), data)
+            elif GUARDS_MAPPED_READS:
+                view = _map_for_reading(handle.fileno())
+            else:
+                view = _read_whole(handle.fileno(), data.size)
             try:
                 if len(view) < data.size:
                     raise _cut_while_listed(data, len(view))
-                return scan_columns(view, stamp, start)
+                return scan_columns(view, stamp, start, copy=not mapped)
             except FileChangedError as cut:     # the guard met the cut mid-scan: name the file
                 if cut.path is not None:
                     raise
                 raise _cut_while_listed(data, cut.offset if cut.offset is not None
                                         else os.fstat(handle.fileno()).st_size) from None
             finally:
-                if GUARDS_MAPPED_READS:
+                if GUARDS_MAPPED_READS and not mapped:
                     view.close()
     except FileNotFoundError as exc:
         raise vanished(data.path) from exc
@@ -103,14 +128,14 @@ def read_while_live(directory: str, read: Callable[[], T]) -> T:
                              f"vanished): a writer is compacting it", hint="read it again, or stop the writer first")
 
 
-def scan_data_files(files: list[DataFile]) -> list[FrameColumns]:
+def scan_data_files(files: list[DataFile], copy: bool = True) -> list[FrameColumns]:
     """`scan_data_file` of each file, in order; files are decoded on several threads at once (the
     decoder runs without the GIL), which is what makes recovery of a large journal memory-bound --
     but a small journal on this thread, where a pool of threads would cost more than it saves."""
     if len(files) < 2 or (os.cpu_count() or 1) < 2 or sum(data.size for data in files) < SCAN_THREADS_MIN_BYTES:
-        return [scan_data_file(data) for data in files]
+        return [scan_data_file(data, copy) for data in files]
     with ThreadPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1, SCAN_THREADS_MAX), thread_name_prefix="journal-scan") as pool:
-        return list(pool.map(scan_data_file, files))
+        return list(pool.map(lambda data: scan_data_file(data, copy), files))
 
 
 @dataclass(frozen=True)

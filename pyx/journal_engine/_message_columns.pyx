@@ -22,7 +22,8 @@ as Python's repr, true / false, bytes in hex, None as a null value.
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcmp, memcpy, memmove, memset
 
 from cpython cimport array
@@ -33,6 +34,14 @@ from collections.abc import KeysView, Mapping
 import journal_engine.record_format as _format
 from journal_engine._replay import record_columns as _record_columns
 from journal_engine._livemap cimport LiveMap
+from journal_engine.errors import FileChangedError
+
+cdef extern from "bus_guard.h":
+    int JE_BUS_FAULT
+    int je_bus_install()
+    int je_bus_guarded_copy(void *dst, const void *src, size_t n) nogil
+
+je_bus_install()    # the recovery's reads of bodies left in mapped journal files are guarded (below)
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(object op)
@@ -192,6 +201,39 @@ cdef bytes _take(Bytes *buf):
     buf.data = NULL
     buf.size = buf.capacity = 0
     return out
+
+
+cdef const uint8_t *_address(object buffer) except NULL:
+    """The first byte of a buffer of the journal's columns: owned bytes, or a mapped file (a
+    MappedFile or a Body view, whose memory stays where it is while the object lives)."""
+    cdef Py_buffer view
+    cdef const uint8_t *p
+    if type(buffer) is bytes:
+        return <const uint8_t *>PyBytes_AS_STRING(buffer)
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    p = <const uint8_t *>view.buf
+    PyBuffer_Release(&view)
+    return p if p != NULL else <const uint8_t *>b""
+
+
+cdef int _read_guarded(void *dst, const uint8_t *src, Py_ssize_t n, object buffer) except -1:
+    """Copy ``n`` bytes of a body out of the journal's buffers under the SIGBUS guard: a mapped file
+    another process cut short is a FileChangedError naming it, never a signal."""
+    if n > 0 and je_bus_guarded_copy(dst, src, <size_t>n) == JE_BUS_FAULT:
+        raise FileChangedError("a journal file was cut short while the message store read a body from it",
+                               path=getattr(buffer, "path", None),
+                               hint="another process truncated the message journal; stop it, then open the "
+                                    "store again")
+    return 0
+
+
+cdef const uint8_t *_body_copy(Bytes *scratch, const uint8_t *src, Py_ssize_t n, object buffer) except NULL:
+    """A body copied into ``scratch`` (grown as needed, reused): what the parsers read, so that no
+    parse touches a mapped page outside the guard."""
+    scratch.size = 0
+    _reserve(scratch, n + 1)
+    _read_guarded(scratch.data, src, n, buffer)
+    return <const uint8_t *>scratch.data
 
 
 cdef inline void _set_bit(uint8_t *bitmap, Py_ssize_t i) noexcept nogil:
@@ -705,6 +747,11 @@ cdef class MessageBodies:
     cdef LiveMap index          # message id -> its row in columns (a C table: no Python int per message)
     cdef object order           # array 'Q': the message ids in the order recovery found them
     cdef object columns         # RecordColumns
+    cdef object bases           # array 'Q': the address of each of the columns' buffers
+    cdef Bytes scratch          # a body copied out of a mapped file under the guard, then parsed
+
+    def __dealloc__(self):
+        PyMem_Free(self.scratch.data)
 
     cdef Py_ssize_t _row(self, message_id) except -1:
         """The row of `message_id`; KeyError when it is none of the messages (whatever its type)."""
@@ -716,11 +763,13 @@ cdef class MessageBodies:
         return <Py_ssize_t>row
 
     cdef const uint8_t *_body(self, Py_ssize_t row, Py_ssize_t *size) except NULL:
+        """The body of a row copied into ``scratch`` (valid until the next call)."""
         cdef object columns = self.columns
         cdef Py_ssize_t start = (<array.array>columns.body_start).data.as_longlongs[row]
-        cdef bytes buffer = <bytes>(<list>columns.buffers)[(<array.array>columns.body_buffer).data.as_uints[row]]
+        cdef unsigned int buffer = (<array.array>columns.body_buffer).data.as_uints[row]
         size[0] = (<array.array>columns.body_end).data.as_longlongs[row] - start
-        return <const uint8_t *>PyBytes_AS_STRING(buffer) + start
+        return _body_copy(&self.scratch, <const uint8_t *><uintptr_t>(<array.array>self.bases).data.as_ulonglongs[buffer]
+                          + start, size[0], (<list>columns.buffers)[buffer])
 
     def __getitem__(self, message_id):
         cdef Py_ssize_t size
@@ -845,6 +894,8 @@ def recover_messages(records, known_queues, long long now_ms):
     cdef uint64_t message_id, queue_id, max_id = 0
     cdef const uint8_t *p
     cdef const uint8_t *body
+    cdef uint8_t update[32]         # an update's body, copied out under the guard (sizes checked first)
+    cdef Bytes scratch              # a message's body, copied out under the guard, then parsed
     cdef Py_ssize_t size, body_size
     cdef int user_type
     cdef object columns, key
@@ -858,6 +909,7 @@ def recover_messages(records, known_queues, long long now_ms):
     bodies.index = LiveMap()
     bodies.order = array.array("Q")
     memset(&order, 0, sizeof(Bytes))
+    memset(&scratch, 0, sizeof(Bytes))
     out.message_queues = message_queues = {}
     out.references = {}
     out.unreferenced = []
@@ -891,8 +943,10 @@ def recover_messages(records, known_queues, long long now_ms):
     memset(gather, 0, max(queues, 1) * sizeof(QueueGather))
     for q in range(queues):
         gather[q].ascending = True
+    bodies.bases = array.array("Q", [0]) * len(buffers)
     for b in range(len(buffers)):
-        bases[b] = PyBytes_AS_STRING(<bytes>buffers[b])
+        bases[b] = <const char *>_address(buffers[b])
+        (<array.array>bodies.bases).data.as_ulonglongs[b] = <uintptr_t>bases[b]
     queue_table.keys = NULL
     queue_table.index = NULL
     try:
@@ -903,15 +957,15 @@ def recover_messages(records, known_queues, long long now_ms):
                 max_id = message_id
             if types[i] != TYPE_ADD_MESSAGE:
                 return out
-            body = <const uint8_t *>bases[body_buffer[i]] + body_start[i]
             body_size = body_end[i] - body_start[i]
+            body = _body_copy(&scratch, <const uint8_t *>bases[body_buffer[i]] + body_start[i], body_size,
+                              buffers[body_buffer[i]])
             if not _message_fields(body, body_size, &fields):
                 return out
             n_live = 0
             u_end = update_first[i + 1]
             for u in range(update_first[i], u_end):
                 user_type = update_type[u]
-                p = <const uint8_t *>bases[update_buffer[u]] + update_start[u]
                 size = update_end[u] - update_start[u]
                 if user_type == TYPE_ADD_REF or user_type == TYPE_ACKNOWLEDGE_REF:
                     if size != QUEUE_ID_BYTES:
@@ -924,6 +978,9 @@ def recover_messages(records, known_queues, long long now_ms):
                         return out
                 else:
                     return out
+                _read_guarded(update, <const uint8_t *>bases[update_buffer[u]] + update_start[u], size,
+                              buffers[update_buffer[u]])
+                p = update
                 queue_id = _u64(p)
                 k = -1
                 for j in range(n_live):
@@ -1002,6 +1059,7 @@ def recover_messages(records, known_queues, long long now_ms):
         PyMem_Free(bases)
         PyMem_Free(queue_table.keys)
         PyMem_Free(order.data)
+        PyMem_Free(scratch.data)
         PyMem_Free(queue_table.index)
 
 

@@ -14,8 +14,12 @@ import array
 from collections.abc import ItemsView, KeysView, Mapping, ValuesView
 from cpython.dict cimport PyDict_SetDefault
 from journal_engine._livemap cimport LiveMap
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBuffer_FillInfo, PyBUF_SIMPLE, PyBUF_WRITABLE
+from cpython.slice cimport PySlice_Unpack, PySlice_AdjustIndices
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memcmp
+from libc.errno cimport errno
+from posix.mman cimport mmap, munmap, PROT_READ, MAP_SHARED, MAP_POPULATE, MAP_FAILED
 
 from journal_engine._codec cimport (
     FRAME_HEADER_SIZE, FRAME_ALIGNMENT, FrameCheck, FRAME_VALID, FRAME_ZERO, FRAME_FOREIGN, FRAME_INVALID,
@@ -32,8 +36,10 @@ cdef extern from "bus_guard.h":
     int JE_BUS_FAULT
     int je_bus_install()
     int je_bus_guarded(int (*fn)(void *) noexcept nogil, void *arg) nogil
+    int je_bus_guarded_copy(void *dst, const void *src, size_t n) nogil
     void *je_bus_fault_address() nogil
 
+import os
 from journal_engine.errors import FileChangedError
 
 #: scan_columns reads a mapped file under a SIGBUS guard: a file another process cuts short during
@@ -53,6 +59,226 @@ GAP_REASONS = {
 }
 
 
+# ----- bodies as views into mapped files ----------------------------------------------------------------
+
+# (st_dev, st_ino) -> how many MappedFile objects map that file now: the pins the file pool reads
+# (journal/segment_files.py) before it recycles a file, so no view ever sees a recycled file's new life
+cdef dict _pins = {}
+
+
+@cython.final
+cdef class MappedFile:
+    """One data file mapped read-only, whole: what the bodies of ``load()`` point into.
+
+    The mapping lives as long as this object, and every :class:`Body` view into it holds it, so it
+    is unmapped when the last view goes (never while one lives). While it lives the file is pinned
+    (:func:`is_pinned`): the journal's file pool does not recycle it. MAP_POPULATE maps every page in
+    one call instead of a fault per 4 KiB."""
+    cdef const unsigned char *_base
+    cdef readonly Py_ssize_t size
+    cdef readonly object path
+    cdef object _key
+
+    def __init__(self, int fd, Py_ssize_t size, path, key):
+        """Map ``size`` bytes of ``fd`` (opened for reading); ``key``: the file's (st_dev, st_ino)."""
+        cdef void *p
+        if self._key is not None:
+            raise TypeError("a MappedFile maps one file once")
+        self.path = path
+        if size > 0:
+            with nogil:
+                p = mmap(NULL, <size_t>size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0)
+            if p == MAP_FAILED:
+                raise OSError(errno, os.strerror(errno), path)
+            self._base = <const unsigned char *>p
+            self.size = size
+        self._key = tuple(key)
+        _pins[self._key] = _pins.get(self._key, 0) + 1
+
+    def __dealloc__(self):
+        if self._base != NULL:
+            munmap(<void *>self._base, <size_t>self.size)
+            self._base = NULL
+        if self._key is not None and _pins is not None:
+            left = _pins.get(self._key, 1) - 1
+            if left > 0:
+                _pins[self._key] = left
+            else:
+                _pins.pop(self._key, None)
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("a mapped journal file is read-only")
+        PyBuffer_FillInfo(buffer, self, <void *>self._base, self.size, 1, flags)
+
+    def __len__(self):
+        return self.size
+
+    def __repr__(self):
+        return f"MappedFile({self.path!r}, size={self.size})"
+
+
+def is_pinned(key):
+    """True while a body view (or a scan's columns) maps the file whose (st_dev, st_ino) is ``key``."""
+    return tuple(key) in _pins
+
+
+cdef _raise_view_cut(object owner, const unsigned char *data, Py_ssize_t size):
+    """The guard caught a read of a view past its file's end: another process cut the file."""
+    cdef const unsigned char *fault = <const unsigned char *>je_bus_fault_address()
+    cdef Py_ssize_t offset = -1
+    path = None
+    if type(owner) is MappedFile:
+        path = (<MappedFile>owner).path
+        offset = fault - (<MappedFile>owner)._base
+    raise FileChangedError(f"the file was cut short under a body read from it: the mapped page at offset "
+                           f"{offset} is gone", path=path, offset=offset if offset >= 0 else None,
+                           hint="another process truncated a journal file while its bodies were in use; stop "
+                                "it, then load the journal again (or load(copy=True) to own the bytes)")
+
+
+cdef int _guarded_copy(void *dst, const unsigned char *src, Py_ssize_t size, object owner) except -1:
+    """memcpy out of a mapping under the SIGBUS guard: FileChangedError naming the file, never a signal."""
+    if size > 0 and je_bus_guarded_copy(dst, src, <size_t>size) == JE_BUS_FAULT:
+        _raise_view_cut(owner, src, size)
+    return 0
+
+
+cdef bytes _copy_out(const unsigned char *src, Py_ssize_t size, object owner):
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+    _guarded_copy(PyBytes_AS_STRING(out), src, size, owner)
+    return out
+
+
+@cython.final
+@cython.no_gc
+@cython.freelist(256)
+cdef class Body:
+    """A record's body as a read-only view into its mapped journal file (what ``load()`` returns).
+
+    Bytes-like: ``==`` and ordering with bytes (and other views), ``len``, indexing and slicing (which
+    give bytes), ``bytes(body)``, ``hash`` (equal to the bytes' hash, so a view finds a bytes key), the
+    buffer protocol (read-only: ``memoryview``, ``struct.unpack_from``, ``bytes.join``), pickled as
+    bytes. The view may be kept: it holds its file mapped, and the file pinned (never recycled by the
+    journal's pool) until the last view into it goes. Every copy out of it (``bytes()``, slicing,
+    comparison, hashing) reads under the SIGBUS guard, so a file another process cuts short meanwhile
+    gives FileChangedError naming it; a read through the buffer protocol has no such guard
+    (docs/storage.md, "Bodies are views")."""
+    cdef object _owner                  # the MappedFile (or bytes) the view points into
+    cdef const unsigned char *_data
+    cdef Py_ssize_t _size
+    cdef Py_hash_t _hash
+    cdef bint _hashed
+
+    def __init__(self, *args):
+        raise TypeError("a Body is made by Journal.load(); bytes(body) copies one")
+
+    @property
+    def path(self):
+        """The journal file the view points into (None when it points into bytes)."""
+        return (<MappedFile>self._owner).path if type(self._owner) is MappedFile else None
+
+    def __bytes__(self):
+        return _copy_out(self._data, self._size, self._owner)
+
+    def tobytes(self):
+        """``bytes(self)``: an owned copy."""
+        return _copy_out(self._data, self._size, self._owner)
+
+    def __len__(self):
+        return self._size
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("a journal body is read-only")
+        PyBuffer_FillInfo(buffer, self, <void *>self._data, self._size, 1, flags)
+
+    def __getitem__(self, index):
+        cdef Py_ssize_t start, stop, step, count, i
+        if isinstance(index, slice):
+            PySlice_Unpack(index, &start, &stop, &step)
+            count = PySlice_AdjustIndices(self._size, &start, &stop, step)
+            if step == 1:
+                return _copy_out(self._data + start, count, self._owner)
+            return bytes(self)[index]
+        i = index
+        if i < 0:
+            i += self._size
+        if not 0 <= i < self._size:
+            raise IndexError("index out of range")
+        return _copy_out(self._data + i, 1, self._owner)[0]
+
+    def __iter__(self):
+        return iter(bytes(self))
+
+    def __contains__(self, item):
+        return item in bytes(self)
+
+    def __hash__(self):
+        if not self._hashed:
+            self._hash = hash(bytes(self))
+            self._hashed = True
+        return self._hash
+
+    def __eq__(self, other):
+        if type(other) is Body and (<Body>other)._size != self._size:
+            return False
+        if type(other) is bytes and len(<bytes>other) != self._size:
+            return False
+        return bytes(self) == (bytes(other) if type(other) is Body else other)
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __lt__(self, other):
+        return bytes(self) < (bytes(other) if type(other) is Body else other)
+
+    def __le__(self, other):
+        return bytes(self) <= (bytes(other) if type(other) is Body else other)
+
+    def __gt__(self, other):
+        return bytes(self) > (bytes(other) if type(other) is Body else other)
+
+    def __ge__(self, other):
+        return bytes(self) >= (bytes(other) if type(other) is Body else other)
+
+    def __add__(self, other):
+        return bytes(self) + other
+
+    def __radd__(self, other):
+        return other + bytes(self)
+
+    def decode(self, encoding="utf-8", errors="strict"):
+        return bytes(self).decode(encoding, errors)
+
+    def hex(self, *args):
+        return bytes(self).hex(*args)
+
+    def startswith(self, *args):
+        return bytes(self).startswith(*args)
+
+    def endswith(self, *args):
+        return bytes(self).endswith(*args)
+
+    def find(self, *args):
+        return bytes(self).find(*args)
+
+    def __repr__(self):
+        return f"Body({bytes(self)!r})"
+
+    def __reduce__(self):
+        return (bytes, (bytes(self),))
+
+
+cdef inline Body _new_body(object owner, const unsigned char *data, Py_ssize_t size):
+    cdef Body body = Body.__new__(Body)
+    body._owner = owner
+    body._data = data
+    body._size = size
+    body._hashed = False
+    return body
+
+
 @cython.no_gc
 @cython.freelist(64)
 cdef class RecordInfo:
@@ -63,10 +289,10 @@ cdef class RecordInfo:
     """
     cdef readonly unsigned long long record_id
     cdef readonly int record_type
-    cdef readonly bytes body
+    cdef readonly object body           # bytes, or a Body view into a mapped file (load())
     cdef list _updates
 
-    def __init__(self, unsigned long long record_id, int record_type, bytes body, updates=None):
+    def __init__(self, unsigned long long record_id, int record_type, body, updates=None):
         self.record_id = record_id
         self.record_type = record_type
         self.body = body
@@ -92,7 +318,7 @@ cdef class RecordInfo:
         return (RecordInfo, (self.record_id, self.record_type, self.body, self.updates))
 
 
-cdef inline RecordInfo _new_record(uint64_t record_id, int record_type, bytes body):
+cdef inline RecordInfo _new_record(uint64_t record_id, int record_type, object body):
     cdef RecordInfo rec = RecordInfo.__new__(RecordInfo)
     rec.record_id = record_id
     rec.record_type = record_type
@@ -309,8 +535,8 @@ cdef class ReplayState:
         cdef uint64_t tx_id = cols._tx_id.data.as_ulonglongs[row]
         cdef Py_ssize_t offset = cols._offset.data.as_longlongs[row]
         cdef Py_ssize_t size = cols._size.data.as_longlongs[row]
-        cdef long long body_len = cols._body_offsets.data.as_longlongs[row + 1] - cols._body_offsets.data.as_longlongs[row]
-        cdef const unsigned char *body = <const unsigned char *>PyBytes_AS_STRING(cols.bodies) + cols._body_offsets.data.as_longlongs[row]
+        cdef Py_ssize_t body_len
+        cdef bytes body         # a transaction boundary's body, copied out (under the guard when mapped)
         cdef uint64_t location = _location(file_index, row)
         self.frames_read += 1
         if kind == KIND_ADD:
@@ -330,25 +556,28 @@ cdef class ReplayState:
             if tx is None:
                 tx = [[], None, path, offset]
                 self.transactions[tx_id] = tx
+            body = _row_bytes(cols, row)
+            body_len = len(body)
             if body_len < 4:   # the record count is missing: never written so
                 self.corrupt.append((path, offset, f"transaction {tx_id} prepared with a {body_len}-byte body, "
                                                    f"shorter than its record count; it is not returned"))
                 del self.transactions[tx_id]
                 return 0
-            expected = load_u32(body)
+            expected = load_u32(<const unsigned char *>PyBytes_AS_STRING(body))
             if expected != len(tx[0]):
                 self.corrupt.append((path, offset, f"transaction {tx_id} prepared with {expected} records, "
                                                    f"{len(tx[0])} found; it is not returned"))
                 del self.transactions[tx_id]
                 return 0
-            tx[1] = PyBytes_FromStringAndSize(<const char *>body + 4, body_len - 4)
+            tx[1] = body[4:]
             tx[2] = path
             tx[3] = offset
         elif kind == KIND_COMMIT:
             tx = self.transactions.pop(tx_id, None)
             if tx is None:
                 return 0   # its records were compacted away already: legal
-            expected = load_u32(body) if body_len >= 4 else 0
+            body = _row_bytes(cols, row)
+            expected = load_u32(<const unsigned char *>PyBytes_AS_STRING(body)) if len(body) >= 4 else 0
             if expected != len(tx[0]):
                 self.corrupt.append((path, offset, f"transaction {tx_id} committed with {expected} records, "
                                                    f"{len(tx[0])} found; the transaction is discarded"))
@@ -542,6 +771,7 @@ cdef RecordColumns _live_columns(ReplayState state):
                     break
                 location = (<array.array>chains[<Py_ssize_t>(location >> ROW_BITS)]).data.as_ulonglongs[location & ROW_MASK]
     out = _empty_columns(n, updates, [(<FrameColumns>cols).bodies for cols in state.files])
+    # a body of the columns: buffers[file][start:end], start where the file's columns hold it
     for entry in range(state._entries):
         location = state._entry_add.data.as_ulonglongs[entry]
         if location == NO_LOCATION:
@@ -551,8 +781,8 @@ cdef RecordColumns _live_columns(ReplayState state):
         out.record_id.data.as_ulonglongs[i] = state._entry_id.data.as_ulonglongs[entry]
         out.record_type.data.as_uchars[i] = cols._record_type.data.as_uchars[row]
         out.body_buffer.data.as_uints[i] = <unsigned int>(location >> ROW_BITS)
-        out.body_start.data.as_longlongs[i] = cols._body_offsets.data.as_longlongs[row]
-        out.body_end.data.as_longlongs[i] = cols._body_offsets.data.as_longlongs[row + 1]
+        out.body_start.data.as_longlongs[i] = _body_start(cols, row)
+        out.body_end.data.as_longlongs[i] = _body_start(cols, row) + _body_size(cols, row)
         out.update_first.data.as_longlongs[i] = u
         location = state._entry_first.data.as_ulonglongs[entry]
         if location != NO_LOCATION:
@@ -562,8 +792,8 @@ cdef RecordColumns _live_columns(ReplayState state):
                 row = <Py_ssize_t>(location & ROW_MASK)
                 out.update_type.data.as_uchars[u] = cols._record_type.data.as_uchars[row]
                 out.update_buffer.data.as_uints[u] = <unsigned int>(location >> ROW_BITS)
-                out.update_start.data.as_longlongs[u] = cols._body_offsets.data.as_longlongs[row]
-                out.update_end.data.as_longlongs[u] = cols._body_offsets.data.as_longlongs[row + 1]
+                out.update_start.data.as_longlongs[u] = _body_start(cols, row)
+                out.update_end.data.as_longlongs[u] = _body_start(cols, row) + _body_size(cols, row)
                 u += 1
                 if location == last:
                     break
@@ -576,7 +806,7 @@ cdef RecordColumns _live_columns(ReplayState state):
 def record_columns(records):
     """Live records (``LoadResult.records``, or any mapping of id -> RecordInfo) as
     :class:`RecordColumns`: straight from the replay's columns for the journal's own mapping, else
-    one buffer per body; None when a body is not bytes."""
+    one buffer per body; None when a body is neither bytes nor a Body view."""
     cdef Py_ssize_t n, updates = 0, i = 0, u = 0
     cdef RecordColumns out
     cdef list buffers = []
@@ -589,7 +819,7 @@ def record_columns(records):
     out = _empty_columns(n, updates, buffers)
     for rec in recs:
         body = rec.body
-        if type(body) is not bytes:
+        if type(body) is not bytes and type(body) is not Body:
             return None
         out.record_id.data.as_ulonglongs[i] = rec.record_id
         out.record_type.data.as_uchars[i] = rec.record_type
@@ -599,7 +829,7 @@ def record_columns(records):
         out.update_first.data.as_longlongs[i] = u
         buffers.append(body)
         for update_type, update_body in rec.updates:
-            if type(update_body) is not bytes:
+            if type(update_body) is not bytes and type(update_body) is not Body:
                 return None
             out.update_type.data.as_uchars[u] = update_type
             out.update_buffer.data.as_uints[u] = len(buffers)
@@ -627,14 +857,18 @@ cdef class FrameColumns:
 
     One row per valid frame and one per damaged region followed by valid frames (``check`` not
     VALID, its other fields 0); where valid data ends is ``end_offset`` / ``end_check``, not a row.
-    No Python object per row: the columns are typed arrays (exposed as memoryviews) and the bodies
-    one bytes object, so a file of a million records costs a few allocations. Nothing refers to the
-    scanned buffer afterwards, so the file may be recycled or truncated.
+    No Python object per row: the columns are typed arrays (exposed as memoryviews), so a file of a
+    million records costs a few allocations. The bodies are one bytes object the columns own (a
+    scan with ``copy=True``: nothing refers to the scanned buffer afterwards) or, ``mapped``, the
+    scanned buffer itself (a :class:`MappedFile`: body ``i`` lies at ``offset[i] +`` the frame
+    header's size, and ``body(i)`` is a :class:`Body` view that keeps the file mapped and pinned).
     """
     cdef readonly Py_ssize_t count
     cdef readonly Py_ssize_t end_offset
     cdef readonly int end_check
-    cdef readonly bytes bodies
+    cdef readonly object bodies         # bytes (owned), or the MappedFile when mapped
+    cdef readonly bint mapped
+    cdef const unsigned char *_base     # the bodies' first byte
     cdef array.array _offset, _size, _check, _kind, _record_type, _record_id, _tx_id, _body_offsets
 
     @property
@@ -680,10 +914,28 @@ cdef struct RowBuffers:
     uint8_t *record_type
 
 
-cdef inline bytes _row_body(FrameColumns cols, Py_ssize_t row):
-    cdef long long start = cols._body_offsets.data.as_longlongs[row]
-    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(cols.bodies) + start,
-                                     cols._body_offsets.data.as_longlongs[row + 1] - start)
+cdef inline long long _body_start(FrameColumns cols, Py_ssize_t row) noexcept:
+    """Where a row's body starts in ``cols.bodies``: in the file after its frame header when mapped
+    (a damaged region's row has an empty body, wherever it starts)."""
+    if cols.mapped:
+        return cols._offset.data.as_longlongs[row] + FRAME_HEADER_SIZE
+    return cols._body_offsets.data.as_longlongs[row]
+
+
+cdef inline Py_ssize_t _body_size(FrameColumns cols, Py_ssize_t row) noexcept:
+    return <Py_ssize_t>(cols._body_offsets.data.as_longlongs[row + 1] - cols._body_offsets.data.as_longlongs[row])
+
+
+cdef inline object _row_body(FrameColumns cols, Py_ssize_t row):
+    """A row's body: a Body view into the mapped file, or bytes copied out of the owned bodies."""
+    if cols.mapped:
+        return _new_body(cols.bodies, cols._base + _body_start(cols, row), _body_size(cols, row))
+    return PyBytes_FromStringAndSize(<const char *>cols._base + _body_start(cols, row), _body_size(cols, row))
+
+
+cdef inline bytes _row_bytes(FrameColumns cols, Py_ssize_t row):
+    """A row's body as bytes, copied (under the SIGBUS guard when mapped)."""
+    return _copy_out(cols._base + _body_start(cols, row), _body_size(cols, row), cols.bodies)
 
 
 cdef int _grow_rows(RowBuffers *rows) noexcept nogil:
@@ -826,9 +1078,11 @@ cdef _raise_cut(const unsigned char *base, Py_ssize_t limit):
                                 "is reported as a file cut short)")
 
 
-def scan_columns(buffer, uint32_t stamp, Py_ssize_t start):
+def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True):
     """Decode every frame of one file from ``start`` into a :class:`FrameColumns`.
 
+    ``copy``: the bodies are copied into one bytes object the columns own; else (a MappedFile or
+    bytes ``buffer``) they stay where they are, and the columns hold ``buffer`` (``mapped``).
     The scan and the copy of the bodies run without the GIL (other threads, another file's scan
     among them, go on meanwhile), under the SIGBUS guard (bus_guard.h): a mapped file that another
     process cuts short meanwhile raises FileChangedError. The row buffers of a scan cut that way are
@@ -840,6 +1094,9 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start):
     cdef int status
     cdef ScanCall call
     cdef FrameColumns cols = FrameColumns.__new__(FrameColumns)
+    if not copy and type(buffer) is not MappedFile and type(buffer) is not bytes:
+        raise TypeError(f"scan_columns(copy=False) leaves the bodies in the buffer: a MappedFile or bytes, "
+                        f"not {type(buffer).__name__}")
     memset(&rows, 0, sizeof(RowBuffers))
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
     try:
@@ -870,7 +1127,13 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start):
         cols.count = n
         cols.end_offset = end_offset
         cols.end_check = <int>end_check
+        if not copy and rows.body_offsets[n] > 0:     # (columns without a body keep no buffer: they pin nothing)
+            cols.bodies = buffer
+            cols.mapped = True
+            cols._base = call.base
+            return cols
         cols.bodies = PyBytes_FromStringAndSize(NULL, rows.body_offsets[n])
+        cols._base = <const unsigned char *>PyBytes_AS_STRING(cols.bodies)
         call.dst = PyBytes_AS_STRING(cols.bodies)
         with nogil:
             status = je_bus_guarded(_copy_bodies_call, &call)
