@@ -22,26 +22,15 @@ START_TIMEOUT_S = 30.0
 READ_TIMEOUT_S = 10.0
 
 
-class Server:
-    """`python -m journal_engine serve-stomp --data DATA --port 0 ...`; ``port`` is the one it printed."""
+class LoggedChild:
+    """A child process whose stdout and stderr (or stderr alone) go to ``log``; stopped with SIGTERM, then SIGKILL."""
 
-    def __init__(self, data: Path, log: Path, *extra: str) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    def __init__(self, command: list[str], log: Path, *, env: dict, stdout=None, cwd: Path = ROOT) -> None:
         self.log_path = log
         self.log = open(log, "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "journal_engine", "serve-stomp", "--data", str(data), "--port", "0",
-             "--host", "127.0.0.1", *extra],
-            stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, env=env, cwd=str(ROOT))
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: lines.put(self.process.stdout.readline()), daemon=True).start()
-        try:
-            line = lines.get(timeout=START_TIMEOUT_S).decode()
-        except queue.Empty:
-            self.kill()
-            raise AssertionError(f"serve-stomp did not start within {START_TIMEOUT_S} s; see {log}")
-        assert "listening on 127.0.0.1:" in line, (line, log.read_text())
-        self.port = int(line.split("listening on 127.0.0.1:")[1].split()[0])
+        self.process = subprocess.Popen(command, stdout=self.log if stdout is None else stdout,
+                                        stderr=subprocess.STDOUT if stdout is None else self.log,
+                                        stdin=subprocess.DEVNULL, env=env, cwd=str(cwd))
 
     def stderr(self) -> str:
         if not self.log.closed:
@@ -61,6 +50,25 @@ class Server:
             return self.process.wait(timeout=15)
         finally:
             self.kill()
+
+
+class Server(LoggedChild):
+    """`python -m journal_engine serve-stomp --data DATA --port 0 ...`; ``port`` is the one it printed
+    (``extra`` may name another: the last --port counts)."""
+
+    def __init__(self, data: Path, log: Path, *extra: str) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        super().__init__([sys.executable, "-m", "journal_engine", "serve-stomp", "--data", str(data), "--port", "0",
+                          "--host", "127.0.0.1", *extra], log, env=env, stdout=subprocess.PIPE)
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: lines.put(self.process.stdout.readline()), daemon=True).start()
+        try:
+            line = lines.get(timeout=START_TIMEOUT_S).decode()
+        except queue.Empty:
+            self.kill()
+            raise AssertionError(f"serve-stomp did not start within {START_TIMEOUT_S} s; see {log}")
+        assert "listening on 127.0.0.1:" in line, (line, log.read_text())
+        self.port = int(line.split("listening on 127.0.0.1:")[1].split()[0])
 
 
 def frame_bytes(command: str, headers: dict | None = None, body: bytes = b"", *, content_length: bool = True) -> bytes:

@@ -13,16 +13,14 @@ workers, killed ones included.
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 from locations import HELPERS, ROOT
-from stomp_server import Server
+from stomp_server import LoggedChild, Server
 
 pytest.importorskip("celery", reason="celery is not installed (pip install 'journal_engine[celery]')")
 import kombu  # noqa: E402
@@ -32,38 +30,16 @@ from celery_app import always_fails, app, hold, work  # noqa: E402
 WAIT_S = 60.0                   # a bound on a loaded machine; each wait ends as soon as its condition holds
 
 
-class Worker:
+class Worker(LoggedChild):
     """`celery -A celery_app worker -P solo` on the server at ``port``; its output in ``log``."""
 
     def __init__(self, port: int, runs: Path, log: Path, name: str) -> None:
         env = dict(os.environ, JOURNAL_ENGINE_BROKER_URL=f"journal-engine://127.0.0.1:{port}",
                    CELERY_RUNS_FILE=str(runs),
                    PYTHONPATH=os.pathsep.join(filter(None, [str(HELPERS), str(ROOT), os.environ.get("PYTHONPATH")])))
-        self.log_path = log
-        self.log = open(log, "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "solo", "-c", "1", "-n",
-             f"{name}@%h", "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "info"],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(log.parent))
-
-    def output(self) -> str:
-        self.log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                pass
-        self.kill()
-        self.log.close()
+        super().__init__([sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "solo", "-c", "1", "-n",
+                          f"{name}@%h", "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "info"],
+                         log, env=env, cwd=log.parent)
 
 
 def runs_of(runs: Path) -> list[tuple[str, str, bool]]:
@@ -77,9 +53,9 @@ def wait_for(condition, what: str, *workers: Worker) -> None:
     deadline = time.monotonic() + WAIT_S
     while not condition():
         for worker in workers:
-            assert worker.process.poll() is None, f"the worker ended while waiting for {what}:\n{worker.output()[-3000:]}"
+            assert worker.process.poll() is None, f"the worker ended while waiting for {what}:\n{worker.stderr()[-3000:]}"
         assert time.monotonic() < deadline, f"no {what} within {WAIT_S} s:\n" + "\n".join(
-            worker.output()[-3000:] for worker in workers)
+            worker.stderr()[-3000:] for worker in workers)
         time.sleep(0.05)
 
 

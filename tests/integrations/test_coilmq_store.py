@@ -10,12 +10,10 @@ letters, coilmq's configuration factory), on both backends.
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
-import tarfile
 import uuid
 
 import pytest
+from sdist_suites import import_from_sdist
 
 coilmq = pytest.importorskip("coilmq", reason="coilmq is not installed (pip install 'journal_engine[coilmq]')")
 from coilmq.util.frames import Frame  # noqa: E402
@@ -33,26 +31,8 @@ BACKENDS = ["journal", pytest.param("lmdb", marks=pytest.mark.skipif(
 @pytest.fixture(scope="session")
 def base_queue_tests(tmp_path_factory):
     """coilmq's BaseQueueTests class, imported from its sdist fetched once per session."""
-    download = tmp_path_factory.mktemp("coilmq-sdist")
-    command = [sys.executable, "-m", "pip", "download", COILMQ_SDIST, "--no-binary", ":all:", "--no-deps",
-               "--disable-pip-version-check", "-d", str(download)]
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=180)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        pytest.skip(f"coilmq's test suite is missing: `{' '.join(command)}` could not run ({error})")
-    archives = sorted(download.glob("coilmq-*.tar.gz"))
-    if result.returncode != 0 or not archives:
-        pytest.skip(f"coilmq's test suite is missing: `{' '.join(command)}` fetched no sdist "
-                    f"(exit {result.returncode}: {result.stderr.strip()[-300:]})")
-    with tarfile.open(archives[0]) as archive:
-        archive.extractall(download, filter="data")
-    source = download / archives[0].name[:-len(".tar.gz")] / "tests" / "store" / "__init__.py"
-    if not source.is_file():
-        pytest.fail(f"{archives[0].name} has no tests/store/__init__.py: coilmq's layout changed")
-    spec = importlib.util.spec_from_file_location("coilmq_sdist_store_tests", source)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.BaseQueueTests
+    return import_from_sdist(tmp_path_factory.mktemp("coilmq-sdist"), COILMQ_SDIST, "tests/store/__init__.py",
+                             "coilmq's test suite").BaseQueueTests
 
 
 @pytest.fixture(params=BACKENDS)

@@ -11,13 +11,10 @@ tests/helpers/skips_allowed.py allows them in CI).
 """
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import subprocess
-import sys
-import tarfile
 
 import pytest
+from sdist_suites import import_from_sdist
 from stomp_server import Server
 
 kombu = pytest.importorskip("kombu", reason="kombu is not installed (pip install 'journal_engine[celery]')")
@@ -48,27 +45,8 @@ NOT_APPLICABLE = {
 @pytest.fixture(scope="session")
 def kombu_common(tmp_path_factory):
     """kombu's t/integration/common.py, imported from the sdist of the installed kombu, fetched once."""
-    download = tmp_path_factory.mktemp("kombu-sdist")
-    requirement = f"kombu=={kombu.__version__}"
-    command = [sys.executable, "-m", "pip", "download", requirement, "--no-binary", ":all:", "--no-deps",
-               "--disable-pip-version-check", "-d", str(download)]
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=180)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        pytest.skip(f"kombu's integration suite is missing: `{' '.join(command)}` could not run ({error})")
-    archives = sorted(download.glob("kombu-*.tar.gz"))
-    if result.returncode != 0 or not archives:
-        pytest.skip(f"kombu's integration suite is missing: `{' '.join(command)}` fetched no sdist "
-                    f"(exit {result.returncode}: {result.stderr.strip()[-300:]})")
-    with tarfile.open(archives[0]) as archive:
-        archive.extractall(download, filter="data")
-    source = download / archives[0].name[:-len(".tar.gz")] / "t" / "integration" / "common.py"
-    if not source.is_file():
-        pytest.fail(f"{archives[0].name} has no t/integration/common.py: kombu's layout changed")
-    spec = importlib.util.spec_from_file_location("kombu_sdist_integration_common", source)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_from_sdist(tmp_path_factory.mktemp("kombu-sdist"), f"kombu=={kombu.__version__}",
+                             "t/integration/common.py", "kombu's integration suite")
 
 
 @pytest.fixture(scope="module")
