@@ -23,7 +23,7 @@ if _forced == "python":
     IMPLEMENTATION = "python"
 else:
     try:
-        from . import _codec, _core, _livemap, _message_columns, _record_writer, _replay  # noqa: F401  (compiled)
+        from . import _broker_objects, _codec, _core, _livemap, _message_columns, _record_writer, _replay  # noqa: F401  (compiled)
         IMPLEMENTATION = "cython"
     except ImportError as exc:
         if _require:
@@ -35,6 +35,8 @@ else:
         IMPLEMENTATION = "python"
 
 if IMPLEMENTATION == "cython":
+    from ._broker_objects import (ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, Message, MessageData, Reference,
+                                  delivery_of)
     from ._codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame, encode_group
     from ._core import JournalCore, Segment
     from ._livemap import LiveMap
@@ -45,6 +47,8 @@ if IMPLEMENTATION == "cython":
                           is_pinned, scan_columns, scan_frames)
     from ._record_writer import RecordWriter
 else:
+    from ._twin.broker_objects import (ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, Message, MessageData,
+                                       Reference, delivery_of)
     from ._twin.codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame, encode_group
     from ._twin.core import JournalCore, Segment
     from ._twin.livemap import LiveMap
@@ -59,4 +63,5 @@ __all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", 
            "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "encode_group", "check_frame", "RecordWriter",
            "MessageColumns", "decode_message_columns", "ROUTING_NAMES", "GAP_REASONS", "MessageRecovery",
            "QueueReferences", "recover_messages", "decode_message_fields", "decode_messages_fields",
-           "release_from_collector", "GUARDS_MAPPED_READS", "Body", "MappedFile", "is_pinned"]
+           "release_from_collector", "GUARDS_MAPPED_READS", "Body", "MappedFile", "is_pinned",
+           "MessageData", "Reference", "Message", "delivery_of", "READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX"]

@@ -172,6 +172,9 @@ class PropertyTag(enum.IntEnum):
 _TAG_NONE, _TAG_STR, _TAG_INT, _TAG_FLOAT, _TAG_FALSE, _TAG_TRUE, _TAG_BYTES = (int(tag) for tag in PropertyTag)
 PROPERTY_KEY_BYTES_MAX = 0xFFFF
 
+#: The stored property that keeps a message's own id on a copy that has another id in the store (an
+#: ActiveMQ Classic or Qpid dead-letter copy keeps the id of the message it copies); never shown to consumers.
+MESSAGE_ID_PROPERTY = "_JE_MESSAGE_ID"
 
 @dataclass(frozen=True)
 class StoredMessage:

@@ -12,61 +12,17 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
+from .._impl import ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, Reference
 from .message import HEADER_NAMES, MessageData
 from .selector import Selector
 
 __all__ = ["QueueInfo", "Reference", "QueueState", "AddressState", "READY", "SCHEDULED", "DELIVERING", "DONE",
            "ACKED_IN_TX", "NORMAL", "KILLED", "EXPIRED"]
 
-# reference states
-READY = 0          # in its queue's deque
-SCHEDULED = 1      # in the broker's timer heap, waiting for its delivery time
-DELIVERING = 2     # handed to a consumer, not yet acknowledged or returned
-DONE = 3           # acknowledged, dead-lettered, expired or dropped: gone
-ACKED_IN_TX = 4    # delivered and acknowledged in a session's open transaction (still counted as delivering)
-
 # why a reference left its queue (Artemis AckReason); the queue counts each kind
 NORMAL = "normal"
 KILLED = "killed"          # dead-lettered: moved to the dead-letter address, or dropped
 EXPIRED = "expired"
-
-
-class Reference:
-    """A message on one queue: its own delivery count, scheduled time and state."""
-
-    __slots__ = ("data", "queue", "delivery_count", "state", "delivery", "failures")
-
-    def __init__(self, data: MessageData, queue: "QueueState", delivery_count: int = 0) -> None:
-        self.data = data
-        self.queue = queue
-        self.delivery_count = delivery_count
-        self.state = READY
-        self.delivery = None          # the Message of the current delivery (identity proves ownership)
-        self.failures: list[tuple[int, str]] | None = None   # (time ms, reason) of each failed delivery seen
-
-    def leave_consumer(self) -> None:
-        """The reference is no longer held by a consumer (a rollback, a close, a session rolled back): its
-        queue counts one delivering reference less. Its state is the caller's next decision."""
-        self.delivery = None
-        self.queue.delivering -= 1
-
-    def undo_transacted_ack(self) -> None:
-        """An acknowledgement in a transaction that rolled back: the reference was delivering when it
-        was acknowledged, and leaves its consumer as a failed delivery."""
-        self.state = DELIVERING
-        self.leave_consumer()
-
-    def record_failure(self, now_ms: int, reason: str) -> None:
-        """Note a failed delivery, for the history a dead-letter copy carries."""
-        if self.failures is None:
-            self.failures = [(now_ms, reason)]
-        else:
-            self.failures.append((now_ms, reason))
-
-    def __repr__(self) -> str:
-        state = ("READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX")[self.state]
-        return (f"Reference(message={self.data.message_id}, queue={self.queue.name!r}, "
-                f"delivery_count={self.delivery_count}, {state})")
 
 
 class QueueState:

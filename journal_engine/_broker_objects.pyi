@@ -1,0 +1,83 @@
+"""Type stub of the broker's compiled per-message objects (pyx/journal_engine/_broker_objects.pyx;
+twin: _twin/broker_objects.py)."""
+from collections.abc import Mapping
+from typing import Any, Final
+
+from typing_extensions import disjoint_base
+
+READY: Final[int]
+SCHEDULED: Final[int]
+DELIVERING: Final[int]
+DONE: Final[int]
+ACKED_IN_TX: Final[int]
+
+@disjoint_base
+class MessageData:
+    """One message's content and its bookkeeping: how many references it has, and how many of them
+    the message store holds (the store deletes the message when the last of those is acknowledged)."""
+
+    message_id: int
+    address: str
+    body: bytes
+    properties: dict[str, Any] | None
+    durable: bool
+    expiration: int
+    routing_type: str | None
+    durable_refs: int
+    public_id: int
+    def __init__(self, message_id: int, address: str, body: bytes, properties: dict[str, Any] | None,
+                 durable: bool, expiration: int, routing_type: str | None) -> None: ...
+    def set_property(self, name: str, value: Any) -> None:
+        """Set one property in a new dict (deliveries already handed out keep the old one)."""
+    def stored_properties(self) -> dict[str, Any] | None:
+        """The properties as the store keeps them."""
+    def properties_view(self) -> Mapping[str, Any]:
+        """The properties, read-only."""
+    def headers(self) -> dict[str, Any]:
+        """The header fields a filter may use."""
+
+@disjoint_base
+class Reference:
+    """A message on one queue: its own delivery count, scheduled time and state."""
+
+    data: MessageData
+    queue: Any
+    delivery_count: int
+    state: int
+    delivery: Message | None
+    failures: list[tuple[int, str]] | None
+    def __init__(self, data: MessageData, queue: Any, delivery_count: int = 0) -> None: ...
+    def leave_consumer(self) -> None:
+        """No longer held by a consumer: its queue counts one delivering reference less."""
+    def undo_transacted_ack(self) -> None:
+        """An acknowledgement in a transaction that rolled back."""
+    def record_failure(self, now_ms: int, reason: str) -> None:
+        """Note a failed delivery."""
+
+@disjoint_base
+class Message:
+    """One delivery of a message (or a browsed copy, whose delivery_count is 0)."""
+
+    delivery_count: int
+    queue: str
+    def __init__(self, data: MessageData, delivery_count: int, queue: str, ref: Reference | None = None,
+                 owner: Any = None) -> None: ...
+    @property
+    def message_id(self) -> int: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def properties(self) -> Mapping[str, Any]: ...
+    @property
+    def durable(self) -> bool: ...
+    @property
+    def expiration(self) -> int: ...
+    @property
+    def routing_type(self) -> str | None: ...
+    @property
+    def redelivered(self) -> bool: ...
+
+def delivery_of(message: Message) -> tuple[Reference | None, Any]:
+    """(reference, consumer) of the delivery ``message`` stands for; (None, None) for a browsed copy."""

@@ -1,0 +1,185 @@
+"""The broker's per-message objects (MessageData, Reference, Message): the twin of the compiled
+_broker_objects, written as plain slotted classes (the broker makes one of each per message, so the
+compiled ones spare a Python frame per object)."""
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from ..record_format import MESSAGE_ID_PROPERTY
+
+__all__ = ["MessageData", "Reference", "Message", "delivery_of", "READY", "SCHEDULED", "DELIVERING", "DONE",
+           "ACKED_IN_TX"]
+
+# a reference's states
+READY = 0          # in its queue's deque
+SCHEDULED = 1      # in the broker's timer heap, waiting for its delivery time
+DELIVERING = 2     # handed to a consumer, not yet acknowledged or returned
+DONE = 3           # acknowledged, dead-lettered, expired or dropped: gone
+ACKED_IN_TX = 4    # delivered and acknowledged in a session's open transaction (still counted as delivering)
+
+_STATE_NAMES = ("READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX")
+_EMPTY: Mapping[str, Any] = types.MappingProxyType({})
+
+
+class MessageData:
+    """One message's content and its bookkeeping: how many references it has, and how many of them
+    the message store holds (the store deletes the message when the last of those is acknowledged)."""
+
+    __slots__ = ("message_id", "address", "body", "properties", "durable", "expiration", "routing_type",
+                 "durable_refs", "public_id", "_view")
+
+    def __init__(self, message_id: int, address: str, body: bytes, properties: dict | None, durable: bool,
+                 expiration: int, routing_type: str | None) -> None:
+        self.message_id = message_id
+        self.address = address
+        self.body = body
+        self.properties = properties          # a dict the broker owns, or None for none
+        self.durable = durable
+        self.expiration = expiration          # epoch ms, 0 = never
+        self.routing_type = routing_type      # None, "anycast" or "multicast"
+        self.durable_refs = 0                 # references the store holds (> 0: the store holds the message)
+        self.public_id = message_id           # the id consumers see (a Classic or Qpid copy keeps its original's)
+        self._view: Mapping[str, Any] | None = None
+
+    def set_property(self, name: str, value: Any) -> None:
+        """Set one property (the broker's own, such as Classic's ``redeliveryDelay``) in a new dict:
+        deliveries already handed out hold the old one and must not see it change."""
+        properties = self.properties
+        self.properties = {**properties, name: value} if properties else {name: value}
+        self._view = None
+
+    def stored_properties(self) -> dict | None:
+        """The properties as the store keeps them: with MESSAGE_ID_PROPERTY when the id consumers see is
+        not the store's."""
+        if self.public_id == self.message_id:
+            return self.properties
+        return {**(self.properties or {}), MESSAGE_ID_PROPERTY: self.public_id}
+
+    def properties_view(self) -> Mapping[str, Any]:
+        """The properties, read-only (consumers share the data; none may change it for the others)."""
+        view = self._view
+        if view is None:
+            view = _EMPTY if not self.properties else types.MappingProxyType(self.properties)
+            self._view = view
+        return view
+
+    def headers(self) -> dict:
+        """The header fields a filter may use (only filters that name one of them ask)."""
+        return {
+            "AMQAddress": self.address,
+            "AMQDurable": "DURABLE" if self.durable else "NON_DURABLE",
+            "AMQExpiration": self.expiration,
+            "AMQSize": len(self.body),
+            "AMQMessageID": self.message_id,
+        }
+
+    def __repr__(self) -> str:
+        return f"MessageData(id={self.message_id}, address={self.address!r}, durable={self.durable})"
+
+
+class Reference:
+    """A message on one queue: its own delivery count, scheduled time and state."""
+
+    __slots__ = ("data", "queue", "delivery_count", "state", "delivery", "failures")
+
+    def __init__(self, data: MessageData, queue: Any, delivery_count: int = 0) -> None:
+        self.data = data
+        self.queue = queue
+        self.delivery_count = delivery_count
+        self.state = READY
+        self.delivery = None          # the Message of the current delivery (identity proves ownership)
+        self.failures: list[tuple[int, str]] | None = None   # (time ms, reason) of each failed delivery seen
+
+    def leave_consumer(self) -> None:
+        """The reference is no longer held by a consumer (a rollback, a close, a session rolled back): its
+        queue counts one delivering reference less. Its state is the caller's next decision."""
+        self.delivery = None
+        self.queue.delivering -= 1
+
+    def undo_transacted_ack(self) -> None:
+        """An acknowledgement in a transaction that rolled back: the reference was delivering when it
+        was acknowledged, and leaves its consumer as a failed delivery."""
+        self.state = DELIVERING
+        self.leave_consumer()
+
+    def record_failure(self, now_ms: int, reason: str) -> None:
+        """Note a failed delivery, for the history a dead-letter copy carries."""
+        if self.failures is None:
+            self.failures = [(now_ms, reason)]
+        else:
+            self.failures.append((now_ms, reason))
+
+    def __repr__(self) -> str:
+        return (f"Reference(message={self.data.message_id}, queue={self.queue.name!r}, "
+                f"delivery_count={self.delivery_count}, {_STATE_NAMES[self.state]})")
+
+
+class Message:
+    """One delivery of a message (or a browsed copy, whose delivery_count is 0).
+
+    ``delivery_count`` is 1 on the first delivery and goes up at each dispatch; ``redelivered`` is
+    ``delivery_count > 1``. ``properties`` is read-only and those of this delivery: a later change
+    (a redelivery's ``redeliveryDelay``) is not seen. ``queue`` names the queue it came from.
+    Acknowledge or roll it back through the consumer that received it.
+    """
+
+    __slots__ = ("_data", "_properties", "delivery_count", "queue", "_ref", "_owner")
+
+    def __init__(self, data: MessageData, delivery_count: int, queue: str, ref=None, owner=None) -> None:
+        self._data = data
+        self._properties = data.properties    # the dict of this moment: the broker replaces, never changes it
+        self.delivery_count = delivery_count
+        self.queue = queue
+        self._ref = ref           # the queue reference this delivery is of (None: browsed)
+        self._owner = owner       # the consumer it was delivered to (None: browsed)
+
+    @property
+    def message_id(self) -> int:
+        return self._data.public_id
+
+    @property
+    def address(self) -> str:
+        return self._data.address
+
+    @property
+    def body(self) -> bytes:
+        return self._data.body
+
+    @property
+    def properties(self) -> Mapping[str, Any]:
+        data = self._data
+        properties = self._properties
+        if properties is data.properties:
+            return data.properties_view()
+        return types.MappingProxyType(properties) if properties else _EMPTY
+
+    @property
+    def durable(self) -> bool:
+        return self._data.durable
+
+    @property
+    def expiration(self) -> int:
+        return self._data.expiration
+
+    @property
+    def routing_type(self) -> str | None:
+        return self._data.routing_type
+
+    @property
+    def redelivered(self) -> bool:
+        return self.delivery_count > 1
+
+    def __repr__(self) -> str:
+        return (f"Message(id={self._data.public_id}, address={self._data.address!r}, queue={self.queue!r}, "
+                f"delivery_count={self.delivery_count}, body={self._data.body[:32]!r})")
+
+
+def delivery_of(message: Message) -> tuple[Any, Any]:
+    """(reference, consumer) of the delivery ``message`` stands for; (None, None) for a browsed copy.
+
+    The broker's way back from a Message it handed out to its own bookkeeping; the caller checked that
+    ``message`` is a Message.
+    """
+    return message._ref, message._owner

@@ -1,0 +1,98 @@
+"""The broker's per-message objects, compiled (_broker_objects) and twin (_twin/broker_objects.py),
+behave alike: the same states, fields, methods, snapshots and reprs; and the compiled fields the broker
+reads per message are member descriptors (the attribute access Python specialises, as for slots)."""
+from __future__ import annotations
+
+import pickle
+import types
+
+import pytest
+
+import journal_engine
+from journal_engine._twin import broker_objects as twin
+
+compiled_only = pytest.mark.skipif(journal_engine.IMPLEMENTATION != "cython", reason="needs the compiled core")
+
+
+def implementations():
+    found = [twin]
+    if journal_engine.IMPLEMENTATION == "cython":
+        from journal_engine import _broker_objects
+        found.append(_broker_objects)
+    return found
+
+
+class _Queue:
+    name = "orders"
+    delivering = 1
+
+
+def _behaviour(impl) -> list:
+    """Everything a broker does with the objects, as plain values to compare."""
+    seen = []
+    data = impl.MessageData(7, "orders", b"body", {"colour": "red"}, True, 1234, "anycast")
+    seen.append((data.message_id, data.public_id, data.address, data.body, data.properties, data.durable,
+                 data.expiration, data.routing_type, data.durable_refs, repr(data)))
+    view = data.properties_view()
+    seen.append((dict(view), isinstance(view, types.MappingProxyType), data.properties_view() is view))
+    seen.append((data.stored_properties(), data.headers()))
+    data.public_id = 3                  # a dead-letter copy keeps its original's id
+    seen.append(data.stored_properties())
+    empty = impl.MessageData(8, "a", b"", None, False, 0, None)
+    seen.append((dict(empty.properties_view()), empty.stored_properties()))
+
+    queue = _Queue()
+    ref = impl.Reference(data, queue)
+    seen.append((ref.delivery_count, ref.state, ref.delivery, ref.failures, repr(ref)))
+    ref.delivery_count += 1
+    ref.state = impl.DELIVERING
+    message = impl.Message(data, ref.delivery_count, queue.name, ref, "consumer")
+    ref.delivery = message
+    seen.append((message.message_id, message.address, message.body, dict(message.properties), message.durable,
+                 message.expiration, message.routing_type, message.redelivered, message.queue, repr(message)))
+    seen.append(impl.delivery_of(message) == (ref, "consumer"))
+    data.set_property("redeliveryDelay", 500)     # after the delivery: the held message does not see it
+    seen.append((dict(message.properties), dict(data.properties_view())))
+    later = impl.Message(data, 2, queue.name, ref, "consumer")
+    seen.append((dict(later.properties), later.redelivered))
+    browsed = impl.Message(data, 0, queue.name)
+    seen.append(impl.delivery_of(browsed))
+    ref.record_failure(10, "rollback")
+    ref.record_failure(20, "rollback")
+    seen.append(ref.failures)
+    ref.undo_transacted_ack()
+    seen.append((ref.state, ref.delivery, queue.delivering, repr(ref)))
+    seen.append((impl.READY, impl.SCHEDULED, impl.DELIVERING, impl.DONE, impl.ACKED_IN_TX))
+    with pytest.raises(AttributeError):
+        message.colour = "blue"         # no other attributes, as with slots
+    seen.append(pickle.loads(pickle.dumps(impl.MessageData(1, "a", b"x", None, True, 0, None))).body)
+    return seen
+
+
+@compiled_only
+def test_compiled_objects_behave_as_their_twin():
+    compiled_behaviour, twin_behaviour = (_behaviour(impl) for impl in reversed(implementations()))
+    assert compiled_behaviour == twin_behaviour
+
+
+def test_the_broker_uses_the_objects_of_the_running_implementation():
+    from journal_engine.broker import message, queue
+    expected = implementations()[-1]
+    assert message.MessageData is expected.MessageData and message.Message is expected.Message
+    assert queue.Reference is expected.Reference and queue.READY == expected.READY
+
+
+@compiled_only
+def test_compiled_fields_are_member_descriptors_as_slots_are():
+    from journal_engine import _broker_objects
+    member = type(twin.Reference.__dict__["state"])        # what __slots__ makes
+    for cls, fields in ((_broker_objects.Reference, ("data", "queue", "delivery_count", "state", "delivery",
+                                                     "failures")),
+                        (_broker_objects.MessageData, ("message_id", "address", "body", "properties", "durable",
+                                                       "expiration", "routing_type", "durable_refs", "public_id"))):
+        for field in fields:
+            assert type(cls.__dict__[field]) is member, (cls.__name__, field)
+    ref = _broker_objects.Reference("data", "queue", 5)
+    ref.state, ref.delivery = _broker_objects.DONE, "message"
+    assert (ref.data, ref.queue, ref.delivery_count, ref.state, ref.delivery, ref.failures) == \
+        ("data", "queue", 5, _broker_objects.DONE, "message", None)
