@@ -61,6 +61,8 @@ class _Link:
         self._replies: dict[str, dict] = {}
         self._inbox: deque[tuple[str, Any]] = deque()
         self.lost: str | None = None
+        # receipt id -> the ERROR frame's message, for a request the server refused (then it closes)
+        self._refused: dict[str, str] = {}
         self._connection = stomp.Connection11([(host, port)], reconnect_attempts_max=1, auto_decode=False,
                                               timeout=connect_timeout_s, heartbeats=(0, 0))
         self._connection.set_listener("journal-engine", _Listener(self))
@@ -77,6 +79,12 @@ class _Link:
             self._replies[frame.headers.get("receipt-id", "")] = dict(frame.headers)
             self._changed.notify_all()
 
+    def refused(self, frame) -> None:
+        message = frame.headers.get("message", "")
+        with self._changed:
+            self._refused[frame.headers.get("receipt-id", "")] = message
+        self.broken(f"the server refused a frame: {message}")
+
     def broken(self, why: str) -> None:
         with self._changed:
             if self.lost is None:
@@ -90,13 +98,17 @@ class _Link:
 
     def request(self, send: Callable[[str], None]) -> dict:
         """``send(receipt_id)`` writes a frame asking for that receipt; returns the RECEIPT's headers.
-        ConnectionError when the connection is lost first (or no RECEIPT comes in KOMBU_REPLY_TIMEOUT_S)."""
+        ChannelError when the server refused the frame (an ERROR naming the receipt: the request is
+        wrong, and would be wrong again); ConnectionError when the connection is lost first (or no
+        RECEIPT comes in KOMBU_REPLY_TIMEOUT_S)."""
         receipt = uuid.uuid4().hex
         self._check()
         send(receipt)
         deadline = time.monotonic() + KOMBU_REPLY_TIMEOUT_S
         with self._changed:
             while receipt not in self._replies:
+                if receipt in self._refused:
+                    raise ChannelError(f"journal-engine serve-stomp refused the request: {self._refused.pop(receipt)}")
                 left = deadline - time.monotonic()
                 if self.lost is not None or left <= 0:
                     self.broken(self.lost or f"no RECEIPT within {KOMBU_REPLY_TIMEOUT_S} s")
@@ -144,7 +156,7 @@ class _Listener(stomp.ConnectionListener):
         self._link.receipted(frame)
 
     def on_error(self, frame) -> None:
-        self._link.broken(f"the server refused a frame: {frame.headers.get('message', '')}")
+        self._link.refused(frame)
 
     def on_disconnected(self) -> None:
         self._link.broken("disconnected")

@@ -196,6 +196,23 @@ def test_a_request_serve_stomp_does_not_know_gets_an_error_frame_and_no_tracebac
         server.stop()
 
 
+def test_a_request_the_server_refuses_is_a_channel_error_and_the_connection_comes_back(tmp_path):
+    """A channel error, not a connection error: kombu retries those, and the request would be refused
+    again (it looped, reconnecting, on an exchange of type headers)."""
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    try:
+        with kombu.Connection(url(server)) as connection:
+            with pytest.raises(kombu.exceptions.ChannelError, match="serve-stomp routes direct, topic, fanout"):
+                kombu.Exchange("by-headers", type="headers")(connection.default_channel).declare()
+            connection.ensure_connection(max_retries=3)
+            work = connection.SimpleQueue("work")
+            work.put({"job": 1})
+            work.get(timeout=READ_TIMEOUT_S).ack()
+            work.close()
+    finally:
+        server.stop()
+
+
 # ------------------------------------------------------------------ the exchange table alone
 def test_the_exchange_table_routes_as_amqp(tmp_path):
     table = ExchangeTable(str(tmp_path))
