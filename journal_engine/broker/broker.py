@@ -45,6 +45,7 @@ from ..limits import ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, REDR
 from ..limits import check_max_redelivery_records as check_cap
 from .artemis.address_settings import AddressSettings, AddressSettingsRepository
 from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
+from .config.safe_xml import check_scan_period
 from .config.systems import load as load_config, merged_switch
 from .clock import Clock, WallClock
 from .classic.dead_letters import ClassicDeadLetters
@@ -66,7 +67,8 @@ from .redelivery import Redelivery
 from .selector import Selector
 from .redrive import Redrive, RedriveResult, check_redrive_arguments
 from .session import CLIENT_DEFAULT, ClientDefault, Session
-from .timers import DeliveryTimers
+from .queue_reaper import apply_auto_delete
+from .timers import NEVER_MS, SCAN_PERIOD_MS_DEFAULT, BackgroundScanner, DeliveryTimers, PeriodicScan
 from .transactions import Transactions
 
 __all__ = ["Broker"]
@@ -87,6 +89,11 @@ class Broker:
     (file_size, buffer_timeout_us, ...). ``qpid_context``: a Qpid Broker-J virtual host's context
     variables (``queue.deadLetterQueueEnabled``, ``queue.maximumDeliveryAttempts``,
     ``queue.defaultExpiryPolicy``): every queue declared then follows Qpid's rules, these its defaults.
+    ``message_expiry_scan_period``: every that many ms the expiry reaper moves or drops the messages
+    that expired meanwhile (Artemis's default 30,000; -1: never, a consumer meeting one expires it);
+    ``address_queue_scan_period``: every that many ms unused auto-deleting queues are deleted
+    (``queue_reaper``). With the wall clock a daemon thread runs the scans; with a ManualClock they run
+    at their times as the clock moves. A broker.xml may set both.
 
     Bad arguments or configuration raise ConfigError (a ValueError) naming the field; the store's
     errors (JournalLockedError, CorruptRecordError, ...) propagate from opening and recovery.
@@ -97,7 +104,9 @@ class Broker:
                  max_redelivery_records: int = 10, persist_delivery_count_before_delivery: bool = False,
                  store: str = "journal", dialect: str = "artemis", config: Any = None,
                  rng: random.Random | None = None, sync: str = "group", jms_queue_names: bool = False,
-                 store_options: dict | None = None, qpid_context: Mapping | None = None) -> None:
+                 store_options: dict | None = None, qpid_context: Mapping | None = None,
+                 message_expiry_scan_period: int = SCAN_PERIOD_MS_DEFAULT,
+                 address_queue_scan_period: int = SCAN_PERIOD_MS_DEFAULT) -> None:
         dialect_named(dialect)              # an unknown dialect is refused before the configuration is read
         self._qpid_context = QpidVirtualHostContext.from_variables(qpid_context) if qpid_context is not None else None
         if clock is None:
@@ -117,6 +126,8 @@ class Broker:
         if not isinstance(jms_queue_names, bool):
             raise ConfigError("jms_queue_names", jms_queue_names, "must be True or False")
         check_cap(max_redelivery_records)
+        check_scan_period("message_expiry_scan_period", message_expiry_scan_period)
+        check_scan_period("address_queue_scan_period", address_queue_scan_period)
         if not isinstance(persist_delivery_count_before_delivery, bool):
             raise ConfigError("persist_delivery_count_before_delivery", persist_delivery_count_before_delivery,
                               "must be True or False")
@@ -132,6 +143,12 @@ class Broker:
             persist_delivery_count_before_delivery = merged_switch(
                 "persist_delivery_count_before_delivery", persist_delivery_count_before_delivery, False,
                 parsed.persist_delivery_count_before_delivery, parsed.source)
+            message_expiry_scan_period = merged_switch(
+                "message_expiry_scan_period", message_expiry_scan_period, SCAN_PERIOD_MS_DEFAULT,
+                parsed.message_expiry_scan_period, parsed.source)
+            address_queue_scan_period = merged_switch(
+                "address_queue_scan_period", address_queue_scan_period, SCAN_PERIOD_MS_DEFAULT,
+                parsed.address_queue_scan_period, parsed.source)
         self._dialect = dialect_named(dialect)
         self.max_redelivery_records = max_redelivery_records
         self.persist_delivery_count_before_delivery = persist_delivery_count_before_delivery
@@ -145,7 +162,9 @@ class Broker:
             self._store = MessageStore(directory, backend=store, max_redelivery_records=max_redelivery_records,
                                        persist_delivery_count_before_delivery=persist_delivery_count_before_delivery,
                                        sync=sync, clock=clock, **(store_options or {}))
-        self._timers = DeliveryTimers(wake_waiters=not self._manual_clock)
+        self.message_expiry_scan_period = message_expiry_scan_period
+        self.address_queue_scan_period = address_queue_scan_period
+        self._timers = DeliveryTimers(wake_waiters=not self._manual_clock, watch_expiry=message_expiry_scan_period > 0)
         self._post_office = PostOffice(self._store, self._timers, self._gate.lock, settings)
         if classic_config is not None:
             self._dead_letters = ClassicDeadLetters(self._post_office, self._dialect, classic_config, rng)
@@ -167,10 +186,15 @@ class Broker:
                 raise
         self._delivery = Delivery(self._gate, clock, self._post_office, self._dead_letters, self._redelivery,
                                   strict=self._store is not None and persist_delivery_count_before_delivery,
-                                  manual_clock=self._manual_clock, close_keeps_count=classic_config is not None)
+                                  manual_clock=self._manual_clock, close_keeps_count=classic_config is not None,
+                                  expiry_scan=PeriodicScan(message_expiry_scan_period, clock.now_ms()),
+                                  queue_scan=PeriodicScan(address_queue_scan_period, clock.now_ms()))
         self._transactions = Transactions(self._gate, clock, self._post_office, self._redelivery, self._delivery)
         if self._manual_clock:
             clock.subscribe(self._on_clock_moved)
+        self._scanner: BackgroundScanner | None = None
+        if not self._manual_clock and self._delivery.next_scan_ms < NEVER_MS:
+            self._scanner = BackgroundScanner(self._next_scan_ms, self._run_scans, clock.now_ms)
 
     @property
     def address_settings(self) -> AddressSettingsRepository:
@@ -232,6 +256,7 @@ class Broker:
                                        hint="broker.set_queue_arguments(name, arguments) changes its arguments")
             queue = post_office.create_queue(name, address, routing_type, filter, durable,
                                              arguments=storable_arguments(arguments) if arguments else None)
+            apply_auto_delete(queue, post_office.address_settings.get(address))
             self._apply_qpid_policy(queue, qpid_policy)
             return queue.info()
 
@@ -298,7 +323,7 @@ class Broker:
         return queue
 
     def queue(self, name: str) -> QueueInfo:
-        """A snapshot of the queue's counts (after releasing what fell due and expiring what expired).
+        """A snapshot of the queue's counts (after releasing what fell due and running the scans that fell due).
         UnknownQueueError for an unknown name."""
         with self._gate.lock:
             self._gate.check_open()
@@ -495,6 +520,18 @@ class Broker:
             return session
 
     # ------------------------------------------------------------------------------- life cycle
+    def _next_scan_ms(self) -> int | None:
+        """When the background scanner runs next (None: never again: the broker is closed)."""
+        if self._gate.closed:
+            return None
+        return self._delivery.next_scan_ms
+
+    def _run_scans(self) -> None:
+        """The background scanner's turn: the scans due by now run."""
+        with self._gate.lock:
+            if not self._gate.closed:
+                self._delivery.pump(self._clock.now_ms())
+
     def _on_clock_moved(self, now: int) -> None:
         """A ManualClock moved: release what fell due, expire what expired, wake receivers."""
         with self._gate.lock:
@@ -604,6 +641,9 @@ class Broker:
                 queue.condition.notify_all()
             self._post_office.release()
             store = self._store
+            scanner = self._scanner
+        if scanner is not None:
+            scanner.stop()
         if store is not None:
             store.close()
 

@@ -2,7 +2,7 @@
 
 The broker reads the time for redelivery delays, scheduled deliveries and expiry through a clock's
 ``now_ms()`` (epoch milliseconds). With ``ManualClock`` time moves only when ``advance()`` is called:
-scheduled redeliveries fall due and the expiry reaper runs at that moment, and ``receive(0)`` never
+scheduled redeliveries fall due and the scans that fell due (expiry, queue reaper) run then, and ``receive(0)`` never
 sleeps, so tests replay the manual's timelines exactly.
 """
 from __future__ import annotations

@@ -47,7 +47,7 @@ from .artemis.address_settings import AddressSettings
 from .artemis.dialect import Dialect
 from .message import MessageData
 from .post_office import PostOffice
-from .qpid.queue_policy import QpidQueuePolicy
+from .queue_reaper import apply_auto_delete
 from .queue import EXPIRED, KILLED, NORMAL, AddressState, QueueState, Reference
 
 __all__ = ["ROUTING_TYPE_CODES", "DeadLetterReason", "DEAD_LETTER_REASONS",
@@ -238,24 +238,24 @@ class DeadLetters:
             return None
         return copy, targets
 
-    def route_to_alternate(self, ref: Reference, policy: QpidQueuePolicy, now: int, *, expired: bool) -> None:
-        """Qpid's QueueEntryImpl.routeToAlternate: the message (its id, body and properties kept, with the
-        account every dead-letter copy carries) to the queue's alternate destination, one store
-        transaction; no alternate, or one without queues: discarded (logged at WARNING). ``expired``: an
-        expired message (ROUTE_TO_ALTERNATE), whose copy does not expire again; else it reached the
+    def route_keeping_id(self, ref: Reference, destination: str | None, now: int, *, expired: bool,
+                         system: str) -> None:
+        """The message itself (its id, body and properties kept, with the account every dead-letter copy
+        carries) to the queues of ``destination``, one store transaction; no destination, or one without
+        queues: dropped (logged at WARNING under ``system``). Qpid's QueueEntryImpl.routeToAlternate.
+        ``expired``: an expired message, whose copy does not expire again; else one that reached the
         maximum delivery count."""
         post_office = self._post_office
         queue = ref.queue
         data = ref.data
         ack_reason = EXPIRED if expired else KILLED
         reason = DeadLetterReason.EXPIRED if expired else DeadLetterReason.MAX_DELIVERY_ATTEMPTS
-        destination = policy.alternate_of(queue.name)
         target = post_office.addresses.get(destination) if destination is not None else None
         if target is None or not target.has_queues():
             why = "expired" if expired else f"delivered {ref.delivery_count} times, the maximum delivery count"
             where = (f"its alternate {destination!r} has no queue" if destination is not None
                      else "the queue has no alternate binding (no DLQ)")
-            log_drop("Qpid Broker-J", data, queue.name, reason, f"{why}, and {where}")
+            log_drop(system, data, queue.name, reason, f"{why}, and {where}")
             post_office.drop(ref, ack_reason)
             return
         properties = dict(data.properties) if data.properties else {}
@@ -270,10 +270,11 @@ class DeadLetters:
         Qpid queue its expiry policy decides (AbstractQueue.expireEntry): deleted, or to its alternate."""
         post_office = self._post_office
         data = ref.data
-        qpid = ref.queue.qpid_policy
+        qpid = ref.queue.qpid_policy        # a Qpid queue's expiryPolicy (AbstractQueue.expireEntry)
         if qpid is not None:
             if qpid.routes_expired_to_alternate:
-                self.route_to_alternate(ref, qpid, now, expired=True)
+                self.route_keeping_id(ref, qpid.alternate_of(ref.queue.name), now, expired=True,
+                                      system="Qpid Broker-J")
             else:
                 log_drop("Qpid Broker-J", data, ref.queue.name, DeadLetterReason.EXPIRED,
                          "expired (the queue's expiryPolicy is DELETE)")
@@ -307,9 +308,11 @@ class DeadLetters:
         """The dead-letter (or expiry) queue of ``for_address`` on ``on_address``: multicast, durable,
         filtered on the copies' original address (Artemis createResources)."""
         name = resource_queue_name(prefix, for_address, suffix)
-        if name not in self._post_office.queues:
-            self._post_office.create_queue(name, on_address, "multicast", origin_filter(self._dialect, for_address),
-                                           True, auto_created=True)
+        post_office = self._post_office
+        if name not in post_office.queues:
+            queue = post_office.create_queue(name, on_address, "multicast", origin_filter(self._dialect, for_address),
+                                             True, auto_created=True)
+            apply_auto_delete(queue, post_office.address_settings.get(on_address))
 
     def _move(self, ref: Reference, target: AddressState, ack_reason: str, reason: str, now: int) -> None:
         """Copy the message to another address and remove the original, in one store transaction

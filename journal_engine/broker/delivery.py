@@ -1,5 +1,7 @@
 """Deliveries: the broker's side of consumers (Artemis ServerConsumerImpl): dispatch, acknowledgement,
-rollback and close, and the pump that makes due references deliverable and expires expired ones.
+rollback and close, and the pump that makes due references deliverable and runs the two periodic
+scans: the expiry reaper (every ``message-expiry-scan-period``: Artemis's ExpiryReaper) and the queue
+reaper (every ``address-queue-scan-period``: ``queue_reaper``).
 
 * receive (dispatch): the delivery count goes up by one (the first delivery has count 1); with
   ``persist_delivery_count_before_delivery`` (strict) the count reaches the store before the message is
@@ -32,7 +34,9 @@ from .message import Message, delivery_of
 from .operations import AcknowledgingSession, ConsumerOperations
 from .post_office import PostOffice
 from .queue import ACKED_IN_TX, DELIVERING, NORMAL, READY, QueueState, Reference
+from .queue_reaper import reap_queues
 from .redelivery import Redelivery
+from .timers import PeriodicScan
 from .consumer import Consumer
 
 __all__ = ["Delivery"]
@@ -45,10 +49,11 @@ class Delivery:
     keep their delivery count (ActiveMQ Classic) instead of taking it back (Artemis)."""
 
     __slots__ = ("_gate", "_clock", "_store", "_post_office", "_timers", "_dead_letters", "_redelivery", "_strict",
-                 "_manual_clock", "_close_keeps_count")
+                 "_manual_clock", "_close_keeps_count", "_expiry_scan", "_queue_scan", "next_scan_ms")
 
     def __init__(self, gate: Gate, clock: Clock, post_office: PostOffice, dead_letters: DeadLetters,
-                 redelivery: Redelivery, *, strict: bool, manual_clock: bool, close_keeps_count: bool = False) -> None:
+                 redelivery: Redelivery, *, strict: bool, manual_clock: bool, close_keeps_count: bool = False,
+                 expiry_scan: PeriodicScan, queue_scan: PeriodicScan) -> None:
         self._gate = gate
         self._clock = clock
         self._store: MessageStore | None = post_office.store
@@ -59,6 +64,9 @@ class Delivery:
         self._strict = strict
         self._manual_clock = manual_clock
         self._close_keeps_count = close_keeps_count
+        self._expiry_scan = expiry_scan
+        self._queue_scan = queue_scan
+        self.next_scan_ms = min(expiry_scan.next_ms, queue_scan.next_ms)     # the next run of either scan
 
     def operations(self) -> ConsumerOperations:
         """The bundle a new Consumer gets (one per consumer: no reference cycle through the broker)."""
@@ -68,10 +76,40 @@ class Delivery:
     # ------------------------------------------------------------------------------- time
     def pump(self, now: int) -> None:
         """Scheduled references due by ``now`` go to the head of their queues (earliest first, as
-        Artemis's ScheduledDeliveryHandler adds them); the expiry reaper expires READY references.
-        Lock held."""
+        Artemis's ScheduledDeliveryHandler adds them); the scans due by ``now`` run, each at its own
+        time. Lock held."""
+        if now >= self.next_scan_ms:
+            self._scan(now)
         self._timers.release_due(now)
-        self._dead_letters.expire_due(now)
+
+    def _scan(self, now: int) -> None:
+        """Every run of the two scans due by ``now``, in time order, each at its time (what fell due
+        before it released first): the expiry reaper expires the READY references expired by then, the
+        queue reaper deletes unused queues. Runs that would find nothing are skipped, so a clock moved
+        by a year costs no run per period."""
+        timers = self._timers
+        expiry = self._expiry_scan
+        queues = self._queue_scan
+        while True:
+            tick = min(expiry.next_ms, queues.next_ms)
+            if tick > now:
+                break
+            timers.release_due(tick)
+            if queues.next_ms == tick:
+                wake_ms = reap_queues(self._post_office, tick)
+                queues.ran()
+                if wake_ms is not None:             # nothing to do before then (or before now)
+                    queues.skip_to(min(wake_ms, now + 1))
+            if expiry.next_ms == tick:
+                expiration = timers.next_expiration_ms()
+                if expiration is not None and expiration <= tick:
+                    self._dead_letters.expire_due(tick)
+                    expiry.ran()
+                    queues.rewind_after(tick)       # an expiry may make a queue deletable
+                else:       # nothing expired by this run: the next one that can find something
+                    event = timers.next_event_ms()
+                    expiry.skip_to(event if event is not None and event > tick else now + 1)
+        self.next_scan_ms = min(expiry.next_ms, queues.next_ms)
 
     def pump_now(self) -> None:
         """``pump`` at the clock's time, when anything waits on a timer. Lock held."""
@@ -221,6 +259,7 @@ class Delivery:
         queue, refs = detached
         queue.consumers -= 1
         now = self._clock.now_ms()
+        queue.consumer_removed_ms = now     # the queue reaper's delay counts from here
         cancel = self._redelivery.cancel
         failed: BaseException | None = None
         for ref in refs:

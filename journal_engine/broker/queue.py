@@ -31,7 +31,8 @@ class QueueState:
     __slots__ = ("name", "queue_id", "address", "routing_type", "filter", "selector", "needs_headers", "durable",
                  "auto_created", "ready", "count", "scheduled", "delivering", "consumers", "waiters", "condition",
                  "messages_added", "messages_acknowledged", "messages_killed", "messages_expired",
-                 "messages_dropped", "pending_sends", "deleted", "id_list", "qpid_policy", "_restore")
+                 "messages_dropped", "pending_sends", "deleted", "id_list", "qpid_policy", "_restore",
+                 "auto_delete", "consumer_removed_ms", "swept")
 
     def __init__(self, name: str, queue_id: int, address: str, routing_type: str, filter: str | None,
                  durable: bool, lock: threading.Lock, *, auto_created: bool = False) -> None:
@@ -61,6 +62,9 @@ class QueueState:
         self.id_list = [queue_id]       # what the store's send call takes for this queue alone
         self.qpid_policy = None         # a qpid.QpidQueuePolicy: Qpid's maximum delivery count and DLQ rule
         self._restore = None            # recovered references not made yet (see restore_later)
+        self.auto_delete = None         # a queue_reaper.AutoDelete when the queue goes once unused (Artemis)
+        self.consumer_removed_ms = -1   # when its last consumer went away (-1: never had one that did)
+        self.swept = False              # seen deletable by the previous scan of the queue reaper
 
     def restore_later(self, make_references) -> None:
         """Recovery: ``make_references()`` (the READY References, in order) makes the ready deque

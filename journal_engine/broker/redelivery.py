@@ -19,7 +19,7 @@ Three other rules replace the address settings' when they apply (written the sam
 
 * a Qpid queue (``queue.qpid_policy``, from its queue-declare arguments, ``qpid``): at the maximum
   delivery count the message goes to the queue's alternate destination (``<queue>_DLE`` with the DLQ
-  enabled; keeping its id; ``DeadLetters.route_to_alternate``), or is discarded without one; below it,
+  enabled; keeping its id; ``DeadLetters.route_keeping_id``), or is discarded without one; below it,
   back at once;
 * a consumer with a ClassicRedeliveryPolicy: the message's redelivery counter becomes its delivery
   count; past the policy's maximum a poison ack (cause: ``classic_policy.poison_cause``), else back
@@ -153,7 +153,8 @@ class Redelivery:
         delay = delay_override or 0
         if qpid is not None:
             if qpid.reached(count):
-                self._dead_letters.route_to_alternate(ref, qpid, now, expired=False)
+                self._dead_letters.route_keeping_id(ref, qpid.alternate_of(ref.queue.name), now, expired=False,
+                                                    system="Qpid Broker-J")
                 return True
         elif not counted:
             self._persist_count(ref, counted)

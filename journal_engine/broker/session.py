@@ -21,7 +21,6 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from .classic.policy import ClassicRedeliveryPolicy
 from .consumer import Consumer
 from .message import MessageData
 from .operations import SessionOperations
@@ -69,12 +68,12 @@ class Session:
         return len(self._sends) + len(self._acked)
 
     def create_consumer(self, queue_name: str, *,
-                        redelivery_policy: ClassicRedeliveryPolicy | ClientDefault | None = CLIENT_DEFAULT) -> Consumer:
+                        redelivery_policy: Any = CLIENT_DEFAULT) -> Consumer:
         """A consumer whose acknowledgements belong to this session. ``redelivery_policy``: a
         ClassicRedeliveryPolicy its rollbacks (and this session's) follow, as Broker.create_consumer's;
         by default Classic's client default on a broker with Classic's rules, else none (module
         docstring). UnknownQueueError for an unknown queue; MessageStateError when the session is
-        closed; TypeError for a policy of another type."""
+        closed; TypeError for anything but a ClassicRedeliveryPolicy, None or CLIENT_DEFAULT."""
         return self._operations.create_consumer(queue_name, self, redelivery_policy)
 
     def send(self, address: str, body, *, properties: dict | None = None, durable: bool = True,

@@ -1,5 +1,5 @@
-"""The broker's two timers: references scheduled for a later delivery, and READY references that will
-expire.
+"""The broker's timers: references scheduled for a later delivery, READY references that will expire,
+and the periodic scans (``PeriodicScan``; on the wall clock a ``BackgroundScanner`` thread runs them).
 
 A scheduled reference (sent with a delivery time, or waiting for its redelivery delay) waits in a heap
 until due, then goes to the HEAD of its queue, earliest first, as Artemis's ScheduledDeliveryHandler
@@ -12,20 +12,30 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import threading
+import weakref
+from collections.abc import Callable
 
 from .queue import READY, SCHEDULED, QueueState, Reference
 
-__all__ = ["DeliveryTimers"]
+__all__ = ["DeliveryTimers", "PeriodicScan", "BackgroundScanner", "NEVER_MS", "SCAN_PERIOD_MS_DEFAULT"]
+
+#: a time no scan reaches (Java's Long.MAX_VALUE, past any epoch ms)
+NEVER_MS = (1 << 63) - 1
+#: Artemis's DEFAULT_MESSAGE_EXPIRY_SCAN_PERIOD and DEFAULT_ADDRESS_QUEUE_SCAN_PERIOD (ms)
+SCAN_PERIOD_MS_DEFAULT = 30_000
 
 
 class DeliveryTimers:
     """The scheduled-delivery heap and the expiry heap. ``wake_waiters``: a newly scheduled reference
     wakes the sleeping receivers of its queue so they recompute their wait (not with a manual clock,
-    whose moves wake them instead)."""
+    whose moves wake them instead). ``watch_expiry=False`` (no expiry scan): expiring references are not
+    watched, a consumer meeting them expires them."""
 
-    __slots__ = ("_scheduled", "_expiring", "_tiebreak", "_wake_waiters", "pending")
+    __slots__ = ("_scheduled", "_expiring", "_tiebreak", "_wake_waiters", "_watch_expiry", "pending")
 
-    def __init__(self, *, wake_waiters: bool) -> None:
+    def __init__(self, *, wake_waiters: bool, watch_expiry: bool = True) -> None:
+        self._watch_expiry = watch_expiry
         self._scheduled: list = []          # heap of (due ms, tiebreak, reference)
         self._expiring: list = []           # heap of (expiration ms, tiebreak, reference) of READY references
         self._tiebreak = itertools.count()
@@ -57,6 +67,8 @@ class DeliveryTimers:
 
     def watch_expiry(self, ref: Reference) -> None:
         """Watch a READY reference whose message has an expiration, for the reaper."""
+        if not self._watch_expiry:
+            return
         heapq.heappush(self._expiring, (ref.data.expiration, next(self._tiebreak), ref))
         self.pending = True
 
@@ -82,6 +94,20 @@ class DeliveryTimers:
                     queue.condition.notify(len(refs))
             self.pending = bool(heap or self._expiring)
 
+    def next_event_ms(self) -> int | None:
+        """The earliest time anything watched may happen (a scheduled delivery falls due, a watched
+        reference expires; stale entries included), or None."""
+        scheduled = self._scheduled
+        expiring = self._expiring
+        if scheduled:
+            return min(scheduled[0][0], expiring[0][0]) if expiring else scheduled[0][0]
+        return expiring[0][0] if expiring else None
+
+    def next_expiration_ms(self) -> int | None:
+        """The earliest watched expiration (stale entries included), or None."""
+        expiring = self._expiring
+        return expiring[0][0] if expiring else None
+
     def pop_expired(self, now: int) -> Reference | None:
         """The next watched reference that is still READY and expired by ``now`` (taken off the heap), or
         None. Entries of references that left READY meanwhile are dropped on the way."""
@@ -98,3 +124,75 @@ class DeliveryTimers:
     def scheduled_on(self, queue: QueueState) -> list[Reference]:
         """The references of ``queue`` that are scheduled now."""
         return [entry[2] for entry in self._scheduled if entry[2].queue is queue and entry[2].state == SCHEDULED]
+
+
+class PeriodicScan:
+    """A task run every ``period_ms`` from ``start_ms`` (the first run one period after it), as Artemis's
+    scheduled components run (the expiry reaper, the address-queue reaper); ``period_ms`` -1 never runs.
+    ``next_ms`` is the time of the next run. Why times and not a thread: with a ManualClock the runs
+    happen exactly at their times when the clock moves past them; a WallClock broker's BackgroundScanner
+    wakes at ``next_ms``."""
+
+    __slots__ = ("period_ms", "start_ms", "next_ms")
+
+    def __init__(self, period_ms: int, start_ms: int) -> None:
+        self.period_ms = period_ms
+        self.start_ms = start_ms
+        self.next_ms = start_ms + period_ms if period_ms > 0 else NEVER_MS
+
+    def rewind_after(self, time_ms: int) -> None:
+        """The next run is no later than the first after ``time_ms`` (something changed then)."""
+        if self.period_ms > 0:
+            first = self.start_ms + ((time_ms - self.start_ms) // self.period_ms + 1) * self.period_ms
+            self.next_ms = min(self.next_ms, first)
+
+    def skip_to(self, time_ms: int) -> None:
+        """The next run is the first at or after ``time_ms`` (runs before it had nothing to do)."""
+        if time_ms > self.next_ms:
+            periods = -(-(time_ms - self.next_ms) // self.period_ms)
+            self.next_ms += periods * self.period_ms
+
+    def ran(self) -> None:
+        """The run at ``next_ms`` is done: the next one is a period later."""
+        self.next_ms += self.period_ms
+
+
+class BackgroundScanner:
+    """A daemon thread that calls ``run()`` at the times ``next_ms()`` names (None: stop), for a broker on
+    the wall clock. Both are bound methods of the broker, held weakly (``weakref.WeakMethod``), so a
+    dropped broker is not kept alive by its scanner; ``stop()`` ends the thread."""
+
+    def __init__(self, next_ms: Callable[[], int | None], run: Callable[[], None],
+                 now_ms: Callable[[], int]) -> None:
+        self._next_ms = weakref.WeakMethod(next_ms)
+        self._run = weakref.WeakMethod(run)
+        self._now_ms = now_ms
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="journal-engine-scans", daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            next_ms = self._next_ms()
+            due = next_ms() if next_ms is not None else None
+            del next_ms
+            if due is None:
+                return
+            wait_s = max(0.0, (due - self._now_ms()) / 1000.0)
+            if self._stop.wait(min(wait_s, 60.0)):     # at least once a minute: is the broker still there?
+                return
+            run = self._run()
+            if run is None:
+                return
+            run()
+            del run
+
+    def stop(self) -> None:
+        """End the thread (a run in progress finishes first), waiting for it at most 5 s."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(5.0)

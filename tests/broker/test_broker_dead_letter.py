@@ -14,6 +14,7 @@ from journal_engine.broker.message import MessageData
 from journal_engine.cli import main as cli_main
 
 NOW = 1_700_000_000_000
+SCAN = 30_000        # Artemis's message-expiry-scan-period: the expiry reaper runs every 30 s
 SMALL = {"file_size": 256 * 1024}
 
 
@@ -255,14 +256,14 @@ def test_expiry_moves_to_the_expiry_address_with_actual_expiry(broker, clock):
     broker.create_queue("q")
     broker.create_queue("expired", address="EXPIRY")
     original_id = broker.send("q", b"m", expiration=NOW + 100, properties={"p": "v"})
-    clock.advance(150)                     # the reaper runs as the clock moves: no receive needed
+    clock.advance(SCAN)                    # the reaper's scan: no receive needed
     assert broker.queue("q").message_count == 0
     assert broker.queue("q").messages_expired == 1
     (copy,) = broker.browse("expired")
     assert copy.expiration == 0
     assert copy.properties == {"p": "v", "_AMQ_ORIG_QUEUE": "q", "_AMQ_ORIG_ADDRESS": "q",
-                               "_AMQ_ORIG_MESSAGE_ID": original_id, "_AMQ_ACTUAL_EXPIRY": NOW + 150,
-                               "_JE_DEAD_LETTER_REASON": "expired", "_JE_DEAD_LETTER_TIME": NOW + 150,
+                               "_AMQ_ORIG_MESSAGE_ID": original_id, "_AMQ_ACTUAL_EXPIRY": NOW + SCAN,
+                               "_JE_DEAD_LETTER_REASON": "expired", "_JE_DEAD_LETTER_TIME": NOW + SCAN,
                                "_JE_DEAD_LETTER_COUNT": 1,
                                "_JE_ORIG_DELIVERY_COUNT": 0, "_JE_DELIVERY_HISTORY": "[]"}
 
@@ -270,7 +271,7 @@ def test_expiry_moves_to_the_expiry_address_with_actual_expiry(broker, clock):
 def test_expiry_without_expiry_address_drops(broker, clock):
     broker.create_queue("q")
     broker.send("q", b"m", expiration=NOW + 1)
-    clock.advance(1)
+    clock.advance(SCAN)
     info = broker.queue("q")
     assert (info.message_count, info.messages_expired, info.messages_dropped) == (0, 1, 1)
 
@@ -280,7 +281,7 @@ def test_expiry_address_without_queues_or_empty_drops(broker, clock, address):
     broker.address_settings.add("q", AddressSettings(expiry_address=address))
     broker.create_queue("q")
     broker.send("q", b"m", expiration=NOW + 1)
-    clock.advance(5)
+    clock.advance(SCAN)
     assert broker.queue("q").messages_dropped == 1
     assert broker.queue_names() == ["q"]
 
@@ -290,7 +291,7 @@ def test_auto_created_expiry_queues(broker, clock):
     for name in ("a", "b"):
         broker.create_queue(name)
         broker.send(name, name.encode(), expiration=NOW + 10)
-    clock.advance(10)
+    clock.advance(SCAN)
     for name in ("a", "b"):
         info = broker.queue(f"EXP.{name}")
         assert (info.address, info.filter, info.message_count) == ("EXP", f"_AMQ_ORIG_ADDRESS = '{name}'", 1)
@@ -335,7 +336,7 @@ def test_expiry_settings_come_from_the_messages_address(broker, clock):
     fail(broker.create_consumer("q"), 1)
     (copy,) = broker.browse("dead")
     assert copy.expiration == NOW + 50
-    clock.advance(50)
+    clock.advance(SCAN)
     assert broker.queue("dead").message_count == 0
     (expired,) = broker.browse("exp-dla")
     assert (expired.body, expired.properties["_AMQ_ORIG_ADDRESS"], expired.expiration) == (b"m", "DLA", 0)
@@ -373,11 +374,11 @@ def test_hornetq_jms_queue_names_and_expiry(clock):
     broker.create_queue("expiryQueue")
     original_id = broker.send("orders", b"m", expiration=NOW + 5)
     assert broker.queue("orders").message_count == 1
-    clock.advance(5)
+    clock.advance(SCAN)
     (copy,) = broker.browse("expiryQueue")
     assert dialect_properties(copy) == {"_HQ_ORIG_ADDRESS": "jms.queue.orders",
                                         "_HQ_ORIG_QUEUE": "jms.queue.orders",
-                                        "_HQ_ORIG_MESSAGE_ID": original_id, "_HQ_ACTUAL_EXPIRY": NOW + 5}
+                                        "_HQ_ORIG_MESSAGE_ID": original_id, "_HQ_ACTUAL_EXPIRY": NOW + SCAN}
     assert broker.create_consumer("expiryQueue").receive(0).address == "jms.queue.expiryQueue"
     broker.close()
 

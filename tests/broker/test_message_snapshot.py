@@ -14,12 +14,18 @@ from journal_engine.broker.classic.plugins import RedeliveryPlugin
 START = 1_700_000_000_000
 
 
-def test_a_held_message_keeps_its_properties_when_the_redelivery_plugin_marks_its_redelivery():
-    # ActiveMQ 5.17.2 RedeliveryPlugin.scheduleRedelivery: the delay is set on a copy, not on the delivered one
-    clock = ManualClock(START)
+def redelivering_broker(clock):
+    """A broker with Classic's redelivery plugin (3 redeliveries after 1000 ms each) and a queue ``orders``."""
     plugin = RedeliveryPlugin(ClassicDestinationMap(), ClassicRedeliveryPolicy(maximum_redeliveries=3))
     broker = Broker(clock=clock, config=ClassicBrokerConfig(redelivery_plugin=plugin, scheduler_support=True))
     broker.create_queue("orders")
+    return broker
+
+
+def test_a_held_message_keeps_its_properties_when_the_redelivery_plugin_marks_its_redelivery():
+    # ActiveMQ 5.17.2 RedeliveryPlugin.scheduleRedelivery: the delay is set on a copy, not on the delivered one
+    clock = ManualClock(START)
+    broker = redelivering_broker(clock)
     broker.send("orders", b"a", properties={"k": 1})
     consumer = broker.create_consumer("orders")
     first = consumer.receive(0)
@@ -38,9 +44,7 @@ def test_a_held_message_keeps_its_properties_when_the_redelivery_plugin_marks_it
 
 def test_a_held_message_without_properties_stays_without_them():
     clock = ManualClock(START)
-    plugin = RedeliveryPlugin(ClassicDestinationMap(), ClassicRedeliveryPolicy(maximum_redeliveries=3))
-    broker = Broker(clock=clock, config=ClassicBrokerConfig(redelivery_plugin=plugin, scheduler_support=True))
-    broker.create_queue("orders")
+    broker = redelivering_broker(clock)
     broker.send("orders", b"a")
     consumer = broker.create_consumer("orders")
     first = consumer.receive(0)
@@ -68,9 +72,7 @@ def test_a_held_message_keeps_its_properties_when_an_openwire_poison_ack_records
 
 def test_a_browsed_message_is_a_snapshot_too():
     clock = ManualClock(START)
-    plugin = RedeliveryPlugin(ClassicDestinationMap(), ClassicRedeliveryPolicy(maximum_redeliveries=3))
-    broker = Broker(clock=clock, config=ClassicBrokerConfig(redelivery_plugin=plugin, scheduler_support=True))
-    broker.create_queue("orders")
+    broker = redelivering_broker(clock)
     broker.send("orders", b"a", properties={"k": 1})
     [browsed] = broker.browse("orders")
     consumer = broker.create_consumer("orders")

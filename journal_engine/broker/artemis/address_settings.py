@@ -59,6 +59,10 @@ ADDRESS_SETTINGS_DEFAULTS: dict[str, Any] = {
     "no_expiry": False,
     "send_to_dla_on_no_route": False,
     "max_rollback_delay": -1,
+    "auto_delete_queues": True,
+    "auto_delete_created_queues": False,
+    "auto_delete_queues_delay": 0,
+    "auto_delete_queues_message_count": 0,
 }
 
 _default_rng = random.Random()
@@ -129,6 +133,14 @@ class AddressSettings:
     no_expiry: bool | None = None
     send_to_dla_on_no_route: bool | None = None
     max_rollback_delay: int | None = None
+    # whether a queue created at this address is deleted once unused (Artemis's AddressQueueReaper): an
+    # auto-created one (dead-letter and expiry resources) by auto_delete_queues, another by
+    # auto_delete_created_queues; after auto_delete_queues_delay ms without consumers and with at most
+    # auto_delete_queues_message_count messages (-1: any number)
+    auto_delete_queues: bool | None = None
+    auto_delete_created_queues: bool | None = None
+    auto_delete_queues_delay: int | None = None
+    auto_delete_queues_message_count: int | None = None
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)
@@ -138,7 +150,7 @@ class AddressSettings:
             if value is not None and not isinstance(value, str):
                 raise ConfigError(name, value, "must be a string")
         for name in ("auto_create_dead_letter_resources", "auto_create_expiry_resources", "no_expiry",
-                     "send_to_dla_on_no_route"):
+                     "send_to_dla_on_no_route", "auto_delete_queues", "auto_delete_created_queues"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise ConfigError(name, value, "must be True or False")
@@ -162,6 +174,13 @@ class AddressSettings:
         if self.expiry_delay is not None:
             put("expiry_delay", _check_int("expiry_delay", self.expiry_delay, -1, JAVA_LONG_MAX,
                                            "milliseconds; -1 = keep the message's own expiration"))
+        if self.auto_delete_queues_delay is not None:
+            put("auto_delete_queues_delay", _check_int("auto_delete_queues_delay", self.auto_delete_queues_delay, 0,
+                                                       JAVA_LONG_MAX, "milliseconds, not negative"))
+        if self.auto_delete_queues_message_count is not None:
+            put("auto_delete_queues_message_count", _check_int(
+                "auto_delete_queues_message_count", self.auto_delete_queues_message_count, -1, JAVA_LONG_MAX,
+                "messages; -1 = any number"))
         for name in ("min_expiry_delay", "max_expiry_delay", "max_rollback_delay"):
             if getattr(self, name) is not None:
                 put(name, _check_int(name, getattr(self, name), -1, JAVA_LONG_MAX, "milliseconds; -1 = no bound"))

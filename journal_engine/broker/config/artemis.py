@@ -1,6 +1,6 @@
 """The Artemis broker.xml (and HornetQ's hornetq-configuration.xml, its ancestor) as the Broker reads
-it: the address settings, the wildcard syntax, literal markers and the two broker-wide redelivery
-switches.
+it: the address settings, the wildcard syntax, literal markers, the two broker-wide redelivery
+switches and the two scan periods (expiry, auto-deleted queues).
 
 Why a module of its own: reading configuration is a concern apart from holding settings
 (``address_settings``) and from running the broker (``broker``); ``safe_xml`` below it does the XML,
@@ -46,7 +46,8 @@ ARTEMIS_ONLY_ELEMENTS = frozenset({
     "redelivery-collision-avoidance-factor", "auto-create-dead-letter-resources", "dead-letter-queue-prefix",
     "dead-letter-queue-suffix", "auto-create-expiry-resources", "expiry-queue-prefix", "expiry-queue-suffix",
     "min-expiry-delay", "max-expiry-delay", "no-expiry", "max-redelivery-records", "literal-match-markers",
-    "wildcard-addresses"})
+    "wildcard-addresses", "address-queue-scan-period", "auto-delete-queues", "auto-delete-created-queues",
+    "auto-delete-queues-delay", "auto-delete-queues-message-count"})
 
 
 def _warn_artemis_only(document: BrokerXmlDocument) -> None:
@@ -68,4 +69,6 @@ def _config_of(document: BrokerXmlDocument) -> BrokerConfig:
     return BrokerConfig(repository, document.max_redelivery_records,
                         document.persist_delivery_count_before_delivery, document.wildcard_routing_enabled,
                         document.source, system="hornetq" if hornetq else "artemis",
-                        dialect="hornetq" if hornetq else None, unimplemented=document.unimplemented)
+                        dialect="hornetq" if hornetq else None, unimplemented=document.unimplemented,
+                        message_expiry_scan_period=document.message_expiry_scan_period,
+                        address_queue_scan_period=document.address_queue_scan_period)

@@ -39,3 +39,5 @@ class BrokerConfig:
     dialect: str | None = None
     unimplemented: list[tuple[str, int | None]] = field(default_factory=list)
     classic: ClassicBrokerConfig | None = None
+    message_expiry_scan_period: int | None = None                  # ms, -1 = never; None = not in the file
+    address_queue_scan_period: int | None = None                   # ms, -1 = never; None = not in the file

@@ -27,6 +27,7 @@ __all__ = ["ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS", "BrokerXmlDocument", "add
            "address_setting_values", "artemis_document", "element_name_of",
            "line_of", "local_name", "located", "namespace_of", "parse_xml", "read_broker_xml_document",
            "read_source", "renamed", "report_unimplemented", "element_line", "ARTEMIS_IMPLEMENTED_CORE_ELEMENTS",
+           "parse_scan_period", "check_scan_period",
            "ARTEMIS_ROOTS"]
 
 #: every element a configuration file holds that the broker does not implement is logged here, at WARNING
@@ -53,8 +54,7 @@ ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS = frozenset({
     "redistribution-delay", "slow-consumer-threshold",
     "slow-consumer-threshold-measurement-unit", "slow-consumer-check-period", "slow-consumer-policy",
     "auto-create-jms-queues", "auto-delete-jms-queues", "auto-create-jms-topics", "auto-delete-jms-topics",
-    "auto-create-queues", "auto-delete-queues", "auto-delete-created-queues", "auto-delete-queues-delay",
-    "auto-delete-queues-message-count", "auto-delete-queues-skip-usage-check", "config-delete-queues",
+    "auto-create-queues", "auto-delete-queues-skip-usage-check", "config-delete-queues",
     "auto-create-addresses", "auto-delete-addresses", "auto-delete-addresses-delay",
     "auto-delete-addresses-skip-usage-check", "config-delete-addresses", "config-delete-diverts",
     "management-browse-page-size", "management-message-attribute-size-limit", "default-purge-on-no-consumers",
@@ -248,6 +248,21 @@ def _parse_long(value: str, label: str, low: int = JAVA_LONG_MIN, high: int = JA
     return number
 
 
+def check_scan_period(label: str, value: Any) -> int:
+    """A scan period in ms (``message-expiry-scan-period``, ``address-queue-scan-period``), as Artemis
+    validates it (MINUS_ONE_OR_GT_ZERO): -1 (never) or in [1, Long.MAX_VALUE]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not (value == -1 or 0 < value <= JAVA_LONG_MAX):
+        raise ConfigError(label, value, "must be -1 (never scan) or a period > 0 in milliseconds")
+    return value
+
+
+def parse_scan_period(value: str, label: str) -> int:
+    """``check_scan_period`` of an element's text."""
+    if not _LONG_RE.fullmatch(value):
+        raise ConfigError(label, value, "is not an integer")
+    return check_scan_period(label, int(value))
+
+
 def _parse_double(value: str, label: str) -> float:
     if not _DOUBLE_RE.fullmatch(value):
         raise ConfigError(label, value, "is not a number")
@@ -287,6 +302,10 @@ _ELEMENT_FIELDS: dict[str, tuple[str, Any]] = {
     "no-expiry": ("no_expiry", _parse_bool),
     "send-to-dla-on-no-route": ("send_to_dla_on_no_route", _parse_bool),
     "max-rollback-delay": ("max_rollback_delay", _parse_long),      # journal_engine extension
+    "auto-delete-queues": ("auto_delete_queues", _parse_bool),
+    "auto-delete-created-queues": ("auto_delete_created_queues", _parse_bool),
+    "auto-delete-queues-delay": ("auto_delete_queues_delay", _parse_long),
+    "auto-delete-queues-message-count": ("auto_delete_queues_message_count", _parse_long),
 }
 
 
@@ -368,6 +387,8 @@ class BrokerXmlDocument:
     wildcard_routing_enabled: bool | None = None
     max_redelivery_records: int | None = None                      # None = not in the file
     persist_delivery_count_before_delivery: bool | None = None     # None = not in the file
+    message_expiry_scan_period: int | None = None                  # ms, -1 = never; None = not in the file
+    address_queue_scan_period: int | None = None                   # ms, -1 = never; None = not in the file
     address_settings_lists: list[ElementTree.Element] = field(default_factory=list)
     unimplemented: list[tuple[str, int | None]] = field(default_factory=list)
     namespace: str = ""                                            # the root element's ("urn:hornetq", ...)
@@ -377,7 +398,7 @@ class BrokerXmlDocument:
 #: the <core> children of a broker.xml that the broker reads; every other one is a WARNING
 ARTEMIS_IMPLEMENTED_CORE_ELEMENTS = frozenset({
     "address-settings", "wildcard-addresses", "literal-match-markers", "max-redelivery-records",
-    "persist-delivery-count-before-delivery"})
+    "persist-delivery-count-before-delivery", "message-expiry-scan-period", "address-queue-scan-period"})
 ARTEMIS_ROOTS = ("configuration", "core")
 
 
@@ -412,7 +433,8 @@ def artemis_document(root: ElementTree.Element, label: str) -> BrokerXmlDocument
                     report_unimplemented(child, local_name(child), label, document.unimplemented)
     for child in core:
         name = local_name(child)
-        if name in ("max-redelivery-records", "literal-match-markers", "wildcard-addresses"):
+        if name in ("max-redelivery-records", "literal-match-markers", "wildcard-addresses",
+                    "address-queue-scan-period"):
             document.artemis_only.append(child)
         try:
             _read_core_element(child, name, document)
@@ -452,6 +474,10 @@ def _read_core_element(child: ElementTree.Element, name: str, document: BrokerXm
         document.max_redelivery_records = _parse_long(_text(child, name), name, -1, JAVA_INT_MAX)
     elif name == "persist-delivery-count-before-delivery":
         document.persist_delivery_count_before_delivery = _parse_bool(_text(child, name), name)
+    elif name == "message-expiry-scan-period":
+        document.message_expiry_scan_period = parse_scan_period(_text(child, name), name)
+    elif name == "address-queue-scan-period":
+        document.address_queue_scan_period = parse_scan_period(_text(child, name), name)
     elif name == "address-settings":
         document.address_settings_lists.append(child)
     else:

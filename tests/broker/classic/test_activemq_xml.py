@@ -12,6 +12,7 @@ from journal_engine import Broker, ConfigError, ManualClock
 from journal_engine.broker.classic.dead_letter_strategy import IndividualDeadLetterStrategy, SharedDeadLetterStrategy
 
 START = 1_700_000_000_000
+SCAN = 30_000        # the expiry scan's period (Classic's expireMessagesPeriod, Artemis's message-expiry-scan-period)
 
 
 def fail_once(broker, queue):
@@ -167,7 +168,7 @@ def test_default_process_expired_sends_expired_messages_to_the_dlq():
     broker = broker_for("<broker/>", clock)
     broker.create_queue("q")
     broker.send("q", b"e", expiration=START + 10)
-    clock.advance(10)
+    clock.advance(SCAN)
     [dead] = broker.browse("ActiveMQ.DLQ")
     assert dead.properties["dlqDeliveryFailureCause"] == f"java.lang.Throwable: Message Expired. Expiration:{START + 10}"
 

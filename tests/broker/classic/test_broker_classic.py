@@ -14,6 +14,7 @@ from journal_engine.broker.classic.dead_letter_strategy import (DiscardingDeadLe
                                                         SharedDeadLetterStrategy)
 
 START = 1_700_000_000_000
+SCAN = 30_000        # the expiry scan's period (Classic's expireMessagesPeriod, Artemis's message-expiry-scan-period)
 CAUSE = "dlqDeliveryFailureCause"
 
 
@@ -180,7 +181,7 @@ def test_expired_messages_go_to_the_dlq_with_the_expiry_cause_unless_process_exp
     broker = classic_broker(clock=clock)
     broker.create_queue("q")
     broker.send("q", b"e", expiration=START + 100)
-    clock.advance(100)
+    clock.advance(SCAN)
     [dead] = broker.browse("ActiveMQ.DLQ")
     assert dead.properties[CAUSE] == f"java.lang.Throwable: Message Expired. Expiration:{START + 100}"
     assert dead.properties["originalExpiration"] == START + 100 and dead.expiration == 0
@@ -191,7 +192,7 @@ def test_expired_messages_go_to_the_dlq_with_the_expiry_cause_unless_process_exp
     dropping.create_queue("q")
     dropping.send("q", b"e", expiration=clock.now_ms() + 10)
     with caplog.at_level(logging.WARNING, logger="journal_engine.broker"):
-        clock.advance(10)
+        clock.advance(SCAN)
     assert "ActiveMQ.DLQ" not in dropping.queue_names() and "processExpired is false" in caplog.text
 
 
@@ -264,7 +265,7 @@ def test_the_discarding_plugin_drops_all_by_default_expired_messages_too():
     broker.send("q", b"x")
     broker.send("q", b"y", expiration=START + 5)
     fail_once(broker, "q")
-    clock.advance(5)
+    clock.advance(SCAN)
     assert "ActiveMQ.DLQ" not in broker.queue_names() and broker.queue("q").message_count == 0
 
 

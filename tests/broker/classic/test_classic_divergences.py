@@ -135,15 +135,20 @@ ACTIVEMQ_XML = """<beans xmlns="http://www.springframework.org/schema/beans">
 </beans>"""
 
 
+def classic_session(clock):
+    """A broker read from an activemq.xml with one message on ``orders``, and a transacted session."""
+    broker = Broker(clock=clock, config=ACTIVEMQ_XML)
+    broker.create_queue("orders")
+    broker.send("orders", b"o")
+    return broker, broker.create_session(transacted=True)
+
+
 def test_a_session_rollback_redelivers_under_the_openwire_default_policy_then_poisons():
     # ActiveMQ 5.17.2 ActiveMQMessageConsumer.rollback: the redelivery counter rises, the message comes back
     # after RedeliveryPolicy's delay (defaults: initialRedeliveryDelay 1000, maximumRedeliveries 6, no
     # back-off); past the maximum the consumer sends a poison ack (RegionBroker.sendToDeadLetterQueue)
     clock = ManualClock(START)
-    broker = Broker(clock=clock, config=ACTIVEMQ_XML)
-    broker.create_queue("orders")
-    broker.send("orders", b"o")
-    session = broker.create_session(transacted=True)
+    broker, session = classic_session(clock)
     consumer = session.create_consumer("orders")
     assert consumer.redelivery_policy == ClassicRedeliveryPolicy()
     for delivery in range(1, 8):
@@ -164,11 +169,7 @@ def test_a_session_rollback_redelivers_under_the_openwire_default_policy_then_po
 
 
 def test_a_session_consumer_takes_the_policy_it_is_given():
-    clock = ManualClock(START)
-    broker = Broker(clock=clock, config=ACTIVEMQ_XML)
-    broker.create_queue("orders")
-    broker.send("orders", b"o")
-    session = broker.create_session(transacted=True)
+    broker, session = classic_session(ManualClock(START))
     consumer = session.create_consumer("orders", redelivery_policy=ClassicRedeliveryPolicy(
         maximum_redeliveries=1, initial_redelivery_delay=0))
     consumer.receive(0)

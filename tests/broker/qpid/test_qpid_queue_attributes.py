@@ -16,6 +16,7 @@ import pytest
 from journal_engine import Broker, ConfigError, ManualClock
 
 START = 1_700_000_000_000
+SCAN = 30_000        # the expiry scan's period (Broker-J's housekeepingCheckPeriod, Artemis's message-expiry-scan-period)
 
 
 def fail(broker, queue, times):
@@ -82,7 +83,7 @@ def test_expiry_policy_delete_is_the_default():
     broker.create_queue("dlq")
     broker.create_queue("orders", arguments={"alternateBinding": {"destination": "dlq"}})
     broker.send("orders", b"o", expiration=START + 10)
-    clock.advance(10)
+    clock.advance(SCAN)
     assert broker.queue("orders").messages_expired == 1 and broker.browse("dlq") == []
 
 
@@ -94,12 +95,12 @@ def test_expiry_policy_route_to_alternate():
     broker.create_queue("orders", arguments={"alternateBinding": {"destination": "dlq"},
                                              "expiryPolicy": "ROUTE_TO_ALTERNATE"})
     sent = broker.send("orders", b"o", expiration=START + 10)
-    clock.advance(10)
+    clock.advance(SCAN)
     [expired] = broker.browse("dlq")
     assert expired.message_id == sent and expired.expiration == 0
     assert expired.properties["_JE_DEAD_LETTER_REASON"] == "expired"
     assert broker.queue("orders").messages_expired == 1
-    clock.advance(10_000)
+    clock.advance(10 * SCAN)
     assert len(broker.browse("dlq")) == 1
 
 
@@ -108,7 +109,7 @@ def test_expiry_policy_route_to_alternate_without_an_alternate_deletes():
     broker = Broker(clock=clock)
     broker.create_queue("orders", arguments={"expiryPolicy": "ROUTE_TO_ALTERNATE"})
     broker.send("orders", b"o", expiration=START + 10)
-    clock.advance(10)
+    clock.advance(SCAN)
     assert broker.queue("orders").messages_dropped == 1
 
 
@@ -136,7 +137,7 @@ def test_the_virtual_host_default_expiry_policy():
     broker.create_queue("dlq")
     broker.create_queue("orders", arguments={"alternateBinding": {"destination": "dlq"}})
     broker.send("orders", b"o", expiration=START + 1)
-    clock.advance(1)
+    clock.advance(SCAN)
     assert len(broker.browse("dlq")) == 1
 
 
@@ -188,7 +189,7 @@ clock = ManualClock({START})
 broker = Broker({str(directory)!r}, clock=clock)
 consumer = broker.create_consumer("orders")
 consumer.rollback(consumer.receive(0))
-clock.advance(10)
+clock.advance({SCAN})
 print(sorted(m.body.decode() for m in broker.browse("dlq")))
 broker.close()
 """
