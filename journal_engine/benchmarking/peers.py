@@ -475,14 +475,17 @@ class SqliteAppend(AppendStore):
     def open(self, directory, cell):
         store = SqliteStore(str(directory / "sqlite.db"),
                             synchronous="FULL" if cell.sync == SYNC_DURABLE else "OFF")
-        if cell.threads > 1:
-            commit = store.put_batch_threaded
-        elif cell.records_per_sync == 1:
-            def commit(first_id, count, body, put=store.put):
-                put(first_id, body)
-        else:
-            commit = store.put_batch
+        commit = store.put_batch_threaded if cell.threads > 1 else _commit_of(store, cell)
         return _Handle(commit, store.count, store.close)
+
+
+def _commit_of(store, cell):
+    """A key-value peer's commit of one cell's write: a put per record, or one batch of them."""
+    if cell.records_per_sync == 1:
+        def commit(first_id, count, body, put=store.put):
+            put(first_id, body)
+        return commit
+    return store.put_batch
 
 
 class RocksAppend(AppendStore):
@@ -495,12 +498,7 @@ class RocksAppend(AppendStore):
 
     def open(self, directory, cell):
         store = RocksStore(str(directory / "rocks"), sync=cell.sync == SYNC_DURABLE)
-        if cell.records_per_sync == 1:
-            def commit(first_id, count, body, put=store.put):
-                put(first_id, body)
-        else:
-            commit = store.put_batch
-        return _Handle(commit, store.count, store.close)
+        return _Handle(_commit_of(store, cell), store.count, store.close)
 
 
 class LmdbAppend(AppendStore):

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from .._impl import IMPLEMENTATION, JournalCore, Segment
 from ..errors import ConfigError, JournalClosedError, JournalError, JournalIOError
-from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_DEFAULT_US,
-                      BUFFER_TIMEOUT_US_MAX, COMPACT_MIN_FILES_DEFAULT, COMPACT_PERCENTAGE_DEFAULT,
-                      COMPACT_PERCENTAGE_MAX, COMPACT_UPDATE_FACTOR, FILE_SIZE_DEFAULT_BYTES, FILE_SIZE_MAX_BYTES,
-                      FILE_SIZE_MIN_BYTES, MIN_FILES_DEFAULT, MIN_FILES_MIN, SECTOR_SIZE_BYTES, SYNC_MODE_DEFAULT,
-                      SYNC_MODE_NAMES, max_frame_bytes)
+from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, COMPACT_MIN_FILES_DEFAULT,
+                      COMPACT_PERCENTAGE_DEFAULT, COMPACT_PERCENTAGE_MAX, COMPACT_UPDATE_FACTOR,
+                      FILE_SIZE_DEFAULT_BYTES, FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES, MIN_FILES_DEFAULT,
+                      MIN_FILES_MIN, SECTOR_SIZE_BYTES, SYNC_MODE_DEFAULT, max_frame_bytes)
+from ..group_commit import check_durability_settings
 from . import compactor, durability
 from .format import FORMAT_VERSION, LOCK_FILE, FileHeader
 from ..record_format import RecordKind
@@ -30,6 +30,7 @@ from .scan import pinned
 from .directory_lock import DirectoryLock
 from .durable_futures import DurableFutures
 from .segment_files import DataFile, FilePool
+from .store_lifecycle import StoreLifecycle
 
 log = logging.getLogger("journal_engine.journal")
 
@@ -94,19 +95,14 @@ def _check_config(file_size, min_files, sync, buffer_timeout_us, buffer_size, co
         raise ConfigError("file_size", file_size, f"must be a multiple of {SECTOR_SIZE_BYTES}")
     if not isinstance(min_files, int) or min_files < MIN_FILES_MIN:
         raise ConfigError("min_files", min_files, f"must be an integer >= {MIN_FILES_MIN}")
-    if sync not in SYNC_MODE_NAMES:
-        raise ConfigError("sync", sync, f"must be one of {', '.join(SYNC_MODE_NAMES)}")
-    if not isinstance(buffer_timeout_us, int) or not 0 <= buffer_timeout_us <= BUFFER_TIMEOUT_US_MAX:
-        raise ConfigError("buffer_timeout_us", buffer_timeout_us, f"must be within 0..{BUFFER_TIMEOUT_US_MAX}")
-    if not isinstance(buffer_size, int) or buffer_size < BUFFER_SIZE_MIN_BYTES:
-        raise ConfigError("buffer_size", buffer_size, f"must be an integer >= {BUFFER_SIZE_MIN_BYTES}")
+    check_durability_settings(sync, buffer_timeout_us, buffer_size)
     if not isinstance(compact_min_files, int) or compact_min_files < 0:
         raise ConfigError("compact_min_files", compact_min_files, "must be >= 0 (0 turns automatic compaction off)")
     if not isinstance(compact_percentage, int) or not 0 <= compact_percentage <= COMPACT_PERCENTAGE_MAX:
         raise ConfigError("compact_percentage", compact_percentage, f"must be within 0..{COMPACT_PERCENTAGE_MAX}")
 
 
-class Journal(JournalCore):
+class Journal(JournalCore, StoreLifecycle):
     """A segmented, append-only, crash-safe journal of records in one directory.
 
     Open it, call ``load()`` once (it recovers what the directory holds and returns it), append,
@@ -221,16 +217,6 @@ class Journal(JournalCore):
         except OSError as exc:
             raise durability.io_error(exc, self.directory, "creating the journal directory") from exc
         self._directory_lock = DirectoryLock(self.directory, LOCK_FILE, "Journal")
-
-    # ----- context management ---------------------------------------------------------------
-    def __enter__(self) -> "Journal":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"Journal({self.directory!r}, sync={self.sync_mode!r}, state={self._state})"
 
     # ----- recovery ---------------------------------------------------------------------------
     def load(self, *, copy: bool = False) -> LoadResult:
@@ -638,13 +624,6 @@ class Journal(JournalCore):
                 self._pool.close()
             if self._directory_lock is not None:
                 self._directory_lock.release()
-
-    def __del__(self):
-        try:
-            if getattr(self, "_state", "closed") != "closed":
-                self.close()
-        except Exception:
-            pass
 
 
 def compaction_due(data_files: int, file_size: int, live_bytes: int, adds: int, replaceable_updates: int,

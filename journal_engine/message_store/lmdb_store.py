@@ -88,17 +88,17 @@ from ..errors import (
     UnknownRecordError,
     UnknownTransactionError,
 )
-from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_DEFAULT_US,
-                      BUFFER_TIMEOUT_US_MAX, LMDB_BATCH_HARD_LIMIT_FACTOR, LMDB_BODY_BYTES_MAX,
-                      LMDB_FULL_DISK_RETRY_S, LMDB_FULL_DISK_SLACK_BYTES, LMDB_MAP_SIZE_DEFAULT_BYTES,
-                      LMDB_MAP_SIZE_MAX_DEFAULT_BYTES, LMDB_MAP_SIZE_MIN_BYTES, RECORD_TYPE_MAX,
-                      SYNC_MODE_DEFAULT, SYNC_MODE_NAMES, U64_MAX)
+from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, LMDB_BATCH_HARD_LIMIT_FACTOR,
+                      LMDB_BODY_BYTES_MAX, LMDB_FULL_DISK_RETRY_S, LMDB_FULL_DISK_SLACK_BYTES,
+                      LMDB_MAP_SIZE_DEFAULT_BYTES, LMDB_MAP_SIZE_MAX_DEFAULT_BYTES, LMDB_MAP_SIZE_MIN_BYTES,
+                      RECORD_TYPE_MAX, SYNC_MODE_DEFAULT, U64_MAX)
 from ..record_format import RecordKind
 from ..journal.directory_lock import DirectoryLock
 from ..journal.durability import rename_durably, unlink
 from ..journal.journal import LoadResult, PreparedTransaction, TransactionRecord
 from ..journal.recovery import LoadReport
-from ..group_commit import BatchGathering
+from ..journal.store_lifecycle import StoreLifecycle
+from ..group_commit import BatchGathering, check_durability_settings
 from .interface import stored_backend
 
 log = logging.getLogger("journal_engine.message_store.lmdb")
@@ -206,7 +206,7 @@ class _Transaction:
         self.xid: bytes | None = None
 
 
-class LmdbRecordStore:
+class LmdbRecordStore(StoreLifecycle):
     """A record store (message_store/interface.py) in one LMDB environment, with group commit."""
 
     def __init__(self, directory, *, sync: str = SYNC_MODE_DEFAULT, replaceable_types: dict | None = None,
@@ -217,16 +217,11 @@ class LmdbRecordStore:
         writer: a reader slot in LMDB's lock.mdb); load() reads a snapshot and every write raises
         JournalClosedError. JournalIOError when the directory is absent; JournalLockedError when a
         writer holds the store and its reader table cannot be joined."""
-        if sync not in SYNC_MODE_NAMES:
-            raise ConfigError("sync", sync, f"must be one of {', '.join(SYNC_MODE_NAMES)}")
+        check_durability_settings(sync, buffer_timeout_us, buffer_size)
         if not isinstance(map_size, int) or map_size < LMDB_MAP_SIZE_MIN_BYTES:
             raise ConfigError("map_size", map_size, f"must be an integer >= {LMDB_MAP_SIZE_MIN_BYTES}")
         if not isinstance(map_size_max, int) or map_size_max < map_size:
             raise ConfigError("map_size_max", map_size_max, f"must be an integer >= map_size ({map_size})")
-        if not isinstance(buffer_timeout_us, int) or not 0 <= buffer_timeout_us <= BUFFER_TIMEOUT_US_MAX:
-            raise ConfigError("buffer_timeout_us", buffer_timeout_us, f"must be within 0..{BUFFER_TIMEOUT_US_MAX}")
-        if not isinstance(buffer_size, int) or buffer_size < BUFFER_SIZE_MIN_BYTES:
-            raise ConfigError("buffer_size", buffer_size, f"must be an integer >= {BUFFER_SIZE_MIN_BYTES}")
         replaceable = dict(replaceable_types or {})
         for record_type, key_bytes in replaceable.items():
             if not isinstance(record_type, int) or not 0 <= record_type <= RECORD_TYPE_MAX \
@@ -336,16 +331,6 @@ class LmdbRecordStore:
                                           path=os.path.join(self.directory, "data.mdb"),
                                           hint="the LMDB store needs its own directory") from None
 
-    # ----- life cycle -------------------------------------------------------------------------------
-    def __enter__(self) -> "LmdbRecordStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"LmdbRecordStore({self.directory!r}, sync={self.sync_mode!r}, state={self._state})"
-
     def _refused_beside_writer(self, cause: BaseException) -> JournalLockedError:
         """An inspection that cannot join the reader table of the writer holding the store (lock.mdb
         not writable by this user, the table full): refused, naming the writer."""
@@ -380,13 +365,6 @@ class LmdbRecordStore:
                 self._flusher.join()
             self._env.close()
             self._release_lock_file()
-
-    def __del__(self):
-        try:
-            if getattr(self, "_state", "closed") != "closed":
-                self.close()
-        except Exception:
-            pass
 
     # ----- recovery ---------------------------------------------------------------------------------
     def load(self) -> LoadResult:
