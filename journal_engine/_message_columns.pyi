@@ -8,6 +8,7 @@ and values of a map<string, string> of properties. A body record_format rejects 
 """
 from array import array
 from collections.abc import Iterable, Iterator, KeysView, Mapping
+from journal_engine.errors import CorruptRecordError
 from typing import Any, final
 
 from _typeshed import ReadableBuffer
@@ -131,10 +132,8 @@ class MessageBodies:
 
 @final
 class MessageRecovery:
-    """What ``recover_messages`` found; ``complete`` False: read the records one by one instead."""
+    """What ``recover_messages`` found: every rule of the message store's recovery applied."""
 
-    @property
-    def complete(self) -> bool: ...
     @property
     def max_record_id(self) -> int: ...
     @property
@@ -146,15 +145,32 @@ class MessageRecovery:
         several (the message store's MessageQueues holds it as it is)."""
     @property
     def references(self) -> dict[int, QueueReferences]:
-        """Queue id -> its recovered references (every queue given, in their order)."""
+        """Queue id -> its recovered references (every queue given, in their order), with the
+        journal's delivery counts."""
     @property
     def unreferenced(self) -> list[int]:
         """Message ids without a live reference, in store order."""
+    @property
+    def anomalies(self) -> list[str]:
+        """What recovery reports of odd records (never fatal), in record order."""
+    @property
+    def corrupt(self) -> list[CorruptRecordError]:
+        """record_format's error for each message whose body or update it rejects (left out)."""
+    @property
+    def unknown_references(self) -> list[tuple[int, int, int, int, int]]:
+        """``(queue id, message id, journal count, count, scheduled ms)`` of live references on a
+        queue not given (``count``: the shadow's when it differs)."""
+    @property
+    def from_shadow(self) -> list[tuple[int, int, int, int]]:
+        """``(queue id, row, message id, count)``: a shadow count that differs from the journal's
+        (``row``: its index in ``references[queue id]``, -1 on a queue not given)."""
 
-def recover_messages(records: Mapping[int, Any], known_queues: Iterable[int], now_ms: int) -> MessageRecovery:
+def recover_messages(records: Mapping[int, Any], known_queues: Iterable[int], now_ms: int,
+                     shadow_counts: Mapping[tuple[int, int], int] | None = None, path: Any = None) -> MessageRecovery:
     """The message store's recovery of its message journal's live records (id -> RecordInfo) in one
-    pass: the live references per queue as columns; incomplete when a record needs record_format's
-    own reading (an odd record, a rejected body, a reference to a queue not given)."""
+    pass: the live references per queue as columns, and what recovery reports (anomalies, records
+    record_format rejects, references on queues not given, counts from a delivery-count shadow).
+    The rules of replaying references live here and in the twin only."""
 
 def decode_message_fields(message_id: int, body: bytes, path: Any = None
                           ) -> tuple[str, bytes, dict[str, Any], bool, int, str | None]:

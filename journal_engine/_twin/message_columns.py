@@ -216,78 +216,101 @@ class QueueReferences:
 
 
 class MessageRecovery:
-    """What recover_messages found; ``complete`` False: read the records one by one instead."""
+    """What recover_messages found (see the compiled module): every rule of the store's recovery applied."""
 
-    __slots__ = ("complete", "max_record_id", "bodies", "message_queues", "references", "unreferenced")
+    __slots__ = ("max_record_id", "bodies", "message_queues", "references", "unreferenced", "anomalies", "corrupt",
+                 "unknown_references", "from_shadow")
 
     def __init__(self) -> None:
-        self.complete, self.max_record_id = False, 0
+        self.max_record_id = 0
         self.bodies, self.message_queues, self.references, self.unreferenced = {}, {}, {}, []
+        self.anomalies, self.corrupt, self.unknown_references, self.from_shadow = [], [], [], []
 
 
-def _live_references(message_id: int, updates) -> dict | None:
-    """queue id -> [count, scheduled ms] of the live references, or None for anything load reports."""
+def _live_references(message_id: int, updates, anomalies: list, path) -> dict:
+    """queue id -> [count, scheduled ms] of the message's live references, in journal order (the
+    last count and time win); odd updates go to ``anomalies``; CorruptRecordError for an update
+    record_format rejects."""
     live: dict[int, list] = {}
     for user_type, body in updates:
-        if not isinstance(body, bytes):
-            return None
         if user_type in _QUEUE_ID_TYPES:
-            queue_id = decode_queue_id(body, message_id=message_id, record_type=user_type)
+            queue_id = decode_queue_id(bytes(body), message_id=message_id, record_type=user_type, path=path)
             if user_type == RecordType.ADD_REF:
                 if queue_id in live:
-                    return None
+                    anomalies.append(f"message {message_id}: a second ADD_REF on queue {queue_id}; kept one")
+                    continue
                 live[queue_id] = [0, 0]
             elif live.pop(queue_id, None) is None:
-                return None
+                anomalies.append(f"message {message_id}: acknowledgement on queue {queue_id}, which holds "
+                                 "no live reference of it; ignored")
         elif user_type == RecordType.UPDATE_DELIVERY_COUNT:
-            queue_id, count = decode_delivery_count(body, message_id=message_id)
+            queue_id, count = decode_delivery_count(bytes(body), message_id=message_id, path=path)
             if queue_id not in live:
-                return None
+                anomalies.append(f"message {message_id}: delivery count {count} for queue {queue_id}, "
+                                 "which holds no live reference of it; ignored")
+                continue
             live[queue_id][0] = count
         elif user_type == RecordType.SET_SCHEDULED_DELIVERY_TIME:
-            queue_id, scheduled_ms = decode_scheduled_time(body, message_id=message_id)
+            queue_id, scheduled_ms = decode_scheduled_time(bytes(body), message_id=message_id, path=path)
             if queue_id not in live:
-                return None
+                anomalies.append(f"message {message_id}: scheduled time {scheduled_ms} for queue {queue_id}, "
+                                 "which holds no live reference of it; ignored")
+                continue
             live[queue_id][1] = scheduled_ms
         else:
-            return None
+            anomalies.append(f"message {message_id}: update of unknown type {user_type}; ignored")
     return live
 
 
-def recover_messages(records, known_queues, now_ms: int) -> MessageRecovery:
+def recover_messages(records, known_queues, now_ms: int, shadow_counts=None, path=None) -> MessageRecovery:
     """The message store's recovery of its message journal's live records (see the compiled module)."""
     out = MessageRecovery()
     gathered = {queue_id: QueueReferences() for queue_id in known_queues}
+    shadow_counts = shadow_counts or {}
     max_id = 0
-    try:
-        for rec in records.values():
-            message_id = rec.record_id
-            max_id = max(max_id, message_id)
-            if rec.record_type != RecordType.ADD_MESSAGE or not isinstance(rec.body, bytes):
-                return out
-            expiration = decode_message(message_id, rec.body).expiration
-            live = _live_references(message_id, rec.updates)
-            if live is None or any(queue_id not in gathered for queue_id in live):
-                return out
-            if not live:
-                out.unreferenced.append(message_id)
+    for index, rec in enumerate(records.values()):
+        message_id = rec.record_id
+        max_id = message_id if index == 0 else max(max_id, message_id)
+        if rec.record_type != RecordType.ADD_MESSAGE:
+            out.anomalies.append(f"message journal record {message_id} has type {rec.record_type}, not a message "
+                                 f"({int(RecordType.ADD_MESSAGE)}); ignored")
+            continue
+        try:
+            expiration = decode_message(message_id, bytes(rec.body), path=path).expiration
+            live = _live_references(message_id, rec.updates, out.anomalies, path)
+        except CorruptRecordError as error:
+            out.corrupt.append(error)       # the message is left out
+            continue
+        if not live:
+            out.unreferenced.append(message_id)
+            continue
+        for queue_id, (count, scheduled_ms) in live.items():
+            if scheduled_ms and now_ms >= 0 and scheduled_ms <= now_ms:
+                scheduled_ms = 0        # it fell due while the store was closed: deliver now
+            shadowed = shadow_counts.get((queue_id, message_id))
+            if shadowed == count:
+                shadowed = None
+            refs = gathered.get(queue_id)
+            if refs is None:
+                out.anomalies.append(f"message {message_id} has a reference on queue {queue_id}, which the "
+                                     "bindings journal does not hold; kept, not delivered")
+                out.unknown_references.append((queue_id, message_id, count, count if shadowed is None else shadowed,
+                                               scheduled_ms))
+                if shadowed is not None:
+                    out.from_shadow.append((queue_id, -1, message_id, shadowed))
                 continue
-            for queue_id, (count, scheduled_ms) in live.items():
-                if scheduled_ms and scheduled_ms <= now_ms:
-                    scheduled_ms = 0        # it fell due while the store was closed: deliver now
-                refs = gathered[queue_id]
-                if refs.message_ids and message_id < refs.message_ids[-1]:
-                    refs.ascending = False
-                refs.timed = refs.timed or bool(scheduled_ms or expiration)
-                refs.shared = refs.shared or len(live) > 1
-                refs.message_ids.append(message_id)
-                refs.delivery_counts.append(count)
-                refs.scheduled_times.append(scheduled_ms)
-            out.bodies[message_id] = rec.body
-            out.message_queues[message_id] = next(iter(live)) if len(live) == 1 else tuple(live)
-    except CorruptRecordError:
-        return out
-    out.references, out.max_record_id, out.complete = gathered, max_id, True
+            if shadowed is not None:
+                out.from_shadow.append((queue_id, len(refs.message_ids), message_id, shadowed))
+            if refs.message_ids and message_id < refs.message_ids[-1]:
+                refs.ascending = False
+            refs.timed = refs.timed or bool(scheduled_ms or expiration)
+            refs.shared = refs.shared or len(live) > 1
+            refs.message_ids.append(message_id)
+            refs.delivery_counts.append(count)
+            refs.scheduled_times.append(scheduled_ms)
+        out.bodies[message_id] = rec.body
+        out.message_queues[message_id] = next(iter(live)) if len(live) == 1 else tuple(live)
+    out.references, out.max_record_id = gathered, max_id
     return out
 
 

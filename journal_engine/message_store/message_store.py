@@ -23,15 +23,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .. import _impl
-from ..errors import (ConfigError, CorruptRecordError, DuplicateRecordError, JournalClosedError, JournalError,
-                      JournalIOError, UnknownRecordError)
+from ..errors import (ConfigError, DuplicateRecordError, JournalClosedError, JournalError, JournalIOError,
+                      UnknownRecordError)
 from ..limits import (BINDINGS_FILE_SIZE_MAX_BYTES, BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US,
                       COMPACT_MIN_FILES_DEFAULT, COMPACT_PERCENTAGE_DEFAULT, FILE_SIZE_DEFAULT_BYTES,
                       MAX_REDELIVERY_RECORDS_DEFAULT, MIN_FILES_DEFAULT, SYNC_MODE_DEFAULT, U64_MAX,
                       check_max_redelivery_records)
 from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordKind, RecordType, StoredMessage, StoredQueue,
-                             decode_delivery_count, decode_id_counter, decode_message, decode_queue, decode_queue_id,
-                             decode_scheduled_time, encode_id_counter, encode_message,
+                             decode_id_counter, decode_queue, encode_id_counter, encode_message,
                              encode_plain_message, encode_queue, encode_queue_id, encode_scheduled_time)
 from ..journal.directory_lock import DirectoryLock
 from ..journal.journal import Journal
@@ -152,6 +151,14 @@ class RecoveredReferences(Sequence):
 
     def __repr__(self) -> str:
         return repr(list(self))
+
+
+def _recover_shadow_counts(recovery) -> None:
+    """The delivery counts a killed process left in its shadow win over the journal's in the recovered
+    references (after the record writer took the journal's: it writes each shadow count as a record)."""
+    for queue_id, row, _message_id, count in recovery.from_shadow:
+        if row >= 0:
+            recovery.references[queue_id].delivery_counts[row] = count
 
 
 def _wall_clock_ms() -> int:
@@ -385,21 +392,25 @@ class MessageStore:
         shadow_path = os.path.join(self.directory, SHADOW_FILE_NAME)
         this_boot = shadow_boot_id()
         shadow_counts = read_shadow_counts(shadow_path, this_boot) if this_boot is not None else {}
-        recovery = None if shadow_counts else _impl.recover_messages(loaded.records, state.queues, now)
-        if recovery is not None and recovery.complete:
-            # the common case in one compiled pass: references as columns, messages decoded when read
-            restored, unreferenced, from_shadow = [], recovery.unreferenced, []
-            state.max_message_id = recovery.max_record_id
-            state.messages = RecoveredMessages(recovery.bodies, messages_path)
-            for queue_id, columns in recovery.references.items():
-                state.references[queue_id] = RecoveredReferences(columns)
-            self._message_queues = MessageQueues(recovery.message_queues)
-            restored_batches = [(queue_id, columns.message_ids, columns.delivery_counts)
-                                for queue_id, columns in recovery.references.items() if len(columns)]
-        else:
-            restored, unreferenced, from_shadow = self._load_record_by_record(state, loaded.records, now, shadow_counts,
-                                                                              skip_corrupt, messages_path)
-            restored_batches = []
+        # every rule of replaying references is the compiled pass's (and its twin's): one call
+        recovery = _impl.recover_messages(loaded.records, state.queues, now, shadow_counts, messages_path)
+        if recovery.corrupt and not skip_corrupt:
+            raise recovery.corrupt[0]
+        state.corrupt_messages = list(recovery.corrupt)
+        state.anomalies.extend(recovery.anomalies)
+        unreferenced, from_shadow = recovery.unreferenced, recovery.from_shadow
+        state.max_message_id = recovery.max_record_id
+        state.messages = RecoveredMessages(recovery.bodies, messages_path)
+        for queue_id, columns in recovery.references.items():
+            state.references[queue_id] = RecoveredReferences(columns)
+        restored = []           # (queue id, message id, count) on queues the bindings journal does not hold
+        for queue_id, message_id, journal_count, count, scheduled_ms in recovery.unknown_references:
+            state.unknown_queue_references.setdefault(queue_id, []).append(
+                RecoveredReference(message_id, count, scheduled_ms))
+            restored.append((queue_id, message_id, journal_count))
+        self._message_queues = MessageQueues(recovery.message_queues)
+        restored_batches = [(queue_id, columns.message_ids, columns.delivery_counts)
+                            for queue_id, columns in recovery.references.items() if len(columns)]
         if state.unknown_queue_references:
             # the id of a queue whose binding is gone while references on it live (a process killed in
             # sync mode "none" before its bindings journal was written, when the message journal had
@@ -409,15 +420,17 @@ class MessageStore:
         self._queues = dict(state.queues)
         if self.read_only:      # an inspection: what a writing load would do is reported, not done
             self._state = "loaded"
+            _recover_shadow_counts(recovery)
             state.counts_from_shadow = len(from_shadow)
             return state
         self._writer.reserve_references(len(restored) + sum(len(batch[1]) for batch in restored_batches))
         for queue_id, message_id, count in restored:
             self._writer.add_reference(queue_id, message_id, count)
         for queue_id, message_ids, counts in restored_batches:
-            self._writer.add_references(queue_id, message_ids, counts)
+            self._writer.add_references(queue_id, message_ids, counts)     # the journal's counts
+        _recover_shadow_counts(recovery)
         self._state = "loaded"
-        for queue_id, message_id, count in from_shadow:        # into the journal, durably, before the
+        for queue_id, _row, message_id, count in from_shadow:  # into the journal, durably, before the
             self._writer.update_delivery_count(queue_id, message_id, count, False)     # shadow starts over
         if from_shadow:
             self._journal.sync()
@@ -437,88 +450,6 @@ class MessageStore:
             self._wait(self._journal, None)
         state.deleted_messages = unreferenced
         return state
-
-    def _load_record_by_record(self, state: RecoveredState, records, now: int, shadow_counts: dict,
-                               skip_corrupt: bool, messages_path) -> tuple[list, list, list]:
-        """Every message record through record_format (what the compiled pass leaves to it: odd
-        records, damaged bodies, counts from a shadow); (restored, unreferenced, from_shadow)."""
-        restored = []          # (queue id, message id, count)
-        unreferenced = []
-        from_shadow = []       # (queue id, message id, count) the shadow holds and the journal does not
-        for message_id, rec in records.items():
-            state.max_message_id = max(state.max_message_id, message_id)
-            if rec.record_type != RecordType.ADD_MESSAGE:
-                state.anomalies.append(f"message journal record {message_id} has type {rec.record_type}, "
-                                       f"not a message ({int(RecordType.ADD_MESSAGE)}); ignored")
-                continue
-            try:
-                message = decode_message(message_id, rec.body, path=messages_path)
-                live = self._replay_references(message_id, rec.updates, state.anomalies, messages_path)
-            except CorruptRecordError as exc:
-                if not skip_corrupt:
-                    raise
-                state.corrupt_messages.append(exc)
-                continue
-            if not live:
-                unreferenced.append(message_id)
-                continue
-            state.messages[message_id] = message
-            self._message_queues.add_message(message_id, list(live))
-            for queue_id, (count, scheduled_ms) in live.items():
-                if scheduled_ms and scheduled_ms <= now:
-                    scheduled_ms = 0          # it fell due while the store was closed: deliver now
-                recovered_count = count
-                shadowed = shadow_counts.get((queue_id, message_id))
-                if shadowed is not None and shadowed != count:
-                    # the latest count a killed process left in the shadow (a dispatch, or a count lowered
-                    # by a close), whose journal record had not reached the operating system
-                    from_shadow.append((queue_id, message_id, shadowed))
-                    recovered_count = shadowed
-                reference = RecoveredReference(message_id, recovered_count, scheduled_ms)
-                if queue_id in state.queues:
-                    state.references[queue_id].append(reference)
-                else:
-                    state.anomalies.append(f"message {message_id} has a reference on queue {queue_id}, which "
-                                           "the bindings journal does not hold; kept, not delivered")
-                    state.unknown_queue_references.setdefault(queue_id, []).append(reference)
-                restored.append((queue_id, message_id, count))
-        return restored, unreferenced, from_shadow
-
-    @staticmethod
-    def _replay_references(message_id: int, updates, anomalies: list, path) -> dict:
-        """queue id -> [delivery count, scheduled ms] of the message's live references, in journal order."""
-        live: dict[int, list] = {}
-        for user_type, body in updates:
-            if user_type == RecordType.ADD_REF:
-                queue_id = decode_queue_id(body, message_id=message_id, record_type=user_type, path=path)
-                if queue_id in live:
-                    anomalies.append(f"message {message_id}: a second ADD_REF on queue {queue_id}; kept one")
-                    continue
-                live[queue_id] = [0, 0]
-            elif user_type == RecordType.ACKNOWLEDGE_REF:
-                queue_id = decode_queue_id(body, message_id=message_id, record_type=user_type, path=path)
-                if live.pop(queue_id, None) is None:
-                    anomalies.append(f"message {message_id}: acknowledgement on queue {queue_id}, which holds "
-                                     "no live reference of it; ignored")
-            elif user_type == RecordType.UPDATE_DELIVERY_COUNT:
-                queue_id, count = decode_delivery_count(body, message_id=message_id, path=path)
-                ref = live.get(queue_id)
-                if ref is None:
-                    anomalies.append(f"message {message_id}: delivery count {count} for queue {queue_id}, which "
-                                     "holds no live reference of it; ignored")
-                else:
-                    ref[0] = count      # the last record in journal order wins
-            elif user_type == RecordType.SET_SCHEDULED_DELIVERY_TIME:
-                queue_id, scheduled_ms = decode_scheduled_time(body, message_id=message_id, path=path)
-                ref = live.get(queue_id)
-                if ref is None:
-                    anomalies.append(f"message {message_id}: scheduled time {scheduled_ms} for queue {queue_id}, "
-                                     "which holds no live reference of it; ignored")
-                else:
-                    ref[1] = scheduled_ms
-            else:
-                anomalies.append(f"message {message_id}: update of unknown type {user_type}; ignored")
-        return live
 
     # ----- queues ------------------------------------------------------------------------------------------
     def store_queue(self, queue_id: int, name: str, address: str, *, routing_type: str = "anycast",

@@ -32,9 +32,9 @@ import array
 from collections.abc import KeysView, Mapping
 
 import journal_engine.record_format as _format
-from journal_engine._replay import record_columns as _record_columns
+from journal_engine._replay import RecordInfo, record_columns as _record_columns
 from journal_engine._livemap cimport LiveMap
-from journal_engine.errors import FileChangedError
+from journal_engine.errors import CorruptRecordError, FileChangedError
 
 cdef extern from "bus_guard.h":
     int JE_BUS_FAULT
@@ -811,15 +811,17 @@ Mapping.register(MessageBodies)
 
 @cython.final
 cdef class MessageRecovery:
-    """What ``recover_messages`` found. ``complete`` False: some record needs record_format's own
-    reading (an odd record, a body it rejects, a reference to a queue not given), and nothing else
-    is filled in; the caller reads the records one by one instead."""
-    cdef readonly bint complete
+    """What ``recover_messages`` found: every rule of the message store's recovery applied (the
+    twin, _twin/message_columns.py, applies the same ones)."""
     cdef readonly object max_record_id
     cdef readonly object bodies             # MessageBodies: message id -> its ADD_MESSAGE body, for messages with a live reference
     cdef readonly dict message_queues       # message id -> its live references' queue id (one), or a tuple of them
-    cdef readonly dict references           # queue id -> QueueReferences
+    cdef readonly dict references           # queue id -> QueueReferences (delivery counts as the journal holds them)
     cdef readonly list unreferenced         # message ids without a live reference, in store order
+    cdef readonly list anomalies            # what recovery reports of odd records, never fatal (text)
+    cdef readonly list corrupt              # CorruptRecordError of each message record_format rejects (left out)
+    cdef readonly list unknown_references   # (queue id, message id, journal count, count, scheduled ms) on queues not given
+    cdef readonly list from_shadow          # (queue id, row in its references or -1, message id, count): the shadow's count wins
 
 
 cdef inline int _put_u64(Bytes *buf, uint64_t value) except -1:
@@ -872,39 +874,57 @@ cdef int _queue_table(QueueTable *table, dict queue_index) except -1:
     return 0
 
 
-def recover_messages(records, known_queues, long long now_ms):
+cdef object _rejection(decode, tuple args, dict keywords):
+    """The CorruptRecordError record_format raises for a record the compiled checks refuse (the one
+    text users see); None when record_format reads it after all."""
+    try:
+        decode(*args, **keywords)
+    except CorruptRecordError as error:
+        return error
+    return None
+
+
+def recover_messages(records, known_queues, long long now_ms, shadow_counts=None, path=None):
     """The message store's recovery of its message journal's live ``records`` (``LoadResult.records``
-    or any mapping of record id -> RecordInfo), in one pass without a Python object per reference.
+    or any mapping of record id -> RecordInfo), in one pass without a Python object per reference:
+    the rules of replaying a message's references live here and in the twin, nowhere else.
 
     The journal's own mapping is read as its columns (``_replay.record_columns``): no RecordInfo is
     made. ``known_queues``: the queue ids of the bindings journal, in its order. For every message
-    it replays the references (ADD_REF, ACKNOWLEDGE_REF, delivery counts, scheduled times) as
-    MessageStore.load does and gathers the live ones per queue; a scheduled time at or before
-    ``now_ms`` becomes 0. Any record that load would report or reject makes the result incomplete.
+    it replays the references (ADD_REF, ACKNOWLEDGE_REF, delivery counts, scheduled times: the last
+    in journal order wins) and gathers the live ones per queue; a scheduled time at or before
+    ``now_ms`` becomes 0. Odd records are reported in ``anomalies`` and skipped (another record type,
+    a second ADD_REF, an update of a reference that is not live or of an unknown type); a message
+    whose body or update record_format rejects goes to ``corrupt`` (its error, naming ``path``);
+    references on a queue not given go to ``unknown_references``. ``shadow_counts``: (queue id,
+    message id) -> the delivery count a killed process left in its shadow; one that differs from
+    the journal's is listed in ``from_shadow`` (the references keep the journal's).
     """
     cdef MessageRecovery out = MessageRecovery.__new__(MessageRecovery)
     cdef dict queue_index = {}
-    cdef Py_ssize_t queues = 0, q, k, n_live, live_capacity = 0, j, i, n, u, u_end, b
+    cdef Py_ssize_t queues = 0, q, k, n_live, live_capacity = 0, j, i, n, u, u_end, b, expected_size
     cdef QueueGather *gather = NULL
     cdef QueueTable queue_table
     cdef LiveRef *live = NULL
     cdef LiveRef *grown
     cdef const char **bases = NULL
     cdef MessageFields fields
-    cdef uint64_t message_id, queue_id, max_id = 0
+    cdef uint64_t message_id, queue_id, max_id = 0, scheduled
     cdef const uint8_t *p
     cdef const uint8_t *body
     cdef uint8_t update[32]         # an update's body, copied out under the guard (sizes checked first)
     cdef Bytes scratch              # a message's body, copied out under the guard, then parsed
     cdef Py_ssize_t size, body_size
     cdef int user_type
-    cdef object columns, key
+    cdef int64_t expiration
+    cdef bint damaged
+    cdef object columns, key, shadowed
     cdef dict message_queues
+    cdef list anomalies, corrupt
     cdef LiveMap index
     cdef Bytes order
     cdef MessageBodies bodies
     cdef QueueReferences refs
-    out.complete = False
     out.bodies = bodies = MessageBodies.__new__(MessageBodies)
     bodies.index = LiveMap()
     bodies.order = array.array("Q")
@@ -913,10 +933,18 @@ def recover_messages(records, known_queues, long long now_ms):
     out.message_queues = message_queues = {}
     out.references = {}
     out.unreferenced = []
+    out.anomalies = anomalies = []
+    out.corrupt = corrupt = []
+    out.unknown_references = []
+    out.from_shadow = []
     out.max_record_id = 0
+    shadow_counts = shadow_counts or {}
     columns = _record_columns(records)
-    if columns is None:
-        return out
+    if columns is None:     # bodies of another bytes-like type: as bytes
+        columns = _record_columns({record_id: RecordInfo(rec.record_id, rec.record_type, bytes(rec.body),
+                                                         [(user_type, bytes(update_body))
+                                                          for user_type, update_body in rec.updates])
+                                   for record_id, rec in records.items()})
     cdef const uint64_t *ids = <const uint64_t *>(<array.array>columns.record_id).data.as_voidptr
     cdef const uint8_t *types = <const uint8_t *>(<array.array>columns.record_type).data.as_voidptr
     cdef const uint32_t *body_buffer = <const uint32_t *>(<array.array>columns.body_buffer).data.as_voidptr
@@ -956,28 +984,42 @@ def recover_messages(records, known_queues, long long now_ms):
             if i == 0 or message_id > max_id:
                 max_id = message_id
             if types[i] != TYPE_ADD_MESSAGE:
-                return out
+                anomalies.append(f"message journal record {message_id} has type {types[i]}, not a message "
+                                 f"({TYPE_ADD_MESSAGE}); ignored")
+                continue
             body_size = body_end[i] - body_start[i]
             body = _body_copy(&scratch, <const uint8_t *>bases[body_buffer[i]] + body_start[i], body_size,
                               buffers[body_buffer[i]])
-            if not _message_fields(body, body_size, &fields):
-                return out
+            if _message_fields(body, body_size, &fields):
+                expiration = fields.expiration
+            else:
+                raw = PyBytes_FromStringAndSize(<const char *>body, body_size)
+                error = _rejection(_format.decode_message, (message_id, raw), dict(path=path))
+                if error is not None:
+                    corrupt.append(error)
+                    continue
+                expiration = _format.decode_message(message_id, raw, path=path).expiration
             n_live = 0
+            damaged = False
             u_end = update_first[i + 1]
             for u in range(update_first[i], u_end):
                 user_type = update_type[u]
                 size = update_end[u] - update_start[u]
                 if user_type == TYPE_ADD_REF or user_type == TYPE_ACKNOWLEDGE_REF:
-                    if size != QUEUE_ID_BYTES:
-                        return out
+                    expected_size = QUEUE_ID_BYTES
                 elif user_type == TYPE_DELIVERY_COUNT:
-                    if size != DELIVERY_COUNT_BYTES:
-                        return out
+                    expected_size = DELIVERY_COUNT_BYTES
                 elif user_type == TYPE_SCHEDULED_TIME:
-                    if size != SCHEDULED_TIME_BYTES:
-                        return out
+                    expected_size = SCHEDULED_TIME_BYTES
                 else:
-                    return out
+                    anomalies.append(f"message {message_id}: update of unknown type {user_type}; ignored")
+                    continue
+                if size != expected_size:
+                    corrupt.append(_update_rejection(user_type, _copy_bytes(
+                        <const uint8_t *>bases[update_buffer[u]] + update_start[u], size, buffers[update_buffer[u]]),
+                        message_id, path))
+                    damaged = True      # the message is left out, as record_format's reading leaves it
+                    break
                 _read_guarded(update, <const uint8_t *>bases[update_buffer[u]] + update_start[u], size,
                               buffers[update_buffer[u]])
                 p = update
@@ -989,7 +1031,8 @@ def recover_messages(records, known_queues, long long now_ms):
                         break
                 if user_type == TYPE_ADD_REF:
                     if k >= 0:
-                        return out          # a second ADD_REF: an anomaly load reports
+                        anomalies.append(f"message {message_id}: a second ADD_REF on queue {queue_id}; kept one")
+                        continue
                     if n_live == live_capacity:
                         live_capacity = max(8, 2 * live_capacity)
                         grown = <LiveRef *>PyMem_Realloc(live, live_capacity * sizeof(LiveRef))
@@ -1000,35 +1043,59 @@ def recover_messages(records, known_queues, long long now_ms):
                     live[n_live].delivery_count = 0
                     live[n_live].scheduled_time = 0
                     n_live += 1
-                elif k < 0:
-                    return out              # an update of a reference that is not live: an anomaly
                 elif user_type == TYPE_ACKNOWLEDGE_REF:
+                    if k < 0:
+                        anomalies.append(f"message {message_id}: acknowledgement on queue {queue_id}, which holds "
+                                         "no live reference of it; ignored")
+                        continue
                     memmove(&live[k], &live[k + 1], (n_live - k - 1) * sizeof(LiveRef))
                     n_live -= 1
                 elif user_type == TYPE_DELIVERY_COUNT:
+                    if k < 0:
+                        anomalies.append(f"message {message_id}: delivery count {_u32(p + 8)} for queue {queue_id}, "
+                                         "which holds no live reference of it; ignored")
+                        continue
                     live[k].delivery_count = _u32(p + 8)     # the last record in journal order wins
                 else:
+                    if k < 0:
+                        anomalies.append(f"message {message_id}: scheduled time {_u64(p + 8)} for queue {queue_id}, "
+                                         "which holds no live reference of it; ignored")
+                        continue
                     live[k].scheduled_time = _u64(p + 8)
+            if damaged:
+                continue
             if n_live == 0:
                 out.unreferenced.append(message_id)
                 continue
             for j in range(n_live):
-                if queue_table.index[_queue_slot(&queue_table, live[j].queue_id)] < 0:
-                    return out              # a queue the bindings journal does not hold: an anomaly
-            for j in range(n_live):
+                scheduled = live[j].scheduled_time
+                if scheduled and now_ms >= 0 and scheduled <= <uint64_t>now_ms:
+                    scheduled = 0       # it fell due while the store was closed: deliver now
                 q = queue_table.index[_queue_slot(&queue_table, live[j].queue_id)]
-                if live[j].scheduled_time and now_ms >= 0 and live[j].scheduled_time <= <uint64_t>now_ms:
-                    live[j].scheduled_time = 0      # it fell due while the store was closed: deliver now
+                shadowed = shadow_counts.get((live[j].queue_id, message_id)) if shadow_counts else None
+                if shadowed is not None and shadowed == live[j].delivery_count:
+                    shadowed = None
+                if q < 0:
+                    anomalies.append(f"message {message_id} has a reference on queue {live[j].queue_id}, which the "
+                                     "bindings journal does not hold; kept, not delivered")
+                    out.unknown_references.append((live[j].queue_id, message_id, live[j].delivery_count,
+                                                   live[j].delivery_count if shadowed is None else shadowed,
+                                                   scheduled))
+                    if shadowed is not None:
+                        out.from_shadow.append((live[j].queue_id, -1, message_id, shadowed))
+                    continue
+                if shadowed is not None:
+                    out.from_shadow.append((live[j].queue_id, gather[q].message_ids.size // 8, message_id, shadowed))
                 if gather[q].message_ids.size and message_id < gather[q].last_message_id:
                     gather[q].ascending = False
                 gather[q].last_message_id = message_id
-                if live[j].scheduled_time or fields.expiration:
+                if scheduled or expiration:
                     gather[q].timed = True
                 if n_live > 1:
                     gather[q].shared = True
                 _put_u64(&gather[q].message_ids, message_id)
                 _append(&gather[q].delivery_counts, &live[j].delivery_count, 4)
-                _put_u64(&gather[q].scheduled_times, live[j].scheduled_time)
+                _put_u64(&gather[q].scheduled_times, scheduled)
             index.put(message_id, i)    # its body stays in the journal's buffers, read when the message is first used
             _put_u64(&order, message_id)
             key = message_id
@@ -1047,7 +1114,6 @@ def recover_messages(records, known_queues, long long now_ms):
             out.references[queue_key] = refs
         bodies.order = _column(&order, "Q")
         out.max_record_id = max_id
-        out.complete = True
         return out
     finally:
         for q in range(queues):
@@ -1061,6 +1127,27 @@ def recover_messages(records, known_queues, long long now_ms):
         PyMem_Free(order.data)
         PyMem_Free(scratch.data)
         PyMem_Free(queue_table.index)
+
+
+cdef object _update_rejection(int user_type, bytes raw, uint64_t message_id, object path):
+    """record_format's CorruptRecordError for a reference update of the wrong size."""
+    if user_type == TYPE_DELIVERY_COUNT:
+        error = _rejection(_format.decode_delivery_count, (raw,), dict(message_id=message_id, path=path))
+    elif user_type == TYPE_SCHEDULED_TIME:
+        error = _rejection(_format.decode_scheduled_time, (raw,), dict(message_id=message_id, path=path))
+    else:
+        error = _rejection(_format.decode_queue_id, (raw,), dict(message_id=message_id, record_type=user_type,
+                                                             path=path))
+    if error is None:
+        raise AssertionError(f"record_format read a {len(raw)}-byte update of type {user_type} the compiled "
+                             "check refused")
+    return error
+
+
+cdef bytes _copy_bytes(const uint8_t *src, Py_ssize_t size, object buffer):
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+    _read_guarded(PyBytes_AS_STRING(out), src, size, buffer)
+    return out
 
 
 def decode_message_fields(message_id, body, path=None):
