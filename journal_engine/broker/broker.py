@@ -195,6 +195,7 @@ class Broker:
         self._scanner: BackgroundScanner | None = None
         if not self._manual_clock and self._delivery.next_scan_ms < NEVER_MS:
             self._scanner = BackgroundScanner(self._next_scan_ms, self._run_scans, clock.now_ms)
+            self._timers.on_first_expiry = self._scanner.look_again
 
     @property
     def address_settings(self) -> AddressSettingsRepository:
@@ -521,10 +522,12 @@ class Broker:
 
     # ------------------------------------------------------------------------------- life cycle
     def _next_scan_ms(self) -> int | None:
-        """When the background scanner runs next (None: never again: the broker is closed)."""
-        if self._gate.closed:
-            return None
-        return self._delivery.next_scan_ms
+        """When the background scanner runs next (None: never again: the broker is closed): the next scan,
+        but the expiry scan only while a message may expire (a new one wakes the scanner)."""
+        with self._gate.lock:
+            if self._gate.closed:
+                return None
+            return self._delivery.next_scan_ms_watched()
 
     def _run_scans(self) -> None:
         """The background scanner's turn: the scans due by now run."""

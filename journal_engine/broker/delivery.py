@@ -82,6 +82,12 @@ class Delivery:
             self._scan(now)
         self._timers.release_due(now)
 
+    def next_scan_ms_watched(self) -> int:
+        """The next scan's time, leaving out the expiry scan while no reference is watched. Lock held."""
+        if self._timers.next_expiration_ms() is None:
+            return self._queue_scan.next_ms
+        return self.next_scan_ms
+
     def _scan(self, now: int) -> None:
         """Every run of the two scans due by ``now``, in time order, each at its time (what fell due
         before it released first): the expiry reaper expires the READY references expired by then, the
@@ -90,6 +96,9 @@ class Delivery:
         timers = self._timers
         expiry = self._expiry_scan
         queues = self._queue_scan
+        if not self._manual_clock:      # the wall clock: a late run does the missed ones' work once
+            expiry.catch_up(now)
+            queues.catch_up(now)
         while True:
             tick = min(expiry.next_ms, queues.next_ms)
             if tick > now:

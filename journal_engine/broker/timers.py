@@ -32,10 +32,14 @@ class DeliveryTimers:
     whose moves wake them instead). ``watch_expiry=False`` (no expiry scan): expiring references are not
     watched, a consumer meeting them expires them."""
 
-    __slots__ = ("_scheduled", "_expiring", "_tiebreak", "_wake_waiters", "_watch_expiry", "pending")
+    __slots__ = ("_scheduled", "_expiring", "_tiebreak", "_wake_waiters", "_watch_expiry", "pending",
+                 "on_first_expiry")
 
     def __init__(self, *, wake_waiters: bool, watch_expiry: bool = True) -> None:
         self._watch_expiry = watch_expiry
+        # called (lock held) when a reference is watched while none was: the wall clock's scanner, which
+        # sleeps past the expiry scans while there is nothing to expire, looks again
+        self.on_first_expiry: Callable[[], None] | None = None
         self._scheduled: list = []          # heap of (due ms, tiebreak, reference)
         self._expiring: list = []           # heap of (expiration ms, tiebreak, reference) of READY references
         self._tiebreak = itertools.count()
@@ -69,8 +73,12 @@ class DeliveryTimers:
         """Watch a READY reference whose message has an expiration, for the reaper."""
         if not self._watch_expiry:
             return
-        heapq.heappush(self._expiring, (ref.data.expiration, next(self._tiebreak), ref))
+        expiring = self._expiring
+        first = not expiring
+        heapq.heappush(expiring, (ref.data.expiration, next(self._tiebreak), ref))
         self.pending = True
+        if first and self.on_first_expiry is not None:
+            self.on_first_expiry()
 
     def release_due(self, now: int) -> None:
         """Scheduled references due by ``now`` go to the head of their queues, earliest first; those with
@@ -156,6 +164,12 @@ class PeriodicScan:
         """The run at ``next_ms`` is done: the next one is a period later."""
         self.next_ms += self.period_ms
 
+    def catch_up(self, now_ms: int) -> None:
+        """Runs missed before ``now_ms`` fold into the last one due by then (a late wall-clock run does
+        what they would have done, as a scheduled executor runs a late task once)."""
+        if self.next_ms + self.period_ms <= now_ms:
+            self.skip_to(now_ms - self.period_ms + 1)
+
 
 class BackgroundScanner:
     """A daemon thread that calls ``run()`` at the times ``next_ms()`` names (None: stop), for a broker on
@@ -167,7 +181,8 @@ class BackgroundScanner:
         self._next_ms = weakref.WeakMethod(next_ms)
         self._run = weakref.WeakMethod(run)
         self._now_ms = now_ms
-        self._stop = threading.Event()
+        self._stopped = False
+        self._look_again = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="journal-engine-scans", daemon=True)
         self._thread.start()
 
@@ -175,15 +190,23 @@ class BackgroundScanner:
     def running(self) -> bool:
         return self._thread.is_alive()
 
+    def look_again(self) -> None:
+        """Something may be due sooner than the thread waits for: it asks ``next_ms()`` again."""
+        self._look_again.set()
+
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        while not self._stopped:
             next_ms = self._next_ms()
             due = next_ms() if next_ms is not None else None
             del next_ms
             if due is None:
                 return
             wait_s = max(0.0, (due - self._now_ms()) / 1000.0)
-            if self._stop.wait(min(wait_s, 60.0)):     # at least once a minute: is the broker still there?
+            # at least once a minute: is the broker still there?
+            if self._look_again.wait(min(wait_s, 60.0)):
+                self._look_again.clear()
+                continue
+            if self._stopped:
                 return
             run = self._run()
             if run is None:
@@ -193,6 +216,7 @@ class BackgroundScanner:
 
     def stop(self) -> None:
         """End the thread (a run in progress finishes first), waiting for it at most 5 s."""
-        self._stop.set()
+        self._stopped = True
+        self._look_again.set()
         if self._thread is not threading.current_thread():
             self._thread.join(5.0)
