@@ -181,7 +181,7 @@ class JournalQueueStore(QueueStore):
         self._lock = threading.RLock()
         self._broker = Broker(self.data_dir, store=backend, sync=sync, max_redelivery_records=max_redelivery_records,
                               persist_delivery_count_before_delivery=persist_delivery_count_before_delivery,
-                              store_options=store_options)
+                              store_options=store_options, message_expiry_scan_period=1)  # expire on time
         self._queues: set[str] = set(self._broker.queue_names())
         self._exchanges = ExchangeTable(self.data_dir)     # kombu's exchanges and bindings (exchanges.py)
         try:
