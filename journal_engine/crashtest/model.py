@@ -86,15 +86,21 @@ def group_members(op: list[str]) -> list[tuple[str, int, int, int]]:
 
 def durable_ids(model: Model, ops: list, acked: int) -> set:
     """The records whose add was durable: live in ``model`` (the state the run began from) or added by a
-    call of ``ops`` acknowledged (seq <= ``acked``), directly, by a committed transaction or in a group."""
+    call of ``ops`` acknowledged (seq <= ``acked``), directly, in a group, or by a transaction whose
+    COMMIT is acknowledged. A transaction's record is live from its commit on, not from its ADD_TX: a
+    kill that keeps a prepared transaction and loses its commit leaves the record absent, as a later
+    group's delete of it would (a CI campaign took that for a group recovered in part)."""
     ids = set(model.records)
+    added_in = {tx_id: [op[1] for op in entry[1] if op[0] == "add"] for tx_id, entry in model.pending.items()}
     for op in ops:
         if int(op[0]) > acked:
             break
         if op[1] == "add":
             ids.add(int(op[2]))
         elif op[1] == "atx":
-            ids.add(int(op[3]))
+            added_in.setdefault(int(op[2]), []).append(int(op[3]))
+        elif op[1] == "cmt":
+            ids.update(added_in.pop(int(op[2]), ()))
         elif op[1] == "grp":
             ids.update(member[1] for member in group_members(op) if member[0] == "add")
     return ids
