@@ -12,8 +12,11 @@ import json
 import os
 
 from ..errors import ConfigError
+from .columns import COLUMNS
 
 TABLE_ROWS_MAX = 20
+#: the columns the analyses read: every column but the bodies (most of a journal's bytes)
+ANALYSIS_SCHEMA = ", ".join(f"`{column.name}` {column.spark_type}" for column in COLUMNS if column.name != "body")
 
 
 def split_paths(paths: list[str]) -> tuple[list[str], list[str], list[str]]:
@@ -90,24 +93,28 @@ def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
     from .environment import session
     from .source import register
 
+    from pyspark import StorageLevel
     from pyspark.sql import SparkSession
 
     if out:
         os.makedirs(out, exist_ok=True)
     borrowed = SparkSession.getActiveSession()      # a caller's session (a notebook, a test) is used as it is
-    spark = borrowed or session(master)
+    spark = borrowed or session(master, quiet_console=True)
     if borrowed:
         register(borrowed)
     cached = []     # every table is computed once: printed, plotted and written from the cache
 
-    def once(frame):
-        cached.append(frame.cache())
+    def once(frame, level=StorageLevel.MEMORY_AND_DISK):
+        cached.append(frame.persist(level))
         return frame
 
     try:
         tables = {}
         if journals:
-            records = once(spark.read.format("journal_engine").load(journals))
+            # the analyses' columns (no bodies) on the executors' disks: rows of a large journal do not fit in
+            # their memory, and trying first (MEMORY_AND_DISK) unrolled every partition, warned, then spilled
+            records = once(spark.read.format("journal_engine").schema(ANALYSIS_SCHEMA).load(journals),
+                           StorageLevel.DISK_ONLY)
             damage = records.where("damage is not null").select("path", "offset", "damage")
             tables = {
                 "damage": damage,
@@ -117,8 +124,9 @@ def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
                 "time-in-queue": analytics.time_in_queue(records, sent_time_property=sent_time_property),
                 "segment-bytes": analytics.segment_bytes(records),
             }
-            if parquet and out:
-                records.write.mode("overwrite").parquet(os.path.join(out, "records.parquet"))
+            if parquet and out:     # every column, bodies too
+                spark.read.format("journal_engine").load(journals).write.mode("overwrite") \
+                    .parquet(os.path.join(out, "records.parquet"))
         if crash_reports:
             tables["crash-tests"] = analytics.crash_test_summary(analytics.read_reports(spark, crash_reports))
         if bench_reports:

@@ -19,6 +19,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -37,6 +39,7 @@ ARROW_UNCHECKED_JAVA_OPTIONS = "-Darrow.enable_unsafe_memory_access=true -Darrow
 SESSION_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     UNIX_SOCKETS_OPTION: "true",
+    "spark.python.daemon.module": "journal_engine.spark.daemon",   # a worker's broken pipe without a traceback
 }
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
@@ -85,12 +88,14 @@ def prepare(master: str = LOCAL_MASTER_DEFAULT) -> None:
 
 
 def session(master: str | None = None, app_name: str = "journal-engine", config: dict | None = None,
-            java_options: str = ""):
+            java_options: str = "", quiet_console: bool = False):
     """A SparkSession with journal_engine's data source registered: quiet, started once per process.
 
     ``master`` None: ``local[*]``, unless spark-submit started this driver (its --master holds);
     ``config``: more Spark settings, applied last; ``java_options``: more options of the driver's and
-    executors' JVMs (beside the log configuration), e.g. ``-XX:TieredStopAtLevel=1`` for short sessions."""
+    executors' JVMs (beside the log configuration), e.g. ``-XX:TieredStopAtLevel=1`` for short sessions;
+    ``quiet_console``: the JVM this starts writes its stderr through ``console_filter`` (a command's
+    terminal: ``journal-engine analyze``)."""
     from pyspark.sql import SparkSession
 
     if not _under_spark_submit():
@@ -111,10 +116,59 @@ def session(master: str | None = None, app_name: str = "journal-engine", config:
                    .config("spark.ui.enabled", "false"))
     for key, value in (config or {}).items():
         builder = builder.config(key, str(value))
-    spark = builder.getOrCreate()
+    if quiet_console and not _under_spark_submit():
+        with console_filter():
+            spark = builder.getOrCreate()
+    else:
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
     return spark
+
+
+#: what the JVM started by session(quiet_console=True) may write that is not the user's concern: the notice of
+#: the incubator module Spark 4 asks for, the first line of its stderr
+_JVM_NOTICES = ("WARNING: Using incubator modules:",)
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+@contextmanager
+def console_filter():
+    """While the body starts a JVM, its stderr -- and so that of the Python daemons it starts, pyspark's
+    planners among them -- is a pipe a thread of this process reads and copies to this process's stderr,
+    less what is not the user's concern: _JVM_NOTICES, and the ``BrokenPipeError`` (or reset) traceback of
+    a pyspark daemon's worker whose socket the JVM closed. Spark stops its planners' idle Python workers
+    after a minute (a full read of a large journal is such a minute), and pyspark.daemon prints each of
+    their broken pipes; the daemon of the reading workers is journal_engine.spark.daemon, quiet by
+    itself, but the planners' daemon is always pyspark's. Only what the body starts writes to the pipe."""
+    read_end, write_end = os.pipe()
+    console = os.dup(2)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        os.dup2(console, 2)
+        threading.Thread(target=_copy_console, args=(read_end, console), name="jvm-console", daemon=True).start()
+
+
+def _copy_console(read_end: int, console: int) -> None:
+    with os.fdopen(read_end, "r", errors="replace") as lines, os.fdopen(console, "w") as out:
+        held: list[str] = []         # a traceback block, until its last line says what it is
+        for line in lines:
+            if held or line.startswith(_TRACEBACK):
+                held.append(line)
+                if line.startswith((" ", _TRACEBACK)):
+                    continue
+                quiet = (any("pyspark/daemon.py" in seen for seen in held)
+                         and line.startswith(("BrokenPipeError", "ConnectionResetError")))
+                if not quiet:
+                    out.writelines(held)
+                held = []
+            elif not line.startswith(_JVM_NOTICES):
+                out.write(line)
+            out.flush()
+        out.writelines(held)
 
 
 def _under_spark_submit() -> bool:

@@ -71,7 +71,7 @@ def _freeze_a_workers_heap_once() -> None:
         return
     _frozen = True
     main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if getattr(main_spec, "name", None) in ("pyspark.daemon", "pyspark.worker"):
+    if getattr(main_spec, "name", None) in ("pyspark.daemon", "pyspark.worker", "journal_engine.spark.daemon"):
         gc.collect()
         gc.freeze()
 

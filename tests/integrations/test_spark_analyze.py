@@ -5,10 +5,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pyarrow.parquet
 import pytest
-from spark_journals import POISON_BODY, python_rows, write_broker
+from spark_journals import POISON_BODY, python_rows, write_broker, write_journal
 
 from journal_engine.cli import main as cli_main
 from journal_engine.errors import ConfigError
@@ -54,7 +55,8 @@ def test_analyze_keeps_sparks_log_and_progress_bar_out_of_the_terminal(spark, tm
                           text=True, timeout=300, check=True)
     assert "== dead-letters" in done.stdout
     noise = [line for line in done.stderr.splitlines()
-             if " INFO " in line or "log4j" in line or "[Stage " in line or "setLogLevel" in line]
+             if " INFO " in line or "log4j" in line or "[Stage " in line or "setLogLevel" in line
+             or "Traceback" in line or "incubator" in line]
     assert not noise, noise
 
 
@@ -124,3 +126,47 @@ def test_registering_in_a_session_that_reaches_its_workers_over_tcp_says_what_to
                           check=True)
     assert "journal_engine.spark.source: this SparkSession reaches its Python workers over TCP" in done.stdout
     assert f"{environment.UNIX_SOCKETS_OPTION}=true" in done.stdout
+
+
+_LIMITED_READS = """
+import sys
+from journal_engine.spark import session
+spark = session("local[1]")
+for _ in range(3):       # a task that needs one row: the JVM closes its Python worker's socket mid-stream
+    print(spark.read.format("journal_engine").option("batch_rows", "8").load(sys.argv[1]).limit(1).collect()[0].kind)
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+def test_a_python_worker_whose_socket_spark_closes_prints_no_traceback(tmp_path):
+    journal = tmp_path / "journal"
+    write_journal(journal)
+    done = subprocess.run([sys.executable, "-c", _LIMITED_READS, str(journal)], capture_output=True, text=True,
+                          timeout=300, check=True)
+    assert done.stdout.split() == ["ADD"] * 3
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+
+
+def test_the_console_filter_drops_a_daemons_broken_pipe_and_the_jvms_notice_and_keeps_the_rest(tmp_path):
+    daemon = "/site-packages/pyspark/python/lib/pyspark.zip/pyspark/daemon.py"
+    written = [
+        "WARNING: Using incubator modules: jdk.incubator.vector\n",
+        "12:00:00 WARN SomeClass: a warning the user should see\n",
+        "Traceback (most recent call last):\n", f'  File "{daemon}", line 264, in manager\n',
+        f'  File "{daemon}", line 95, in worker\n', "BrokenPipeError: [Errno 32] Broken pipe\n",
+        "Traceback (most recent call last):\n", '  File "mine.py", line 1, in <module>\n', "    boom()\n",
+        "ValueError: a real failure\n",
+        "Traceback (most recent call last):\n", f'  File "{daemon}", line 95, in worker\n',
+        "ConnectionResetError: [Errno 104] Connection reset by peer\n",
+        "the last line\n",
+    ]
+    read_end, write_end = os.pipe()
+    out = tmp_path / "console"
+    with open(out, "w") as console:
+        copier = threading.Thread(target=environment._copy_console, args=(read_end, os.dup(console.fileno())))
+        copier.start()
+        with os.fdopen(write_end, "w") as pipe:
+            pipe.writelines(written)
+        copier.join(timeout=10)
+    assert out.read_text().splitlines(keepends=True) == [written[1], *written[6:10], written[13]]
