@@ -5,7 +5,8 @@ plugins) and checked against ../shared/reference/activemq-classic-observed.md:
 
 * a consumer's failure is a **poison ack** (a rollback by a consumer without a ClassicRedeliveryPolicy,
   or a consumer whose policy's maximum was passed); an **expired** message goes the same way; a poison
-  ack on a non-durable topic subscription drops the message (TopicSubscription.acknowledge only counts it);
+  ack on a non-durable topic subscription drops the message (TopicSubscription.acknowledge only counts it),
+  and so does its expiry (TopicSubscription.dispatchMatched discards it);
 * the redelivery plugin, when configured, takes a poison ack first (``classic_plugins``): it schedules
   the message again (any consumer may take it when due, the delay recorded as ``redeliveryDelay``), or
   dead-letters it, or drops it;
@@ -98,7 +99,14 @@ class ClassicDeadLetters(DeadLetters):
         self._post_office.schedule_again(ref, now + delay)
 
     def expire(self, ref: Reference, now: int) -> None:
-        """An expired reference (READY): to the DLQ with the expiry cause, by the same rules."""
+        """An expired reference (READY): to the DLQ with the expiry cause, by the same rules; on a
+        non-durable topic subscription discarded (TopicSubscription.dispatchMatched; Topic's expiry task
+        sees only what durable subscriptions keep)."""
+        destination = self._destination_of(ref)
+        if not destination.is_queue and not ref.queue.durable:
+            self._drop(ref, EXPIRED, destination, "expired on a non-durable topic subscription, which discards it "
+                       "(TopicSubscription.dispatchMatched)")
+            return
         self.send_to_dead_letter_queue(ref, expired_cause(ref.data.expiration), now, expired=True)
 
     def send_to_dead_letter_queue(self, ref: Reference, cause: str | None, now: int, *, expired: bool) -> None:

@@ -232,3 +232,19 @@ def test_a_closing_session_hands_its_acknowledged_messages_back_redelivered_not_
     assert "ActiveMQ.DLQ" not in broker.queue_names()
     message = broker.create_consumer("orders").receive(0)
     assert message.delivery_count == 2 and message.redelivered
+
+
+def test_an_expired_message_on_a_non_durable_subscription_is_discarded_not_dead_lettered():
+    # ActiveMQ 5.17.2 TopicSubscription.dispatchMatched: an expired message waiting for a non-durable subscriber
+    # is discard()ed; Topic's expiry task (doBrowse) only sees the messages stored for durable subscriptions,
+    # which go to the DLQ (RegionBroker.messageExpired)
+    clock = ManualClock(START)
+    broker = classic_broker(clock=clock)
+    broker.create_queue("volatile", address="prices", routing_type="multicast", durable=False)
+    broker.create_queue("client-1:sub", address="prices", routing_type="multicast")
+    broker.send("prices", b"p", expiration=START + 10)
+    clock.advance(30_000)                       # the expiry scan
+    [dead] = broker.browse("ActiveMQ.DLQ")
+    assert dead.properties["originalDestination"] == "topic://prices"      # the durable subscription's
+    info = broker.queue("volatile")
+    assert (info.message_count, info.messages_expired, info.messages_dropped) == (0, 1, 1)
