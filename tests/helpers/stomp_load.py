@@ -7,7 +7,8 @@ receipt and waits for the RECEIPT (a message is *receipted* once it came); a con
 ``ack: client`` and answers each MESSAGE with a receipted ACK (a message is *acknowledged* once that
 RECEIPT came). Each body starts with the message's id, so a message is known however it travels.
 ``kill`` (a callable that SIGKILLs the server, restarts it on the same directory and port and returns
-that port) runs at ``kill_at_s``; every client then reconnects. After the send phase the consumers go
+that port) runs at ``kill_at_s``; every client then reconnects, and the load goes on for the rest of
+``duration_s`` after the restart (the send phase is ``duration_s`` plus the time the server was down). After the send phase the consumers go
 on until every receipted message was received or ``drain_timeout_s`` passed.
 
 What the result checks (:meth:`LoadResult.violations`): every receipted message was received (at
@@ -196,10 +197,12 @@ class KilledServer:
 class _Run:
     """The shared state of one load: what was receipted, received and acknowledged, under one lock."""
 
-    def __init__(self, port: int, connections: int, duration_s: float, ack_receipts: bool) -> None:
+    def __init__(self, port: int, connections: int, duration_s: float, ack_receipts: bool,
+                 backlog_max: int | None) -> None:
         self.port = port
         self.ack_receipts = ack_receipts
-        self.lock = threading.Lock()
+        self.backlog_max = backlog_max
+        self.lock = threading.Condition()
         self.result = LoadResult(connections=connections, duration_s=duration_s)
         self.sending = threading.Event()         # cleared: producers stop
         self.consuming = threading.Event()       # cleared: consumers stop
@@ -218,6 +221,19 @@ class _Run:
                 self.result.again_after_ack.append(message_id)
             self.result.received[message_id] += 1
             self.result.last_receive_s = self.now_s()
+            if self.backlog_max is not None:
+                self.lock.notify()
+
+    def may_send(self) -> bool:
+        """Waits while ``backlog_max`` receipted messages are not yet received; False once sending stops."""
+        if self.backlog_max is None:
+            return self.sending.is_set()
+        with self.lock:
+            while len(self.result.receipted) - len(self.result.received) >= self.backlog_max:
+                if not self.sending.is_set():
+                    return False
+                self.lock.wait(READ_SLICE_S)
+        return self.sending.is_set()
 
     def acknowledged(self, message_id: str) -> None:
         with self.lock:
@@ -256,7 +272,7 @@ def _produce(run: _Run, name: str, destination: str) -> None:
         if client is None:
             return
         try:
-            while run.sending.is_set():
+            while run.may_send():
                 message_id = f"{name}-{sequence}"
                 sequence += 1
                 client.send_raw(frame_bytes("SEND", {"destination": destination, "receipt": message_id},
@@ -317,7 +333,7 @@ def _produce_kombu(run: _Run, name: str, destination: str) -> None:
     sequence = 0
     with kombu.Connection(f"journal-engine://127.0.0.1:{run.port}") as connection:
         producer = kombu.Producer(connection.default_channel)
-        while run.sending.is_set():
+        while run.may_send():
             message_id = f"{name}-{sequence}"
             sequence += 1
             producer.publish(body_of(message_id), routing_key=destination, content_type="application/data",
@@ -345,7 +361,7 @@ def _consume_kombu(run: _Run, name: str, destination: str, ready: threading.Barr
 
 
 def run_load(port: int, *, connections: int, duration_s: float, queues: int = 1, consumers: int | None = None,
-             flow: str = "stomp", ack_receipts: bool = True,
+             flow: str = "stomp", ack_receipts: bool = True, backlog_max: int | None = None,
              kill: Callable[[], int] | None = None, kill_at_s: float | None = None,
              drain_timeout_s: float = 30.0) -> LoadResult:
     """Drive the load described in the module's docstring; returns what happened (check
@@ -361,7 +377,7 @@ def run_load(port: int, *, connections: int, duration_s: float, queues: int = 1,
     if kill is not None and flow != "stomp":
         raise ValueError("the kill is driven with the raw STOMP flow")
     produce, consume = (_produce, _consume) if flow == "stomp" else (_produce_kombu, _consume_kombu)
-    run = _Run(port, connections, duration_s, ack_receipts)
+    run = _Run(port, connections, duration_s, ack_receipts, backlog_max)
     run.sending.set()
     run.consuming.set()
     ready = threading.Barrier(consumers + 1)
@@ -378,6 +394,7 @@ def run_load(port: int, *, connections: int, duration_s: float, queues: int = 1,
     run.started = time.monotonic()
     for thread in threads[consumers:]:
         thread.start()
+    end_s = duration_s
     if kill is not None:
         time.sleep(max(0.0, (kill_at_s if kill_at_s is not None else duration_s / 2) - run.now_s()))
         run.result.killed_at_s = run.now_s()
@@ -385,7 +402,8 @@ def run_load(port: int, *, connections: int, duration_s: float, queues: int = 1,
             run.result.backlog_at_kill = len(run.result.receipted - run.result.received.keys())
         run.port = kill()
         run.result.down_s = run.now_s() - run.result.killed_at_s
-    time.sleep(max(0.0, duration_s - run.now_s()))
+        end_s += run.result.down_s          # the time after the kill is load on the restarted server
+    time.sleep(max(0.0, end_s - run.now_s()))
     run.sending.clear()
     run.result.send_phase_s = run.now_s()
     for thread in threads[consumers:]:
