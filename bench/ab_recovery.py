@@ -139,25 +139,33 @@ def main() -> int:
                 out = subprocess.run([sys.executable, __file__, "--one", sides[side], str(root), what],
                                      capture_output=True, text=True, check=True).stdout
                 runs.setdefault((side, what), []).append(json.loads(out))
-        seconds = {key: [run["s"] for run in value] for key, value in runs.items()}
         print(f"{args.records} x 256 B, {args.rounds} interleaved rounds, load average {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} cores; seconds, median (quartiles)")
-        for (side, what), values in sorted(seconds.items()):
-            anon = statistics.median(run["anon"] for run in runs[(side, what)])
-            print(f"  {side:5} {what:13} {_spread(values)}  RssAnon grown {anon / 1e6:.0f} MB")
+        for (side, what), values in sorted(runs.items()):
+            anon = statistics.median(run["anon"] for run in values)
+            print(f"  {side:5} {what:13} wall {_spread([run['s'] for run in values])}  CPU "
+                  f"{_spread([run['cpu'] for run in values])}  RssAnon grown {anon / 1e6:.0f} MB")
         body_bytes = args.records * 256
-        for side in sides:
-            views, copy = statistics.median(seconds[(side, "views")]), statistics.median(seconds[(side, "copy")])
-            lmdb_s = statistics.median(seconds[("this", "lmdb")])
-            mapped, owned = (statistics.median(seconds[("this", name)]) for name in ("floor_mapped", "floor_owned"))
-            broker = statistics.median(seconds[(side, "broker")])
-            anon = statistics.median(run["anon"] for run in runs[(side, "views")])
-            print(f"{side}: LMDB / (load+pass) {lmdb_s / views:.2f}x; (load+pass) / mapped floor {views / mapped:.2f}x; "
-                  f"(load(copy=True)+pass) / owned floor {copy / owned:.2f}x; Broker(dir) to the first receive "
-                  f"{args.records / broker / 1e6:.2f}M msg/s; RssAnon after load() / body bytes {anon / body_bytes:.2f}x")
+        for clock in ("s", "cpu"):
+            seconds = {key: [run[clock] for run in value] for key, value in runs.items()}
+            _ratios(seconds, runs, sides, args.records, body_bytes, "wall" if clock == "s" else "CPU")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
+
+
+def _ratios(seconds: dict, runs: dict, sides: dict, records: int, body_bytes: int, clock: str) -> None:
+    """The issue's table of each side on one clock, from the medians."""
+    lmdb_s = statistics.median(seconds[("this", "lmdb")])
+    mapped, owned = (statistics.median(seconds[("this", name)]) for name in ("floor_mapped", "floor_owned"))
+    for side in sides:
+        views, copy = statistics.median(seconds[(side, "views")]), statistics.median(seconds[(side, "copy")])
+        broker = statistics.median(seconds[(side, "broker")])
+        anon = statistics.median(run["anon"] for run in runs[(side, "views")])
+        print(f"{side} ({clock}): LMDB / (load+pass) {lmdb_s / views:.2f}x; (load+pass) / mapped floor "
+              f"{views / mapped:.2f}x; (load(copy=True)+pass) / owned floor {copy / owned:.2f}x; Broker(dir) to "
+              f"the first receive {records / broker / 1e6:.2f}M msg/s; RssAnon after load() / body bytes "
+              f"{anon / body_bytes:.2f}x")
 
 
 if __name__ == "__main__":
