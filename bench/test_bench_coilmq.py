@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
+from stomp_load import coilmq_config  # tests/helpers, on the path in CI
 
 stomp = pytest.importorskip("stomp", reason="stomp.py is not installed (pip install 'journal_engine[bench]')")
 pytest.importorskip("coilmq", reason="coilmq is not installed (pip install 'journal_engine[bench]')")
@@ -44,18 +45,6 @@ WAIT_S = 30.0
 STORES = ["memory", "dbm", "sqlalchemy", "journal", "lmdb"]
 
 
-def _coilmq_config(store: str, directory: Path) -> str:
-    lines = ["[coilmq]", "listen_addr = 127.0.0.1", "listen_port = 0"]
-    if store == "memory":
-        lines.append("qstore.factory = coilmq.store.memory.MemoryQueue")
-    elif store == "dbm":
-        lines += ["qstore.factory = coilmq.store.dbm:make_dbm", f"qstore.dbm.data_dir = {directory}"]
-    elif store == "sqlalchemy":
-        lines += ["qstore.factory = coilmq.store.sa:make_sa",
-                  f"qstore.sqlalchemy.url = sqlite:///{directory / 'coilmq.sqlite'}"]
-    return "\n".join(lines) + "\n"
-
-
 class Server:
     """One broker in a child process; ``port`` is read from what it prints (it picks a free one)."""
 
@@ -68,7 +57,7 @@ class Server:
             marker, stream = "listening on 127.0.0.1:", "stdout"
         else:
             config = directory / "coilmq.cfg"
-            config.write_text(_coilmq_config(store, directory))
+            config.write_text(coilmq_config(store, directory, 0))
             command = [sys.executable, "-m", "coilmq.start", "-c", str(config)]
             marker, stream = "listening on 127.0.0.1:", "stderr"
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
