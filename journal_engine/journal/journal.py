@@ -230,7 +230,9 @@ class Journal(JournalCore, StoreLifecycle):
         ``copy=True`` returns owned ``bytes`` instead: pick it when the bodies must outlive changes
         other processes make to the files (a view of a file another process truncates raises
         FileChangedError when copied, and a read through its buffer may die of SIGBUS), or when
-        holding them must not pin files. The Python twin always returns bytes.
+        holding them must not pin files. A read-only journal's views are not protected from a writer
+        in another process, which may recycle a file under them: an inspection beside a live writer
+        that keeps its bodies past the load passes ``copy=True``. The Python twin always returns bytes.
 
         Recovery acts on what it finds (docs/internals/recovery.md): it finishes an interrupted
         compaction, erases a torn tail (``report.torn_tail_truncated``), rolls back transactions that

@@ -123,7 +123,7 @@ def is_pinned(key):
     return tuple(key) in _pins
 
 
-cdef _raise_view_cut(object owner, const unsigned char *data, Py_ssize_t size):
+cdef _raise_view_cut(object owner):
     """The guard caught a read of a view past its file's end: another process cut the file."""
     cdef const unsigned char *fault = <const unsigned char *>je_bus_fault_address()
     cdef Py_ssize_t offset = -1
@@ -140,7 +140,7 @@ cdef _raise_view_cut(object owner, const unsigned char *data, Py_ssize_t size):
 cdef int _guarded_copy(void *dst, const unsigned char *src, Py_ssize_t size, object owner) except -1:
     """memcpy out of a mapping under the SIGBUS guard: FileChangedError naming the file, never a signal."""
     if size > 0 and je_bus_guarded_copy(dst, src, <size_t>size) == JE_BUS_FAULT:
-        _raise_view_cut(owner, src, size)
+        _raise_view_cut(owner)
     return 0
 
 
@@ -163,7 +163,7 @@ cdef class Body:
     journal's pool) until the last view into it goes. Every copy out of it (``bytes()``, slicing,
     comparison, hashing) reads under the SIGBUS guard, so a file another process cuts short meanwhile
     gives FileChangedError naming it; a read through the buffer protocol has no such guard
-    (docs/storage.md, "Bodies are views")."""
+    (docs/internals/recovery.md, row X5)."""
     cdef object _owner                  # the MappedFile (or bytes) the view points into
     cdef const unsigned char *_data
     cdef Py_ssize_t _size
@@ -284,8 +284,9 @@ cdef inline Body _new_body(object owner, const unsigned char *data, Py_ssize_t s
 cdef class RecordInfo:
     """A live record after replay: its add, then its updates in append order.
 
-    Not tracked by the garbage collector (it cannot form a cycle: ints, bytes and a
-    list of (int, bytes)), so loading a million of them triggers no collections.
+    Not tracked by the garbage collector (it cannot form a cycle: ints, bodies -- bytes, or Body
+    views that hold only their mapped file -- and a list of (int, body)), so loading a million of
+    them triggers no collections.
     """
     cdef readonly unsigned long long record_id
     cdef readonly int record_type
