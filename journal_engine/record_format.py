@@ -137,6 +137,15 @@ QUEUE_ROUTING_TYPES = ("anycast", "multicast")
 MESSAGE_FORMAT_VERSION = 1
 QUEUE_FORMAT_VERSION = 1
 QUEUE_WITH_ARGUMENTS_FORMAT_VERSION = 2         # version 1 and a property map of queue-declare arguments
+#: a queue's auto-delete rule, kept in version 2's property map under names no queue-declare argument may take
+#: (Artemis's PersistentQueueBindingEncoding keeps autoCreated, autoDelete, autoDeleteDelay and
+#: autoDeleteMessageCount with the binding): a property map, not a version 3, so that every reader of
+#: version 2 (the compiled column decoder too) reads these records unchanged
+QUEUE_AUTO_CREATED_ARGUMENT = "_JE_AUTO_CREATED"                      # True when present
+QUEUE_AUTO_DELETE_DELAY_ARGUMENT = "_JE_AUTO_DELETE_DELAY"            # ms; present only on an auto-deleting queue
+QUEUE_AUTO_DELETE_MESSAGE_COUNT_ARGUMENT = "_JE_AUTO_DELETE_MESSAGE_COUNT"   # messages, -1: any number
+_QUEUE_OWN_ARGUMENTS = (QUEUE_AUTO_CREATED_ARGUMENT, QUEUE_AUTO_DELETE_DELAY_ARGUMENT,
+                        QUEUE_AUTO_DELETE_MESSAGE_COUNT_ARGUMENT)
 MESSAGE_HEAD = struct.Struct("<BBBxq")         # version, flags, routing type, pad, expiration ms
 QUEUE_HEAD = struct.Struct("<BBBx")            # version, routing type, has filter, pad
 _U32 = struct.Struct("<I")
@@ -199,6 +208,8 @@ class StoredQueue:
     routing_type: str = "anycast"
     filter: str | None = None
     arguments: dict | None = None   # queue-declare arguments (Qpid's), kept with the binding
+    auto_created: bool = False      # made by the broker (a dead-letter or expiry resource), not declared
+    auto_delete: tuple[int, int] | None = None  # (delay ms, message count) of an auto-deleting queue, else None
 
 
 # ----- small bodies --------------------------------------------------------------------------------
@@ -439,25 +450,36 @@ def decode_message(message_id: int, data: bytes, *, path=None) -> StoredMessage:
 # ----- queues --------------------------------------------------------------------------------------------
 
 def encode_queue(name: str, address: str, *, routing_type: str = "anycast", filter: str | None = None,
-                 arguments: dict | None = None) -> bytes:
+                 arguments: dict | None = None, auto_created: bool = False,
+                 auto_delete: tuple[int, int] | None = None) -> bytes:
     """Body of QUEUE_BINDING_RECORD (21): version, routing type, filter flag, name, address, filter;
-    with queue-declare ``arguments``, version 2 and the arguments as a property map after them (a
-    queue without arguments is written as version 1, byte for byte as before)."""
+    with queue-declare ``arguments`` or an auto-delete rule, version 2 and a property map after them:
+    the arguments and the rule's own entries (``_QUEUE_OWN_ARGUMENTS``; an argument of those names is
+    refused, ValueError). A queue with neither is written as version 1, byte for byte as before."""
     if routing_type not in QUEUE_ROUTING_TYPES:
         raise ValueError(f"routing_type={routing_type!r}: use 'anycast' or 'multicast'")
-    version = QUEUE_WITH_ARGUMENTS_FORMAT_VERSION if arguments else QUEUE_FORMAT_VERSION
+    stored = dict(arguments) if arguments else {}
+    for key in _QUEUE_OWN_ARGUMENTS:
+        if key in stored:
+            raise ValueError(f"queue argument {key!r}: the name is the store's own (a queue's auto-delete rule)")
+    if auto_created:
+        stored[QUEUE_AUTO_CREATED_ARGUMENT] = True
+    if auto_delete is not None:
+        stored[QUEUE_AUTO_DELETE_DELAY_ARGUMENT], stored[QUEUE_AUTO_DELETE_MESSAGE_COUNT_ARGUMENT] = auto_delete
+    version = QUEUE_WITH_ARGUMENTS_FORMAT_VERSION if stored else QUEUE_FORMAT_VERSION
     out = bytearray(QUEUE_HEAD.pack(version, ROUTING_TYPES[routing_type], filter is not None))
     _put_text(out, name, "queue name")
     _put_text(out, address, "address")
     _put_text(out, filter if filter is not None else "", "filter")
-    if arguments:
-        _put_properties(out, dict(arguments))
+    if stored:
+        _put_properties(out, stored)
     return bytes(out)
 
 
 def decode_queue(queue_id: int, data: bytes, *, path=None) -> StoredQueue:
     """The StoredQueue of a QUEUE_BINDING_RECORD body (the inverse of ``encode_queue``);
-    CorruptRecordError for another format version, a bad routing type or a truncated field."""
+    CorruptRecordError for another format version, a bad routing type, a truncated field or an
+    auto-delete entry of the wrong type."""
     reader = _Reader(bytes(data), queue_id, RecordType.QUEUE_BINDING_RECORD, path, "queue")
     version, routing, has_filter = reader.unpack(QUEUE_HEAD, "queue header")
     if version not in (QUEUE_FORMAT_VERSION, QUEUE_WITH_ARGUMENTS_FORMAT_VERSION):
@@ -473,10 +495,17 @@ def decode_queue(queue_id: int, data: bytes, *, path=None) -> StoredQueue:
     name = reader.text("queue name")
     address = reader.text("address")
     text = reader.text("filter")
-    arguments = _get_properties(reader) if version == QUEUE_WITH_ARGUMENTS_FORMAT_VERSION else None
+    arguments = _get_properties(reader) if version == QUEUE_WITH_ARGUMENTS_FORMAT_VERSION else {}
     reader.end()
+    auto_created = arguments.pop(QUEUE_AUTO_CREATED_ARGUMENT, False)
+    delay = arguments.pop(QUEUE_AUTO_DELETE_DELAY_ARGUMENT, None)
+    count = arguments.pop(QUEUE_AUTO_DELETE_MESSAGE_COUNT_ARGUMENT, None)
+    if (auto_created is not True and auto_created is not False) or (delay is None) != (count is None) or not all(
+            value is None or (type(value) is int and value >= -1) for value in (delay, count)):
+        raise reader.fail(f"auto-delete entries {auto_created!r}, {delay!r}, {count!r}: expected True, "
+                          "and two integers or none")
     return StoredQueue(queue_id, name, address, _ROUTING_NAMES[routing], text if has_filter else None,
-                       arguments or None)
+                       arguments or None, auto_created, (delay, count) if delay is not None else None)
 
 
 # ----- the common message, fast ----------------------------------------------------------------------

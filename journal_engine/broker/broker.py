@@ -67,7 +67,7 @@ from .redelivery import Redelivery
 from .selector import Selector
 from .redrive import Redrive, RedriveResult, check_redrive_arguments
 from .session import CLIENT_DEFAULT, ClientDefault, Session
-from .queue_reaper import apply_auto_delete
+from .queue_reaper import auto_delete_rule, reap_queues
 from .timers import NEVER_MS, SCAN_PERIOD_MS_DEFAULT, BackgroundScanner, DeliveryTimers, PeriodicScan
 from .transactions import Transactions
 
@@ -176,7 +176,7 @@ class Broker:
         if self._store is not None:
             try:
                 recovered = self._store.load()
-                self._post_office.load(recovered)
+                self._post_office.load(recovered, clock.now_ms())
                 for stored in recovered.queues.values():   # Qpid's rules, kept with their bindings
                     if stored.arguments or self._qpid_context is not None:
                         self._post_office.queues_by_id[stored.queue_id].set_qpid_policy(
@@ -190,6 +190,8 @@ class Broker:
                                   expiry_scan=PeriodicScan(message_expiry_scan_period, clock.now_ms()),
                                   queue_scan=PeriodicScan(address_queue_scan_period, clock.now_ms()))
         self._transactions = Transactions(self._gate, clock, self._post_office, self._redelivery, self._delivery)
+        with self._gate.lock:       # Artemis's start-up pass (startAddressQueueScanner: reapAddresses(true))
+            reap_queues(self._post_office, clock.now_ms(), initial=True)
         if self._manual_clock:
             clock.subscribe(self._on_clock_moved)
         self._scanner: BackgroundScanner | None = None
@@ -256,8 +258,9 @@ class Broker:
                 raise QueueExistsError("name", name, "a queue of that name exists",
                                        hint="broker.set_queue_arguments(name, arguments) changes its arguments")
             queue = post_office.create_queue(name, address, routing_type, filter, durable,
-                                             arguments=storable_arguments(arguments) if arguments else None)
-            apply_auto_delete(queue, post_office.address_settings.get(address))
+                                             arguments=storable_arguments(arguments) if arguments else None,
+                                             auto_delete=auto_delete_rule(post_office.address_settings.get(address),
+                                                                          False), now_ms=self._clock.now_ms())
             self._apply_qpid_policy(queue, qpid_policy)
             return queue.info()
 

@@ -47,7 +47,7 @@ from .artemis.address_settings import AddressSettings
 from .artemis.dialect import Dialect
 from .message import MessageData
 from .post_office import PostOffice
-from .queue_reaper import apply_auto_delete
+from .queue_reaper import auto_delete_rule
 from .queue import EXPIRED, KILLED, NORMAL, AddressState, QueueState, Reference
 
 __all__ = ["ROUTING_TYPE_CODES", "DeadLetterReason", "DEAD_LETTER_REASONS",
@@ -197,7 +197,7 @@ class DeadLetters:
         if address is not None:
             if settings.auto_create_dead_letter_resources and address and queue.address != address:
                 self._auto_create(address, settings.dead_letter_queue_prefix, queue.address,
-                                  settings.dead_letter_queue_suffix)
+                                  settings.dead_letter_queue_suffix, now)
             target = self._post_office.addresses.get(address)
             if target is not None and target.has_queues():
                 self._move(ref, target, KILLED, reason, now)
@@ -284,7 +284,8 @@ class DeadLetters:
         address = settings.expiry_address
         if address:         # None or "" = drop
             if settings.auto_create_expiry_resources and data.address != address:
-                self._auto_create(address, settings.expiry_queue_prefix, data.address, settings.expiry_queue_suffix)
+                self._auto_create(address, settings.expiry_queue_prefix, data.address, settings.expiry_queue_suffix,
+                                  now)
             target = post_office.addresses.get(address)
             if target is not None and target.has_queues():
                 self._move(ref, target, EXPIRED, DeadLetterReason.EXPIRED, now)
@@ -304,15 +305,15 @@ class DeadLetters:
             self.expire(ref, now)
             ref = pop_expired(now)
 
-    def _auto_create(self, on_address: str, prefix: str, for_address: str, suffix: str) -> None:
+    def _auto_create(self, on_address: str, prefix: str, for_address: str, suffix: str, now: int) -> None:
         """The dead-letter (or expiry) queue of ``for_address`` on ``on_address``: multicast, durable,
         filtered on the copies' original address (Artemis createResources)."""
         name = resource_queue_name(prefix, for_address, suffix)
         post_office = self._post_office
         if name not in post_office.queues:
-            queue = post_office.create_queue(name, on_address, "multicast", origin_filter(self._dialect, for_address),
-                                             True, auto_created=True)
-            apply_auto_delete(queue, post_office.address_settings.get(on_address))
+            post_office.create_queue(name, on_address, "multicast", origin_filter(self._dialect, for_address), True,
+                                     auto_created=True, now_ms=now,
+                                     auto_delete=auto_delete_rule(post_office.address_settings.get(on_address), True))
 
     def _move(self, ref: Reference, target: AddressState, ack_reason: str, reason: str, now: int) -> None:
         """Copy the message to another address and remove the original, in one store transaction

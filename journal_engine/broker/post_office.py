@@ -22,7 +22,7 @@ from ..limits import MESSAGE_ID_BLOCK
 from ..message_store.message_store import MessageStore, RecoveredReferences
 from .artemis.address_settings import AddressSettingsRepository
 from .message import MESSAGE_ID_PROPERTY, MessageData
-from .queue import DONE, KILLED, NORMAL, READY, AddressState, QueueState, Reference
+from .queue import DONE, KILLED, NORMAL, READY, AddressState, AutoDelete, QueueState, Reference
 from .timers import DeliveryTimers
 
 __all__ = ["PostOffice"]
@@ -100,14 +100,16 @@ class PostOffice:
         self.address_settings = repository
 
     # ------------------------------------------------------------------------------- queues
-    def load(self, state) -> None:
-        """Queues (with filters), messages, delivery counts and scheduled redeliveries from the store's
+    def load(self, state, now_ms: int) -> None:
+        """Queues (with filters and auto-delete rules; ``now_ms`` is their creation time, as Artemis's
+        reloaded queues have), messages, delivery counts and scheduled redeliveries from the store's
         RecoveredState (once, before anything else)."""
         timers = self.timers
         for queue_id in sorted(state.queues):
             stored = state.queues[queue_id]
+            rule = AutoDelete(*stored.auto_delete) if stored.auto_delete is not None else None
             queue = QueueState(stored.name, queue_id, stored.address, stored.routing_type, stored.filter, True,
-                               self._lock)
+                               self._lock, auto_created=stored.auto_created, auto_delete=rule, created_ms=now_ms)
             self._bind(queue)
         self._next_queue_id = state.max_queue_id + 1
         self._start_message_ids(max(state.max_message_id + 1, state.message_id_floor, 1))
@@ -178,19 +180,20 @@ class PostOffice:
         address.bind(queue)
 
     def create_queue(self, name: str, address: str, routing_type: str, filter: str | None, durable: bool,
-                     *, auto_created: bool = False, arguments: dict | None = None) -> QueueState:
-        """A new queue bound to ``address`` (stored, with its queue-declare ``arguments``, when durable
-        and there is a store). QueueExistsError when the name is taken."""
+                     *, auto_created: bool = False, arguments: dict | None = None,
+                     auto_delete: AutoDelete | None = None, now_ms: int = -1) -> QueueState:
+        """A new queue bound to ``address``, made at ``now_ms`` (stored, with its queue-declare ``arguments``
+        and its auto-delete rule, when durable and there is a store). QueueExistsError when the name is taken."""
         if name in self.queues:
             raise QueueExistsError("name", name, "a queue of that name exists",
                                    hint="pick another name, or broker.queue(name) to inspect it")
         queue_id = self._next_queue_id
         if durable and self.store is not None:
             self.store.store_queue(queue_id, name, address, routing_type=routing_type, filter=filter,
-                                   arguments=arguments)
+                                   arguments=arguments, auto_created=auto_created, auto_delete=auto_delete)
         self._next_queue_id = queue_id + 1
         queue = QueueState(name, queue_id, address, routing_type, filter, durable, self._lock,
-                           auto_created=auto_created)
+                           auto_created=auto_created, auto_delete=auto_delete, created_ms=now_ms)
         self._bind(queue)
         return queue
 

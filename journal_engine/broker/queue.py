@@ -11,18 +11,27 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .._impl import ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, Reference
 from .message import HEADER_NAMES, MessageData
 from .selector import Selector
 
-__all__ = ["QueueInfo", "Reference", "QueueState", "AddressState", "READY", "SCHEDULED", "DELIVERING", "DONE",
+__all__ = ["QueueInfo", "Reference", "QueueState", "AutoDelete", "AddressState", "READY", "SCHEDULED", "DELIVERING", "DONE",
            "ACKED_IN_TX", "NORMAL", "KILLED", "EXPIRED"]
 
 # why a reference left its queue (Artemis AckReason); the queue counts each kind
 NORMAL = "normal"
 KILLED = "killed"          # dead-lettered: moved to the dead-letter address, or dropped
 EXPIRED = "expired"
+
+
+class AutoDelete(NamedTuple):
+    """An auto-deleting queue's two thresholds, fixed when it was created and kept with its binding
+    (Artemis's autoDeleteDelay and autoDeleteMessageCount); a tuple, as the store keeps it."""
+
+    delay_ms: int
+    message_count: int          # -1: any number
 
 
 class QueueState:
@@ -32,10 +41,11 @@ class QueueState:
                  "auto_created", "ready", "count", "scheduled", "delivering", "consumers", "waiters", "condition",
                  "messages_added", "messages_acknowledged", "messages_killed", "messages_expired",
                  "messages_dropped", "pending_sends", "deleted", "id_list", "qpid_policy", "_restore",
-                 "auto_delete", "consumer_removed_ms", "swept")
+                 "auto_delete", "consumer_removed_ms", "swept", "created_ms")
 
     def __init__(self, name: str, queue_id: int, address: str, routing_type: str, filter: str | None,
-                 durable: bool, lock: threading.Lock, *, auto_created: bool = False) -> None:
+                 durable: bool, lock: threading.Lock, *, auto_created: bool = False,
+                 auto_delete: AutoDelete | None = None, created_ms: int = -1) -> None:
         self.name = name
         self.queue_id = queue_id
         self.address = address
@@ -62,7 +72,8 @@ class QueueState:
         self.id_list = [queue_id]       # what the store's send call takes for this queue alone
         self.qpid_policy = None         # a qpid.QpidQueuePolicy: Qpid's maximum delivery count and DLQ rule
         self._restore = None            # recovered references not made yet (see restore_later)
-        self.auto_delete = None         # a queue_reaper.AutoDelete when the queue goes once unused (Artemis)
+        self.auto_delete = auto_delete  # an AutoDelete when the queue goes once unused (Artemis, queue_reaper)
+        self.created_ms = created_ms    # made, or recovered, then (epoch ms): the skip-usage-check delay's start
         self.consumer_removed_ms = -1   # when its last consumer went away (-1: never had one that did)
         self.swept = False              # seen deletable by the previous scan of the queue reaper
 

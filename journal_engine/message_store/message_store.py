@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace as replaced
 
 from .. import _impl
 from ..errors import (ConfigError, DuplicateRecordError, JournalClosedError, JournalError, JournalIOError,
@@ -453,20 +453,24 @@ class MessageStore:
 
     # ----- queues ------------------------------------------------------------------------------------------
     def store_queue(self, queue_id: int, name: str, address: str, *, routing_type: str = "anycast",
-                    filter: str | None = None, arguments: dict | None = None, sync: bool | None = None) -> None:
-        """Record a durable queue binding (type 21), with its queue-declare ``arguments`` if any. Waits
+                    filter: str | None = None, arguments: dict | None = None, auto_created: bool = False,
+                    auto_delete: tuple[int, int] | None = None, sync: bool | None = None) -> None:
+        """Record a durable queue binding (type 21), with its queue-declare ``arguments`` if any, whether the
+        broker made it (``auto_created``) and its auto-delete rule ((delay ms, message count), or None). Waits
         for the disk unless sync=False or sync="none"; written out to the operating system at once
         either way, so that a killed process never keeps messages sent to the queue and loses the
         queue (the message journal writes out, and syncs a full file, on its own schedule)."""
         self._check_loaded()
         if queue_id == ID_COUNTER_RECORD_ID:
             raise ValueError(f"queue id {queue_id} is the bindings journal's ID counter; queues take ids below it")
-        body = encode_queue(name, address, routing_type=routing_type, filter=filter, arguments=arguments)
+        body = encode_queue(name, address, routing_type=routing_type, filter=filter, arguments=arguments,
+                            auto_created=auto_created, auto_delete=auto_delete)
         with self._lock:
             if queue_id in self._queues:
                 raise DuplicateRecordError(f"queue {queue_id} is already stored")
             self._bindings.add(queue_id, RecordType.QUEUE_BINDING_RECORD, body, sync=False)
-            self._queues[queue_id] = StoredQueue(queue_id, name, address, routing_type, filter, arguments or None)
+            self._queues[queue_id] = StoredQueue(queue_id, name, address, routing_type, filter, arguments or None,
+                                                 auto_created, auto_delete)
         self._settle_bindings(sync if sync is not None else self.sync_mode != "none")
 
     def reserve_message_ids(self, below: int) -> None:
@@ -494,13 +498,13 @@ class MessageStore:
             if stored is None:
                 raise UnknownRecordError(f"queue {queue_id} is not stored")
             body = encode_queue(stored.name, stored.address, routing_type=stored.routing_type,
-                                filter=stored.filter, arguments=arguments)
+                                filter=stored.filter, arguments=arguments, auto_created=stored.auto_created,
+                                auto_delete=stored.auto_delete)
             tx_id = queue_id       # one rewrite of a queue at a time (the lock); committed at once
             self._bindings.delete_tx(tx_id, queue_id)
             self._bindings.add_tx(tx_id, queue_id, RecordType.QUEUE_BINDING_RECORD, body)
             self._bindings.commit(tx_id, sync=False)
-            self._queues[queue_id] = StoredQueue(queue_id, stored.name, stored.address, stored.routing_type,
-                                                 stored.filter, dict(arguments) if arguments else None)
+            self._queues[queue_id] = replaced(stored, arguments=dict(arguments) if arguments else None)
         self._wait(self._bindings, sync if sync is not None else self.sync_mode != "none")
 
     def delete_queue(self, queue_id: int, *, sync: bool | None = None) -> int:

@@ -63,6 +63,7 @@ ADDRESS_SETTINGS_DEFAULTS: dict[str, Any] = {
     "auto_delete_created_queues": False,
     "auto_delete_queues_delay": 0,
     "auto_delete_queues_message_count": 0,
+    "auto_delete_queues_skip_usage_check": False,
 }
 
 _default_rng = random.Random()
@@ -136,11 +137,13 @@ class AddressSettings:
     # whether a queue created at this address is deleted once unused (Artemis's AddressQueueReaper): an
     # auto-created one (dead-letter and expiry resources) by auto_delete_queues, another by
     # auto_delete_created_queues; after auto_delete_queues_delay ms without consumers and with at most
-    # auto_delete_queues_message_count messages (-1: any number)
+    # auto_delete_queues_message_count messages (-1: any number); with auto_delete_queues_skip_usage_check
+    # also a queue nobody used, its delay counted from its creation (read when the reaper scans)
     auto_delete_queues: bool | None = None
     auto_delete_created_queues: bool | None = None
     auto_delete_queues_delay: int | None = None
     auto_delete_queues_message_count: int | None = None
+    auto_delete_queues_skip_usage_check: bool | None = None
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)
@@ -150,7 +153,8 @@ class AddressSettings:
             if value is not None and not isinstance(value, str):
                 raise ConfigError(name, value, "must be a string")
         for name in ("auto_create_dead_letter_resources", "auto_create_expiry_resources", "no_expiry",
-                     "send_to_dla_on_no_route", "auto_delete_queues", "auto_delete_created_queues"):
+                     "send_to_dla_on_no_route", "auto_delete_queues", "auto_delete_created_queues",
+                     "auto_delete_queues_skip_usage_check"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise ConfigError(name, value, "must be True or False")

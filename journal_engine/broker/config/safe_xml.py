@@ -54,7 +54,7 @@ ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS = frozenset({
     "redistribution-delay", "slow-consumer-threshold",
     "slow-consumer-threshold-measurement-unit", "slow-consumer-check-period", "slow-consumer-policy",
     "auto-create-jms-queues", "auto-delete-jms-queues", "auto-create-jms-topics", "auto-delete-jms-topics",
-    "auto-create-queues", "auto-delete-queues-skip-usage-check", "config-delete-queues",
+    "auto-create-queues", "config-delete-queues",
     "auto-create-addresses", "auto-delete-addresses", "auto-delete-addresses-delay",
     "auto-delete-addresses-skip-usage-check", "config-delete-addresses", "config-delete-diverts",
     "management-browse-page-size", "management-message-attribute-size-limit", "default-purge-on-no-consumers",
@@ -306,6 +306,7 @@ _ELEMENT_FIELDS: dict[str, tuple[str, Any]] = {
     "auto-delete-created-queues": ("auto_delete_created_queues", _parse_bool),
     "auto-delete-queues-delay": ("auto_delete_queues_delay", _parse_long),
     "auto-delete-queues-message-count": ("auto_delete_queues_message_count", _parse_long),
+    "auto-delete-queues-skip-usage-check": ("auto_delete_queues_skip_usage_check", _parse_bool),
 }
 
 
