@@ -100,6 +100,10 @@ def session(master: str | None = None, app_name: str = "journal-engine", config:
 
     if not _under_spark_submit():
         prepare(master or LOCAL_MASTER_DEFAULT)
+    else:
+        # spark-submit's --conf spark.pyspark.python reaches this driver as PYSPARK_PYTHON; without it the
+        # executors would run "python3" from their PATH, which need not hold pyarrow nor journal_engine
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     java_options = f"-Dlog4j2.configurationFile={LOG4J2_CONFIGURATION.as_uri()} {java_options}".strip()
     builder = (SparkSession.builder.appName(app_name)
                .config("spark.driver.extraJavaOptions", java_options)

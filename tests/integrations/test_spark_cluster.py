@@ -1,0 +1,107 @@
+"""`journal-engine analyze` through spark-submit on a standalone cluster: a master and a worker started here
+(pyspark's spark-class), as users run it, stopped on every path.
+
+The worker's PATH holds only the system's directories: its ``python3`` is the system's, without pyarrow or
+journal_engine, as on a cluster node where nothing was installed beside Spark. The submitting user's
+interpreter is this one, first on spark-submit's PATH (an activated virtual environment).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from spark_journals import POISON_BODY, write_broker
+
+pytestmark = pytest.mark.spark
+
+START_TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def stop(process: subprocess.Popen) -> None:
+    """The process and everything it started (its own session: the JVM, executors, Python daemons)."""
+    for signal_number, wait_s in ((signal.SIGTERM, 20), (signal.SIGKILL, 20)):
+        try:
+            os.killpg(process.pid, signal_number)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def wait_for(log, text: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if text in log.read_text(errors="replace"):
+            return
+        if process.poll() is not None:
+            break
+        time.sleep(0.5)
+    raise AssertionError(f"{text!r} not in {log}:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """spark://127.0.0.1:PORT with one worker of 2 cores; the environment its nodes run with."""
+    import pyspark
+    from journal_engine.spark.environment import java_home
+    base = tmp_path_factory.mktemp("cluster")
+    spark_class = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
+    node_env = {"PATH": "/usr/bin:/bin", "HOME": str(base), "JAVA_HOME": java_home(), "SPARK_LOCAL_IP": "127.0.0.1",
+                "SPARK_HOME": os.path.dirname(pyspark.__file__), "SPARK_WORKER_DIR": str(base / "work")}
+    if os.environ.get("PYTHONPATH"):        # a run of the suite against another tree reads that tree
+        node_env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    port = free_port()
+    url = f"spark://127.0.0.1:{port}"
+    started = []
+    try:
+        master_log = base / "master.log"
+        with open(master_log, "wb") as log:
+            started.append(subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host",
+                                             "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())],
+                                            env=node_env, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True))
+        wait_for(master_log, "I have been elected leader", started[0])
+        worker_log = base / "worker.log"
+        with open(worker_log, "wb") as log:
+            started.append(subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker", "--host",
+                                             "127.0.0.1", "--cores", "2", "--memory", "2g", "--webui-port",
+                                             str(free_port()), url], env=node_env, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True))
+        wait_for(master_log, "Registering worker", started[1])
+        yield url, node_env
+    finally:
+        for process in reversed(started):
+            stop(process)
+
+
+def test_spark_submit_runs_analyze_on_a_standalone_cluster(cluster, tmp_path):
+    url, node_env = cluster
+    broker = tmp_path / "broker"
+    write_broker(broker)
+    venv_bin = tmp_path / "venv-bin"          # the user's activated environment: its python3 first on PATH
+    venv_bin.mkdir()
+    (venv_bin / "python3").symlink_to(sys.executable)
+    import journal_engine.spark.submit as submit
+    spark_submit = os.path.join(node_env["SPARK_HOME"], "bin", "spark-submit")
+    done = subprocess.run([spark_submit, "--master", url, "--conf", "spark.ui.enabled=false", submit.__file__,
+                           "analyze", str(broker)],
+                          env={**node_env, "PATH": f"{venv_bin}:{node_env['PATH']}"}, capture_output=True, text=True,
+                          timeout=600, start_new_session=True)
+    errors = [line for line in done.stderr.splitlines() if "Error" in line and not line.startswith("\tat ")]
+    assert done.returncode == 0, "\n".join(errors[:20])
+    assert any(line.split()[:5] == ["orders", "orders", "DLA", "max-delivery-attempts", "1"]
+               and line.split()[5] == str(len(POISON_BODY)) for line in done.stdout.splitlines()), done.stdout
