@@ -69,6 +69,12 @@ def read_header(path: str) -> DataFile:
         raise CorruptRecordError(f"cannot read a journal file: {exc.strerror}", path=path, offset=0, field="file",
                                  hint="an entry with a journal file name must be a regular journal file; "
                                       "move it out of the journal directory") from exc
+    return data_file_of(path, raw, size)
+
+
+def data_file_of(path: str, raw: bytes, size: int) -> DataFile:
+    """A data file from its first bytes and its size, however they were read (a local file, or an object
+    in a store pyarrow.fs reads for the Spark source); CorruptRecordError when they are not a journal file's."""
     header = FileHeader.decode(raw, path, crc32c)
     if size < FILE_HEADER_SIZE_BYTES + 4096:
         raise CorruptRecordError(f"journal file is only {size} bytes long", path=path, offset=size,

@@ -30,7 +30,6 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import os
 import sys
 
 import numpy as np
@@ -41,10 +40,10 @@ from ..record_format import FrameCheck
 from ..journal.journal import Journal
 from ..journal.recovery import (DAMAGED_END_REASON, TORN_TAIL_REASON, classify_end, cut_short_reason,
                                 gap_reason)
-from ..journal.scan import FileScan, read_while_live, scan_data_file, scan_file
-from ..journal.segment_files import DataFile, list_directory
-from ..message_store.interface import stored_backend
+from ..journal.scan import FileScan
+from ..journal.segment_files import DataFile
 from . import columns as arrow_columns
+from .files import files_of, find_stores
 
 log = logging.getLogger(__name__)
 
@@ -74,30 +73,6 @@ def _freeze_a_workers_heap_once() -> None:
     if getattr(main_spec, "name", None) in ("pyspark.daemon", "pyspark.worker", "journal_engine.spark.daemon"):
         gc.collect()
         gc.freeze()
-
-
-def find_stores(path: str) -> list[tuple[str, str]]:
-    """The record stores at ``path`` as (directory, backend: "journal" or "lmdb"): itself when it holds
-    one, else those of its immediate subdirectories that do (a broker's or message store's ``messages``
-    and ``bindings``)."""
-    path = os.path.abspath(path)
-    if not os.path.isdir(path):
-        raise ConfigError("path", path, "not a directory", hint="give a journal directory, an LMDB store, or a "
-                                                                "broker's or message store's directory")
-    backend = stored_backend(path)
-    if backend is not None:
-        return [(path, backend)]
-    found = []
-    for name in sorted(os.listdir(path)):
-        directory = os.path.join(path, name)
-        backend = stored_backend(directory) if os.path.isdir(directory) else None
-        if backend is not None:
-            found.append((directory, backend))
-    if not found:
-        raise ConfigError("path", path, "holds no record store (journal-*.jej files, an LMDB data.mdb), nor do "
-                                        "its subdirectories",
-                          hint="give the directory Broker() or MessageStore() wrote, or one of its journals")
-    return found
 
 
 def paths_of(options: dict) -> list[str]:
@@ -200,10 +175,14 @@ class JournalReader(DataSourceReader):
         found: list[InputPartition] = []
         for directory, backend in self.stores:
             if self.live or backend != "journal":
+                if "://" in directory:
+                    raise ConfigError("live", "true", "a journal in object storage is read file by file; live=true "
+                                                      "loads a journal from a local path",
+                                      hint="read it without live=true, or copy it where the executors mount it")
                 found.append(LiveStore(directory, backend))
                 continue
             try:
-                files, unreadable = read_while_live(directory, lambda: self._listing(directory))
+                files, unreadable = self._listing(directory)
             except CorruptRecordError as damaged:       # the journal does not list at all
                 found.append(self._damage_part(damaged, directory))
                 continue
@@ -216,8 +195,12 @@ class JournalReader(DataSourceReader):
     @staticmethod
     def _listing(directory: str) -> tuple[list[DataFile], list[CorruptRecordError]]:
         """What load() replays, in its order, and the files whose header does not decode."""
-        unreadable: list[CorruptRecordError] = []
-        return list_directory(directory, as_if_compacted=True, unreadable=unreadable).data, unreadable
+        files = files_of(directory)
+
+        def listing() -> tuple[list[DataFile], list[CorruptRecordError]]:
+            unreadable: list[CorruptRecordError] = []
+            return files.listing(unreadable), unreadable
+        return files.again_if_changed(listing)
 
     def _damage_part(self, damaged: CorruptRecordError, directory: str) -> DamagePart:
         """A damage row for an error of the plan (failfast: the error itself, raised)."""
@@ -249,20 +232,21 @@ class JournalReader(DataSourceReader):
         that sequence now (compaction gives its k-th output the k-th replaced file's sequence), or None
         when the compaction needed fewer files than it replaced. A file is never damage for being gone."""
         planned = partition.data.header
+        files = files_of(partition.journal)
 
         def successor() -> FileScan | None:
-            for data in list_directory(partition.journal, as_if_compacted=True).data:
+            for data in files.listing():
                 if data.header.sequence == planned.sequence:
-                    return FileScan(data, scan_data_file(data))
+                    return files.scan(data)
             return None
 
         try:
-            scan = scan_file(partition.data.path)
+            now = files.header(partition.data.path)
         except FileVanishedError:
-            return read_while_live(partition.journal, successor)
-        if (scan.header.file_id, scan.header.sequence) != (planned.file_id, planned.sequence):
-            return read_while_live(partition.journal, successor)   # the name taken again since the plan
-        return scan
+            return files.again_if_changed(successor)
+        if (now.header.file_id, now.header.sequence) != (planned.file_id, planned.sequence):
+            return files.again_if_changed(successor)    # the name taken again since the plan
+        return files.scan(now)
 
     def _read_file(self, partition: FilePart):
         try:
@@ -300,10 +284,12 @@ class JournalReader(DataSourceReader):
         """Where the file's valid frames stop: a clean end (no row), or damage — a torn tail when no later
         file holds data, else damage followed by later files (recovery's decision)."""
         if classify_end(data, end, check) == FrameCheck.INVALID:
+            files = files_of(journal)
+
             def later_data() -> bool:
-                return _any_holds_data([later for later in list_directory(journal, as_if_compacted=True).data
-                                        if later.header.sequence > data.header.sequence])
-            reason = DAMAGED_END_REASON if read_while_live(journal, later_data) else TORN_TAIL_REASON
+                return _any_holds_data(files, [later for later in files.listing()
+                                               if later.header.sequence > data.header.sequence])
+            reason = DAMAGED_END_REASON if files.again_if_changed(later_data) else TORN_TAIL_REASON
             yield self._damage_row(data, end, reason)
 
     def _damage_row(self, data: DataFile, offset: int, reason: str):
@@ -340,10 +326,10 @@ class JournalReader(DataSourceReader):
                                          self.columns)
 
 
-def _any_holds_data(files: list) -> bool:
+def _any_holds_data(files, later: list) -> bool:
     """Whether any of these data files holds a frame or damage (recovery's test for the last file with data)."""
-    for data in files:
-        scan = scan_file(data.path)
+    for data in later:
+        scan = files.scan(data)
         if scan.cut_short or scan.columns.end_offset > data.header.data_start or scan.columns.count:
             return True
     return False
