@@ -13,6 +13,7 @@ import os
 
 from ..errors import ConfigError
 from .columns import COLUMNS
+from .files import find_stores
 
 TABLE_ROWS_MAX = 20
 #: the columns the analyses read: every column but the bodies (most of a journal's bytes)
@@ -23,7 +24,7 @@ def split_paths(paths: list[str]) -> tuple[list[str], list[str], list[str]]:
     """(journal paths, crash-test reports, bench reports) among the command's paths."""
     journals, crash_reports, bench_reports = [], [], []
     for path in paths:
-        if os.path.isdir(path):
+        if os.path.isdir(path) or "://" in path:      # a directory, or a URI the source reads (file://, s3://)
             journals.append(path)
             continue
         try:
@@ -89,6 +90,8 @@ def _bar_plot(path: str, title: str, labels: list, series: dict, ylabel: str) ->
 def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
         sent_time_property: str | None = None) -> int:
     journals, crash_reports, bench_reports = split_paths(paths)
+    for path in journals:       # a directory with no store is refused in one line, before Spark starts
+        find_stores(path)
     from .. import analytics
     from .environment import session
     from .source import register

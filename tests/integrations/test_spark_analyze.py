@@ -170,3 +170,11 @@ def test_the_console_filter_drops_a_daemons_broken_pipe_and_the_jvms_notice_and_
             pipe.writelines(written)
         copier.join(timeout=10)
     assert out.read_text().splitlines(keepends=True) == [written[1], *written[6:10], written[13]]
+
+
+def test_analyze_refuses_a_directory_without_a_store_in_one_line_before_spark_starts(tmp_path):
+    (tmp_path / "empty").mkdir()
+    done = subprocess.run([sys.executable, "-m", "journal_engine", "analyze", str(tmp_path / "empty")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "holds no record store" in done.stderr, done.stderr
