@@ -50,6 +50,7 @@ from .config.systems import load as load_config, merged_switch
 from .clock import Clock, WallClock
 from .classic.dead_letters import ClassicDeadLetters
 from .classic.config import ClassicBrokerConfig
+from .classic.expiry_scans import DestinationExpiryScans
 from .classic.policy import ClassicRedeliveryPolicy
 from .consumer import Consumer
 from .dead_letter import DeadLetters
@@ -149,6 +150,15 @@ class Broker:
             address_queue_scan_period = merged_switch(
                 "address_queue_scan_period", address_queue_scan_period, SCAN_PERIOD_MS_DEFAULT,
                 parsed.address_queue_scan_period, parsed.source)
+        expiry_grid_ms = message_expiry_scan_period     # how often the expiry scan may run
+        scan_time = None
+        if classic_config is not None:
+            if message_expiry_scan_period != SCAN_PERIOD_MS_DEFAULT:
+                raise ConfigError("message_expiry_scan_period", message_expiry_scan_period,
+                                  "is Artemis's; a Classic broker scans each destination at its policy entry's "
+                                  "expireMessagesPeriod", hint='set <policyEntry expireMessagesPeriod="...">')
+            expiry_grid_ms = 1          # each destination's scans at their own times (classic.expiry_scans)
+            scan_time = DestinationExpiryScans(classic_config)
         self._dialect = dialect_named(dialect)
         self.max_redelivery_records = max_redelivery_records
         self.persist_delivery_count_before_delivery = persist_delivery_count_before_delivery
@@ -164,7 +174,8 @@ class Broker:
                                        sync=sync, clock=clock, **(store_options or {}))
         self.message_expiry_scan_period = message_expiry_scan_period
         self.address_queue_scan_period = address_queue_scan_period
-        self._timers = DeliveryTimers(wake_waiters=not self._manual_clock, watch_expiry=message_expiry_scan_period > 0)
+        self._timers = DeliveryTimers(wake_waiters=not self._manual_clock, watch_expiry=expiry_grid_ms > 0,
+                                      scan_time=scan_time)
         self._post_office = PostOffice(self._store, self._timers, self._gate.lock, settings)
         if classic_config is not None:
             self._dead_letters = ClassicDeadLetters(self._post_office, self._dialect, classic_config, rng)
@@ -187,7 +198,7 @@ class Broker:
         self._delivery = Delivery(self._gate, clock, self._post_office, self._dead_letters, self._redelivery,
                                   strict=self._store is not None and persist_delivery_count_before_delivery,
                                   manual_clock=self._manual_clock, close_keeps_count=classic_config is not None,
-                                  expiry_scan=PeriodicScan(message_expiry_scan_period, clock.now_ms()),
+                                  expiry_scan=PeriodicScan(expiry_grid_ms, clock.now_ms()),
                                   queue_scan=PeriodicScan(address_queue_scan_period, clock.now_ms()))
         self._transactions = Transactions(self._gate, clock, self._post_office, self._redelivery, self._delivery)
         with self._gate.lock:       # Artemis's start-up pass (startAddressQueueScanner: reapAddresses(true))

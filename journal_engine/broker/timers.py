@@ -30,18 +30,22 @@ class DeliveryTimers:
     """The scheduled-delivery heap and the expiry heap. ``wake_waiters``: a newly scheduled reference
     wakes the sleeping receivers of its queue so they recompute their wait (not with a manual clock,
     whose moves wake them instead). ``watch_expiry=False`` (no expiry scan): expiring references are not
-    watched, a consumer meeting them expires them."""
+    watched, a consumer meeting them expires them. ``scan_time``: a watched reference is due for the
+    expiry scan at ``scan_time(ref)`` (None: never) instead of at its expiration (a seed system whose
+    destinations scan at their own periods: classic.expiry_scans)."""
 
     __slots__ = ("_scheduled", "_expiring", "_tiebreak", "_wake_waiters", "_watch_expiry", "pending",
-                 "on_first_expiry")
+                 "on_first_expiry", "_scan_time")
 
-    def __init__(self, *, wake_waiters: bool, watch_expiry: bool = True) -> None:
+    def __init__(self, *, wake_waiters: bool, watch_expiry: bool = True,
+                 scan_time: Callable[[Reference], int | None] | None = None) -> None:
         self._watch_expiry = watch_expiry
+        self._scan_time = scan_time
         # called (lock held) when a reference is watched while none was: the wall clock's scanner, which
         # sleeps past the expiry scans while there is nothing to expire, looks again
         self.on_first_expiry: Callable[[], None] | None = None
         self._scheduled: list = []          # heap of (due ms, tiebreak, reference)
-        self._expiring: list = []           # heap of (expiration ms, tiebreak, reference) of READY references
+        self._expiring: list = []           # heap of (expiration or scan_time ms, tiebreak, reference), READY
         self._tiebreak = itertools.count()
         self._wake_waiters = wake_waiters
         # Is anything scheduled or watched for expiry? A plain attribute, because every receive reads it:
@@ -73,9 +77,15 @@ class DeliveryTimers:
         """Watch a READY reference whose message has an expiration, for the reaper."""
         if not self._watch_expiry:
             return
+        if self._scan_time is None:
+            due_ms = ref.data.expiration
+        else:
+            due_ms = self._scan_time(ref)
+            if due_ms is None:
+                return
         expiring = self._expiring
         first = not expiring
-        heapq.heappush(expiring, (ref.data.expiration, next(self._tiebreak), ref))
+        heapq.heappush(expiring, (due_ms, next(self._tiebreak), ref))
         self.pending = True
         if first and self.on_first_expiry is not None:
             self.on_first_expiry()

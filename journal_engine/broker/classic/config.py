@@ -1,7 +1,7 @@
 """``ClassicBrokerConfig``: what an ActiveMQ Classic activemq.xml tells the broker, as objects.
 
 The destination policies (``<destinationPolicy>``: per queue or topic pattern, the dead-letter
-strategy; a default entry), the redelivery plugin, the discarding-DLQ plugin and ``schedulerSupport``.
+strategy and the expiry scan's period; a default entry), the redelivery plugin, the discarding-DLQ plugin and ``schedulerSupport``.
 Build one in code or read it from activemq.xml (``config.classic``); ``Broker(config=...)`` then runs with
 Classic's dead-letter rules (``classic``). Why a module of its own: the reader builds it and the
 Classic dead-letter path reads it; neither imports the other.
@@ -11,11 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...errors import ConfigError
+from ...limits import JAVA_LONG_MAX, JAVA_LONG_MIN
 from .destinations import ClassicDestination, ClassicDestinationMap
 from .plugins import DiscardingDLQPlugin, RedeliveryPlugin
 from .dead_letter_strategy import DeadLetterStrategy, SharedDeadLetterStrategy
 
-__all__ = ["ClassicBrokerConfig"]
+__all__ = ["ClassicBrokerConfig", "EXPIRE_MESSAGES_PERIOD_MS_DEFAULT"]
+
+#: BaseDestination.EXPIRE_MESSAGE_PERIOD: a policy entry's expireMessagesPeriod when it sets none (ms)
+EXPIRE_MESSAGES_PERIOD_MS_DEFAULT = 30_000
 
 
 @dataclass
@@ -24,8 +28,11 @@ class ClassicBrokerConfig:
 
     ``strategies``: a ClassicDestinationMap of DeadLetterStrategy (policy entries that set one);
     ``default_strategy``: the default policy entry's strategy, else a shared strategy (``ActiveMQ.DLQ``),
-    as Classic uses when no entry sets one. ``redelivery_plugin`` needs ``scheduler_support``
-    (ConfigError otherwise, as Classic refuses to start).
+    as Classic uses when no entry sets one. ``expire_messages_periods``: a ClassicDestinationMap of every
+    policy entry's ``expireMessagesPeriod`` (ms; its default when the entry sets none), and
+    ``default_expire_messages_period`` the default entry's: how often a destination is scanned for
+    expired messages (<= 0: never). ``redelivery_plugin`` needs ``scheduler_support`` (ConfigError
+    otherwise, as Classic refuses to start).
     """
 
     strategies: ClassicDestinationMap = field(default_factory=ClassicDestinationMap)
@@ -34,12 +41,24 @@ class ClassicBrokerConfig:
     discarding_plugin: DiscardingDLQPlugin | None = None
     scheduler_support: bool = False
     source: str = "activemq.xml"
+    expire_messages_periods: ClassicDestinationMap = field(default_factory=ClassicDestinationMap)
+    default_expire_messages_period: int = EXPIRE_MESSAGES_PERIOD_MS_DEFAULT
 
     def __post_init__(self) -> None:
+        for period in (self.default_expire_messages_period, *self.expire_messages_periods.values()):
+            if isinstance(period, bool) or not isinstance(period, int) or not JAVA_LONG_MIN <= period <= JAVA_LONG_MAX:
+                raise ConfigError("expireMessagesPeriod", period, "must be an integer (ms; 0 or less: never scanned)")
         if self.redelivery_plugin is not None and not self.scheduler_support:
             raise ConfigError("schedulerSupport", self.scheduler_support,
                               "the redeliveryPlugin needs the broker's scheduler",
                               hint='set <broker schedulerSupport="true">')
+
+    def expire_messages_period_for(self, destination: ClassicDestination) -> int:
+        """How often ``destination`` is scanned for expired messages (ms; <= 0: never): its policy entry's
+        ``expireMessagesPeriod``, as PolicyMap.getEntryFor picks the entry (the default entry when none
+        matches)."""
+        period = self.expire_messages_periods.get(destination)
+        return period if period is not None else self.default_expire_messages_period
 
     def strategy_for(self, destination: ClassicDestination) -> DeadLetterStrategy:
         """The dead-letter strategy of the policy entry that applies to ``destination``."""

@@ -136,7 +136,7 @@ class ClassicDeadLetters(DeadLetters):
         if dead_letter_queue == destination:
             self._drop(ref, reason, destination, "it is on its own DLQ already (not re-added)")
             return
-        target = self._dead_letter_target(dead_letter_queue)
+        target = self._dead_letter_target(dead_letter_queue, now)
         if target is None:
             self._drop(ref, reason, destination, f"its DLQ {dead_letter_queue.qualified_name} has no subscription")
             return
@@ -161,7 +161,7 @@ class ClassicDeadLetters(DeadLetters):
         queue = ref.queue
         return destination_of_queue(queue.address, queue.routing_type)
 
-    def _dead_letter_target(self, destination: ClassicDestination) -> AddressState | None:
+    def _dead_letter_target(self, destination: ClassicDestination, now: int) -> AddressState | None:
         """The address a DLQ copy goes to: a queue DLQ is created on first use; a topic DLQ only has the
         subscriptions it has."""
         post_office = self._post_office
@@ -171,7 +171,8 @@ class ClassicDeadLetters(DeadLetters):
         if not destination.is_queue:
             return None
         if destination.name not in post_office.queues:
-            post_office.create_queue(destination.name, destination.name, "anycast", None, True, auto_created=True)
+            post_office.create_queue(destination.name, destination.name, "anycast", None, True, auto_created=True,
+                                     now_ms=now)
         return post_office.addresses.get(destination.name)
 
     def _drop(self, ref: Reference, reason: str, destination: ClassicDestination, why: str) -> None:

@@ -5,7 +5,7 @@ What is read (attribute names as Classic's XBean schema spells them):
 
 * ``<broker schedulerSupport="...">``;
 * ``<destinationPolicy><policyMap>``: ``<policyEntries><policyEntry queue="..."|topic="...">`` and
-  ``<defaultEntry><policyEntry>``, each with its ``<deadLetterStrategy>``:
+  ``<defaultEntry><policyEntry>``, each with ``expireMessagesPeriod`` and its ``<deadLetterStrategy>``:
   ``<sharedDeadLetterStrategy>``, ``<individualDeadLetterStrategy>`` or ``<discarding>`` with
   ``processExpired``, ``processNonPersistent``, ``expiration``, ``enableAudit``, ``maxAuditDepth``,
   ``maxProducersToAudit`` and the individual strategy's ``queuePrefix``, ``topicPrefix``,
@@ -35,7 +35,7 @@ from ...limits import JAVA_INT_MAX, JAVA_LONG_MAX
 from ...errors import ConfigError
 from ..artemis.address_settings import AddressSettingsRepository
 from .model import BrokerConfig
-from ..classic.config import ClassicBrokerConfig
+from ..classic.config import EXPIRE_MESSAGES_PERIOD_MS_DEFAULT, ClassicBrokerConfig
 from ..classic.destinations import QUEUE, TOPIC, ClassicDestinationMap, check_pattern
 from ..classic.plugins import DiscardingDLQPlugin, RedeliveryPlugin, compile_drop_only
 from ..classic.policy import ClassicRedeliveryPolicy
@@ -73,6 +73,7 @@ _STRATEGIES = {
     "discarding": (DiscardingDeadLetterStrategy, _STRATEGY_ATTRIBUTES),
     "discardingdeadletterstrategy": (DiscardingDeadLetterStrategy, _STRATEGY_ATTRIBUTES),
 }
+_POLICY_ENTRY_ATTRIBUTES = {"expireMessagesPeriod": ("expire_messages_period", "long")}
 _POLICY_ATTRIBUTES = {
     "maximumRedeliveries": ("maximum_redeliveries", "int"),
     "initialRedeliveryDelay": ("initial_redelivery_delay", "long"),
@@ -193,6 +194,7 @@ class _Reader:
 
     def destination_policy(self, element: ElementTree.Element, config: dict[str, Any]) -> None:
         strategies = ClassicDestinationMap()
+        periods = ClassicDestinationMap()
         for policy_map in _elements(element):
             if local_name(policy_map) != "policymap":
                 self.skip(policy_map, f"destinationPolicy/{_tag(policy_map)}")
@@ -205,20 +207,22 @@ class _Reader:
                             self.skip(entry, f"policyEntries/{_tag(entry)}")
                             continue
                         kind, pattern = self.destination(entry, "policyEntry")
-                        strategy = self.policy_entry(entry)
+                        strategy, period = self.policy_entry(entry)
                         if strategy is not None:
                             self.put(strategies, kind, pattern, strategy, entry, "policyEntry")
+                        self.put(periods, kind, pattern, period, entry, "policyEntry")
                 elif part_name == "defaultentry":
                     for entry in _elements(part):
                         if local_name(entry) != "policyentry":
                             self.skip(entry, f"defaultEntry/{_tag(entry)}")
                             continue
-                        strategy = self.policy_entry(entry, default=True)
+                        strategy, config["default_expire_messages_period"] = self.policy_entry(entry, default=True)
                         if strategy is not None:
                             config["default_strategy"] = strategy
                 else:
                     self.skip(part, f"policyMap/{_tag(part)}")
         config["strategies"] = strategies
+        config["expire_messages_periods"] = periods
 
     def destination(self, element: ElementTree.Element, path: str) -> tuple[str, str]:
         given = [a for a in _DESTINATION_ATTRIBUTES if a in element.attrib]
@@ -239,10 +243,13 @@ class _Reader:
         except ConfigError as exc:
             raise located(exc, line_of(element)) from None
 
-    def policy_entry(self, entry: ElementTree.Element, *, default: bool = False) -> DeadLetterStrategy | None:
-        """The dead-letter strategy a policy entry sets (None: it sets none)."""
+    def policy_entry(self, entry: ElementTree.Element, *, default: bool = False
+                     ) -> tuple[DeadLetterStrategy | None, int]:
+        """The dead-letter strategy a policy entry sets (None: it sets none) and its expiry scan's period
+        (PolicyEntry's default when it sets none)."""
         path = "defaultEntry/policyEntry" if default else "policyEntry"
-        self.fields(entry, path, {}, also=_DESTINATION_ATTRIBUTES)
+        period = self.fields(entry, path, _POLICY_ENTRY_ATTRIBUTES, also=_DESTINATION_ATTRIBUTES).get(
+            "expire_messages_period", EXPIRE_MESSAGES_PERIOD_MS_DEFAULT)
         strategy = None
         for child in _elements(entry):
             if local_name(child) != "deadletterstrategy":
@@ -255,7 +262,7 @@ class _Reader:
                                   "must hold one of <sharedDeadLetterStrategy>, <individualDeadLetterStrategy>, "
                                   "<discarding>", line=line_of(chosen[0] if chosen else child))
             strategy = self.strategy(chosen[0], f"{path}/deadLetterStrategy/{_tag(chosen[0])}")
-        return strategy
+        return strategy, period
 
     def strategy(self, element: ElementTree.Element, path: str) -> DeadLetterStrategy:
         factory, attributes = _STRATEGIES[local_name(element)]

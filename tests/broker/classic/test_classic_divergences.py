@@ -237,14 +237,16 @@ def test_a_closing_session_hands_its_acknowledged_messages_back_redelivered_not_
 def test_an_expired_message_on_a_non_durable_subscription_is_discarded_not_dead_lettered():
     # ActiveMQ 5.17.2 TopicSubscription.dispatchMatched: an expired message waiting for a non-durable subscriber
     # is discard()ed; Topic's expiry task (doBrowse) only sees the messages stored for durable subscriptions,
-    # which go to the DLQ (RegionBroker.messageExpired)
+    # which go to the DLQ (RegionBroker.messageExpired); no timer looks at a non-durable subscription
     clock = ManualClock(START)
     broker = classic_broker(clock=clock)
     broker.create_queue("volatile", address="prices", routing_type="multicast", durable=False)
     broker.create_queue("client-1:sub", address="prices", routing_type="multicast")
     broker.send("prices", b"p", expiration=START + 10)
-    clock.advance(30_000)                       # the expiry scan
+    clock.advance(30_000)                       # the topic's expiry scan
     [dead] = broker.browse("ActiveMQ.DLQ")
     assert dead.properties["originalDestination"] == "topic://prices"      # the durable subscription's
+    assert broker.queue("volatile").message_count == 1
+    assert broker.create_consumer("volatile").receive(0) is None           # met at dispatch: discarded
     info = broker.queue("volatile")
     assert (info.message_count, info.messages_expired, info.messages_dropped) == (0, 1, 1)
