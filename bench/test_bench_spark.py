@@ -56,6 +56,14 @@ AGGREGATE = ("count(*) AS records", "sum(body_size) AS body_bytes", "count(addre
 PROJECTION = "record_id bigint, kind string, record_type int, queue_id bigint, address string"
 PROJECTED_AGGREGATE = ("count(*) AS records", "sum(record_id) AS ids", "count(address) AS messages",
                        "sum(queue_id) AS queue_ids", "count(kind) AS kinds")
+#: the narrow question of issue 27's anchor: three columns
+NARROW = "record_id bigint, kind string, queue_id bigint"
+NARROW_AGGREGATE = ("count(*) AS records", "sum(record_id) AS ids", "count_if(kind = 'ADD') AS messages",
+                    "sum(queue_id) AS queue_ids")
+#: a master to run on instead of local[*] (a standalone cluster: spark://host:7077)
+MASTER = os.environ.get("JOURNAL_BENCH_SPARK_MASTER") or None
+#: the targets of issue 27: the source's rate as a fraction of Spark's on the same rows from Parquet
+TARGET_RATIO = {"full row": 0.8, "3 columns": 0.5}
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
@@ -81,7 +89,7 @@ def message_journal(tmp_path_factory) -> Path:
 def spark():
     from journal_engine.spark import session
     from journal_engine.spark.environment import ARROW_UNCHECKED_JAVA_OPTIONS
-    started = session(app_name="journal-engine-bench", java_options=ARROW_UNCHECKED_JAVA_OPTIONS)
+    started = session(MASTER, app_name="journal-engine-bench", java_options=ARROW_UNCHECKED_JAVA_OPTIONS)
     yield started
     started.stop()
 
@@ -157,13 +165,19 @@ def test_warm_read_interleaved(benchmark, spark, message_journal, tmp_path):
     source.write.parquet(str(parquet))
     cores = spark.sparkContext.defaultParallelism
     narrow = [field.split()[0] for field in PROJECTION.split(", ")]
+    three = [field.split()[0] for field in NARROW.split(", ")]
     cases = {   # name: (action, cores it uses)
         "spark source": (lambda: aggregate(spark.read.format("journal_engine").load(str(message_journal)),
                                            pads=pads), cores),
         "spark source, 5 columns": (lambda: aggregate(
             spark.read.format("journal_engine").schema(PROJECTION).load(str(message_journal)),
             PROJECTED_AGGREGATE, pads), cores),
+        "spark source, 3 columns": (lambda: aggregate(
+            spark.read.format("journal_engine").schema(NARROW).load(str(message_journal)), NARROW_AGGREGATE, pads),
+            cores),
         "spark parquet": (lambda: aggregate(spark.read.parquet(str(parquet)), pads=pads), cores),
+        "spark parquet, 3 columns": (lambda: aggregate(spark.read.parquet(str(parquet)).select(*three),
+                                                       NARROW_AGGREGATE, pads), cores),
         "spark parquet, 5 columns": (lambda: aggregate(spark.read.parquet(str(parquet)).select(*narrow),
                                                        PROJECTED_AGGREGATE, pads), cores),
         "source reader, one process": (lambda: read_with_source_reader(message_journal), 1),
@@ -206,10 +220,16 @@ def test_warm_read_interleaved(benchmark, spark, message_journal, tmp_path):
             "jvm_cpu_s": statistics.median(jvm_seconds[name][-ROUNDS:]),
             "load_average": [round(load, 2) for load in loads[name][-ROUNDS:]],
         }
-    benchmark.extra_info.update(records=RECORDS, rounds=ROUNDS, cores=cores, cases=results)
+    ratios = {"full row": results["spark source"]["records_per_s"] / results["spark parquet"]["records_per_s"],
+              "3 columns": (results["spark source, 3 columns"]["records_per_s"]
+                            / results["spark parquet, 3 columns"]["records_per_s"])}
+    benchmark.extra_info.update(records=RECORDS, rounds=ROUNDS, cores=cores, cases=results, master=MASTER or "local",
+                                ratio_to_parquet=ratios)
     print(f"\n{GROUP} ({RECORDS:,} records, {ROUNDS} rounds after a warm-up, Spark on {cores} cores)")
     for name, result in results.items():
         print(f"{name:32s} median {result['median_s']:7.2f} s (min {result['min_s']:.2f}, max {result['max_s']:.2f})"
               f"  {result['records_per_s']:>11,.0f}/s  {result['records_per_s_per_core']:>11,.0f}/s/core"
               f"  cpu {result['cpu_s']:6.2f} s (jvm {result['jvm_cpu_s']:5.2f})  {result['records_per_cpu_s']:>11,.0f}/cpu-s"
               f"  load {'/'.join(f'{load:.1f}' for load in result['load_average'])}")
+    for question, ratio in ratios.items():
+        print(f"source / parquet, {question}: {ratio:.2f} (target {TARGET_RATIO[question]})")
