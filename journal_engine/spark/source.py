@@ -2,12 +2,15 @@
 
 ``spark.read.format("journal_engine").load(path_or_paths)`` reads journal directories, or the
 directories that hold them (a broker's or a message store's: its ``messages`` and ``bindings``
-journals), one partition per data file — a file larger than the option ``split_bytes`` in several,
+journals) -- local paths, ``file://`` or any URI pyarrow.fs opens (files.py) -- one partition per data file — a file larger than the option ``split_bytes`` in several,
 each converting its share of the rows (the frame chain of a file is only known from its start: no
 offset inside a file can be trusted to begin a frame, since a body may hold anything, so every part
 scans the file whole with the compiled decoder, which is the cheap step). Rows come out as Arrow
 batches built from the decoders' columns (journal_engine.spark.columns); the files are opened read
-only and mapped, never written, truncated or locked.
+only and mapped, never written, truncated or locked. A partition is a replay position: a file a
+compaction replaced after the plan is read as the file that holds its position now (``_slot``). An
+LMDB store is read as its live records (one partition), as ``live=true`` reads a journal. Damage is a
+row (a file whose header does not decode too), unless ``mode=failfast``.
 
 Options:
 
