@@ -88,6 +88,13 @@ def test_load_with_a_sigkill_in_the_middle(benchmark, case_dir):
         client_cpu_s=round(result.client_cpu_s, 1), loadavg=os.getloadavg())
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _server_for(target: str, directory):
     if target.startswith("coilmq-"):
         return KilledServer.coilmq(target.split(",")[0].removeprefix("coilmq-"), directory)
@@ -102,7 +109,8 @@ def test_the_same_load_on_coilmq_stores_and_through_kombu(benchmark, case_dir):
 
     connections, seconds = int(size(benchmark, "CONNECTIONS")), size(benchmark, "COMPARED_SECONDS")
     rounds = int(size(benchmark, "ROUNDS"))
-    rates: dict[str, list[tuple[float, float]]] = {target: [] for target in TARGETS}
+    # per round: sent/s, received/s, the server's and the clients' CPU seconds per second
+    rates: dict[str, list[tuple[float, float, float, float]]] = {target: [] for target in TARGETS}
     loads: list[tuple[float, float, float]] = []
 
     def all_rounds() -> None:
@@ -111,28 +119,30 @@ def test_the_same_load_on_coilmq_stores_and_through_kombu(benchmark, case_dir):
                 directory = case_dir / f"{target.replace(', ', '-').replace(' ', '-')}-{number}"
                 directory.mkdir()
                 server = _server_for(target, directory)
+                pid = server.lives[-1].process.pid
                 try:
+                    server_cpu_before_s = cpu_s(pid)
                     result = load(server.port, connections, seconds, flow="kombu" if target == "kombu" else "stomp",
                                   ack_receipts="no ACK receipt" not in target)
+                    server_cpu_s = cpu_s(pid) - server_cpu_before_s
                 finally:
                     server.stop()
                 print(f"{target}: {result.summary()}")
                 assert not result.violations(), (target, result.violations())
                 if not target.startswith("coilmq-"):    # coilmq's server prints a traceback for a client's reset
                     assert not server.tracebacks(), (target, server.tracebacks())
-                rates[target].append((result.sent_per_s, result.received_per_s))
+                rates[target].append((result.sent_per_s, result.received_per_s, server_cpu_s / result.last_receive_s,
+                                      result.client_cpu_s / result.last_receive_s))
                 loads.append(os.getloadavg())
                 shutil.rmtree(directory, ignore_errors=True)
 
     benchmark.pedantic(all_rounds, rounds=1, iterations=1)
     table = {}
-    for target, pairs in rates.items():
-        sent, received = [p[0] for p in pairs], [p[1] for p in pairs]
-        table[target] = {"sent_per_s": [round(statistics.median(sent)), round(min(sent)), round(max(sent))],
-                         "received_per_s": [round(statistics.median(received)), round(min(received)),
-                                            round(max(received))]}
-        print(f"{target}: sent {table[target]['sent_per_s']}, received {table[target]['received_per_s']} "
-              "(median, min, max msg/s)")
+    for target, samples in rates.items():
+        table[target] = {name: [round(f(column), 2) for f in (statistics.median, min, max)]
+                         for name, column in zip(("sent_per_s", "received_per_s", "server_cpu_s_per_s",
+                                                  "client_cpu_s_per_s"), zip(*samples))}
+        print(f"{target}: {table[target]} (median, min, max)")
     benchmark.extra_info.update(connections=connections, seconds=seconds, rounds=rounds,
                                 queues=[queue_name(i) for i in range(queues_for(connections))], table=table,
                                 loadavg_min=[min(load[0] for load in loads)],

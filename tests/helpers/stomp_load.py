@@ -207,6 +207,7 @@ class _Run:
         self.sending = threading.Event()         # cleared: producers stop
         self.consuming = threading.Event()       # cleared: consumers stop
         self.started = time.monotonic()
+        self.opened = 0                          # connections made, the first ones included
 
     def now_s(self) -> float:
         return time.monotonic() - self.started
@@ -249,18 +250,16 @@ class _Run:
 
     def connect(self, running: threading.Event) -> RawClient | None:
         """A STOMP 1.1 connection to the server, retried while it is down (a kill); None once ``running``
-        is cleared."""
-        first = True
+        is cleared. Every connection after the clients' first ones counts as a reconnect."""
         while running.is_set():
             try:
                 client = RawClient(self.port)
                 client.connect("1.1")
-                if not first:
-                    with self.lock:
-                        self.result.reconnects += 1
+                with self.lock:
+                    self.opened += 1
+                    self.result.reconnects = max(0, self.opened - self.result.connections)
                 return client
             except (OSError, EOFError, AssertionError):
-                first = False
                 time.sleep(RECONNECT_PAUSE_S)
         return None
 
