@@ -105,7 +105,7 @@ def _load_read_only(part: Part):
             return store.load()
     replaceable = REPLACEABLE_TYPES if part.name == MESSAGES_DIRECTORY else None
     with Journal(part.path, read_only=True, replaceable_types=replaceable) as journal:
-        return journal.load()
+        return journal.load(copy=True)      # owned bytes: a live writer may recycle a file under a view
 
 
 def export_rows(directory: str) -> tuple[dict, list, list[Damage]]:
