@@ -79,8 +79,9 @@ class Broker:
 
     ``clock``: a Clock (default: the wall clock); a ManualClock makes time deterministic.
     ``max_redelivery_records`` (-1 = no cap) and ``persist_delivery_count_before_delivery`` are
-    Artemis's two broker-wide switches; ``config`` (a path to, or the text of, an Artemis broker.xml or a
-    HornetQ configuration; or a ``journal_engine.config.load`` result) may set them and the address
+    Artemis's two broker-wide switches; ``config`` (a path to, or the text of, an Artemis broker.xml, a
+    HornetQ configuration, a Classic activemq.xml or a Qpid Broker-J virtual host's JSON; or a
+    ``journal_engine.config.load`` result) may set them and the address
     settings (a HornetQ file also sets the dialect). ``dialect="hornetq"`` names the dead-letter properties
     as HornetQ did (``_HQ_ORIG_ADDRESS`` ...) and, with ``jms_queue_names=True``, creates queues as
     ``jms.queue.<name>`` and accepts the short name wherever a queue or address is named.
@@ -89,7 +90,8 @@ class Broker:
     window without the caller waiting; ``sync()`` waits). ``store_options`` go to MessageStore
     (file_size, buffer_timeout_us, ...). ``qpid_context``: a Qpid Broker-J virtual host's context
     variables (``queue.deadLetterQueueEnabled``, ``queue.maximumDeliveryAttempts``,
-    ``queue.defaultExpiryPolicy``): every queue declared then follows Qpid's rules, these its defaults.
+    ``queue.defaultExpiryPolicy``): every queue declared then follows Qpid's rules, these its defaults;
+    ``config`` may give them instead: a Broker-J virtual host's JSON (or config.json), its ``context``.
     ``message_expiry_scan_period``: every that many ms the expiry reaper moves or drops the messages
     that expired meanwhile (Artemis's default 30,000; -1: never, a consumer meeting one expires it);
     ``address_queue_scan_period``: every that many ms unused auto-deleting queues are deleted
@@ -137,6 +139,11 @@ class Broker:
         if config is not None and classic_config is None:
             parsed = load_config(config)
             classic_config = parsed.classic
+            if parsed.qpid_context is not None:
+                if self._qpid_context is not None:
+                    raise ConfigError("qpid_context", qpid_context, f"conflicts with the virtual host of {parsed.source}",
+                                      hint="set the virtual host's defaults in one place only")
+                self._qpid_context = parsed.qpid_context
             settings = parsed.address_settings
             dialect = merged_switch("dialect", dialect, "artemis", parsed.dialect, parsed.source)
             max_redelivery_records = merged_switch(

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 
 from ..artemis.address_settings import AddressSettingsRepository
 from ..classic.config import ClassicBrokerConfig
+from ..qpid.queue_policy import QpidVirtualHostContext
 
 __all__ = ["BrokerConfig", "SYSTEMS"]
 
 #: the systems whose configuration files journal_engine recognises
-SYSTEMS = ("artemis", "hornetq", "classic")
+SYSTEMS = ("artemis", "hornetq", "classic", "qpid")
 
 
 @dataclass
@@ -27,7 +28,8 @@ class BrokerConfig:
     element the broker does not implement; each was also logged at WARNING on the
     ``journal_engine.config`` logger when the file was read. ``classic``: an ActiveMQ Classic file's
     destination policies and plugins (None for the other systems); the Broker then runs Classic's
-    dead-letter rules.
+    dead-letter rules. ``qpid_context``: a Qpid Broker-J virtual host's queue defaults (its JSON's
+    context variables; None for the other systems); the Broker then declares queues by Qpid's rules.
     """
 
     address_settings: AddressSettingsRepository
@@ -41,3 +43,4 @@ class BrokerConfig:
     classic: ClassicBrokerConfig | None = None
     message_expiry_scan_period: int | None = None                  # ms, -1 = never; None = not in the file
     address_queue_scan_period: int | None = None                   # ms, -1 = never; None = not in the file
+    qpid_context: QpidVirtualHostContext | None = None

@@ -112,8 +112,9 @@ def line_of(element: ElementTree.Element) -> int | None:
 
 
 def read_source(path_or_text: str | bytes | os.PathLike[str], what: str) -> tuple[str, str]:
-    """(text, label) from a path, bytes or XML text (a str starting with ``<``)."""
-    if isinstance(path_or_text, os.PathLike) or (isinstance(path_or_text, str) and not path_or_text.lstrip().startswith("<")):
+    """(text, label) from a path, bytes or the text itself (a str starting with ``<``, or ``{`` for JSON)."""
+    if isinstance(path_or_text, os.PathLike) or (isinstance(path_or_text, str)
+                                                 and not path_or_text.lstrip().startswith(("<", "{"))):
         path = os.fspath(path_or_text)
         return _decode(_read_config_file(path, what), path), path
     if isinstance(path_or_text, bytes):

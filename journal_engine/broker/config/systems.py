@@ -3,7 +3,8 @@
 
 Which system's file it is follows from the root element: ``<configuration>`` or ``<core>`` is an
 Artemis broker.xml (a HornetQ file when its namespace is ``urn:hornetq``), ``<beans>`` or ``<broker>``
-an ActiveMQ Classic activemq.xml. Each system has one reader, a function of the parsed root element
+an ActiveMQ Classic activemq.xml; a JSON document (text starting with ``{``) is a Qpid Broker-J virtual
+host's configuration (``qpid``). Each system has one reader, a function of the parsed root element
 and the file's label, listed in ``READERS``; a system without a reader is refused with a
 ConfigError saying so. The XML is parsed once, by defusedxml (``safe_xml.parse_xml``): a DOCTYPE, an
 entity or an external reference is refused.
@@ -17,6 +18,7 @@ from xml.etree import ElementTree
 
 from ...errors import ConfigError
 from .classic import classic_config
+from .qpid import is_json, qpid_config
 from .model import BrokerConfig
 from .artemis import HORNETQ_NAMESPACE, artemis_config
 from .safe_xml import ARTEMIS_ROOTS, line_of, local_name, namespace_of, parse_xml, read_source
@@ -49,8 +51,8 @@ def detect_system(root: ElementTree.Element, label: str = "config") -> str:
 
 
 def load(path_or_text: Any) -> BrokerConfig:
-    """Read a configuration file: a path, the XML text (a str starting with ``<``) or bytes; a
-    BrokerConfig is returned as it is.
+    """Read a configuration file: a path, the XML text (a str starting with ``<``), a Broker-J virtual
+    host's JSON text (starting with ``{``) or bytes; a BrokerConfig is returned as it is.
 
     Raises ConfigError: a file that cannot be read, malformed XML (line, column), a DOCTYPE, entity or
     external reference, a root of no known system, a system whose files are not read yet, a wrong
@@ -62,6 +64,8 @@ def load(path_or_text: Any) -> BrokerConfig:
     if not isinstance(path_or_text, (str, bytes, os.PathLike)):
         raise TypeError(f"config must be a path, XML text, bytes or a BrokerConfig, not {type(path_or_text).__name__}")
     text, label = read_source(path_or_text, "config")
+    if is_json(text):
+        return qpid_config(text, label)
     root = parse_xml(text, label)
     system = detect_system(root, label)
     reader = READERS.get(system)

@@ -41,7 +41,7 @@ from ...errors import ConfigError
 __all__ = ["QpidQueuePolicy", "QpidVirtualHostContext", "MAXIMUM_DELIVERY_COUNT_ARGUMENT", "DLQ_ENABLED_ARGUMENT",
            "MAXIMUM_DELIVERY_ATTEMPTS_ATTRIBUTE", "ALTERNATE_BINDING_ATTRIBUTE", "ALTERNATE_EXCHANGE_ARGUMENT",
            "EXPIRY_POLICY_ATTRIBUTE", "EXPIRY_POLICIES", "dead_letter_exchange_name", "dead_letter_queue_name",
-           "storable_arguments"]
+           "storable_arguments", "CONTEXT_VARIABLES"]
 
 MAXIMUM_DELIVERY_COUNT_ARGUMENT = "x-qpid-maximum-delivery-count"
 DLQ_ENABLED_ARGUMENT = "x-qpid-dlq-enabled"
@@ -54,6 +54,11 @@ EXPIRY_POLICIES = ("DELETE", "ROUTE_TO_ALTERNATE")
 _ARGUMENTS = (MAXIMUM_DELIVERY_COUNT_ARGUMENT, DLQ_ENABLED_ARGUMENT, ALTERNATE_EXCHANGE_ARGUMENT,
               MAXIMUM_DELIVERY_ATTEMPTS_ATTRIBUTE, ALTERNATE_BINDING_ATTRIBUTE, EXPIRY_POLICY_ATTRIBUTE)
 _BINDING_KEYS = ("destination", "attributes")
+#: the virtual host's context variables that set its queues' defaults (QpidVirtualHostContext)
+DLQ_ENABLED_VARIABLE = "queue.deadLetterQueueEnabled"
+MAXIMUM_DELIVERY_ATTEMPTS_VARIABLE = "queue.maximumDeliveryAttempts"
+DEFAULT_EXPIRY_POLICY_VARIABLE = "queue.defaultExpiryPolicy"
+CONTEXT_VARIABLES = (DLQ_ENABLED_VARIABLE, MAXIMUM_DELIVERY_ATTEMPTS_VARIABLE, DEFAULT_EXPIRY_POLICY_VARIABLE)
 
 
 def dead_letter_exchange_name(queue: str) -> str:
@@ -83,16 +88,15 @@ class QpidVirtualHostContext:
             raise TypeError(f"qpid_context must be a mapping, not {type(variables).__name__}")
         dlq, maximum, expiry = False, 0, EXPIRY_POLICIES[0]
         for key, value in variables.items():
-            if key == "queue.deadLetterQueueEnabled":
+            if key == DLQ_ENABLED_VARIABLE:
                 dlq = _bool_argument(key, value)
-            elif key == "queue.maximumDeliveryAttempts":
+            elif key == MAXIMUM_DELIVERY_ATTEMPTS_VARIABLE:
                 maximum = _int_argument(key, value)
-            elif key == "queue.defaultExpiryPolicy":
+            elif key == DEFAULT_EXPIRY_POLICY_VARIABLE:
                 expiry = _expiry_policy(key, value)
             else:
                 raise ConfigError("qpid_context", key, "is not a context variable journal_engine implements",
-                                  hint="use queue.deadLetterQueueEnabled, queue.maximumDeliveryAttempts, "
-                                       "queue.defaultExpiryPolicy")
+                                  hint="use " + ", ".join(CONTEXT_VARIABLES))
         return cls(dlq, maximum, expiry)
 
 
