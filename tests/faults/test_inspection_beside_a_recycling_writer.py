@@ -46,19 +46,28 @@ def _old_body(message_id: int) -> bytes:
     return f"old-{message_id:06d}-".encode().ljust(BODY, b"o")
 
 
-def test_a_read_only_load_keeps_its_bodies_when_the_writer_recycles_their_files(tmp_path):
-    directory = str(tmp_path / "store")
+def _store_old_messages(directory: str) -> None:
     with MessageStore(directory, **OPTIONS) as store:
         store.load()
         store.store_queue(1, "q", "q")
         for message_id in range(1, OLD + 1):
             store.store_message_references(message_id, "q", _old_body(message_id), [1])
+
+
+def _recycle_in_another_process(directory: str) -> None:
+    """The writer acknowledges every old message, compacts, and writes the freed files again."""
+    result = subprocess.run([sys.executable, "-c", WRITER, directory, json.dumps(OPTIONS), str(OLD), str(BODY)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "recycled" in result.stdout, result.stderr
+
+
+def test_a_read_only_load_keeps_its_bodies_when_the_writer_recycles_their_files(tmp_path):
+    directory = str(tmp_path / "store")
+    _store_old_messages(directory)
     inspection = MessageStore(directory, read_only=True)
     state = inspection.load()
     try:
-        result = subprocess.run([sys.executable, "-c", WRITER, directory, json.dumps(OPTIONS), str(OLD), str(BODY)],
-                                capture_output=True, text=True, timeout=120)
-        assert result.returncode == 0 and "recycled" in result.stdout, result.stderr
+        _recycle_in_another_process(directory)
         messages_dir = os.path.join(directory, "messages")
         assert len(os.listdir(messages_dir)) >= 2
         changed = [message_id for message_id in range(1, OLD + 1)
@@ -74,15 +83,9 @@ def test_an_export_read_keeps_its_bodies_when_the_writer_recycles_their_files(tm
     from journal_engine.cli.target import Part
     from journal_engine.cli.transfer import _load_read_only
     directory = str(tmp_path / "store")
-    with MessageStore(directory, **OPTIONS) as store:
-        store.load()
-        store.store_queue(1, "q", "q")
-        for message_id in range(1, OLD + 1):
-            store.store_message_references(message_id, "q", _old_body(message_id), [1])
+    _store_old_messages(directory)
     loaded = _load_read_only(Part("messages", os.path.join(directory, "messages"), "journal"))
     before = {record_id: bytes(info.body) for record_id, info in loaded.records.items()}
-    result = subprocess.run([sys.executable, "-c", WRITER, directory, json.dumps(OPTIONS), str(OLD), str(BODY)],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and "recycled" in result.stdout, result.stderr
+    _recycle_in_another_process(directory)
     after = {record_id: bytes(info.body) for record_id, info in loaded.records.items()}
     assert len(before) == OLD and after == before
