@@ -123,7 +123,8 @@ def test_the_same_load_on_coilmq_stores_and_through_kombu(benchmark, case_dir):
                 try:
                     server_cpu_before_s = cpu_s(pid)
                     result = load(server.port, connections, seconds, flow="kombu" if target == "kombu" else "stomp",
-                                  ack_receipts="no ACK receipt" not in target)
+                                  ack_receipts="no ACK receipt" not in target,
+                                  redelivered_flag=not target.startswith("coilmq-"))
                     server_cpu_s = cpu_s(pid) - server_cpu_before_s
                 finally:
                     server.stop()

@@ -13,7 +13,8 @@ on until every receipted message was received or ``drain_timeout_s`` passed.
 
 What the result checks (:meth:`LoadResult.violations`): every receipted message was received (at
 least once); a message came again only if its ACK had not been receipted before (a receipted ACK is on
-disk: that message must never come back, across the kill or not); no client got an ERROR frame.
+disk: that message must never come back, across the kill or not), and then with ``redelivered:true``;
+no client got an ERROR frame.
 
 ``flow="kombu"`` runs the same flow through kombu's API on the journal-engine transport (no kill):
 ``Producer.publish`` to the queue's name (it returns after the RECEIPT), ``message.ack()`` (after
@@ -66,6 +67,7 @@ class LoadResult:
     received: Counter = field(default_factory=Counter)
     acknowledged: set[str] = field(default_factory=set)
     again_after_ack: list[str] = field(default_factory=list)   # received again after its ACK's RECEIPT
+    again_unflagged: list[str] = field(default_factory=list)   # received again without redelivered:true
     errors: list[str] = field(default_factory=list)            # ERROR frames and unexpected frames
     reconnects: int = 0
     killed_at_s: float | None = None
@@ -98,6 +100,9 @@ class LoadResult:
         if self.again_after_ack:
             found.append(f"{len(self.again_after_ack)} messages received again after their ACK was receipted, "
                          f"e.g. {self.again_after_ack[:5]}")
+        if self.again_unflagged:
+            found.append(f"{len(self.again_unflagged)} messages received again without redelivered:true, "
+                         f"e.g. {self.again_unflagged[:5]}")
         if self.errors:
             found.append(f"{len(self.errors)} errors, e.g. {self.errors[:3]}")
         return found
@@ -198,8 +203,9 @@ class _Run:
     """The shared state of one load: what was receipted, received and acknowledged, under one lock."""
 
     def __init__(self, port: int, connections: int, duration_s: float, ack_receipts: bool,
-                 backlog_max: int | None) -> None:
+                 backlog_max: int | None, redelivered_flag: bool) -> None:
         self.port = port
+        self.redelivered_flag = redelivered_flag   # the server marks a message that may have been delivered before
         self.ack_receipts = ack_receipts
         self.backlog_max = backlog_max
         self.lock = threading.Condition()
@@ -216,10 +222,13 @@ class _Run:
         with self.lock:
             self.result.receipted.add(message_id)
 
-    def received(self, message_id: str) -> None:
+    def received(self, message_id: str, redelivered: bool | None = None) -> None:
+        """``redelivered``: the MESSAGE's flag where the flow sees it (None: it does not)."""
         with self.lock:
             if message_id in self.result.acknowledged:
                 self.result.again_after_ack.append(message_id)
+            if message_id in self.result.received and redelivered is False:
+                self.result.again_unflagged.append(message_id)
             self.result.received[message_id] += 1
             self.result.last_receive_s = self.now_s()
             if self.backlog_max is not None:
@@ -309,7 +318,7 @@ def _consume(run: _Run, name: str, destination: str, ready: threading.Barrier) -
                     continue
                 if command == "MESSAGE":
                     message_id = id_of(body)
-                    run.received(message_id)
+                    run.received(message_id, headers.get("redelivered") == "true" if run.redelivered_flag else None)
                     ack = {"message-id": headers["message-id"], "subscription": "load"}
                     if ack_receipts:
                         ack["receipt"] = f"ack-{headers['message-id']}"
@@ -345,7 +354,7 @@ def _consume_kombu(run: _Run, name: str, destination: str, ready: threading.Barr
 
     def on_message(message) -> None:
         message_id = id_of(message.body)
-        run.received(message_id)
+        run.received(message_id, message.delivery_info["redelivered"] if run.redelivered_flag else None)
         message.ack()                        # returns after the ACK's RECEIPT
         run.acknowledged(message_id)
 
@@ -361,12 +370,15 @@ def _consume_kombu(run: _Run, name: str, destination: str, ready: threading.Barr
 
 def run_load(port: int, *, connections: int, duration_s: float, queues: int = 1, consumers: int | None = None,
              flow: str = "stomp", ack_receipts: bool = True, backlog_max: int | None = None,
+             redelivered_flag: bool = True,
              kill: Callable[[], int] | None = None, kill_at_s: float | None = None,
              drain_timeout_s: float = 30.0) -> LoadResult:
     """Drive the load described in the module's docstring; returns what happened (check
     ``violations()``). ``consumers``: how many of the connections consume (default half; fewer than
     the producers leave a backlog in the queues). ``ack_receipts=False``: ACKs without a receipt (the
-    stomp flow; nothing is then known acknowledged). ``kill`` returns the restarted server's port."""
+    stomp flow; nothing is then known acknowledged). ``redelivered_flag``: a message received again
+    must carry ``redelivered:true`` (ActiveMQ's header, which serve-stomp sets and coilmq's own server
+    does not). ``kill`` returns the restarted server's port."""
     consumers = connections // 2 if consumers is None else consumers
     if queues < 1 or min(consumers, connections - consumers) < queues:
         raise ValueError(f"{connections} connections, {consumers} consuming, cannot give {queues} queues "
@@ -376,7 +388,7 @@ def run_load(port: int, *, connections: int, duration_s: float, queues: int = 1,
     if kill is not None and flow != "stomp":
         raise ValueError("the kill is driven with the raw STOMP flow")
     produce, consume = (_produce, _consume) if flow == "stomp" else (_produce_kombu, _consume_kombu)
-    run = _Run(port, connections, duration_s, ack_receipts, backlog_max)
+    run = _Run(port, connections, duration_s, ack_receipts, backlog_max, redelivered_flag)
     run.sending.set()
     run.consuming.set()
     ready = threading.Barrier(consumers + 1)

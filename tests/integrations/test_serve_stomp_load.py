@@ -45,7 +45,7 @@ def test_the_check_reports_the_receipted_messages_a_server_loses_at_the_kill(tmp
     server = KilledServer.coilmq("memory", tmp_path)
     try:
         result = run_load(server.port, connections=CONNECTIONS, consumers=CONSUMERS, duration_s=4.0,
-                          kill=server.kill, kill_at_s=2.0, drain_timeout_s=2.0)
+                          kill=server.kill, kill_at_s=2.0, drain_timeout_s=2.0, redelivered_flag=False)
     finally:
         server.stop()
     print(result.summary())
