@@ -19,8 +19,9 @@ Groups:
                           kombu            kombu Producer.publish / message.ack() with the journal-engine
                                            transport, on serve-stomp on the journal
                         and, ACKs sent without a receipt, journal and coilmq-memory again
-                        ("... no ACK receipt"): coilmq's server writes the next MESSAGE and an ACK's
-                        RECEIPT as two small writes without TCP_NODELAY, which the first row pays for
+                        ("... no ACK receipt"), and coilmq-memory with TCP_NODELAY set on its
+                        connections ("..., TCP_NODELAY"): coilmq's server writes the next MESSAGE and
+                        an ACK's RECEIPT as two small writes, and Nagle's algorithm holds the second
 Sizes from the environment (JOURNAL_BENCH_STOMP_CONNECTIONS, _SECONDS, _COMPARED_SECONDS, _ROUNDS); under
 --benchmark-disable (CI's smoke run) each defaults to a tiny load, one round.
 """
@@ -38,7 +39,7 @@ from stomp_load import KilledServer, queue_name, run_load  # noqa: E402  (tests/
 FULL = {"CONNECTIONS": 50, "SECONDS": 60.0, "COMPARED_SECONDS": 20.0, "ROUNDS": 3}
 SMOKE = {"CONNECTIONS": 4, "SECONDS": 3.0, "COMPARED_SECONDS": 1.5, "ROUNDS": 1}
 TARGETS = ["journal", "coilmq-memory", "coilmq-dbm", "coilmq-sqlalchemy", "kombu",
-           "journal, no ACK receipt", "coilmq-memory, no ACK receipt"]
+           "journal, no ACK receipt", "coilmq-memory, no ACK receipt", "coilmq-memory, TCP_NODELAY"]
 
 
 def size(benchmark, name: str) -> float:
@@ -97,7 +98,8 @@ def cpu_s(pid: int) -> float:
 
 def _server_for(target: str, directory):
     if target.startswith("coilmq-"):
-        return KilledServer.coilmq(target.split(",")[0].removeprefix("coilmq-"), directory)
+        return KilledServer.coilmq(target.split(",")[0].removeprefix("coilmq-"), directory,
+                                   nodelay=target.endswith("TCP_NODELAY"))
     return KilledServer.serve_stomp(directory / "store", directory)
 
 

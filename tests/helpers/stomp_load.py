@@ -134,16 +134,33 @@ def coilmq_config(store: str, directory: Path, port: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-class CoilmqServer(LoggedChild):
-    """coilmq 1.1.0's own server, ``python -m coilmq.start -c FILE``, on one of its stores at ``port``;
-    ready once the port accepts a STOMP connection."""
+# coilmq's start with TCP_NODELAY on each connection: coilmq writes the next MESSAGE and an ACK's RECEIPT
+# as two small writes, and Nagle's algorithm holds the second until the client's delayed TCP ACK
+_COILMQ_NODELAY = """
+import socket, sys
+from coilmq.server.socket_server import StompRequestHandler
+from coilmq.start import main
+setup = StompRequestHandler.setup
+def setup_without_nagle(self):
+    self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return setup(self)
+StompRequestHandler.setup = setup_without_nagle
+sys.argv[0] = "coilmq"
+main()
+"""
 
-    def __init__(self, store: str, directory: Path, log: Path, port: int) -> None:
+
+class CoilmqServer(LoggedChild):
+    """coilmq 1.1.0's own server, ``python -m coilmq.start -c FILE``, on one of its stores at ``port``
+    (``nodelay``: with TCP_NODELAY set on its connections); ready once the port accepts a STOMP connection."""
+
+    def __init__(self, store: str, directory: Path, log: Path, port: int, *, nodelay: bool = False) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         config = directory / "coilmq.cfg"
         config.write_text(coilmq_config(store, directory, port))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-        super().__init__([sys.executable, "-m", "coilmq.start", "-c", str(config)], log, env=env)
+        start = ["-c", _COILMQ_NODELAY] if nodelay else ["-m", "coilmq.start"]
+        super().__init__([sys.executable, *start, "-c", str(config)], log, env=env)
         self.port = port
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
@@ -179,9 +196,9 @@ class KilledServer:
         return cls(lambda port, log: Server(data, log, *extra, "--port", str(port)), logs)
 
     @classmethod
-    def coilmq(cls, store: str, directory: Path) -> KilledServer:
+    def coilmq(cls, store: str, directory: Path, *, nodelay: bool = False) -> KilledServer:
         """coilmq's own server on its ``store`` in ``directory``."""
-        return cls(lambda port, log: CoilmqServer(store, directory, log, port), directory)
+        return cls(lambda port, log: CoilmqServer(store, directory, log, port, nodelay=nodelay), directory)
 
     def _start(self) -> LoggedChild:
         return self.start(self.port, self.logs / f"server-{len(self.lives) + 1}.log")
