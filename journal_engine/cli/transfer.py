@@ -102,7 +102,7 @@ def _load_read_only(part: Part):
     if part.backend == "lmdb":
         from ..message_store.lmdb_store import LmdbRecordStore
         with LmdbRecordStore(part.path, read_only=True) as store:
-            return store.load()
+            return store.load(copy=True)
     replaceable = REPLACEABLE_TYPES if part.name == MESSAGES_DIRECTORY else None
     with Journal(part.path, read_only=True, replaceable_types=replaceable) as journal:
         return journal.load(copy=True)      # owned bytes: a live writer may recycle a file under a view

@@ -84,8 +84,10 @@ class RecordStore(Protocol):
     written_bytes: int
     durable_bytes: int
 
-    def load(self) -> Any:
-        """Once, right after opening: live records, prepared transactions and a report."""
+    def load(self, *, copy: bool = False) -> Any:
+        """Once, right after opening: live records, prepared transactions and a report. ``copy=True``:
+        the bodies are owned bytes, never views into the store's files (an inspection beside a writer in
+        another process, which may reuse those files)."""
 
     def add(self, record_id: int, record_type: int, body: bytes, *, sync: bool | None = None) -> None:
         """Make a new record live."""

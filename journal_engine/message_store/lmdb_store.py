@@ -367,8 +367,9 @@ class LmdbRecordStore(StoreLifecycle):
             self._release_lock_file()
 
     # ----- recovery ---------------------------------------------------------------------------------
-    def load(self) -> LoadResult:
-        """Read every live record with its updates, and the prepared transactions. Once, after opening."""
+    def load(self, *, copy: bool = False) -> LoadResult:
+        """Read every live record with its updates, and the prepared transactions. Once, after opening.
+        The bodies are always owned bytes (read out of a read transaction): ``copy`` changes nothing."""
         if self._state != "new":
             raise JournalError("load() runs once, right after opening" if self._state == "loaded"
                                else "the store is closed")

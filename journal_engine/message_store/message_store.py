@@ -385,8 +385,8 @@ class MessageStore:
                                    "the store writes none; left as they are")
 
         # an inspection keeps owned bytes: beside a live writer, which may recycle a compacted file
-        # under a view, a view would read the file's next life (the LMDB store's reads are copies)
-        loaded = self._journal.load(copy=True) if self.read_only and self.backend == "journal" else self._journal.load()
+        # under a view, a view would read the file's next life
+        loaded = self._journal.load(copy=self.read_only)
         state.reports["messages"] = loaded.report
         if loaded.prepared:
             state.anomalies.append(f"{len(loaded.prepared)} prepared transactions in the message journal; "

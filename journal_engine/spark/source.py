@@ -304,12 +304,12 @@ class JournalReader(DataSourceReader):
         try:
             if partition.backend == "lmdb":
                 from ..message_store.lmdb_store import LmdbRecordStore    # lmdb: only where an LMDB store is read
-                with LmdbRecordStore(directory, read_only=True) as store:  # beside a writer: LMDB's reader table
-                    loaded = store.load()                                 # (its reads are copies)
+                opened = LmdbRecordStore(directory, read_only=True)      # beside a writer: LMDB's reader table
             else:
-                with Journal(directory, read_only=True) as journal:      # read only: no lock, nothing written
-                    # owned bytes: beside a live writer, which may recycle a compacted file under a view
-                    loaded = journal.load(copy=True)
+                opened = Journal(directory, read_only=True)              # read only: no lock, nothing written
+            with opened:
+                # owned bytes: beside a live writer, which may recycle a compacted file under a view
+                loaded = opened.load(copy=True)
         except CorruptRecordError as damaged:       # load() refuses the store (a file whose header does not decode)
             if self.mode == "failfast":
                 raise
