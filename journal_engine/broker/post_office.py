@@ -125,10 +125,7 @@ class PostOffice:
                 continue
             references = sorted(references, key=lambda r: r.message_id)
             new_ids = [recovered.message_id for recovered in references if recovered.message_id not in datas]
-            stored = [state.messages[message_id] for message_id in new_ids]
-            fields = [(message.address, message.body, dict(message.properties), message.durable, message.expiration,
-                       message.routing_type) for message in stored]     # properties copied: the state keeps its own
-            datas.update(zip(new_ids, _message_datas(new_ids, fields, 0)))
+            datas.update(zip(new_ids, _message_datas(new_ids, state.messages.fields_of(new_ids), 0)))
             for recovered in references:
                 data = datas[recovered.message_id]
                 data.durable_refs += 1
