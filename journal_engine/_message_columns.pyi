@@ -129,6 +129,9 @@ class MessageBodies:
     def items(self) -> list[tuple[int, bytes]]: ...
     def values(self) -> list[bytes]: ...
     def __eq__(self, other: object, /) -> bool: ...
+    def release_file(self, path: str) -> int:
+        """Copy the bodies in the mapped journal file at ``path`` into a buffer the columns own and let
+        the mapping go; how many bodies moved."""
 
 @final
 class MessageRecovery:
@@ -181,6 +184,9 @@ def decode_messages_fields(bodies: Mapping[int, bytes], message_ids: Iterable[in
                            ) -> list[tuple[str, bytes, dict[str, Any], bool, int, str | None]]:
     """``decode_message_fields`` of many messages (each body from ``bodies``), in the order of
     ``message_ids``; a recovery's MessageBodies is read straight from the journal's columns."""
+
+def release_mapped_file(bodies: Mapping[int, bytes], path: str) -> int:
+    """``MessageBodies.release_file`` of a recovery's bodies; 0 for bodies that hold no file."""
 
 def release_from_collector(objects: Iterable[object]) -> None:
     """Take objects that can never be part of a reference cycle out of the cycle collector's view

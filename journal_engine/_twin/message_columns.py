@@ -215,6 +215,13 @@ class QueueReferences:
         return f"<QueueReferences: {len(self.message_ids)} references>"
 
 
+class _Bodies(dict):
+    """Message id -> ADD_MESSAGE body (bytes): a dict the message store's pin releaser can refer to
+    weakly, as it does to the compiled MessageBodies."""
+
+    __slots__ = ("__weakref__",)
+
+
 class MessageRecovery:
     """What recover_messages found (see the compiled module): every rule of the store's recovery applied."""
 
@@ -223,7 +230,7 @@ class MessageRecovery:
 
     def __init__(self) -> None:
         self.max_record_id = 0
-        self.bodies, self.message_queues, self.references, self.unreferenced = {}, {}, {}, []
+        self.bodies, self.message_queues, self.references, self.unreferenced = _Bodies(), {}, {}, []
         self.anomalies, self.corrupt, self.unknown_references, self.from_shadow = [], [], [], []
 
 
@@ -328,6 +335,12 @@ def decode_messages_fields(bodies: dict, message_ids, path=None) -> list[tuple]:
 _untrack = ctypes.pythonapi.PyObject_GC_UnTrack
 _untrack.argtypes = [ctypes.py_object]
 _untrack.restype = None
+
+
+def release_mapped_file(bodies, path) -> int:
+    """The compiled recovery's bodies can point into a mapped journal file, which this releases; the
+    twin's are bytes (its loads always copy) and hold no file: nothing to move."""
+    return 0
 
 
 def release_from_collector(objects) -> None:

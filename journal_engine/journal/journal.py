@@ -12,7 +12,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .._impl import IMPLEMENTATION, JournalCore, Segment
@@ -200,6 +200,7 @@ class Journal(JournalCore, StoreLifecycle):
         # data files load found damaged (or a compaction found cut, overwritten or gone): compaction
         # refuses them, so the evidence and whatever could still be read from them stay on disk
         self._damaged_paths: set[str] = set()
+        self._pin_releasers: list = []          # see add_pin_releaser
         self._compaction_thread: threading.Thread | None = None
         self.compaction_count = 0
         self.last_compaction_error: BaseException | None = None
@@ -512,10 +513,25 @@ class Journal(JournalCore, StoreLifecycle):
         kept = [data for data in self._data_files if data.path not in gone]
         self._data_files = sorted(list(outputs) + kept, key=lambda data: data.header.sequence)
 
+    def add_pin_releaser(self, release: Callable[[str], object]) -> None:
+        """``release(path)`` is called when a compaction reclaims a data file that body views of
+        load() still map: a holder of views that can copy the bodies it still needs out of that
+        file (the message store's recovered messages) lets the mapping go, and the file is recycled
+        after all. It runs on the compacting thread; an exception it raises is logged, and the file
+        stays pinned."""
+        self._pin_releasers.append(release)
+
     def reclaim_file(self, data_path: str, file_id: int) -> None:
         """A data file compaction replaced goes back to the file pool (or is deleted). A file a body
-        view of load() still maps is deleted, never recycled: its name goes at once, its pages when
-        the last view does (the mapping keeps them), and no view ever reads a recycled file's new life."""
+        view of load() still maps -- once the pin releasers had their turn -- is deleted, never
+        recycled: its name goes at once, its pages when the last view does (the mapping keeps them),
+        and no view ever reads a recycled file's new life."""
+        if pinned(data_path):
+            for release in self._pin_releasers:
+                try:
+                    release(data_path)
+                except Exception as exc:     # a file cut meanwhile (FileChangedError): it stays pinned
+                    log.error("releasing the views into %s failed: %s", data_path, exc)
         if pinned(data_path):
             durability.unlink(data_path)
             return

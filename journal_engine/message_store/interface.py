@@ -134,6 +134,11 @@ class RecordStore(Protocol):
     def compact(self) -> None:
         """Reclaim the space of deleted and replaced records."""
 
+    def add_pin_releaser(self, release) -> None:
+        """``release(path)`` is called when the store reclaims a file that views of ``load()`` still
+        map, so their holder can copy what it needs and let the file be reused (a store whose loads
+        always copy holds no file and never calls it)."""
+
     def stats(self) -> dict:
         """Counters and sizes, for inspection."""
 
@@ -145,8 +150,8 @@ class RecordStore(Protocol):
 
 
 RECORD_STORE_METHODS = ("load", "add", "update", "delete", "append_group", "add_tx", "update_tx", "delete_tx", "commit",
-                        "rollback", "is_live", "sync", "flush", "sync_async", "compact", "stats", "record_type_counts",
-                        "close")
+                        "rollback", "is_live", "sync", "flush", "sync_async", "compact", "add_pin_releaser", "stats",
+                        "record_type_counts", "close")
 #: the counters of appended, written and durable bytes every record store keeps (RecordStore)
 RECORD_STORE_POSITIONS = ("appended_bytes", "written_bytes", "durable_bytes")
 

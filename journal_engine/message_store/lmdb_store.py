@@ -694,6 +694,9 @@ class LmdbRecordStore(StoreLifecycle):
     def needs_compaction(self) -> bool:
         return False
 
+    def add_pin_releaser(self, release) -> None:
+        """Nothing to release: every read of LMDB's pages is a copy, so no view holds a file."""
+
     def stats(self) -> dict:
         if self._state == "closed":
             info, page_bytes = {"map_size": 0, "last_pgno": -1, "last_txnid": 0}, 0

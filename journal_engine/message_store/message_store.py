@@ -19,7 +19,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace as replaced
 
 from .. import _impl
@@ -83,6 +84,19 @@ class RecoveredState:
     # every message id below it may have been handed out (the bindings journal's ID counter; 0: none)
     message_id_floor: int = 0
     counts_from_shadow: int = 0         # delivery counts a killed strict-mode process left in its shadow
+
+
+def _pin_releaser(bodies) -> Callable[[str], int]:
+    """What the message journal calls when a compaction reclaims a file the recovered bodies still map
+    (Journal.add_pin_releaser): they move into memory the recovery owns, so a recovered queue nobody
+    uses does not keep the compacted files' space for as long as the broker runs. Refers to the
+    bodies weakly: once every recovered queue is restored they go, and the releaser does nothing."""
+    held = weakref.ref(bodies)
+
+    def release(path: str) -> int:
+        bodies = held()
+        return 0 if bodies is None else _impl.release_mapped_file(bodies, path)
+    return release
 
 
 class RecoveredMessages(Mapping):
@@ -411,6 +425,8 @@ class MessageStore:
                 RecoveredReference(message_id, count, scheduled_ms))
             restored.append((queue_id, message_id, journal_count))
         self._message_queues = MessageQueues(recovery.message_queues)
+        if not self.read_only:
+            self._journal.add_pin_releaser(_pin_releaser(recovery.bodies))
         restored_batches = [(queue_id, columns.message_ids, columns.delivery_counts)
                             for queue_id, columns in recovery.references.items() if len(columns)]
         if state.unknown_queue_references:

@@ -749,6 +749,7 @@ cdef class MessageBodies:
     cdef object columns         # RecordColumns
     cdef object bases           # array 'Q': the address of each of the columns' buffers
     cdef Bytes scratch          # a body copied out of a mapped file under the guard, then parsed
+    cdef object __weakref__     # the message store's pin releaser refers to it weakly
 
     def __dealloc__(self):
         PyMem_Free(self.scratch.data)
@@ -775,6 +776,56 @@ cdef class MessageBodies:
         cdef Py_ssize_t size
         cdef const uint8_t *body = self._body(self._row(message_id), &size)
         return PyBytes_FromStringAndSize(<const char *>body, size)
+
+    def release_file(self, path):
+        """Copy the bodies that lie in the mapped journal file at ``path`` into one buffer these
+        columns own, and let the mapping go: a compaction that reclaims the file (message_store's
+        pin releaser) may then recycle it instead of deleting it under a mapping that would hold its
+        space until the broker closes. Returns how many bodies moved. Every read of a body copies it
+        out in one step that lets no other thread in, so a release between two reads is safe."""
+        cdef object columns = self.columns
+        cdef list buffers = columns.buffers
+        cdef uint32_t *body_buffer = <uint32_t *>(<array.array>columns.body_buffer).data.as_voidptr
+        cdef int64_t *body_start = <int64_t *>(<array.array>columns.body_start).data.as_voidptr
+        cdef int64_t *body_end = <int64_t *>(<array.array>columns.body_end).data.as_voidptr
+        cdef uint32_t *update_buffer = <uint32_t *>(<array.array>columns.update_buffer).data.as_voidptr
+        cdef int64_t *update_start = <int64_t *>(<array.array>columns.update_start).data.as_voidptr
+        cdef int64_t *update_end = <int64_t *>(<array.array>columns.update_end).data.as_voidptr
+        cdef Py_ssize_t rows = len(columns.record_id), updates = len(columns.update_type)
+        cdef Py_ssize_t b, row, total, at, size, moved = 0
+        cdef const uint8_t *base
+        cdef bytes owned
+        cdef char *out
+        for b in range(len(buffers)):
+            if type(buffers[b]) is bytes or getattr(buffers[b], "path", None) != path:
+                continue
+            base = <const uint8_t *><uintptr_t>(<array.array>self.bases).data.as_ulonglongs[b]
+            total = 0
+            for row in range(rows):
+                if body_buffer[row] == b:
+                    total += body_end[row] - body_start[row]
+            owned = PyBytes_FromStringAndSize(NULL, total)
+            out = PyBytes_AS_STRING(owned)
+            at = 0
+            for row in range(rows):     # a fault (the file cut meanwhile) leaves every row as it was
+                if body_buffer[row] == b:
+                    size = body_end[row] - body_start[row]
+                    _read_guarded(out + at, base + body_start[row], size, buffers[b])
+                    at += size
+            at = 0
+            for row in range(rows):
+                if body_buffer[row] == b:
+                    size = body_end[row] - body_start[row]
+                    body_start[row] = at
+                    body_end[row] = at + size
+                    at += size
+                    moved += 1
+            for row in range(updates):  # read at load only: left empty, never pointing into the old file
+                if update_buffer[row] == b:
+                    update_start[row] = update_end[row] = 0
+            buffers[b] = owned
+            (<array.array>self.bases).data.as_ulonglongs[b] = <uintptr_t>PyBytes_AS_STRING(owned)
+        return moved
 
     def get(self, message_id, default=None):
         return self[message_id] if message_id in self else default
@@ -1195,6 +1246,14 @@ def decode_messages_fields(bodies not None, message_ids, path=None):
         out.append((address, PyBytes_FromStringAndSize(<const char *>p + fields.body_at, fields.body_size), {},
                     bool(p[1] & FLAG_DURABLE), fields.expiration, _ROUTING_NAME[p[2]]))
     return out
+
+
+def release_mapped_file(bodies, path):
+    """``MessageBodies.release_file`` of a recovery's bodies (any other mapping of bodies -- bytes
+    -- holds no file: 0)."""
+    if type(bodies) is MessageBodies:
+        return (<MessageBodies>bodies).release_file(path)
+    return 0
 
 
 def release_from_collector(objects):
