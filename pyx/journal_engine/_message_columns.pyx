@@ -36,6 +36,12 @@ from journal_engine._replay import RecordInfo, record_columns as _record_columns
 from journal_engine._livemap cimport LiveMap
 from journal_engine.errors import CorruptRecordError, FileChangedError
 
+cdef extern from *:
+    void __builtin_prefetch(const void *addr) noexcept nogil
+
+DEF BODY_PREFETCH_AHEAD = 4     # decode_messages_fields: bodies asked for ahead of the one read
+DEF CACHE_LINE_BYTES = 64
+
 cdef extern from "bus_guard.h":
     int JE_BUS_FAULT
     int je_bus_install()
@@ -763,6 +769,20 @@ cdef class MessageBodies:
             raise KeyError(message_id)
         return <Py_ssize_t>row
 
+    cdef void _prefetch(self, Py_ssize_t row) noexcept:
+        """Ask the CPU for a row's body ahead of its read (a prefetch never faults, even on a page a
+        cut file lost)."""
+        cdef object columns = self.columns
+        cdef Py_ssize_t start = (<array.array>columns.body_start).data.as_longlongs[row]
+        cdef Py_ssize_t end = (<array.array>columns.body_end).data.as_longlongs[row]
+        cdef const uint8_t *base = <const uint8_t *><uintptr_t>(<array.array>self.bases).data.as_ulonglongs[
+            (<array.array>columns.body_buffer).data.as_uints[row]]
+        cdef Py_ssize_t at = start
+        while at < end:
+            __builtin_prefetch(base + at)
+            at += CACHE_LINE_BYTES
+        __builtin_prefetch(base + end - 1)
+
     cdef const uint8_t *_body(self, Py_ssize_t row, Py_ssize_t *size) except NULL:
         """The body of a row copied into ``scratch`` (valid until the next call)."""
         cdef object columns = self.columns
@@ -1225,26 +1245,41 @@ def decode_messages_fields(bodies not None, message_ids, path=None):
     MessageBodies of a recovery, read straight from the journal's columns). Messages of one address
     share its str."""
     cdef list out = []
+    cdef list ids
     cdef MessageBodies columns
     cdef MessageFields fields
     cdef const uint8_t *p
-    cdef Py_ssize_t size
+    cdef Py_ssize_t size, i, n, line
+    cdef Py_ssize_t *rows = NULL
     cdef object address = ""           # the str of address_bytes
     cdef bytes address_bytes = b""
     if type(bodies) is not MessageBodies:
         return [decode_message_fields(message_id, bodies[message_id], path) for message_id in message_ids]
     columns = <MessageBodies>bodies
-    for message_id in message_ids:
-        p = columns._body(columns._row(message_id), &size)
-        if not _message_fields(p, size, &fields) or fields.property_count:
-            out.append(decode_message_fields(message_id, PyBytes_FromStringAndSize(<const char *>p, size), path))
-            continue
-        if (fields.address.size != len(address_bytes)
-                or memcmp(fields.address.data, PyBytes_AS_STRING(address_bytes), fields.address.size)):
-            address_bytes = PyBytes_FromStringAndSize(<const char *>fields.address.data, fields.address.size)
-            address = address_bytes.decode("utf-8")
-        out.append((address, PyBytes_FromStringAndSize(<const char *>p + fields.body_at, fields.body_size), {},
-                    bool(p[1] & FLAG_DURABLE), fields.expiration, _ROUTING_NAME[p[2]]))
+    ids = message_ids if type(message_ids) is list else list(message_ids)
+    n = len(ids)
+    rows = <Py_ssize_t *>PyMem_Malloc(max(n, 1) * sizeof(Py_ssize_t))
+    if rows == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            rows[i] = columns._row(ids[i])
+        for i in range(n):
+            if i + BODY_PREFETCH_AHEAD < n:     # a queue's messages lie apart in the files: each body is a
+                columns._prefetch(rows[i + BODY_PREFETCH_AHEAD])    # miss, overlapped with this one's work
+            message_id = ids[i]
+            p = columns._body(rows[i], &size)
+            if not _message_fields(p, size, &fields) or fields.property_count:
+                out.append(decode_message_fields(message_id, PyBytes_FromStringAndSize(<const char *>p, size), path))
+                continue
+            if (fields.address.size != len(address_bytes)
+                    or memcmp(fields.address.data, PyBytes_AS_STRING(address_bytes), fields.address.size)):
+                address_bytes = PyBytes_FromStringAndSize(<const char *>fields.address.data, fields.address.size)
+                address = address_bytes.decode("utf-8")
+            out.append((address, PyBytes_FromStringAndSize(<const char *>p + fields.body_at, fields.body_size), {},
+                        bool(p[1] & FLAG_DURABLE), fields.expiration, _ROUTING_NAME[p[2]]))
+    finally:
+        PyMem_Free(rows)
     return out
 
 
