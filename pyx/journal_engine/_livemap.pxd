@@ -16,3 +16,5 @@ cdef class LiveMap:
     cdef int put(self, uint64_t key, int64_t nbytes) except -1   # insert or replace
     cdef int add_bytes(self, uint64_t key, int64_t nbytes) except -1   # on a live key
     cdef int64_t remove(self, uint64_t key) noexcept nogil        # its bytes, or -1 when absent
+    cdef int64_t put_new(self, uint64_t key, int64_t nbytes) except -2   # the key's value, or -1: inserted
+    cdef int map_values(self, const int64_t *by_value, Py_ssize_t count) except -1   # each value v -> by_value[v]

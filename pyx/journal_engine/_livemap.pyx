@@ -102,6 +102,41 @@ cdef class LiveMap:
         self.total_bytes += nbytes
         return 0
 
+    cdef int64_t put_new(self, uint64_t key, int64_t nbytes) except -2:
+        """Insert ``key`` with ``nbytes`` unless it is there: its value then (nothing changed), else -1.
+        One walk of the probe path where a lookup and an insert take two."""
+        cdef Py_ssize_t slot
+        cdef int64_t v
+        assert nbytes >= 0
+        if (self._used + 1) * 10 > self._capacity * 7:
+            self._grow()
+        slot = self._slot(key)
+        v = self._values[slot]
+        if v >= OFFSET:
+            return v - OFFSET
+        self._count += 1
+        if v == EMPTY:
+            self._used += 1
+        self._keys[slot] = key
+        self._values[slot] = nbytes + OFFSET
+        self.total_bytes += nbytes
+        return -1
+
+    cdef int map_values(self, const int64_t *by_value, Py_ssize_t count) except -1:
+        """Replace every value ``v`` by ``by_value[v]`` (each a value below ``count``) and count the
+        total again: a table of record id -> entry index becomes record id -> bytes in place."""
+        cdef Py_ssize_t i
+        cdef int64_t v, total = 0
+        for i in range(self._capacity):
+            v = self._values[i]
+            if v >= OFFSET:
+                if v - OFFSET >= count or by_value[v - OFFSET] < 0:
+                    raise ValueError(f"value {v - OFFSET} has no replacement")
+                self._values[i] = by_value[v - OFFSET] + OFFSET
+                total += by_value[v - OFFSET]
+        self.total_bytes = total
+        return 0
+
     cdef int add_bytes(self, uint64_t key, int64_t nbytes) except -1:
         cdef Py_ssize_t slot = self._slot(key)
         if self._values[slot] < OFFSET:

@@ -9,7 +9,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython cimport array
 from libc.string cimport memcpy, memset
-from libc.stdlib cimport realloc, free
+from libc.stdlib cimport calloc, realloc, free
 import array
 from collections.abc import ItemsView, KeysView, Mapping, ValuesView
 from cpython.dict cimport PyDict_SetDefault
@@ -380,6 +380,9 @@ cdef Py_ssize_t _group_end(const unsigned char *base, Py_ssize_t pos, Py_ssize_t
 DEF ROW_BITS = 32
 DEF ROW_MASK = 0xFFFFFFFF
 cdef uint64_t NO_LOCATION = 0xFFFFFFFFFFFFFFFF
+# set in an entry's add location once the record has an update: only then are its first and last
+# update read (whose pages a journal without updates never touches)
+cdef uint64_t UPDATED = 0x8000000000000000
 
 
 cdef inline uint64_t _location(Py_ssize_t file_index, Py_ssize_t row) noexcept nogil:
@@ -391,9 +394,12 @@ cdef class ReplayState:
     """Live records and open transactions, built file by file in replay order from the columns.
 
     No Python object per record: a record is an entry in C arrays (its id, the location of its
-    add, the first and last of its updates, chained through per-file arrays), found by id through
-    a LiveMap used as id -> entry. ``records`` is a read-only mapping over them that makes a
-    RecordInfo (and its body bytes) when one is looked at, from the columns the state owns.
+    add, the bytes of its frames, the first and last of its updates, chained through per-file
+    arrays), found by id through a LiveMap used as id -> entry while the replay runs. Taking
+    ``live`` ends the replay: that same table becomes the journal's live set (id -> bytes) in place,
+    and ``records`` -- a read-only mapping that makes a RecordInfo (and its body) when one is looked
+    at -- finds an entry by a binary search of the ids when they were added in order (the common
+    case), else through a table of its own made at its first lookup.
     """
     cdef public dict transactions    # tx_id -> [ops, xid or None, path, offset]
     cdef public list corrupt          # (path, offset, reason)
@@ -401,20 +407,27 @@ cdef class ReplayState:
     cdef public Py_ssize_t frames_read
     cdef public Py_ssize_t replaceable_updates
     cdef public Py_ssize_t adds
-    cdef readonly LiveMap live        # record id -> bytes of its frames (add + updates)
     cdef readonly list files          # FrameColumns of every file replayed, by file index
     cdef list _next_update            # per file: array 'Q' row -> location of the record's next update
-    cdef LiveMap _entry_of            # record id -> entry index
-    cdef array.array _entry_id, _entry_add, _entry_first, _entry_last
-    cdef Py_ssize_t _entries, _entry_capacity
+    cdef LiveMap _table               # record id -> entry index; after the replay, id -> bytes (``live``)
+    cdef bint _ended                  # ``live`` was taken: _table holds bytes, the replay is over
+    cdef LiveMap _entry_of            # id -> entry after the replay, made when ids were not added in order
+    cdef array.array _entry_id, _entry_add, _entry_bytes
+    # the location + 1 of an entry's first and last update (0: none), zeroed by calloc: a journal
+    # without updates never touches these pages
+    cdef uint64_t *_entry_first
+    cdef uint64_t *_entry_last
+    cdef Py_ssize_t _entries, _entry_capacity, _live_entries
+    cdef bint _ids_rising             # every entry's id above the one before: found by binary search
     cdef unsigned char _replaceable[256]
 
     def __init__(self, replaceable=(), Py_ssize_t expected=0):
         """``replaceable``: the user record types whose updates ``replaceable_updates`` counts;
         ``expected``: how many records the replay will hold at most (the tables are sized once)."""
         cdef Py_ssize_t capacity = max(1024, expected)
-        self.live = LiveMap(expected)
-        self._entry_of = LiveMap(expected)
+        self._table = LiveMap(expected)
+        self._ended = False
+        self._entry_of = None
         self.transactions = {}
         self.corrupt = []
         self.anomalies = []
@@ -425,18 +438,66 @@ cdef class ReplayState:
         self.adds = 0
         self._entry_id = array.clone(_ULONGS, capacity, False)
         self._entry_add = array.clone(_ULONGS, capacity, False)
-        self._entry_first = array.clone(_ULONGS, capacity, False)
-        self._entry_last = array.clone(_ULONGS, capacity, False)
+        self._entry_bytes = array.clone(_LONGS, capacity, False)
+        self._entry_first = <uint64_t *>calloc(capacity, sizeof(uint64_t))
+        self._entry_last = <uint64_t *>calloc(capacity, sizeof(uint64_t))
+        if self._entry_first == NULL or self._entry_last == NULL:
+            raise MemoryError()
         self._entries = 0
+        self._live_entries = 0
+        self._ids_rising = True
         self._entry_capacity = capacity
         memset(self._replaceable, 0, 256)
         for user_type in replaceable:
             self._replaceable[<uint8_t>user_type] = 1
 
+    def __dealloc__(self):
+        free(self._entry_first)
+        free(self._entry_last)
+
     @property
     def records(self):
         """Live records by id: a read-only mapping making each RecordInfo when it is looked at."""
         return LiveRecords(self)
+
+    @property
+    def live(self):
+        """The live set: record id -> bytes of its frames (add + updates), a LiveMap the journal's
+        core takes over. Taking it ends the replay (the table of entries becomes it in place)."""
+        if not self._ended:
+            self._table.map_values(<const int64_t *>self._entry_bytes.data.as_voidptr, self._entries)
+            self._ended = True
+        return self._table
+
+    cdef int _check_open(self) except -1:
+        if self._ended:
+            raise RuntimeError("the replay ended when its live set was taken")
+        return 0
+
+    cdef int64_t _entry_for(self, uint64_t record_id) except -2:
+        """The live entry of a record id, or -1."""
+        cdef Py_ssize_t low, high, middle
+        cdef const uint64_t *ids
+        if not self._ended:
+            return self._table.get_bytes(record_id)
+        if self._ids_rising:
+            ids = <const uint64_t *>self._entry_id.data.as_voidptr
+            low, high = 0, self._entries
+            while low < high:
+                middle = (low + high) >> 1
+                if ids[middle] < record_id:
+                    low = middle + 1
+                else:
+                    high = middle
+            if low < self._entries and ids[low] == record_id and self._entry_add.data.as_ulonglongs[low] != NO_LOCATION:
+                return low
+            return -1
+        if self._entry_of is None:
+            self._entry_of = LiveMap(self._live_entries)
+            for middle in range(self._entries):
+                if self._entry_add.data.as_ulonglongs[middle] != NO_LOCATION:
+                    self._entry_of.put(self._entry_id.data.as_ulonglongs[middle], middle)
+        return self._entry_of.get_bytes(record_id)
 
     def replay_file(self, buffer, uint32_t stamp, Py_ssize_t start, path):
         """Scan one file's bytes and replay it: :meth:`replay_columns` of :func:`scan_columns`."""
@@ -447,6 +508,7 @@ cdef class ReplayState:
         followed by valid frames go to ``corrupt``."""
         cdef Py_ssize_t file_index = len(self.files), row
         cdef uint8_t check
+        self._check_open()
         self.files.append(cols)
         self._next_update.append(None)
         for row in range(cols.count):
@@ -461,52 +523,67 @@ cdef class ReplayState:
         """The body of the frame at a location (file index, row)."""
         return (<FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]).body(<Py_ssize_t>(location & ROW_MASK))
 
-    cdef Py_ssize_t _new_entry(self, uint64_t record_id, uint64_t location) except -1:
+    cdef int _new_entry(self, uint64_t record_id, uint64_t location, Py_ssize_t size) except -1:
+        """A record's entry at index ``_entries`` (the table already maps its id there)."""
         cdef Py_ssize_t entry = self._entries
+        cdef uint64_t *grown
         if entry == self._entry_capacity:
+            for column in (self._entry_id, self._entry_add, self._entry_bytes):
+                array.resize(column, 2 * self._entry_capacity)
+            for pointer in range(2):
+                grown = <uint64_t *>realloc(self._entry_first if pointer == 0 else self._entry_last,
+                                            2 * self._entry_capacity * sizeof(uint64_t))
+                if grown == NULL:
+                    raise MemoryError()
+                memset(grown + self._entry_capacity, 0, self._entry_capacity * sizeof(uint64_t))
+                if pointer == 0:
+                    self._entry_first = grown
+                else:
+                    self._entry_last = grown
             self._entry_capacity *= 2
-            for column in (self._entry_id, self._entry_add, self._entry_first, self._entry_last):
-                array.resize(column, self._entry_capacity)
+        if entry and record_id <= self._entry_id.data.as_ulonglongs[entry - 1]:
+            self._ids_rising = False
         self._entry_id.data.as_ulonglongs[entry] = record_id
         self._entry_add.data.as_ulonglongs[entry] = location
-        self._entry_first.data.as_ulonglongs[entry] = NO_LOCATION
-        self._entry_last.data.as_ulonglongs[entry] = NO_LOCATION
+        self._entry_bytes.data.as_longlongs[entry] = size
         self._entries += 1
-        self._entry_of.put(record_id, entry)
-        return entry
+        self._live_entries += 1
+        return 0
 
     cdef int _add(self, uint64_t record_id, uint64_t location, Py_ssize_t size, object path,
                   Py_ssize_t offset, bint transactional) except -1:
-        cdef int64_t entry = self._entry_of.get_bytes(record_id)
+        cdef int64_t entry = self._table.put_new(record_id, self._entries)     # one walk: found, or mapped to a new entry
         if entry >= 0:
             if not transactional:
                 self.anomalies.append((path, offset, f"add of record {record_id}, which is already live"))
             self._entry_add.data.as_ulonglongs[entry] = location      # replaced where it stands
-            self._entry_first.data.as_ulonglongs[entry] = NO_LOCATION
-            self._entry_last.data.as_ulonglongs[entry] = NO_LOCATION
+            self._entry_bytes.data.as_longlongs[entry] = size
+            self._entry_first[entry] = 0
+            self._entry_last[entry] = 0
         else:
-            self._new_entry(record_id, location)
-        self.live.put(record_id, size)
+            self._new_entry(record_id, location, size)
         self.adds += 1
         return 0
 
     cdef int _update(self, uint64_t record_id, uint64_t location, uint8_t user_type, Py_ssize_t size,
                      object path, Py_ssize_t offset, bint transactional) except -1:
-        cdef int64_t entry = self._entry_of.get_bytes(record_id)
+        cdef int64_t entry = self._table.get_bytes(record_id)
         cdef uint64_t last
         cdef array.array chain
         if entry < 0:
             self.anomalies.append((path, offset, f"transactional update of record {record_id}, which is not live"
                                    if transactional else f"update of record {record_id}, which is not live"))
             return 0
-        last = self._entry_last.data.as_ulonglongs[entry]
-        if last == NO_LOCATION:
-            self._entry_first.data.as_ulonglongs[entry] = location
+        last = self._entry_last[entry]
+        if last == 0:
+            self._entry_first[entry] = location + 1
         else:
+            last -= 1
             chain = self._chain(<Py_ssize_t>(last >> ROW_BITS))
             chain.data.as_ulonglongs[last & ROW_MASK] = location
-        self._entry_last.data.as_ulonglongs[entry] = location
-        self.live.add_bytes(record_id, size)
+        self._entry_last[entry] = location + 1
+        self._entry_add.data.as_ulonglongs[entry] |= UPDATED
+        self._entry_bytes.data.as_longlongs[entry] += size
         if self._replaceable[user_type]:
             self.replaceable_updates += 1
         return 0
@@ -523,10 +600,10 @@ cdef class ReplayState:
         return chain
 
     cdef int _delete(self, uint64_t record_id) except -1:
-        cdef int64_t entry = self._entry_of.remove(record_id)
+        cdef int64_t entry = self._table.remove(record_id)
         if entry >= 0:
             self._entry_add.data.as_ulonglongs[entry] = NO_LOCATION
-        self.live.remove(record_id)
+            self._live_entries -= 1
         return 0
 
     cdef int _apply(self, FrameColumns cols, Py_ssize_t file_index, Py_ssize_t row, object path) except -1:
@@ -590,6 +667,7 @@ cdef class ReplayState:
 
     def apply_ops(self, list ops, path=None, Py_ssize_t offset=0):
         """Apply a committed transaction's ``(kind, record_id, user_type, location, frame_bytes)`` in order."""
+        self._check_open()
         for kind, record_id, user_type, location, size in ops:
             if kind == KIND_ADD_TX:
                 self._add(record_id, location, size, path, offset, True)
@@ -600,16 +678,18 @@ cdef class ReplayState:
 
     cdef RecordInfo _record(self, Py_ssize_t entry):
         """The RecordInfo of one live entry, its bodies copied out of the columns."""
-        cdef uint64_t location = self._entry_add.data.as_ulonglongs[entry]
+        cdef uint64_t location = self._entry_add.data.as_ulonglongs[entry] & ~UPDATED
+        cdef bint updated = (self._entry_add.data.as_ulonglongs[entry] & UPDATED) != 0
         cdef uint64_t last
         cdef FrameColumns cols = <FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]
         cdef Py_ssize_t row = <Py_ssize_t>(location & ROW_MASK)
         cdef RecordInfo rec = _new_record(self._entry_id.data.as_ulonglongs[entry],
                                           cols._record_type.data.as_uchars[row], _row_body(cols, row))
         cdef list updates
-        location = self._entry_first.data.as_ulonglongs[entry]
-        if location != NO_LOCATION:
-            last = self._entry_last.data.as_ulonglongs[entry]
+        location = self._entry_first[entry] if updated else 0
+        if location:
+            location -= 1
+            last = self._entry_last[entry] - 1
             updates = []
             while True:
                 cols = <FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]
@@ -632,18 +712,18 @@ cdef class LiveRecords:
         self._state = state
 
     def __len__(self):
-        return len(self._state._entry_of)
+        return self._state._live_entries
 
     def __contains__(self, key):
         if not isinstance(key, int) or key < 0 or key > 0xFFFFFFFFFFFFFFFF:
             return False
-        return self._state._entry_of.get_bytes(key) >= 0
+        return self._state._entry_for(key) >= 0
 
     def __getitem__(self, key):
         cdef int64_t entry
         if not isinstance(key, int) or key < 0 or key > 0xFFFFFFFFFFFFFFFF:
             raise KeyError(key)
-        entry = self._state._entry_of.get_bytes(key)
+        entry = self._state._entry_for(key)
         if entry < 0:
             raise KeyError(key)
         return self._state._record(entry)
@@ -758,14 +838,17 @@ cdef RecordColumns _live_columns(ReplayState state):
     cdef uint64_t location, last
     cdef FrameColumns cols
     cdef RecordColumns out
+    cdef bint updated
     cdef list chains = state._next_update
     for entry in range(state._entries):     # first pass: how many records and updates
-        if state._entry_add.data.as_ulonglongs[entry] == NO_LOCATION:
+        location = state._entry_add.data.as_ulonglongs[entry]
+        if location == NO_LOCATION:
             continue
         n += 1
-        location = state._entry_first.data.as_ulonglongs[entry]
-        if location != NO_LOCATION:
-            last = state._entry_last.data.as_ulonglongs[entry]
+        location = state._entry_first[entry] if (location & UPDATED) != 0 else 0
+        if location:
+            location -= 1
+            last = state._entry_last[entry] - 1
             while True:
                 updates += 1
                 if location == last:
@@ -777,6 +860,8 @@ cdef RecordColumns _live_columns(ReplayState state):
         location = state._entry_add.data.as_ulonglongs[entry]
         if location == NO_LOCATION:
             continue
+        updated = (location & UPDATED) != 0
+        location &= ~UPDATED
         cols = <FrameColumns>state.files[<Py_ssize_t>(location >> ROW_BITS)]
         row = <Py_ssize_t>(location & ROW_MASK)
         out.record_id.data.as_ulonglongs[i] = state._entry_id.data.as_ulonglongs[entry]
@@ -785,9 +870,10 @@ cdef RecordColumns _live_columns(ReplayState state):
         out.body_start.data.as_longlongs[i] = _body_start(cols, row)
         out.body_end.data.as_longlongs[i] = _body_start(cols, row) + _body_size(cols, row)
         out.update_first.data.as_longlongs[i] = u
-        location = state._entry_first.data.as_ulonglongs[entry]
-        if location != NO_LOCATION:
-            last = state._entry_last.data.as_ulonglongs[entry]
+        location = state._entry_first[entry] if updated else 0
+        if location:
+            location -= 1
+            last = state._entry_last[entry] - 1
             while True:
                 cols = <FrameColumns>state.files[<Py_ssize_t>(location >> ROW_BITS)]
                 row = <Py_ssize_t>(location & ROW_MASK)

@@ -202,6 +202,39 @@ def test_compiled_replay_equals_the_twins_record_for_record(tmp_path):
         == {77: [(RecordKind.ADD_TX, 5_000, 1, b"never committed")]}
 
 
+@pytest.mark.twin
+@pytest.mark.parametrize("ids_in_order", [True, False])
+def test_records_are_found_by_id_before_and_after_the_live_set_is_taken(tmp_path, ids_in_order):
+    """The compiled replay finds a record by id through its table of entries while it runs; taking
+    ``live`` turns that table into the live set in place, and the records are then found by a binary
+    search of the ids (added in order) or a table of their own (not in order) -- the same answers."""
+    from journal_engine import _replay
+    ids = list(range(0, 900, 3)) if ids_in_order else random.Random(7).sample(range(5_000), 300)
+    with Journal(tmp_path, file_size=SMALL, sync="none") as journal:
+        journal.load()
+        for record_id in ids:
+            journal.add(record_id, 4, b"body %d" % record_id)
+        for record_id in ids[::5]:
+            journal.update(record_id, 9, b"update %d" % record_id)
+        for record_id in ids[1::7]:
+            journal.delete(record_id)
+    states = {"compiled": _replay_directory(_replay, tmp_path), "twin": _replay_directory(twin_replay, tmp_path)}
+    deleted, absent = ids[1], max(ids) + 1
+    before = {name: {record_id: state.records.get(record_id) for record_id in ids} for name, state in states.items()}
+    for state in states.values():
+        live = dict(state.live.items())
+        assert len(live) == len(state.records) and sum(live.values()) == state.live.total_bytes
+        records = state.records
+        assert {record_id: records.get(record_id) for record_id in ids} == before["twin"]
+        assert deleted not in records and absent not in records and records.get(deleted) is None
+        assert records[ids[0]].updates == [(9, b"update %d" % ids[0])]
+        assert list(records) == [record_id for record_id in ids if record_id in live]
+    assert before["compiled"] == before["twin"]
+    assert sorted(states["compiled"].live.items()) == sorted(states["twin"].live.items())
+    with pytest.raises(RuntimeError, match="ended"):    # the compiled replay's table is the live set now
+        states["compiled"].replay_columns(states["compiled"].files[0], "again")
+
+
 def _records_of_columns(columns) -> list:
     """(id, type, body, updates) of every record of RecordColumns, read through its columns."""
     buffers = columns.buffers
