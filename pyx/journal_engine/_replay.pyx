@@ -378,7 +378,7 @@ cdef Py_ssize_t _group_end(const unsigned char *base, Py_ssize_t pos, Py_ssize_t
 
 
 DEF ROW_BITS = 32
-DEF ROW_MASK = 0xFFFFFFFF
+cdef uint64_t ROW_MASK = 0xFFFFFFFF    # typed: a DEF of this literal made every use a Python int operation
 cdef uint64_t NO_LOCATION = 0xFFFFFFFFFFFFFFFF
 # set in an entry's add location once the record has an update: only then are its first and last
 # update read (whose pages a journal without updates never touches)
