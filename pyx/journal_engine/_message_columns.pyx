@@ -46,6 +46,7 @@ cdef extern from "bus_guard.h":
     int JE_BUS_FAULT
     int je_bus_install()
     int je_bus_guarded_copy(void *dst, const void *src, size_t n) nogil
+    int je_bus_guarded(int (*fn)(void *) noexcept nogil, void *arg) nogil
 
 je_bus_install()    # the recovery's reads of bodies left in mapped journal files are guarded (below)
 
@@ -231,6 +232,37 @@ cdef int _read_guarded(void *dst, const uint8_t *src, Py_ssize_t n, object buffe
                                hint="another process truncated the message journal; stop it, then open the "
                                     "store again")
     return 0
+
+
+cdef struct FieldsRead:
+    const uint8_t *body
+    Py_ssize_t size
+    MessageFields *fields
+    bint ok
+
+
+cdef int _read_fields(void *arg) noexcept nogil:
+    cdef FieldsRead *read = <FieldsRead *>arg
+    read.ok = _message_fields(read.body, read.size, read.fields)
+    return 0
+
+
+cdef bint _message_fields_guarded(const uint8_t *body, Py_ssize_t size, MessageFields *fields,
+                                  object buffer) except -1:
+    """_message_fields of a body where it lies (a mapped file too), under the SIGBUS guard: the parse
+    reads the head, the address and the properties, not the payload a copy would move. The Text
+    fields point into ``body``: read them under a guard too."""
+    cdef FieldsRead read
+    read.body = body
+    read.size = size
+    read.fields = fields
+    read.ok = False
+    if size > 0 and je_bus_guarded(_read_fields, &read) == JE_BUS_FAULT:
+        raise FileChangedError("a journal file was cut short while the message store read a body from it",
+                               path=getattr(buffer, "path", None),
+                               hint="another process truncated the message journal; stop it, then open the "
+                                    "store again")
+    return read.ok
 
 
 cdef const uint8_t *_body_copy(Bytes *scratch, const uint8_t *src, Py_ssize_t n, object buffer) except NULL:
@@ -984,7 +1016,6 @@ def recover_messages(records, known_queues, long long now_ms, shadow_counts=None
     cdef const uint8_t *p
     cdef const uint8_t *body
     cdef uint8_t update[32]         # an update's body, copied out under the guard (sizes checked first)
-    cdef Bytes scratch              # a message's body, copied out under the guard, then parsed
     cdef Py_ssize_t size, body_size
     cdef int user_type
     cdef int64_t expiration
@@ -1000,7 +1031,6 @@ def recover_messages(records, known_queues, long long now_ms, shadow_counts=None
     bodies.index = LiveMap()
     bodies.order = array.array("Q")
     memset(&order, 0, sizeof(Bytes))
-    memset(&scratch, 0, sizeof(Bytes))
     out.message_queues = message_queues = {}
     out.references = {}
     out.unreferenced = []
@@ -1059,12 +1089,11 @@ def recover_messages(records, known_queues, long long now_ms, shadow_counts=None
                                  f"({TYPE_ADD_MESSAGE}); ignored")
                 continue
             body_size = body_end[i] - body_start[i]
-            body = _body_copy(&scratch, <const uint8_t *>bases[body_buffer[i]] + body_start[i], body_size,
-                              buffers[body_buffer[i]])
-            if _message_fields(body, body_size, &fields):
-                expiration = fields.expiration
+            body = <const uint8_t *>bases[body_buffer[i]] + body_start[i]
+            if _message_fields_guarded(body, body_size, &fields, buffers[body_buffer[i]]):
+                expiration = fields.expiration      # the one field recovery needs: no copy of the body
             else:
-                raw = PyBytes_FromStringAndSize(<const char *>body, body_size)
+                raw = _copy_bytes(body, body_size, buffers[body_buffer[i]])
                 error = _rejection(_format.decode_message, (message_id, raw), dict(path=path))
                 if error is not None:
                     corrupt.append(error)
@@ -1196,7 +1225,6 @@ def recover_messages(records, known_queues, long long now_ms, shadow_counts=None
         PyMem_Free(bases)
         PyMem_Free(queue_table.keys)
         PyMem_Free(order.data)
-        PyMem_Free(scratch.data)
         PyMem_Free(queue_table.index)
 
 
