@@ -60,6 +60,10 @@ SCAN_THREADS_MAX = 4                            # files decoded at once by recov
 # below this many bytes of files recovery decodes on its own thread: starting and joining a pool of
 # threads costs more than decoding a few MiB (twice the CPU of a load of a 1 MiB journal)
 SCAN_THREADS_MIN_BYTES = 4 * 1024 * 1024
+# a scan writes its rows straight into the columns it returns, sized for the most rows a file's bytes
+# could hold (untouched room costs address space, not memory), up to this many rows (a 1.5 GiB file);
+# a larger file's rows grow in buffers copied into the columns at the end (each row written twice)
+SCAN_DIRECT_ROWS_MAX = 100_000_000
 
 assert FILE_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0
 assert FRAME_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0

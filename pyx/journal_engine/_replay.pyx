@@ -41,6 +41,9 @@ cdef extern from "bus_guard.h":
 
 import os
 from journal_engine.errors import FileChangedError
+from journal_engine.limits import SCAN_DIRECT_ROWS_MAX as _SCAN_DIRECT_ROWS_MAX
+
+cdef Py_ssize_t SCAN_DIRECT_ROWS_MAX = _SCAN_DIRECT_ROWS_MAX
 
 #: scan_columns reads a mapped file under a SIGBUS guard: a file another process cuts short during
 #: the scan is a FileChangedError, not a dead interpreter (journal/scan.py maps only where this holds)
@@ -989,8 +992,11 @@ cdef class FrameColumns:
 
 
 cdef struct RowBuffers:
-    # the columns while a scan runs without the GIL: grown with realloc, copied out at the end
+    # the columns while a scan runs without the GIL: the returned columns' own arrays, sized for the
+    # most rows the bytes can hold (``fixed``: never grown); for a very large file, grown with
+    # realloc and copied out at the end
     Py_ssize_t count, capacity
+    bint fixed
     long long *offset
     long long *size
     long long *body_offsets      # capacity + 1
@@ -1029,6 +1035,8 @@ cdef int _grow_rows(RowBuffers *rows) noexcept nogil:
     """Double the room of every column; 0 on success, -1 when memory ran out (nothing is lost)."""
     cdef Py_ssize_t capacity = rows.capacity * 2 if rows.capacity else 4096
     cdef void *p
+    if rows.fixed:      # arrays the columns own, sized for every row there can be: never reached
+        return -1
     p = realloc(rows.offset, capacity * sizeof(long long))
     if p == NULL: return -1
     rows.offset = <long long *>p
@@ -1175,7 +1183,7 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True):
     process cuts short meanwhile raises FileChangedError. The row buffers of a scan cut that way are
     left unfreed (a jump out of the scan may have left them half-grown): a rare, bounded leak."""
     cdef Py_buffer view
-    cdef Py_ssize_t limit, n, i, end_offset = start
+    cdef Py_ssize_t limit, n, i, bound, end_offset = start
     cdef FrameCheck end_check = FRAME_ZERO
     cdef RowBuffers rows
     cdef int status
@@ -1188,6 +1196,27 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True):
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
     try:
         limit = view.len
+        # a valid frame takes a header at least, and a damaged region is counted only before a valid frame
+        bound = 2 * (max(limit - start, 0) // FRAME_HEADER_SIZE) + 2
+        if bound <= SCAN_DIRECT_ROWS_MAX:
+            cols._offset = array.clone(_LONGS, bound, False)
+            cols._size = array.clone(_LONGS, bound, False)
+            cols._body_offsets = array.clone(_LONGS, bound + 1, False)
+            cols._record_id = array.clone(_ULONGS, bound, False)
+            cols._tx_id = array.clone(_ULONGS, bound, False)
+            cols._check = array.clone(_BYTES, bound, False)
+            cols._kind = array.clone(_BYTES, bound, False)
+            cols._record_type = array.clone(_BYTES, bound, False)
+            rows.offset = <long long *>cols._offset.data.as_voidptr
+            rows.size = <long long *>cols._size.data.as_voidptr
+            rows.body_offsets = <long long *>cols._body_offsets.data.as_voidptr
+            rows.record_id = <uint64_t *>cols._record_id.data.as_voidptr
+            rows.tx_id = <uint64_t *>cols._tx_id.data.as_voidptr
+            rows.check = <uint8_t *>cols._check.data.as_voidptr
+            rows.kind = <uint8_t *>cols._kind.data.as_voidptr
+            rows.record_type = <uint8_t *>cols._record_type.data.as_voidptr
+            rows.capacity = bound
+            rows.fixed = True
         call.base = <const unsigned char *>view.buf
         call.limit = limit
         call.stamp = stamp
@@ -1203,14 +1232,28 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True):
         if status < 0:
             raise MemoryError(f"no memory for the columns of {rows.count} frames")
         n = rows.count
-        cols._offset = _column(_LONGS, rows.offset, n, sizeof(long long))
-        cols._size = _column(_LONGS, rows.size, n, sizeof(long long))
-        cols._body_offsets = _column(_LONGS, rows.body_offsets, n + 1, sizeof(long long))
-        cols._record_id = _column(_ULONGS, rows.record_id, n, sizeof(uint64_t))
-        cols._tx_id = _column(_ULONGS, rows.tx_id, n, sizeof(uint64_t))
-        cols._check = _column(_BYTES, rows.check, n, 1)
-        cols._kind = _column(_BYTES, rows.kind, n, 1)
-        cols._record_type = _column(_BYTES, rows.record_type, n, 1)
+        if rows.fixed:      # the rows are in the columns already: give back the room they did not use
+            for column in (cols._offset, cols._size, cols._record_id, cols._tx_id, cols._check, cols._kind,
+                           cols._record_type):
+                array.resize(column, n)
+            array.resize(cols._body_offsets, n + 1)
+            rows.offset = <long long *>cols._offset.data.as_voidptr     # a resize may have moved them
+            rows.body_offsets = <long long *>cols._body_offsets.data.as_voidptr
+            rows.size = NULL            # (read no more after the scan)
+            rows.record_id = NULL
+            rows.tx_id = NULL
+            rows.check = NULL
+            rows.kind = NULL
+            rows.record_type = NULL
+        else:
+            cols._offset = _column(_LONGS, rows.offset, n, sizeof(long long))
+            cols._size = _column(_LONGS, rows.size, n, sizeof(long long))
+            cols._body_offsets = _column(_LONGS, rows.body_offsets, n + 1, sizeof(long long))
+            cols._record_id = _column(_ULONGS, rows.record_id, n, sizeof(uint64_t))
+            cols._tx_id = _column(_ULONGS, rows.tx_id, n, sizeof(uint64_t))
+            cols._check = _column(_BYTES, rows.check, n, 1)
+            cols._kind = _column(_BYTES, rows.kind, n, 1)
+            cols._record_type = _column(_BYTES, rows.record_type, n, 1)
         cols.count = n
         cols.end_offset = end_offset
         cols.end_check = <int>end_check
@@ -1228,7 +1271,8 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True):
             _raise_cut(call.base, limit)
         return cols
     finally:
-        _free_rows(&rows)
+        if not rows.fixed:      # (fixed: the columns' own arrays)
+            _free_rows(&rows)
         PyBuffer_Release(&view)
 
 
