@@ -1,6 +1,6 @@
 """Type stub of the broker's compiled per-message objects (pyx/journal_engine/_broker_objects.pyx;
 twin: _twin/broker_objects.py)."""
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from typing_extensions import disjoint_base
@@ -81,3 +81,11 @@ class Message:
 
 def delivery_of(message: Message) -> tuple[Reference | None, Any]:
     """(reference, consumer) of the delivery ``message`` stands for; (None, None) for a browsed copy."""
+
+def recovered_datas(message_ids: Iterable[int], fields: Iterable[tuple[Any, ...]], durable_refs: int
+                    ) -> list[MessageData]:
+    """The MessageData of recovered messages, from their ids and stored fields (address, body,
+    properties, durable, expiration, routing type), each with ``durable_refs`` set."""
+
+def ready_references(datas: Iterable[MessageData], queue: Any, delivery_counts: Iterable[int]) -> list[Reference]:
+    """A READY Reference on ``queue`` of each MessageData, with its recovered delivery count."""

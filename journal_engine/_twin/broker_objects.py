@@ -176,6 +176,26 @@ class Message:
                 f"delivery_count={self.delivery_count}, body={self._data.body[:32]!r})")
 
 
+def recovered_datas(message_ids, fields, durable_refs: int) -> list[MessageData]:
+    """The MessageData of recovered messages, from their ids and stored ``fields`` (address, body,
+    properties, durable, expiration, routing type), each with ``durable_refs`` set: the one place a
+    stored message becomes the broker's (the id consumers see comes out of its properties)."""
+    datas = []
+    for message_id, (address, body, properties, durable, expiration, routing_type) in zip(message_ids, fields):
+        public_id = properties.pop(MESSAGE_ID_PROPERTY, None) if properties else None
+        data = MessageData(message_id, address, body, properties or None, durable, expiration, routing_type)
+        if public_id is not None:
+            data.public_id = public_id
+        data.durable_refs = durable_refs
+        datas.append(data)
+    return datas
+
+
+def ready_references(datas, queue, delivery_counts) -> list[Reference]:
+    """A READY Reference on ``queue`` of each MessageData, with its recovered delivery count."""
+    return [Reference(data, queue, count) for data, count in zip(datas, delivery_counts)]
+
+
 def delivery_of(message: Message) -> tuple[Any, Any]:
     """(reference, consumer) of the delivery ``message`` stands for; (None, None) for a browsed copy.
 

@@ -16,12 +16,12 @@ import threading
 from functools import partial
 from operator import itemgetter, length_hint
 
-from .._impl import release_from_collector
+from .._impl import ready_references, recovered_datas, release_from_collector
 from ..errors import QueueExistsError
 from ..limits import MESSAGE_ID_BLOCK
 from ..message_store.message_store import MessageStore, RecoveredReferences
 from .artemis.address_settings import AddressSettingsRepository
-from .message import MESSAGE_ID_PROPERTY, MessageData
+from .message import MessageData
 from .queue import DONE, KILLED, NORMAL, READY, AddressState, AutoDelete, QueueState, Reference
 from .timers import DeliveryTimers
 
@@ -125,7 +125,7 @@ class PostOffice:
                 continue
             references = sorted(references, key=lambda r: r.message_id)
             new_ids = [recovered.message_id for recovered in references if recovered.message_id not in datas]
-            datas.update(zip(new_ids, _message_datas(new_ids, state.messages.fields_of(new_ids), 0)))
+            datas.update(zip(new_ids, recovered_datas(new_ids, state.messages.fields_of(new_ids), 0)))
             for recovered in references:
                 data = datas[recovered.message_id]
                 data.durable_refs += 1
@@ -150,8 +150,8 @@ class PostOffice:
             if not columns.ascending:
                 pairs = sorted(zip(message_ids, counts), key=itemgetter(0))
                 message_ids, counts = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
-            datas = _message_datas(message_ids, messages.fields_of(message_ids), 1)
-            references = [Reference(data, queue, count) for data, count in zip(datas, counts)]
+            datas = recovered_datas(message_ids, messages.fields_of(message_ids), 1)
+            references = ready_references(datas, queue, counts)
             # a message's data refers to nothing that could refer back to it (text, bytes, numbers, a
             # dict of plain properties): the collector's full passes need not visit a million of them
             release_from_collector(datas)
@@ -318,19 +318,3 @@ class PostOffice:
             queue.messages_killed += 1
         else:
             queue.messages_expired += 1
-
-
-def _message_datas(message_ids, fields, durable_refs: int) -> list[MessageData]:
-    """The MessageData of recovered messages, from their ids and stored ``fields`` (address, body,
-    properties, durable, expiration, routing type), each with ``durable_refs`` set: the one place a
-    stored message becomes the broker's (the id consumers see comes out of its properties)."""
-    datas = []
-    append = datas.append
-    for message_id, (address, body, properties, durable, expiration, routing_type) in zip(message_ids, fields):
-        public_id = properties.pop(MESSAGE_ID_PROPERTY, None) if properties else None
-        data = MessageData(message_id, address, body, properties or None, durable, expiration, routing_type)
-        if public_id is not None:
-            data.public_id = public_id
-        data.durable_refs = durable_refs
-        append(data)
-    return datas

@@ -201,6 +201,47 @@ def delivery_of(Message message not None):
     return message._ref, message._owner
 
 
+def recovered_datas(message_ids, fields, durable_refs):
+    """The MessageData of recovered messages, from their ids and stored ``fields`` (address, body,
+    properties, durable, expiration, routing type), each with ``durable_refs`` set: the one place a
+    stored message becomes the broker's (the id consumers see comes out of its properties)."""
+    cdef list out = []
+    cdef MessageData data
+    for message_id, stored in zip(message_ids, fields):
+        address, body, properties, durable, expiration, routing_type = stored
+        public_id = properties.pop(MESSAGE_ID_PROPERTY, None) if properties else None
+        data = MessageData.__new__(MessageData)
+        data.message_id = message_id
+        data.address = address
+        data.body = body
+        data.properties = properties or None
+        data.durable = durable
+        data.expiration = expiration
+        data.routing_type = routing_type
+        data.durable_refs = durable_refs
+        data.public_id = message_id if public_id is None else public_id
+        data._view = None
+        out.append(data)
+    return out
+
+
+def ready_references(datas, queue, delivery_counts):
+    """A READY Reference on ``queue`` of each MessageData, with its recovered delivery count."""
+    cdef list out = []
+    cdef Reference ref
+    cdef object ready = READY
+    for data, count in zip(datas, delivery_counts):
+        ref = Reference.__new__(Reference)
+        ref.data = data
+        ref.queue = queue
+        ref.delivery_count = count
+        ref.state = ready
+        ref.delivery = None
+        ref.failures = None
+        out.append(ref)
+    return out
+
+
 # --------------------------------------------------------------------------- attribute access
 # Cython exposes a ``cdef public object`` field through a getset descriptor, which Python 3.11's
 # attribute specialisation passes over (a generic lookup, about 10 ns more per read or write than a

@@ -66,6 +66,14 @@ def _behaviour(impl) -> list:
     with pytest.raises(AttributeError):
         message.colour = "blue"         # no other attributes, as with slots
     seen.append(pickle.loads(pickle.dumps(impl.MessageData(1, "a", b"x", None, True, 0, None))).body)
+    # recovery: stored fields become MessageData (the public id out of its property), then READY references
+    fields = [("orders", b"a", {}, True, 0, "anycast"), ("orders", b"b", {"_JE_MESSAGE_ID": 40, "k": 1}, False, 9, None)]
+    datas = impl.recovered_datas([11, 12], fields, 1)
+    seen.append([(d.message_id, d.public_id, d.address, d.body, d.properties, d.durable, d.expiration,
+                  d.routing_type, d.durable_refs, d.stored_properties(), repr(d)) for d in datas])
+    refs = impl.ready_references(datas, queue, [0, 3])
+    seen.append([(r.data is d, r.queue is queue, r.delivery_count, r.state, r.delivery, r.failures, repr(r))
+                 for r, d in zip(refs, datas)])
     return seen
 
 
