@@ -97,11 +97,13 @@ def test_spark_submit_runs_analyze_on_a_standalone_cluster(cluster, tmp_path):
     (venv_bin / "python3").symlink_to(sys.executable)
     import journal_engine.spark.submit as submit
     spark_submit = os.path.join(node_env["SPARK_HOME"], "bin", "spark-submit")
-    done = subprocess.run([spark_submit, "--master", url, "--conf", "spark.ui.enabled=false", submit.__file__,
-                           "analyze", str(broker)],
+    done = subprocess.run([spark_submit, "--master", url, "--conf", "spark.ui.enabled=false",
+                           "--driver-java-options", submit.JAVA_OPTIONS, submit.__file__, "analyze", str(broker)],
                           env={**node_env, "PATH": f"{venv_bin}:{node_env['PATH']}"}, capture_output=True, text=True,
                           timeout=600, start_new_session=True)
     errors = [line for line in done.stderr.splitlines() if "Error" in line and not line.startswith("\tat ")]
     assert done.returncode == 0, "\n".join(errors[:20])
+    # quiet as docs/spark.md promises: no start-up INFO lines (the driver option), no worker's traceback
+    assert not [line for line in done.stderr.splitlines() if " INFO " in line or "Traceback" in line], done.stderr
     assert any(line.split()[:5] == ["orders", "orders", "DLA", "max-delivery-attempts", "1"]
                and line.split()[5] == str(len(POISON_BODY)) for line in done.stdout.splitlines()), done.stdout
