@@ -213,6 +213,9 @@ class FrameColumns:
     @property
     def count(self) -> int: ...
     @property
+    def groups_skipped(self) -> int:
+        """Valid GROUP frames a scan with ``groups=False`` made no row of."""
+    @property
     def end_offset(self) -> int:
         """Where valid data ends: the append position."""
     @property
@@ -249,7 +252,7 @@ GUARDS_MAPPED_READS: bool
 """True where scan_columns reads a mapped file under a SIGBUS guard (a file cut short meanwhile raises
 FileChangedError); journal/scan.py maps files only where it holds, and reads them otherwise."""
 
-def scan_columns(buffer: ReadableBuffer, stamp: int, start: int, copy: bool = True) -> FrameColumns:
+def scan_columns(buffer: ReadableBuffer, stamp: int, start: int, copy: bool = True, groups: bool = True) -> FrameColumns:
     """Decode every frame of one file from ``start`` into a :class:`FrameColumns`: the one parser
     of the format, which recovery, compaction, the tools and the Spark source read through."""
 

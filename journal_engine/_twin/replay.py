@@ -145,6 +145,7 @@ class ReplayState:
     def replay_columns(self, cols: FrameColumns, path) -> tuple[int, int]:
         """Apply one file's rows; returns ``(end_offset, end_check)``."""
         file_index = len(self.files)
+        self.frames_read += cols.groups_skipped
         self.files.append(cols)
         for row in range(cols.count):
             check = cols._check[row]
@@ -249,7 +250,7 @@ class FrameColumns:
         self._record_id, self._tx_id = array.array("Q"), array.array("Q")
         self._body_offsets = array.array("q", [0])
         self.bodies = b""
-        self.count = self.end_offset = self.end_check = 0
+        self.count = self.end_offset = self.end_check = self.groups_skipped = 0
 
     offset = property(lambda self: memoryview(self._offset))
     size = property(lambda self: memoryview(self._size))
@@ -283,9 +284,10 @@ class FrameColumns:
         self._body_offsets.append(self._body_offsets[-1] + body_len)
 
 
-def scan_columns(buffer, stamp: int, start: int, copy: bool = True) -> FrameColumns:
+def scan_columns(buffer, stamp: int, start: int, copy: bool = True, groups: bool = True) -> FrameColumns:
     """Decode every frame of one file from ``start`` into a :class:`FrameColumns`. The twin's
-    bodies are always copied (``copy=False`` leaves them in the buffer in the compiled core)."""
+    bodies are always copied (``copy=False`` leaves them in the buffer in the compiled core);
+    ``groups=False``: a valid GROUP frame makes no row, only a count (``groups_skipped``)."""
     cols = FrameColumns()
     bodies = []
     pos = start
@@ -302,6 +304,10 @@ def scan_columns(buffer, stamp: int, start: int, copy: bool = True) -> FrameColu
             elif is_group_member(buffer, pos) and pos >= group_end:
                 check = FrameCheck.INVALID          # a member whose GROUP frame was lost: a torn group
         if check == FrameCheck.VALID:
+            if not groups and buffer[pos + FrameField.KIND] == RecordKind.GROUP:
+                cols.groups_skipped += 1
+                pos += size
+                continue
             body_len, kind, user_type, _stamp, record_id, tx_id = decode_header(buffer, pos)
             body_start = pos + FRAME_HEADER_SIZE_BYTES
             cols._append(pos, size, 0, kind, user_type, record_id, tx_id, body_len)

@@ -113,7 +113,7 @@ def analyze(directory: str, replaceable_types=(), *, remove_temporary: bool = Fa
 def _analyze(directory: str, replaceable_types, remove_temporary: bool, as_if_compacted: bool,
              copy: bool) -> Analysis:
     listing = list_directory(directory, remove_temporary=remove_temporary, as_if_compacted=as_if_compacted)
-    columns = scan_data_files(listing.data, copy)
+    columns = scan_data_files(listing.data, copy, groups=False)     # a GROUP frame means nothing to a replay
     state = ReplayState(replaceable_types, sum(len(file_columns) for file_columns in columns))
     ends = []
     for data, file_columns in zip(listing.data, columns):

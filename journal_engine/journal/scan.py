@@ -81,10 +81,11 @@ def pinned(path: str) -> bool:
     return is_pinned((status.st_dev, status.st_ino))
 
 
-def scan_data_file(data: DataFile, copy: bool = True) -> FrameColumns:
+def scan_data_file(data: DataFile, copy: bool = True, groups: bool = True) -> FrameColumns:
     """Every frame of one listed data file, from its data start, as columns; FileChangedError when
     another process cuts it short before or during the read. ``copy=False``: the bodies stay in the
-    file's mapping, which the columns keep (the twin reads the file into memory either way)."""
+    file's mapping, which the columns keep (the twin reads the file into memory either way).
+    ``groups=False``: no row for a GROUP frame (a replay's read: see scan_columns)."""
     stamp, start = stamp_of(data.header.file_id), data.header.data_start
     mapped = GUARDS_MAPPED_READS and not copy
     try:
@@ -98,7 +99,7 @@ def scan_data_file(data: DataFile, copy: bool = True) -> FrameColumns:
             try:
                 if len(view) < data.size:
                     raise _cut_while_listed(data, len(view))
-                return scan_columns(view, stamp, start, copy=not mapped)
+                return scan_columns(view, stamp, start, copy=not mapped, groups=groups)
             except FileChangedError as cut:     # the guard met the cut mid-scan: name the file
                 if cut.path is not None:
                     raise
@@ -128,14 +129,14 @@ def read_while_live(directory: str, read: Callable[[], T]) -> T:
                              f"vanished): a writer is compacting it", hint="read it again, or stop the writer first")
 
 
-def scan_data_files(files: list[DataFile], copy: bool = True) -> list[FrameColumns]:
+def scan_data_files(files: list[DataFile], copy: bool = True, groups: bool = True) -> list[FrameColumns]:
     """`scan_data_file` of each file, in order; files are decoded on several threads at once (the
     decoder runs without the GIL), which is what makes recovery of a large journal memory-bound --
     but a small journal on this thread, where a pool of threads would cost more than it saves."""
     if len(files) < 2 or (os.cpu_count() or 1) < 2 or sum(data.size for data in files) < SCAN_THREADS_MIN_BYTES:
-        return [scan_data_file(data, copy) for data in files]
+        return [scan_data_file(data, copy, groups) for data in files]
     with ThreadPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1, SCAN_THREADS_MAX), thread_name_prefix="journal-scan") as pool:
-        return list(pool.map(lambda data: scan_data_file(data, copy), files))
+        return list(pool.map(lambda data: scan_data_file(data, copy, groups), files))
 
 
 @dataclass(frozen=True)

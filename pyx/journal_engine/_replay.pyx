@@ -512,6 +512,7 @@ cdef class ReplayState:
         cdef Py_ssize_t file_index = len(self.files), row
         cdef uint8_t check
         self._check_open()
+        self.frames_read += cols.groups_skipped
         self.files.append(cols)
         self._next_update.append(None)
         for row in range(cols.count):
@@ -954,6 +955,7 @@ cdef class FrameColumns:
     header's size, and ``body(i)`` is a :class:`Body` view that keeps the file mapped and pinned).
     """
     cdef readonly Py_ssize_t count
+    cdef readonly Py_ssize_t groups_skipped   # valid GROUP frames a scan with groups=False made no row of
     cdef readonly Py_ssize_t end_offset
     cdef readonly int end_check
     cdef readonly object bodies         # bytes (owned), or the MappedFile when mapped
@@ -997,6 +999,8 @@ cdef struct RowBuffers:
     # realloc and copied out at the end
     Py_ssize_t count, capacity
     bint fixed
+    bint skip_groups            # a valid GROUP frame makes no row (recovery's replay has nothing to do with it)
+    Py_ssize_t groups_skipped
     long long *offset
     long long *size
     long long *body_offsets      # capacity + 1
@@ -1095,6 +1099,10 @@ cdef int _scan_rows(const unsigned char *base, Py_ssize_t limit, uint32_t stamp,
                 check = FRAME_INVALID          # a member whose GROUP frame was lost: a torn group
         if check == FRAME_VALID:
             p = base + pos
+            if rows.skip_groups and p[FRAME_KIND_AT] == KIND_GROUP:
+                rows.groups_skipped += 1
+                pos += size
+                continue
             rows.offset[n] = pos
             rows.size[n] = size
             rows.check[n] = 0
@@ -1173,8 +1181,12 @@ cdef _raise_cut(const unsigned char *base, Py_ssize_t limit):
                                 "is reported as a file cut short)")
 
 
-def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True):
+def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True, bint groups=True):
     """Decode every frame of one file from ``start`` into a :class:`FrameColumns`.
+
+    ``groups=False``: a valid GROUP frame (the head that checks a record group whole) makes no row,
+    only a count (``groups_skipped``): what a replay reads, for which it means nothing -- a third of
+    the rows of a broker's message journal.
 
     ``copy``: the bodies are copied into one bytes object the columns own; else (a MappedFile or
     bytes ``buffer``) they stay where they are, and the columns hold ``buffer`` (``mapped``).
@@ -1217,6 +1229,7 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True):
             rows.record_type = <uint8_t *>cols._record_type.data.as_voidptr
             rows.capacity = bound
             rows.fixed = True
+        rows.skip_groups = not groups
         call.base = <const unsigned char *>view.buf
         call.limit = limit
         call.stamp = stamp
@@ -1255,6 +1268,7 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True):
             cols._kind = _column(_BYTES, rows.kind, n, 1)
             cols._record_type = _column(_BYTES, rows.record_type, n, 1)
         cols.count = n
+        cols.groups_skipped = rows.groups_skipped
         cols.end_offset = end_offset
         cols.end_check = <int>end_check
         if not copy and rows.body_offsets[n] > 0:     # (columns without a body keep no buffer: they pin nothing)

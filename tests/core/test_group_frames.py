@@ -234,3 +234,36 @@ def test_compaction_rewrites_grouped_records_as_plain_frames_that_load_the_same(
     compacted = [scan for scan in scan_directory(tmp_path) if scan.header.flags & 1]
     assert compacted and all(scan.columns.kind[row] != RecordKind.GROUP
                              for scan in compacted for row in range(scan.columns.count))
+
+
+@pytest.mark.twin
+def test_a_replay_scan_counts_group_frames_instead_of_making_rows(tmp_path):
+    """Recovery's scan makes no row of a GROUP frame (groups=False): the same rows as a full scan but
+    those, the groups counted, in the compiled core and the twin alike; load() reports every frame read."""
+    from journal_engine import _replay
+    from journal_engine._twin import replay as twin_replay
+    from journal_engine.journal.format import stamp_of
+    from journal_engine.journal.segment_files import list_directory
+    with Journal(tmp_path, sync="none") as journal:
+        journal.load()
+        for index in range(1, 200):
+            journal.append_group([(ADD, index, 45, bytes([index % 256]) * 100), (UPDATE, index, 32, b"q" * 8)])
+            if index % 3 == 0:
+                journal.add(10_000 + index, 7, b"alone")
+    frames = 0
+    for data in list_directory(str(tmp_path)).data:
+        raw = open(data.path, "rb").read()
+        stamp, start = stamp_of(data.header.file_id), data.header.data_start
+        full = _replay.scan_columns(raw, stamp, start)
+        kept = [row for row in range(full.count) if full.kind[row] != RecordKind.GROUP]
+        frames += full.count
+        for module in (_replay, twin_replay):
+            cols = module.scan_columns(raw, stamp, start, groups=False)
+            assert cols.groups_skipped == full.count - len(kept)
+            assert [(cols.offset[row], cols.kind[row], cols.record_id[row], cols.body(row)) for row in range(cols.count)] \
+                == [(full.offset[row], full.kind[row], full.record_id[row], full.body(row)) for row in kept]
+            assert (cols.end_offset, cols.end_check) == (full.end_offset, full.end_check)
+    assert frames > 199 * 3
+    with Journal(tmp_path, sync="none") as journal:
+        result = journal.load()
+        assert result.report.records_read == frames and len(result.records) == 199 + 66
