@@ -6,24 +6,10 @@ each costs a Python frame for its ``__init__`` (about 250 ns); made here, a C fu
 Python objects only (the same values the twin holds, with the same identity), so the broker reads and
 writes their attributes as it would a slotted class's. Twin: journal_engine/_twin/broker_objects.py.
 """
-from cpython.mem cimport PyMem_Malloc
-from cpython.object cimport PyObject, PyTypeObject
 from types import MappingProxyType
 
+from journal_engine._member_slots cimport expose_as_members
 from journal_engine.record_format import MESSAGE_ID_PROPERTY
-
-cdef extern from "Python.h":
-    ctypedef struct PyMemberDef:
-        const char *name
-        int type
-        Py_ssize_t offset
-        int flags
-        const char *doc
-    object PyDescr_NewMember(PyTypeObject *, PyMemberDef *)
-    void PyType_Modified(PyTypeObject *)
-
-cdef extern from "structmember.h":
-    int T_OBJECT_EX
 
 # a reference's states
 READY = 0          # in its queue's deque
@@ -243,50 +229,26 @@ def ready_references(datas, queue, delivery_counts):
 
 
 # --------------------------------------------------------------------------- attribute access
-# Cython exposes a ``cdef public object`` field through a getset descriptor, which Python 3.11's
-# attribute specialisation passes over (a generic lookup, about 10 ns more per read or write than a
-# slotted class's). The broker reads and writes MessageData's and Reference's fields a dozen times per
-# message, so each field is exposed through a member descriptor instead, as ``__slots__`` would.
-# These two classes stay inside the broker: nothing deletes their fields, which would leave a NULL
-# that the methods above do not expect.
+# The broker reads and writes MessageData's and Reference's fields a dozen times per message: each is a
+# member descriptor, as ``__slots__`` would make (_member_slots.pxd). These two classes stay inside the
+# broker: nothing deletes their fields, which would leave a NULL that the methods above do not expect.
 
 cdef list _member_names = []     # the descriptors point at these names: kept for the module's life
 
 
-cdef Py_ssize_t _offset_holding(object instance, object value) except -1:
-    """Where in ``instance``'s C struct the pointer to ``value`` is."""
-    cdef char *base = <char *><PyObject *>instance
-    cdef Py_ssize_t offset
-    for offset in range(sizeof(PyObject), type(instance).__basicsize__, sizeof(void *)):
-        if (<PyObject **>(base + offset))[0] == <PyObject *>value:
-            return offset
-    raise RuntimeError(f"{type(instance).__name__}: no field holds the probe")
-
-
-cdef _expose_as_members(type cls, tuple fields, object probe):
-    """Replace the getset descriptors of ``cls``'s ``fields`` with member descriptors; ``probe`` is an
-    instance whose fields are then set to distinct markers to find their offsets."""
-    cdef PyTypeObject *t = <PyTypeObject *>cls
-    cdef PyMemberDef *members = <PyMemberDef *>PyMem_Malloc(len(fields) * sizeof(PyMemberDef))
-    if members == NULL:
-        raise MemoryError()
-    markers = [object() for _ in fields]
+cdef _probe(object instance, tuple fields):
+    """``instance`` with each of ``fields`` set to a distinct marker, and the markers."""
+    markers = tuple(object() for _ in fields)
     for name, marker in zip(fields, markers):
-        setattr(probe, name, marker)
-    for i, name in enumerate(fields):
-        encoded = name.encode("ascii")
-        _member_names.append(encoded)
-        members[i].name = encoded
-        members[i].type = T_OBJECT_EX
-        members[i].offset = _offset_holding(probe, markers[i])
-        members[i].flags = 0
-        members[i].doc = NULL
-        (<dict>t.tp_dict)[name] = PyDescr_NewMember(t, &members[i])
-    PyType_Modified(t)
+        setattr(instance, name, marker)
+    return instance, markers
 
 
-_expose_as_members(MessageData, ("message_id", "address", "body", "properties", "durable", "expiration",
-                                 "routing_type", "durable_refs", "public_id"),
-                   MessageData(0, "", b"", None, False, 0, None))
-_expose_as_members(Reference, ("data", "queue", "delivery_count", "state", "delivery", "failures"),
-                   Reference(None, None))
+_MESSAGE_DATA_FIELDS = ("message_id", "address", "body", "properties", "durable", "expiration", "routing_type",
+                        "durable_refs", "public_id")
+_REFERENCE_FIELDS = ("data", "queue", "delivery_count", "state", "delivery", "failures")
+_instance, _markers = _probe(MessageData(0, "", b"", None, False, 0, None), _MESSAGE_DATA_FIELDS)
+expose_as_members(MessageData, _MESSAGE_DATA_FIELDS, _instance, _markers, False, _member_names)
+_instance, _markers = _probe(Reference(None, None), _REFERENCE_FIELDS)
+expose_as_members(Reference, _REFERENCE_FIELDS, _instance, _markers, False, _member_names)
+del _instance, _markers

@@ -14,6 +14,7 @@ import array
 from collections.abc import ItemsView, KeysView, Mapping, ValuesView
 from cpython.dict cimport PyDict_SetDefault
 from journal_engine._livemap cimport LiveMap
+from journal_engine._member_slots cimport expose_as_members
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBuffer_FillInfo, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.slice cimport PySlice_Unpack, PySlice_AdjustIndices
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
@@ -320,6 +321,14 @@ cdef class RecordInfo:
 
     def __reduce__(self):
         return (RecordInfo, (self.record_id, self.record_type, self.body, self.updates))
+
+
+# ``rec.body`` is read once per record by whoever reads a load(): a member descriptor, as a slot's
+# (_member_slots.pxd), never NULL once a RecordInfo is made
+cdef list _member_names = []
+_marker = object()
+expose_as_members(RecordInfo, ("body",), RecordInfo(0, 0, _marker), (_marker,), True, _member_names)
+del _marker
 
 
 cdef inline RecordInfo _new_record(uint64_t record_id, int record_type, object body):
