@@ -1,6 +1,8 @@
 # A record id -> bytes map with no Python objects per entry: the journal's live set.
+cimport cython
 from libc.stdint cimport uint64_t, int64_t
 
+@cython.final           # no subclass: its methods are called directly, not through a table
 cdef class LiveMap:
     cdef uint64_t *_keys
     cdef int64_t *_values       # EMPTY or TOMBSTONE, else the bytes a live record occupies (>= 0)
@@ -10,6 +12,8 @@ cdef class LiveMap:
     cdef readonly int64_t total_bytes
 
     cdef Py_ssize_t _slot(self, uint64_t key) noexcept nogil
+    cdef Py_ssize_t _slot_with_room(self, uint64_t key) except -1
+    cdef void _insert_at(self, Py_ssize_t slot, uint64_t key, int64_t nbytes) noexcept nogil
     cdef int _grow(self) except -1
     cdef bint contains(self, uint64_t key) noexcept nogil
     cdef int64_t get_bytes(self, uint64_t key) noexcept nogil    # -1 when absent

@@ -83,23 +83,32 @@ cdef class LiveMap:
         cdef int64_t v = self._values[self._slot(key)]
         return v - OFFSET if v >= OFFSET else -1
 
+    cdef Py_ssize_t _slot_with_room(self, uint64_t key) except -1:
+        """``_slot(key)`` in a table with room for one more key (grown or cleared of tombstones first)."""
+        if (self._used + 1) * 10 > self._capacity * 7:
+            self._grow()
+        return self._slot(key)
+
+    cdef void _insert_at(self, Py_ssize_t slot, uint64_t key, int64_t nbytes) noexcept nogil:
+        """A new key into the free slot (empty or tombstone) its probe path found."""
+        self._count += 1
+        if self._values[slot] == EMPTY:
+            self._used += 1
+        self._keys[slot] = key
+        self._values[slot] = nbytes + OFFSET
+        self.total_bytes += nbytes
+
     cdef int put(self, uint64_t key, int64_t nbytes) except -1:
         cdef Py_ssize_t slot
         cdef int64_t v
         assert nbytes >= 0
-        if (self._used + 1) * 10 > self._capacity * 7:
-            self._grow()
-        slot = self._slot(key)
+        slot = self._slot_with_room(key)
         v = self._values[slot]
-        if v >= OFFSET:
-            self.total_bytes -= v - OFFSET
-        else:
-            self._count += 1
-            if v == EMPTY:
-                self._used += 1
-            self._keys[slot] = key
+        if v < OFFSET:
+            self._insert_at(slot, key, nbytes)
+            return 0
+        self.total_bytes += nbytes - (v - OFFSET)
         self._values[slot] = nbytes + OFFSET
-        self.total_bytes += nbytes
         return 0
 
     cdef int64_t put_new(self, uint64_t key, int64_t nbytes) except -2:
@@ -108,18 +117,11 @@ cdef class LiveMap:
         cdef Py_ssize_t slot
         cdef int64_t v
         assert nbytes >= 0
-        if (self._used + 1) * 10 > self._capacity * 7:
-            self._grow()
-        slot = self._slot(key)
+        slot = self._slot_with_room(key)
         v = self._values[slot]
         if v >= OFFSET:
             return v - OFFSET
-        self._count += 1
-        if v == EMPTY:
-            self._used += 1
-        self._keys[slot] = key
-        self._values[slot] = nbytes + OFFSET
-        self.total_bytes += nbytes
+        self._insert_at(slot, key, nbytes)
         return -1
 
     cdef int map_values(self, const int64_t *by_value, Py_ssize_t count) except -1:
