@@ -1,12 +1,12 @@
 """Type stub of the compiled live set (pyx/journal_engine/_livemap.pyx; twin: _twin/livemap.py)."""
 from collections.abc import Iterator
-from typing import TypeVar
+from typing import TypeVar, final
 
-from typing_extensions import Self, disjoint_base
+from typing_extensions import Self
 
 _T = TypeVar("_T")
 
-@disjoint_base
+@final
 class LiveMap:
     """The journal's live set: record id -> bytes its frames occupy (its add and its updates).
 
