@@ -9,7 +9,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython cimport array
 from libc.string cimport memcpy, memset
-from libc.stdlib cimport calloc, realloc, free
+from libc.stdlib cimport realloc, free
 import array
 from collections.abc import ItemsView, KeysView, Mapping, ValuesView
 from cpython.dict cimport PyDict_SetDefault
@@ -393,7 +393,7 @@ DEF ROW_BITS = 32
 cdef uint64_t ROW_MASK = 0xFFFFFFFF    # typed: a DEF of this literal made every use a Python int operation
 cdef uint64_t NO_LOCATION = 0xFFFFFFFFFFFFFFFF
 # set in an entry's add location once the record has an update: only then are its first and last
-# update read (whose pages a journal without updates never touches)
+# update written or read (whose pages a journal without updates never touches)
 cdef uint64_t UPDATED = 0x8000000000000000
 
 
@@ -424,11 +424,7 @@ cdef class ReplayState:
     cdef LiveMap _table               # record id -> entry index; after the replay, id -> bytes (``live``)
     cdef bint _ended                  # ``live`` was taken: _table holds bytes, the replay is over
     cdef LiveMap _entry_of            # id -> entry after the replay, made when ids were not added in order
-    cdef array.array _entry_id, _entry_add, _entry_bytes
-    # the location + 1 of an entry's first and last update (0: none), zeroed by calloc: a journal
-    # without updates never touches these pages
-    cdef uint64_t *_entry_first
-    cdef uint64_t *_entry_last
+    cdef array.array _entry_id, _entry_add, _entry_bytes, _entry_first, _entry_last
     cdef Py_ssize_t _entries, _entry_capacity, _live_entries
     cdef bint _ids_rising             # every entry's id above the one before: found by binary search
     cdef unsigned char _replaceable[256]
@@ -451,10 +447,8 @@ cdef class ReplayState:
         self._entry_id = array.clone(_ULONGS, capacity, False)
         self._entry_add = array.clone(_ULONGS, capacity, False)
         self._entry_bytes = array.clone(_LONGS, capacity, False)
-        self._entry_first = <uint64_t *>calloc(capacity, sizeof(uint64_t))
-        self._entry_last = <uint64_t *>calloc(capacity, sizeof(uint64_t))
-        if self._entry_first == NULL or self._entry_last == NULL:
-            raise MemoryError()
+        self._entry_first = array.clone(_ULONGS, capacity, False)
+        self._entry_last = array.clone(_ULONGS, capacity, False)
         self._entries = 0
         self._live_entries = 0
         self._ids_rising = True
@@ -462,10 +456,6 @@ cdef class ReplayState:
         memset(self._replaceable, 0, 256)
         for user_type in replaceable:
             self._replaceable[<uint8_t>user_type] = 1
-
-    def __dealloc__(self):
-        free(self._entry_first)
-        free(self._entry_last)
 
     @property
     def records(self):
@@ -539,21 +529,10 @@ cdef class ReplayState:
     cdef int _new_entry(self, uint64_t record_id, uint64_t location, Py_ssize_t size) except -1:
         """A record's entry at index ``_entries`` (the table already maps its id there)."""
         cdef Py_ssize_t entry = self._entries
-        cdef uint64_t *grown
         if entry == self._entry_capacity:
-            for column in (self._entry_id, self._entry_add, self._entry_bytes):
-                array.resize(column, 2 * self._entry_capacity)
-            for pointer in range(2):
-                grown = <uint64_t *>realloc(self._entry_first if pointer == 0 else self._entry_last,
-                                            2 * self._entry_capacity * sizeof(uint64_t))
-                if grown == NULL:
-                    raise MemoryError()
-                memset(grown + self._entry_capacity, 0, self._entry_capacity * sizeof(uint64_t))
-                if pointer == 0:
-                    self._entry_first = grown
-                else:
-                    self._entry_last = grown
             self._entry_capacity *= 2
+            for column in (self._entry_id, self._entry_add, self._entry_bytes, self._entry_first, self._entry_last):
+                array.resize(column, self._entry_capacity)
         if entry and record_id <= self._entry_id.data.as_ulonglongs[entry - 1]:
             self._ids_rising = False
         self._entry_id.data.as_ulonglongs[entry] = record_id
@@ -569,10 +548,8 @@ cdef class ReplayState:
         if entry >= 0:
             if not transactional:
                 self.anomalies.append((path, offset, f"add of record {record_id}, which is already live"))
-            self._entry_add.data.as_ulonglongs[entry] = location      # replaced where it stands
+            self._entry_add.data.as_ulonglongs[entry] = location      # replaced where it stands, no update yet
             self._entry_bytes.data.as_longlongs[entry] = size
-            self._entry_first[entry] = 0
-            self._entry_last[entry] = 0
         else:
             self._new_entry(record_id, location, size)
         self.adds += 1
@@ -587,15 +564,14 @@ cdef class ReplayState:
             self.anomalies.append((path, offset, f"transactional update of record {record_id}, which is not live"
                                    if transactional else f"update of record {record_id}, which is not live"))
             return 0
-        last = self._entry_last[entry]
-        if last == 0:
-            self._entry_first[entry] = location + 1
-        else:
-            last -= 1
+        if _has_updates(self, entry):
+            last = self._entry_last.data.as_ulonglongs[entry]
             chain = self._chain(<Py_ssize_t>(last >> ROW_BITS))
             chain.data.as_ulonglongs[last & ROW_MASK] = location
-        self._entry_last[entry] = location + 1
-        self._entry_add.data.as_ulonglongs[entry] |= UPDATED
+        else:
+            self._entry_first.data.as_ulonglongs[entry] = location
+            self._entry_add.data.as_ulonglongs[entry] |= UPDATED
+        self._entry_last.data.as_ulonglongs[entry] = location
         self._entry_bytes.data.as_longlongs[entry] += size
         if self._replaceable[user_type]:
             self.replaceable_updates += 1
@@ -691,18 +667,16 @@ cdef class ReplayState:
 
     cdef RecordInfo _record(self, Py_ssize_t entry):
         """The RecordInfo of one live entry, its bodies copied out of the columns."""
-        cdef uint64_t location = self._entry_add.data.as_ulonglongs[entry] & ~UPDATED
-        cdef bint updated = (self._entry_add.data.as_ulonglongs[entry] & UPDATED) != 0
+        cdef uint64_t location = _add_location(self, entry)
         cdef uint64_t last
         cdef FrameColumns cols = <FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]
         cdef Py_ssize_t row = <Py_ssize_t>(location & ROW_MASK)
         cdef RecordInfo rec = _new_record(self._entry_id.data.as_ulonglongs[entry],
                                           cols._record_type.data.as_uchars[row], _row_body(cols, row))
         cdef list updates
-        location = self._entry_first[entry] if updated else 0
-        if location:
-            location -= 1
-            last = self._entry_last[entry] - 1
+        if _has_updates(self, entry):
+            location = self._entry_first.data.as_ulonglongs[entry]
+            last = self._entry_last.data.as_ulonglongs[entry]
             updates = []
             while True:
                 cols = <FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]
@@ -710,9 +684,24 @@ cdef class ReplayState:
                 updates.append((cols._record_type.data.as_uchars[row], _row_body(cols, row)))
                 if location == last:
                     break
-                location = (<array.array>self._next_update[<Py_ssize_t>(location >> ROW_BITS)]).data.as_ulonglongs[row]
+                location = _chained_after(self, location)
             rec._updates = updates
         return rec
+
+
+cdef inline bint _has_updates(ReplayState state, Py_ssize_t entry) noexcept:
+    """Whether a live entry's record has updates (then its first and last are set)."""
+    return (state._entry_add.data.as_ulonglongs[entry] & UPDATED) != 0
+
+
+cdef inline uint64_t _add_location(ReplayState state, Py_ssize_t entry) noexcept:
+    """Where a live entry's add lies."""
+    return state._entry_add.data.as_ulonglongs[entry] & ~UPDATED
+
+
+cdef inline uint64_t _chained_after(ReplayState state, uint64_t location) noexcept:
+    """The location of the update after the one at ``location``, in its record's chain."""
+    return (<array.array>state._next_update[<Py_ssize_t>(location >> ROW_BITS)]).data.as_ulonglongs[location & ROW_MASK]
 
 
 cdef class LiveRecords:
@@ -851,30 +840,24 @@ cdef RecordColumns _live_columns(ReplayState state):
     cdef uint64_t location, last
     cdef FrameColumns cols
     cdef RecordColumns out
-    cdef bint updated
-    cdef list chains = state._next_update
     for entry in range(state._entries):     # first pass: how many records and updates
-        location = state._entry_add.data.as_ulonglongs[entry]
-        if location == NO_LOCATION:
+        if state._entry_add.data.as_ulonglongs[entry] == NO_LOCATION:
             continue
         n += 1
-        location = state._entry_first[entry] if (location & UPDATED) != 0 else 0
-        if location:
-            location -= 1
-            last = state._entry_last[entry] - 1
+        if _has_updates(state, entry):
+            location = state._entry_first.data.as_ulonglongs[entry]
+            last = state._entry_last.data.as_ulonglongs[entry]
             while True:
                 updates += 1
                 if location == last:
                     break
-                location = (<array.array>chains[<Py_ssize_t>(location >> ROW_BITS)]).data.as_ulonglongs[location & ROW_MASK]
+                location = _chained_after(state, location)
     out = _empty_columns(n, updates, [(<FrameColumns>cols).bodies for cols in state.files])
     # a body of the columns: buffers[file][start:end], start where the file's columns hold it
     for entry in range(state._entries):
-        location = state._entry_add.data.as_ulonglongs[entry]
-        if location == NO_LOCATION:
+        if state._entry_add.data.as_ulonglongs[entry] == NO_LOCATION:
             continue
-        updated = (location & UPDATED) != 0
-        location &= ~UPDATED
+        location = _add_location(state, entry)
         cols = <FrameColumns>state.files[<Py_ssize_t>(location >> ROW_BITS)]
         row = <Py_ssize_t>(location & ROW_MASK)
         out.record_id.data.as_ulonglongs[i] = state._entry_id.data.as_ulonglongs[entry]
@@ -883,10 +866,9 @@ cdef RecordColumns _live_columns(ReplayState state):
         out.body_start.data.as_longlongs[i] = _body_start(cols, row)
         out.body_end.data.as_longlongs[i] = _body_start(cols, row) + _body_size(cols, row)
         out.update_first.data.as_longlongs[i] = u
-        location = state._entry_first[entry] if updated else 0
-        if location:
-            location -= 1
-            last = state._entry_last[entry] - 1
+        if _has_updates(state, entry):
+            location = state._entry_first.data.as_ulonglongs[entry]
+            last = state._entry_last.data.as_ulonglongs[entry]
             while True:
                 cols = <FrameColumns>state.files[<Py_ssize_t>(location >> ROW_BITS)]
                 row = <Py_ssize_t>(location & ROW_MASK)
@@ -897,7 +879,7 @@ cdef RecordColumns _live_columns(ReplayState state):
                 u += 1
                 if location == last:
                     break
-                location = (<array.array>chains[<Py_ssize_t>(location >> ROW_BITS)]).data.as_ulonglongs[row]
+                location = _chained_after(state, location)
         i += 1
     out.update_first.data.as_longlongs[n] = u
     return out
@@ -1147,6 +1129,18 @@ cdef int _scan_rows(const unsigned char *base, Py_ssize_t limit, uint32_t stamp,
     return 0
 
 
+cdef void _rows_in(RowBuffers *rows, FrameColumns cols) noexcept:
+    """Point the scan's row buffers at the columns' own arrays (fixed: written in place)."""
+    rows.offset = <long long *>cols._offset.data.as_voidptr
+    rows.size = <long long *>cols._size.data.as_voidptr
+    rows.body_offsets = <long long *>cols._body_offsets.data.as_voidptr
+    rows.record_id = <uint64_t *>cols._record_id.data.as_voidptr
+    rows.tx_id = <uint64_t *>cols._tx_id.data.as_voidptr
+    rows.check = <uint8_t *>cols._check.data.as_voidptr
+    rows.kind = <uint8_t *>cols._kind.data.as_voidptr
+    rows.record_type = <uint8_t *>cols._record_type.data.as_voidptr
+
+
 cdef array.array _column(array.array template, const void *data, Py_ssize_t count, size_t item):
     cdef array.array column = array.clone(template, count, False)
     if count:
@@ -1228,14 +1222,7 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True, bint 
             cols._check = array.clone(_BYTES, bound, False)
             cols._kind = array.clone(_BYTES, bound, False)
             cols._record_type = array.clone(_BYTES, bound, False)
-            rows.offset = <long long *>cols._offset.data.as_voidptr
-            rows.size = <long long *>cols._size.data.as_voidptr
-            rows.body_offsets = <long long *>cols._body_offsets.data.as_voidptr
-            rows.record_id = <uint64_t *>cols._record_id.data.as_voidptr
-            rows.tx_id = <uint64_t *>cols._tx_id.data.as_voidptr
-            rows.check = <uint8_t *>cols._check.data.as_voidptr
-            rows.kind = <uint8_t *>cols._kind.data.as_voidptr
-            rows.record_type = <uint8_t *>cols._record_type.data.as_voidptr
+            _rows_in(&rows, cols)
             rows.capacity = bound
             rows.fixed = True
         rows.skip_groups = not groups
@@ -1259,14 +1246,7 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True, bint 
                            cols._record_type):
                 array.resize(column, n)
             array.resize(cols._body_offsets, n + 1)
-            rows.offset = <long long *>cols._offset.data.as_voidptr     # a resize may have moved them
-            rows.body_offsets = <long long *>cols._body_offsets.data.as_voidptr
-            rows.size = NULL            # (read no more after the scan)
-            rows.record_id = NULL
-            rows.tx_id = NULL
-            rows.check = NULL
-            rows.kind = NULL
-            rows.record_type = NULL
+            _rows_in(&rows, cols)       # a resize may have moved them
         else:
             cols._offset = _column(_LONGS, rows.offset, n, sizeof(long long))
             cols._size = _column(_LONGS, rows.size, n, sizeof(long long))
