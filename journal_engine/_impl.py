@@ -42,7 +42,7 @@ if IMPLEMENTATION == "cython":
     from ._livemap import LiveMap
     from ._message_columns import (ROUTING_NAMES, MessageColumns, MessageRecovery, QueueReferences, decode_message_columns,
                                    decode_message_fields, decode_messages_fields, recover_messages,
-                                   release_from_collector, release_mapped_file)
+                                   release_from_collector)
     from ._replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, FrameColumns, MappedFile, RecordInfo, ReplayState,
                           is_pinned, scan_columns, scan_frames)
     from ._record_writer import RecordWriter
@@ -54,7 +54,7 @@ else:
     from ._twin.livemap import LiveMap
     from ._twin.message_columns import (ROUTING_NAMES, MessageColumns, MessageRecovery, QueueReferences,
                                         decode_message_columns, decode_message_fields, decode_messages_fields,
-                                        recover_messages, release_from_collector, release_mapped_file)
+                                        recover_messages, release_from_collector)
     from ._twin.record_writer import RecordWriter
     from ._twin.replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, FrameColumns, MappedFile, RecordInfo,
                                ReplayState, is_pinned, scan_columns, scan_frames)
@@ -63,5 +63,5 @@ __all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", 
            "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "encode_group", "check_frame", "RecordWriter",
            "MessageColumns", "decode_message_columns", "ROUTING_NAMES", "GAP_REASONS", "MessageRecovery",
            "QueueReferences", "recover_messages", "decode_message_fields", "decode_messages_fields",
-           "release_from_collector", "release_mapped_file", "GUARDS_MAPPED_READS", "Body", "MappedFile", "is_pinned",
+           "release_from_collector", "GUARDS_MAPPED_READS", "Body", "MappedFile", "is_pinned",
            "MessageData", "Reference", "Message", "delivery_of", "recovered_datas", "ready_references", "READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX"]

@@ -185,9 +185,6 @@ def decode_messages_fields(bodies: Mapping[int, bytes], message_ids: Iterable[in
     """``decode_message_fields`` of many messages (each body from ``bodies``), in the order of
     ``message_ids``; a recovery's MessageBodies is read straight from the journal's columns."""
 
-def release_mapped_file(bodies: Mapping[int, bytes], path: str) -> int:
-    """``MessageBodies.release_file`` of a recovery's bodies; 0 for bodies that hold no file."""
-
 def release_from_collector(objects: Iterable[object]) -> None:
     """Take objects that can never be part of a reference cycle out of the cycle collector's view
     (still freed by reference counting)."""

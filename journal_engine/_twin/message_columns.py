@@ -221,6 +221,11 @@ class _Bodies(dict):
 
     __slots__ = ("__weakref__",)
 
+    def release_file(self, path) -> int:
+        """The compiled bodies can point into a mapped journal file, which this releases; the twin's
+        are bytes (its loads always copy) and hold no file: nothing to move."""
+        return 0
+
 
 class MessageRecovery:
     """What recover_messages found (see the compiled module): every rule of the store's recovery applied."""
@@ -335,12 +340,6 @@ def decode_messages_fields(bodies: dict, message_ids, path=None) -> list[tuple]:
 _untrack = ctypes.pythonapi.PyObject_GC_UnTrack
 _untrack.argtypes = [ctypes.py_object]
 _untrack.restype = None
-
-
-def release_mapped_file(bodies, path) -> int:
-    """The compiled recovery's bodies can point into a mapped journal file, which this releases; the
-    twin's are bytes (its loads always copy) and hold no file: nothing to move."""
-    return 0
 
 
 def release_from_collector(objects) -> None:

@@ -95,7 +95,7 @@ def _pin_releaser(bodies) -> Callable[[str], int]:
 
     def release(path: str) -> int:
         bodies = held()
-        return 0 if bodies is None else _impl.release_mapped_file(bodies, path)
+        return 0 if bodies is None else bodies.release_file(path)
     return release
 
 

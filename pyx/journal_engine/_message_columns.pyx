@@ -223,14 +223,19 @@ cdef const uint8_t *_address(object buffer) except NULL:
     return p if p != NULL else <const uint8_t *>b""
 
 
+cdef object _cut_under_read(object buffer):
+    """What a read of a body meets when the guard catches a cut: FileChangedError naming the file."""
+    return FileChangedError("a journal file was cut short while the message store read a body from it",
+                            path=getattr(buffer, "path", None),
+                            hint="another process truncated the message journal; stop it, then open the "
+                                 "store again")
+
+
 cdef int _read_guarded(void *dst, const uint8_t *src, Py_ssize_t n, object buffer) except -1:
     """Copy ``n`` bytes of a body out of the journal's buffers under the SIGBUS guard: a mapped file
     another process cut short is a FileChangedError naming it, never a signal."""
     if n > 0 and je_bus_guarded_copy(dst, src, <size_t>n) == JE_BUS_FAULT:
-        raise FileChangedError("a journal file was cut short while the message store read a body from it",
-                               path=getattr(buffer, "path", None),
-                               hint="another process truncated the message journal; stop it, then open the "
-                                    "store again")
+        raise _cut_under_read(buffer)
     return 0
 
 
@@ -258,10 +263,7 @@ cdef bint _message_fields_guarded(const uint8_t *body, Py_ssize_t size, MessageF
     read.fields = fields
     read.ok = False
     if size > 0 and je_bus_guarded(_read_fields, &read) == JE_BUS_FAULT:
-        raise FileChangedError("a journal file was cut short while the message store read a body from it",
-                               path=getattr(buffer, "path", None),
-                               hint="another process truncated the message journal; stop it, then open the "
-                                    "store again")
+        raise _cut_under_read(buffer)
     return read.ok
 
 
@@ -1277,7 +1279,7 @@ def decode_messages_fields(bodies not None, message_ids, path=None):
     cdef MessageBodies columns
     cdef MessageFields fields
     cdef const uint8_t *p
-    cdef Py_ssize_t size, i, n, line
+    cdef Py_ssize_t size, i, n
     cdef Py_ssize_t *rows = NULL
     cdef object address = ""           # the str of address_bytes
     cdef bytes address_bytes = b""
@@ -1309,14 +1311,6 @@ def decode_messages_fields(bodies not None, message_ids, path=None):
     finally:
         PyMem_Free(rows)
     return out
-
-
-def release_mapped_file(bodies, path):
-    """``MessageBodies.release_file`` of a recovery's bodies (any other mapping of bodies -- bytes
-    -- holds no file: 0)."""
-    if type(bodies) is MessageBodies:
-        return (<MessageBodies>bodies).release_file(path)
-    return 0
 
 
 def release_from_collector(objects):
