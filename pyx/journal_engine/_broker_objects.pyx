@@ -31,16 +31,7 @@ cdef class MessageData:
     cdef object _view
 
     def __init__(self, message_id, address, body, properties, durable, expiration, routing_type):
-        self.message_id = message_id
-        self.address = address
-        self.body = body
-        self.properties = properties          # a dict the broker owns, or None for none
-        self.durable = durable
-        self.expiration = expiration          # epoch ms, 0 = never
-        self.routing_type = routing_type      # None, "anycast" or "multicast"
-        self.durable_refs = 0                 # references the store holds (> 0: the store holds the message)
-        self.public_id = message_id           # the id consumers see (a Classic or Qpid copy keeps its original's)
-        self._view = None
+        _fill_data(self, message_id, address, body, properties, durable, expiration, routing_type)
 
     def set_property(self, name, value):
         """Set one property (the broker's own, such as Classic's ``redeliveryDelay``) in a new dict:
@@ -84,12 +75,7 @@ cdef class Reference:
     cdef public object data, queue, delivery_count, state, delivery, failures
 
     def __init__(self, data, queue, delivery_count=0):
-        self.data = data
-        self.queue = queue
-        self.delivery_count = delivery_count
-        self.state = READY
-        self.delivery = None          # the Message of the current delivery (identity proves ownership)
-        self.failures = None          # [(time ms, reason)] of each failed delivery seen, or None
+        _fill_reference(self, data, queue, delivery_count)
 
     def leave_consumer(self):
         """The reference is no longer held by a consumer (a rollback, a close, a session rolled back): its
@@ -187,6 +173,29 @@ def delivery_of(Message message not None):
     return message._ref, message._owner
 
 
+cdef inline void _fill_data(MessageData data, message_id, address, body, properties, durable, expiration,
+                            routing_type) noexcept:
+    data.message_id = message_id
+    data.address = address
+    data.body = body
+    data.properties = properties          # a dict the broker owns, or None for none
+    data.durable = durable
+    data.expiration = expiration          # epoch ms, 0 = never
+    data.routing_type = routing_type      # None, "anycast" or "multicast"
+    data.durable_refs = 0                 # references the store holds (> 0: the store holds the message)
+    data.public_id = message_id           # the id consumers see (a Classic or Qpid copy keeps its original's)
+    data._view = None
+
+
+cdef inline void _fill_reference(Reference ref, data, queue, delivery_count) noexcept:
+    ref.data = data
+    ref.queue = queue
+    ref.delivery_count = delivery_count
+    ref.state = READY
+    ref.delivery = None          # the Message of the current delivery (identity proves ownership)
+    ref.failures = None          # [(time ms, reason)] of each failed delivery seen, or None
+
+
 def recovered_datas(message_ids, fields, durable_refs):
     """The MessageData of recovered messages, from their ids and stored ``fields`` (address, body,
     properties, durable, expiration, routing type), each with ``durable_refs`` set: the one place a
@@ -196,17 +205,11 @@ def recovered_datas(message_ids, fields, durable_refs):
     for message_id, stored in zip(message_ids, fields):
         address, body, properties, durable, expiration, routing_type = stored
         public_id = properties.pop(MESSAGE_ID_PROPERTY, None) if properties else None
-        data = MessageData.__new__(MessageData)
-        data.message_id = message_id
-        data.address = address
-        data.body = body
-        data.properties = properties or None
-        data.durable = durable
-        data.expiration = expiration
-        data.routing_type = routing_type
+        data = MessageData.__new__(MessageData)       # as MessageData(...), without parsing the arguments
+        _fill_data(data, message_id, address, body, properties or None, durable, expiration, routing_type)
         data.durable_refs = durable_refs
-        data.public_id = message_id if public_id is None else public_id
-        data._view = None
+        if public_id is not None:
+            data.public_id = public_id
         out.append(data)
     return out
 
@@ -215,15 +218,9 @@ def ready_references(datas, queue, delivery_counts):
     """A READY Reference on ``queue`` of each MessageData, with its recovered delivery count."""
     cdef list out = []
     cdef Reference ref
-    cdef object ready = READY
     for data, count in zip(datas, delivery_counts):
-        ref = Reference.__new__(Reference)
-        ref.data = data
-        ref.queue = queue
-        ref.delivery_count = count
-        ref.state = ready
-        ref.delivery = None
-        ref.failures = None
+        ref = Reference.__new__(Reference)             # as Reference(...), without parsing the arguments
+        _fill_reference(ref, data, queue, count)
         out.append(ref)
     return out
 
