@@ -29,6 +29,8 @@ from .source import UNIX_SOCKETS_OPTION, register
 JAVA_VERSION_MIN = 17
 LOCAL_MASTER_DEFAULT = "local[*]"
 LOG4J2_CONFIGURATION = Path(__file__).with_name("log4j2.properties")
+#: the JVM option that gives a driver or executor journal_engine's log settings (WARN) from its start
+LOG4J2_JAVA_OPTION = f"-Dlog4j2.configurationFile={LOG4J2_CONFIGURATION.as_uri()}"
 #: Arrow Java's checks off: Spark turns a Python source's Arrow batches into rows through ArrowColumnVector,
 #: and with the checks on every value read re-checks the buffer's reference count and bounds (a quarter of
 #: the JVM's time in a full read of the journal_engine source; docs/benchmarks.md). Without them a batch
@@ -104,7 +106,7 @@ def session(master: str | None = None, app_name: str = "journal-engine", config:
         # spark-submit's --conf spark.pyspark.python reaches this driver as PYSPARK_PYTHON; without it the
         # executors would run "python3" from their PATH, which need not hold pyarrow nor journal_engine
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    java_options = f"-Dlog4j2.configurationFile={LOG4J2_CONFIGURATION.as_uri()} {java_options}".strip()
+    java_options = f"{LOG4J2_JAVA_OPTION} {java_options}".strip()
     builder = (SparkSession.builder.appName(app_name)
                .config("spark.driver.extraJavaOptions", java_options)
                .config("spark.executor.extraJavaOptions", java_options))

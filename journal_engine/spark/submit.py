@@ -18,10 +18,10 @@ option that gives that JVM journal_engine's log settings from its start:
 import sys
 
 from journal_engine.cli import main
-from journal_engine.spark.environment import LOG4J2_CONFIGURATION
+from journal_engine.spark.environment import LOG4J2_JAVA_OPTION
 
 #: the driver's JVM option that applies journal_engine's log settings (WARN) from the JVM's start
-JAVA_OPTIONS = f"-Dlog4j2.configurationFile={LOG4J2_CONFIGURATION.as_uri()}"
+JAVA_OPTIONS = LOG4J2_JAVA_OPTION
 
 if __name__ == "__main__":
     sys.exit(main())
