@@ -53,6 +53,9 @@ def one_run(checkout: str, root: str, what: str) -> dict:
                          "build its compiled core in place first")
     journal_dir, total, grown = Path(root) / "journal", 0, 0
     started, cpu_started, before = time.perf_counter(), time.process_time(), _anon_bytes()
+
+    def elapsed() -> tuple[float, float]:
+        return time.perf_counter() - started, time.process_time() - cpu_started
     # the clocks stop when the measure is done, before anything is closed (a close is not recovery)
     if what in ("views", "copy"):
         with Journal(journal_dir) as journal:
@@ -60,11 +63,11 @@ def one_run(checkout: str, root: str, what: str) -> dict:
             result = journal.load(copy=True) if what == "copy" and has_copy else journal.load()
             grown = _anon_bytes() - before
             total = sum(len(record.body) for record in result.records.values())
-            done = time.perf_counter() - started, time.process_time() - cpu_started
+            done = elapsed()
     elif what == "broker":
         broker = Broker(Path(root) / "broker")
         message = broker.create_consumer("q3").receive()
-        done = time.perf_counter() - started, time.process_time() - cpu_started
+        done = elapsed()
         total = len(message.body) if type(message.body) is bytes else -1
         grown = _anon_bytes() - before
         broker.close()
@@ -73,7 +76,7 @@ def one_run(checkout: str, root: str, what: str) -> dict:
         env = lmdb.open(str(Path(root) / "lmdb"), readonly=True, lock=False)
         with env.begin() as txn:
             total = sum(len(value) for _key, value in txn.cursor())
-        done = time.perf_counter() - started, time.process_time() - cpu_started
+        done = elapsed()
         env.close()
     else:
         held: list = []
@@ -89,7 +92,7 @@ def one_run(checkout: str, root: str, what: str) -> dict:
                     total += handle.readinto(buffer)
             crc = crc32c(buffer, crc)
             held.append(buffer)
-        done = time.perf_counter() - started, time.process_time() - cpu_started
+        done = elapsed()
     return {"s": done[0], "cpu": done[1], "bytes": total, "anon": grown}
 
 
