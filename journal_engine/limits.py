@@ -64,6 +64,9 @@ SCAN_THREADS_MIN_BYTES = 4 * 1024 * 1024
 # could hold (untouched room costs address space, not memory), up to this many rows (a 1.5 GiB file);
 # a larger file's rows grow in buffers copied into the columns at the end (each row written twice)
 SCAN_DIRECT_ROWS_MAX = 100_000_000
+# a live set's table of at least this many bytes an array is mapped on transparent huge pages (a
+# fault per 2 MiB instead of two per 4 KiB: see _livemap._zeroed); a smaller one comes from calloc
+LIVEMAP_HUGE_PAGES_BYTES_MIN = 1 << 20
 
 assert FILE_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0
 assert FRAME_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0

@@ -14,7 +14,7 @@ from .._impl import GAP_REASONS, ReplayState
 from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
 from .format import CONTROL_FILE, HEADER_FLAG_RECYCLED, stamp_of
 from ..record_format import FrameCheck
-from .scan import cut_short, read_while_live, scan_data_file, scan_data_files
+from .scan import cut_short, read_while_live, scan_data_file, scan_data_files_in_order
 from .segment_files import Listing, list_directory
 
 
@@ -110,15 +110,27 @@ def analyze(directory: str, replaceable_types=(), *, remove_temporary: bool = Fa
     return _analyze(directory, replaceable_types, remove_temporary, as_if_compacted, copy)
 
 
+def _rows_expected(files: list, first_rows: int) -> int:
+    """The rows of every file, estimated from the first file's (files are allocated alike): a size
+    for the replay's tables, which grow if it is short."""
+    first_size = max(files[0].size, 1)
+    return first_rows * sum(max(data.size, 1) for data in files) // first_size + 1
+
+
 def _analyze(directory: str, replaceable_types, remove_temporary: bool, as_if_compacted: bool,
              copy: bool) -> Analysis:
     listing = list_directory(directory, remove_temporary=remove_temporary, as_if_compacted=as_if_compacted)
-    columns = scan_data_files(listing.data, copy, groups=False)     # a GROUP frame means nothing to a replay
-    state = ReplayState(replaceable_types, sum(len(file_columns) for file_columns in columns))
+    # each file is replayed as soon as it is decoded, while the next ones are (a GROUP frame means
+    # nothing to a replay); the first file's rows size the replay's tables for all of them
+    state = None
     ends = []
-    for data, file_columns in zip(listing.data, columns):
+    for data, file_columns in zip(listing.data, scan_data_files_in_order(listing.data, copy, groups=False)):
+        if state is None:
+            state = ReplayState(replaceable_types, _rows_expected(listing.data, len(file_columns)))
         end, check = state.replay_columns(file_columns, data.path)
         ends.append((end, classify_end(data, end, FrameCheck(check))))
+    if state is None:
+        state = ReplayState(replaceable_types)
     report = LoadReport(corrupt=list(state.corrupt), anomalies=list(state.anomalies),
                         files_read=len(listing.data), records_read=state.frames_read)
     for data in listing.data:

@@ -19,7 +19,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 from .._impl import GUARDS_MAPPED_READS, FrameColumns, MappedFile, is_pinned, scan_columns
 from ..errors import FileChangedError, FileVanishedError, JournalLockedError
@@ -130,13 +130,22 @@ def read_while_live(directory: str, read: Callable[[], T]) -> T:
 
 
 def scan_data_files(files: list[DataFile], copy: bool = True, groups: bool = True) -> list[FrameColumns]:
-    """`scan_data_file` of each file, in order; files are decoded on several threads at once (the
-    decoder runs without the GIL), which is what makes recovery of a large journal memory-bound --
-    but a small journal on this thread, where a pool of threads would cost more than it saves."""
+    """`scan_data_file` of each file, in order (see `scan_data_files_in_order`)."""
+    return list(scan_data_files_in_order(files, copy, groups))
+
+
+def scan_data_files_in_order(files: list[DataFile], copy: bool = True,
+                             groups: bool = True) -> Iterator[FrameColumns]:
+    """`scan_data_file` of each file, yielded in order as soon as it is decoded. Files are decoded on
+    several threads at once (the decoder runs without the GIL), which is what makes recovery of a
+    large journal memory-bound, and the caller works on one file -- a replay, which runs without
+    the GIL too -- while the threads decode the next ones. A small journal is read on this thread,
+    where a pool of threads would cost more than it saves."""
     if len(files) < 2 or (os.cpu_count() or 1) < 2 or sum(data.size for data in files) < SCAN_THREADS_MIN_BYTES:
-        return [scan_data_file(data, copy, groups) for data in files]
+        yield from (scan_data_file(data, copy, groups) for data in files)
+        return
     with ThreadPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1, SCAN_THREADS_MAX), thread_name_prefix="journal-scan") as pool:
-        return list(pool.map(lambda data: scan_data_file(data, copy, groups), files))
+        yield from pool.map(lambda data: scan_data_file(data, copy, groups), files)
 
 
 @dataclass(frozen=True)

@@ -396,6 +396,26 @@ cdef uint64_t NO_LOCATION = 0xFFFFFFFFFFFFFFFF
 # update written or read (whose pages a journal without updates never touches)
 cdef uint64_t UPDATED = 0x8000000000000000
 
+# What a step of the replay on a plain (not transactional) frame did. Steps run without the GIL and
+# change nothing unless they return APPLIED; what needs Python (growing a table, making a file's
+# chain of updates, an anomaly's message) is done by their callers with the GIL, then the step again.
+DEF APPLIED = 0
+DEF NEEDS_ROOM = 1       # the entries or the id table are full
+DEF ALREADY_LIVE = 2     # an add of an id that is live: an anomaly (or a transaction's re-add)
+DEF NOT_LIVE = 3         # an update of an id that is not live: an anomaly
+DEF NEEDS_CHAIN = 4      # the record's last update lies in a file whose chain of updates is not made yet
+
+
+cdef struct PlainRows:
+    # one file's columns as a run of the replay reads them without the GIL
+    const uint8_t *check
+    const uint8_t *kind
+    const uint8_t *record_type
+    const uint64_t *record_id
+    const long long *size
+    Py_ssize_t count
+    Py_ssize_t file_index
+
 
 cdef inline uint64_t _location(Py_ssize_t file_index, Py_ssize_t row) noexcept nogil:
     """Where a frame lies: (file index << ROW_BITS) | row."""
@@ -426,6 +446,8 @@ cdef class ReplayState:
     cdef LiveMap _entry_of            # id -> entry after the replay, made when ids were not added in order
     cdef array.array _entry_id, _entry_add, _entry_bytes, _entry_first, _entry_last
     cdef Py_ssize_t _entries, _entry_capacity, _live_entries
+    cdef uint64_t **_chains           # per file: _next_update's array's data, or NULL (read without the GIL)
+    cdef Py_ssize_t _chains_room
     cdef bint _ids_rising             # every entry's id above the one before: found by binary search
     cdef unsigned char _replaceable[256]
 
@@ -456,6 +478,9 @@ cdef class ReplayState:
         memset(self._replaceable, 0, 256)
         for user_type in replaceable:
             self._replaceable[<uint8_t>user_type] = 1
+
+    def __dealloc__(self):
+        free(self._chains)
 
     @property
     def records(self):
@@ -507,32 +532,92 @@ cdef class ReplayState:
 
     def replay_columns(self, FrameColumns cols, path):
         """Apply one file's rows in order; returns ``(end_offset, end_check)``. Damaged regions
-        followed by valid frames go to ``corrupt``."""
-        cdef Py_ssize_t file_index = len(self.files), row
+        followed by valid frames go to ``corrupt``.
+
+        Runs of plain adds, updates and deletes are applied without the GIL (``_plain_run``), so a
+        recovery replays one file while other threads scan the next; every other row, and a row a
+        run stops at, is applied here with it."""
+        cdef Py_ssize_t file_index = len(self.files), row = 0, stopped
         cdef uint8_t check
+        cdef PlainRows rows
+        cdef bint release = True
         self._check_open()
-        self.frames_read += cols.groups_skipped
-        self.files.append(cols)
-        self._next_update.append(None)
-        for row in range(cols.count):
-            check = cols._check.data.as_uchars[row]
+        self._add_file(cols)
+        rows.check = cols._check.data.as_uchars
+        rows.kind = cols._kind.data.as_uchars
+        rows.record_type = cols._record_type.data.as_uchars
+        rows.record_id = cols._record_id.data.as_ulonglongs
+        rows.size = cols._size.data.as_longlongs
+        rows.count = cols.count
+        rows.file_index = file_index
+        while row < rows.count:
+            if release:     # a long run is likely after a long one: then the GIL is worth handing over
+                with nogil:
+                    stopped = self._plain_run(&rows, row)
+            else:
+                stopped = self._plain_run(&rows, row)
+            release = stopped - row >= 256
+            row = stopped
+            if row == rows.count:
+                break
+            check = rows.check[row]
             if check:
                 self.corrupt.append((path, cols._offset.data.as_longlongs[row], GAP_REASONS[check]))
             else:
                 self._apply(cols, file_index, row, path)
+            row += 1
         return cols.end_offset, cols.end_check
+
+    cdef int _add_file(self, FrameColumns cols) except -1:
+        """A file's columns as the next file index: its rows' locations point there."""
+        cdef Py_ssize_t file_index = len(self.files)
+        cdef void *p
+        if file_index == self._chains_room:
+            p = realloc(self._chains, (file_index * 2 + 16) * sizeof(uint64_t *))
+            if p == NULL:
+                raise MemoryError()
+            self._chains = <uint64_t **>p
+            self._chains_room = file_index * 2 + 16
+        self._chains[file_index] = NULL
+        self.frames_read += cols.groups_skipped
+        self.files.append(cols)
+        self._next_update.append(None)
+        return 0
+
+    cdef Py_ssize_t _plain_run(self, const PlainRows *rows, Py_ssize_t row) noexcept nogil:
+        """Apply valid plain adds, updates and deletes from ``row`` on, as long as each step is
+        APPLIED; returns the first row not applied (``rows.count`` when all were)."""
+        cdef uint8_t kind
+        cdef int outcome
+        while row < rows.count and not rows.check[row]:
+            kind = rows.kind[row]
+            if kind == KIND_ADD:
+                outcome = self._add_step(rows.record_id[row], _location(rows.file_index, row), rows.size[row])
+            elif kind == KIND_UPDATE:
+                outcome = self._update_step(rows.record_id[row], _location(rows.file_index, row),
+                                            rows.record_type[row], rows.size[row])
+            elif kind == KIND_DELETE:
+                outcome = self._delete_step(rows.record_id[row])
+            else:
+                break
+            if outcome != APPLIED:
+                break
+            self.frames_read += 1
+            row += 1
+        return row
 
     def body(self, uint64_t location):
         """The body of the frame at a location (file index, row)."""
         return (<FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]).body(<Py_ssize_t>(location & ROW_MASK))
 
-    cdef int _new_entry(self, uint64_t record_id, uint64_t location, Py_ssize_t size) except -1:
-        """A record's entry at index ``_entries`` (the table already maps its id there)."""
+    cdef int _add_step(self, uint64_t record_id, uint64_t location, Py_ssize_t size) noexcept nogil:
+        """An add of a new id: its entry at index ``_entries``, the id table mapping it there (one
+        walk: found, or inserted). ALREADY_LIVE or NEEDS_ROOM change nothing."""
         cdef Py_ssize_t entry = self._entries
-        if entry == self._entry_capacity:
-            self._entry_capacity *= 2
-            for column in (self._entry_id, self._entry_add, self._entry_bytes, self._entry_first, self._entry_last):
-                array.resize(column, self._entry_capacity)
+        if entry == self._entry_capacity or not self._table.has_room():
+            return NEEDS_ROOM
+        if self._table.put_new_in_room(record_id, entry) >= 0:
+            return ALREADY_LIVE
         if entry and record_id <= self._entry_id.data.as_ulonglongs[entry - 1]:
             self._ids_rising = False
         self._entry_id.data.as_ulonglongs[entry] = record_id
@@ -540,34 +625,23 @@ cdef class ReplayState:
         self._entry_bytes.data.as_longlongs[entry] = size
         self._entries += 1
         self._live_entries += 1
-        return 0
-
-    cdef int _add(self, uint64_t record_id, uint64_t location, Py_ssize_t size, object path,
-                  Py_ssize_t offset, bint transactional) except -1:
-        cdef int64_t entry = self._table.put_new(record_id, self._entries)     # one walk: found, or mapped to a new entry
-        if entry >= 0:
-            if not transactional:
-                self.anomalies.append((path, offset, f"add of record {record_id}, which is already live"))
-            self._entry_add.data.as_ulonglongs[entry] = location      # replaced where it stands, no update yet
-            self._entry_bytes.data.as_longlongs[entry] = size
-        else:
-            self._new_entry(record_id, location, size)
         self.adds += 1
-        return 0
+        return APPLIED
 
-    cdef int _update(self, uint64_t record_id, uint64_t location, uint8_t user_type, Py_ssize_t size,
-                     object path, Py_ssize_t offset, bint transactional) except -1:
+    cdef int _update_step(self, uint64_t record_id, uint64_t location, uint8_t user_type,
+                          Py_ssize_t size) noexcept nogil:
+        """An update chained after its record's last one. NOT_LIVE or NEEDS_CHAIN change nothing."""
         cdef int64_t entry = self._table.get_bytes(record_id)
         cdef uint64_t last
-        cdef array.array chain
+        cdef uint64_t *chain
         if entry < 0:
-            self.anomalies.append((path, offset, f"transactional update of record {record_id}, which is not live"
-                                   if transactional else f"update of record {record_id}, which is not live"))
-            return 0
+            return NOT_LIVE
         if _has_updates(self, entry):
             last = self._entry_last.data.as_ulonglongs[entry]
-            chain = self._chain(<Py_ssize_t>(last >> ROW_BITS))
-            chain.data.as_ulonglongs[last & ROW_MASK] = location
+            chain = self._chains[last >> ROW_BITS]
+            if chain == NULL:
+                return NEEDS_CHAIN
+            chain[last & ROW_MASK] = location
         else:
             self._entry_first.data.as_ulonglongs[entry] = location
             self._entry_add.data.as_ulonglongs[entry] |= UPDATED
@@ -575,9 +649,54 @@ cdef class ReplayState:
         self._entry_bytes.data.as_longlongs[entry] += size
         if self._replaceable[user_type]:
             self.replaceable_updates += 1
+        return APPLIED
+
+    cdef int _delete_step(self, uint64_t record_id) noexcept nogil:
+        """A delete: the record's entry is no longer live (of an id that is not live: nothing)."""
+        cdef int64_t entry = self._table.remove(record_id)
+        if entry >= 0:
+            self._entry_add.data.as_ulonglongs[entry] = NO_LOCATION
+            self._live_entries -= 1
+        return APPLIED
+
+    cdef int _make_room(self) except -1:
+        """Room for one more entry and one more id in the table (NEEDS_ROOM)."""
+        if self._entries == self._entry_capacity:
+            self._entry_capacity *= 2
+            for column in (self._entry_id, self._entry_add, self._entry_bytes, self._entry_first, self._entry_last):
+                array.resize(column, self._entry_capacity)
+        if not self._table.has_room():
+            self._table._grow()
         return 0
 
-    cdef array.array _chain(self, Py_ssize_t file_index):
+    cdef int _add(self, uint64_t record_id, uint64_t location, Py_ssize_t size, object path,
+                  Py_ssize_t offset, bint transactional) except -1:
+        cdef int outcome = self._add_step(record_id, location, size)
+        cdef int64_t entry
+        if outcome == NEEDS_ROOM:
+            self._make_room()
+            outcome = self._add_step(record_id, location, size)
+        if outcome == ALREADY_LIVE:
+            if not transactional:
+                self.anomalies.append((path, offset, f"add of record {record_id}, which is already live"))
+            entry = self._table.get_bytes(record_id)
+            self._entry_add.data.as_ulonglongs[entry] = location      # replaced where it stands, no update yet
+            self._entry_bytes.data.as_longlongs[entry] = size
+            self.adds += 1
+        return 0
+
+    cdef int _update(self, uint64_t record_id, uint64_t location, uint8_t user_type, Py_ssize_t size,
+                     object path, Py_ssize_t offset, bint transactional) except -1:
+        cdef int outcome = self._update_step(record_id, location, user_type, size)
+        if outcome == NEEDS_CHAIN:
+            self._make_chain(<Py_ssize_t>(self._entry_last.data.as_ulonglongs[self._table.get_bytes(record_id)] >> ROW_BITS))
+            outcome = self._update_step(record_id, location, user_type, size)
+        if outcome == NOT_LIVE:
+            self.anomalies.append((path, offset, f"transactional update of record {record_id}, which is not live"
+                                   if transactional else f"update of record {record_id}, which is not live"))
+        return 0
+
+    cdef int _make_chain(self, Py_ssize_t file_index) except -1:
         """The file's row -> next-update array, made the first time one of its rows is chained."""
         cdef array.array chain = self._next_update[file_index]
         cdef Py_ssize_t rows
@@ -586,13 +705,7 @@ cdef class ReplayState:
             chain = array.clone(_ULONGS, rows, False)
             memset(chain.data.as_voidptr, 0xFF, rows * sizeof(uint64_t))
             self._next_update[file_index] = chain
-        return chain
-
-    cdef int _delete(self, uint64_t record_id) except -1:
-        cdef int64_t entry = self._table.remove(record_id)
-        if entry >= 0:
-            self._entry_add.data.as_ulonglongs[entry] = NO_LOCATION
-            self._live_entries -= 1
+            self._chains[file_index] = chain.data.as_ulonglongs
         return 0
 
     cdef int _apply(self, FrameColumns cols, Py_ssize_t file_index, Py_ssize_t row, object path) except -1:
@@ -611,7 +724,7 @@ cdef class ReplayState:
         elif kind == KIND_UPDATE:
             self._update(record_id, location, user_type, size, path, offset, False)
         elif kind == KIND_DELETE:
-            self._delete(record_id)
+            self._delete_step(record_id)
         elif kind == KIND_ADD_TX or kind == KIND_UPDATE_TX or kind == KIND_DELETE_TX:
             tx = self.transactions.get(tx_id)
             if tx is None:
@@ -663,7 +776,7 @@ cdef class ReplayState:
             elif kind == KIND_UPDATE_TX:
                 self._update(record_id, location, user_type, size, path, offset, True)
             else:
-                self._delete(record_id)
+                self._delete_step(record_id)
 
     cdef RecordInfo _record(self, Py_ssize_t entry):
         """The RecordInfo of one live entry, its bodies copied out of the columns."""
@@ -689,7 +802,7 @@ cdef class ReplayState:
         return rec
 
 
-cdef inline bint _has_updates(ReplayState state, Py_ssize_t entry) noexcept:
+cdef inline bint _has_updates(ReplayState state, Py_ssize_t entry) noexcept nogil:
     """Whether a live entry's record has updates (then its first and last are set)."""
     return (state._entry_add.data.as_ulonglongs[entry] & UPDATED) != 0
 

@@ -1,4 +1,5 @@
 """The compiled live-record table against a dict model (and its Python twin against the same model)."""
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from journal_engine._livemap import LiveMap as CompiledLiveMap
@@ -50,3 +51,29 @@ def test_growth_through_many_inserts_and_deletes_keeps_every_key():
     assert len(live) == 50_000 + 50_000
     assert all(live.get(key * 7919) == key % 97 for key in range(1, 100_000, 2))
     assert all((key * 7919) not in live for key in range(0, 100_000, 2))
+
+
+def _huge_pages_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as handle:
+            return handle.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return "absent"
+
+
+@pytest.mark.skipif(_huge_pages_mode() not in ("always", "madvise"),
+                    reason="the kernel gives no transparent huge pages (transparent_hugepage/enabled)")
+def test_a_large_table_faults_once_per_huge_page():
+    """A table sized for a recovery's million records lies on transparent huge pages: filling it
+    faults once per 2 MiB. From calloc each 4 KiB page would fault twice (read: the zero page;
+    write: a copy, whose TLB flush interrupts the threads that scan the next files)."""
+    import resource
+    from journal_engine.limits import LIVEMAP_HUGE_PAGES_BYTES_MIN
+    records = 1_000_000
+    live = CompiledLiveMap(records)
+    assert records * 8 >= LIVEMAP_HUGE_PAGES_BYTES_MIN
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for key in range(0, records, 64):     # a key every 512 bytes of the table: every page probed and written
+        live[key] = 1
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults < 100
+    assert len(live) == records // 64 and live.total_bytes == records // 64
