@@ -14,12 +14,17 @@ for its partition (the kernel's delayed acknowledgement of the JVM's small write
 """
 from __future__ import annotations
 
+import atexit
+import fcntl
 import os
 import re
 import shutil
 import subprocess
+import struct
 import sys
+import termios
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -97,7 +102,8 @@ def session(master: str | None = None, app_name: str = "journal-engine", config:
     ``config``: more Spark settings, applied last; ``java_options``: more options of the driver's and
     executors' JVMs (beside the log configuration), e.g. ``-XX:TieredStopAtLevel=1`` for short sessions;
     ``quiet_console``: the JVM this starts writes its stderr through ``console_filter`` (a command's
-    terminal: ``journal-engine analyze``)."""
+    terminal: ``journal-engine analyze``); under spark-submit, whose JVM is running already, its
+    System.err goes through the same filter (``filter_running_jvm_console``)."""
     from pyspark.sql import SparkSession
 
     if not _under_spark_submit():
@@ -127,6 +133,8 @@ def session(master: str | None = None, app_name: str = "journal-engine", config:
             spark = builder.getOrCreate()
     else:
         spark = builder.getOrCreate()
+        if quiet_console:
+            filter_running_jvm_console(spark)
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
     return spark
@@ -156,6 +164,49 @@ def console_filter():
     finally:
         os.dup2(console, 2)
         threading.Thread(target=_copy_console, args=(read_end, console), name="jvm-console", daemon=True).start()
+
+
+def filter_running_jvm_console(spark) -> None:
+    """What ``console_filter`` does for a JVM it starts, for the driver's JVM that spark-submit started
+    before this process, with the terminal as its stderr. That JVM copies the stderr of the Python
+    daemons it starts -- pyspark's planners', whose idle workers print a ``BrokenPipeError``
+    traceback when Spark stops them, a minute idle or at the end -- to its ``System.err``; it is
+    pointed at a pipe this process reads through the same filter into the JVM's own stderr (this
+    process's stderr is the JVM's stdout under spark-submit). When this process exits the JVM's own
+    lines go to its stderr again; what the daemons still write then goes nowhere: the copies of their
+    stderr keep the stream they started with, and nothing reads the pipe. The JVM opens the pipe, and
+    this process the JVM's stderr, through /proc (Linux); elsewhere nothing changes."""
+    proc_fd = f"/proc/{os.getpid()}/fd"
+    if not os.path.isdir(proc_fd):
+        return
+    jvm = spark.sparkContext._jvm
+    console = os.open(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/fd/2", os.O_WRONLY | os.O_APPEND)
+    read_end, write_end = os.pipe()
+    try:
+        piped = jvm.java.io.PrintStream(jvm.java.io.FileOutputStream(f"{proc_fd}/{write_end}"), True)
+    finally:
+        os.close(write_end)      # the JVM holds the pipe open now
+    terminal = jvm.java.lang.System.err
+    threading.Thread(target=_copy_console, args=(read_end, console), name="jvm-console", daemon=True).start()
+    jvm.java.lang.System.setErr(piped)
+
+    def restore() -> None:
+        try:
+            jvm.java.lang.System.setErr(terminal)
+        except Exception:        # the JVM went first
+            return
+        deadline = time.monotonic() + 1
+        while _unread_bytes(read_end) and time.monotonic() < deadline:   # what is in the pipe reaches the terminal
+            time.sleep(0.01)
+
+    atexit.register(restore)
+
+
+def _unread_bytes(fd: int) -> int:
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
 
 
 def _copy_console(read_end: int, console: int) -> None:

@@ -107,3 +107,39 @@ def test_spark_submit_runs_analyze_on_a_standalone_cluster(cluster, tmp_path):
     assert not [line for line in done.stderr.splitlines() if " INFO " in line or "Traceback" in line], done.stderr
     assert any(line.split()[:5] == ["orders", "orders", "DLA", "max-delivery-attempts", "1"]
                and line.split()[5] == str(len(POISON_BODY)) for line in done.stdout.splitlines()), done.stdout
+
+
+SUBMITTED_SCRIPT = '''
+from journal_engine.spark import session
+spark = session(quiet_console=True)
+err = spark.sparkContext._jvm.java.lang.System.err
+for line in ("Traceback (most recent call last):",
+             '  File "/opt/spark/python/lib/pyspark.zip/pyspark/daemon.py", line 264, in manager',
+             "BrokenPipeError: [Errno 32] Broken pipe",
+             "Traceback (most recent call last):",
+             '  File "job.py", line 3, in <module>',
+             "ValueError: the user's own error",
+             "a line of the JVM's own"):
+    err.println(line)
+spark.stop()
+'''
+
+
+def test_under_spark_submit_a_planners_broken_pipe_traceback_is_kept_off_the_terminal(cluster, tmp_path):
+    """spark-submit starts the driver's JVM before journal_engine runs, with the terminal as its stderr,
+    and the JVM copies its Python daemons' stderr there: pyspark's planners' daemon among them, which
+    prints a worker's BrokenPipeError traceback when Spark stops that worker after a minute idle. A
+    session(quiet_console=True) -- what ``analyze`` starts -- points the running JVM's System.err
+    through journal_engine's console filter: that traceback is kept back, anything else is printed."""
+    url, node_env = cluster
+    script = tmp_path / "job.py"
+    script.write_text(SUBMITTED_SCRIPT)
+    spark_submit = os.path.join(node_env["SPARK_HOME"], "bin", "spark-submit")
+    done = subprocess.run([spark_submit, "--master", url, "--conf", "spark.ui.enabled=false", str(script)],
+                          env={**node_env, "PATH": f"{os.path.dirname(sys.executable)}:{node_env['PATH']}",
+                               "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
+                          capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "BrokenPipeError" not in done.stderr and "pyspark/daemon.py" not in done.stderr, done.stderr
+    assert "ValueError: the user's own error" in done.stderr and "a line of the JVM's own" in done.stderr, done.stderr
+    assert done.stderr.count("Traceback (most recent call last):") == 1, done.stderr[-2500:] + "\nSTDOUT:\n" + done.stdout[-2500:]
