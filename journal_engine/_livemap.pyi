@@ -31,6 +31,7 @@ class LiveMap:
     def pop(self, key: int, *default: _T) -> int | _T:
         """Remove the record and return its bytes; ``default`` (or KeyError) when it is not live."""
     def keys(self) -> list[int]:
-        """The live record ids, in table order (not sorted, not append order)."""
+        """The live record ids: those a recovery handed over in rising order first, then the
+        table's, in table order (not sorted, not append order)."""
     def items(self) -> list[tuple[int, int]]:
-        """``(record_id, bytes)`` of every live record, in table order."""
+        """``(record_id, bytes)`` of every live record, in the order of ``keys()``."""

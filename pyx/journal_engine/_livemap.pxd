@@ -2,6 +2,8 @@
 cimport cython
 from libc.stdint cimport uint64_t, int64_t
 
+cdef Py_ssize_t find_sorted(const uint64_t *keys, Py_ssize_t count, uint64_t key) noexcept nogil   # index, or -1
+
 @cython.final           # no subclass: its methods are called directly, not through a table
 cdef class LiveMap:
     cdef uint64_t *_keys
@@ -10,6 +12,16 @@ cdef class LiveMap:
     cdef Py_ssize_t _count
     cdef Py_ssize_t _used       # count + tombstones
     cdef readonly int64_t total_bytes
+    # the base: ids in rising order with their values (TOMBSTONE once removed), adopted where they
+    # lie -- a replay's entries -- so recovery builds no table; a key is in the base or the table
+    cdef const uint64_t *_base_keys
+    cdef int64_t *_base_values
+    cdef Py_ssize_t _base_count
+    cdef Py_ssize_t _base_live
+    cdef object _base_owner
+    cdef Py_ssize_t _base_slot(self, uint64_t key) noexcept nogil     # the key's index in the base, or -1
+    cdef void _set_base(self, Py_ssize_t i, int64_t nbytes) noexcept nogil
+    cdef int adopt_base(self, object owner, const uint64_t *keys, int64_t *values, Py_ssize_t count) except -1
 
     cdef Py_ssize_t _slot(self, uint64_t key) noexcept nogil
     cdef Py_ssize_t _slot_with_room(self, uint64_t key) except -1

@@ -2,7 +2,10 @@
 """The journal's live set: record id -> bytes it occupies, in an open-addressing C table.
 
 A dict would allocate two Python ints per append; this keeps the hot path free
-of Python objects. Linear probing, tombstones, doubling at 70% occupancy.
+of Python objects. Linear probing, tombstones, doubling at 70% occupancy. A
+recovery hands over its records as a base instead: ids in rising order with
+their bytes, kept where the replay left them (found by ``find_sorted``), so a
+journal of a million records starts without a million inserts into a table.
 """
 from libc.stdlib cimport calloc, free
 from libc.stdint cimport uint64_t, int64_t
@@ -55,6 +58,33 @@ cdef void _release(void *p, size_t size) noexcept nogil:
         free(p)
     else:
         munmap(p, size)
+
+
+cdef Py_ssize_t find_sorted(const uint64_t *keys, Py_ssize_t count, uint64_t key) noexcept nogil:
+    """The index of ``key`` in ``keys[:count]`` (strictly rising), or -1. Ids are mostly a counter's,
+    so the index the key interpolates to in the run is usually its own: one probe; else a binary
+    search of the side that probe tells."""
+    cdef Py_ssize_t low = 0, high = count, middle = 0
+    cdef uint64_t span
+    if count == 0 or key < keys[0] or key > keys[count - 1]:
+        return -1
+    span = keys[count - 1] - keys[0]
+    if span:
+        middle = <Py_ssize_t>(<double>(key - keys[0]) / <double>span * <double>(count - 1) + 0.5)
+        middle = min(max(middle, 0), count - 1)
+    if keys[middle] == key:
+        return middle
+    if keys[middle] < key:
+        low = middle + 1
+    else:
+        high = middle
+    while low < high:
+        middle = (low + high) >> 1
+        if keys[middle] < key:
+            low = middle + 1
+        else:
+            high = middle
+    return low if low < count and keys[low] == key else -1
 
 
 cdef class LiveMap:
@@ -111,11 +141,47 @@ cdef class LiveMap:
         _release(old_values, old_capacity * sizeof(int64_t))
         return 0
 
+    cdef Py_ssize_t _base_slot(self, uint64_t key) noexcept nogil:
+        return find_sorted(self._base_keys, self._base_count, key) if self._base_count else -1
+
+    cdef int adopt_base(self, object owner, const uint64_t *keys, int64_t *values, Py_ssize_t count) except -1:
+        """Take ``keys[:count]`` (strictly rising, none of them in the table) with their ``values``
+        (bytes, or -1: not live) as the base, where they lie while ``owner`` lives. The values are
+        rewritten in place into the table's encoding, and from then on are the live set's."""
+        cdef Py_ssize_t i
+        if self._base_owner is not None:
+            raise ValueError("a live set adopts one base")
+        for i in range(count):
+            if i and keys[i] <= keys[i - 1]:
+                raise ValueError("a live set's base is keys in rising order")
+            if values[i] >= 0:
+                self._base_live += 1
+                self.total_bytes += values[i]
+                values[i] += OFFSET
+            else:
+                values[i] = TOMBSTONE
+        self._base_owner = owner
+        self._base_keys = keys
+        self._base_values = values
+        self._base_count = count
+        return 0
+
+    cdef void _set_base(self, Py_ssize_t i, int64_t nbytes) noexcept nogil:
+        """The base's key ``i`` live with ``nbytes`` (again, when it was removed)."""
+        cdef int64_t v = self._base_values[i]
+        if v >= OFFSET:
+            self.total_bytes -= v - OFFSET
+        else:
+            self._base_live += 1
+        self._base_values[i] = nbytes + OFFSET
+        self.total_bytes += nbytes
+
     cdef bint contains(self, uint64_t key) noexcept nogil:
-        return self._values[self._slot(key)] >= OFFSET
+        return self.get_bytes(key) >= 0
 
     cdef int64_t get_bytes(self, uint64_t key) noexcept nogil:
-        cdef int64_t v = self._values[self._slot(key)]
+        cdef Py_ssize_t i = self._base_slot(key)
+        cdef int64_t v = self._base_values[i] if i >= 0 else self._values[self._slot(key)]
         return v - OFFSET if v >= OFFSET else -1
 
     cdef bint has_room(self) noexcept nogil:
@@ -141,6 +207,10 @@ cdef class LiveMap:
         cdef Py_ssize_t slot
         cdef int64_t v
         assert nbytes >= 0
+        slot = self._base_slot(key)
+        if slot >= 0:
+            self._set_base(slot, nbytes)
+            return 0
         slot = self._slot_with_room(key)
         v = self._values[slot]
         if v < OFFSET:
@@ -160,8 +230,16 @@ cdef class LiveMap:
 
     cdef int64_t put_new_in_room(self, uint64_t key, int64_t nbytes) noexcept nogil:
         """``put_new`` in a table that ``has_room()`` (a replay's run without the GIL; ``nbytes >= 0``)."""
-        cdef Py_ssize_t slot = self._slot(key)
-        cdef int64_t v = self._values[slot]
+        cdef Py_ssize_t slot = self._base_slot(key)
+        cdef int64_t v
+        if slot >= 0:
+            v = self._base_values[slot]
+            if v >= OFFSET:
+                return v - OFFSET
+            self._set_base(slot, nbytes)
+            return -1
+        slot = self._slot(key)
+        v = self._values[slot]
         if v >= OFFSET:
             return v - OFFSET
         self._insert_at(slot, key, nbytes)
@@ -183,26 +261,39 @@ cdef class LiveMap:
         return 0
 
     cdef int add_bytes(self, uint64_t key, int64_t nbytes) except -1:
-        cdef Py_ssize_t slot = self._slot(key)
-        if self._values[slot] < OFFSET:
+        cdef Py_ssize_t slot = self._base_slot(key)
+        cdef int64_t *values = self._base_values
+        if slot < 0:
+            slot = self._slot(key)
+            values = self._values
+        if values[slot] < OFFSET:
             raise KeyError(key)
-        self._values[slot] += nbytes
+        values[slot] += nbytes
         self.total_bytes += nbytes
         return 0
 
     cdef int64_t remove(self, uint64_t key) noexcept nogil:
-        cdef Py_ssize_t slot = self._slot(key)
-        cdef int64_t v = self._values[slot]
-        if v < OFFSET:
-            return -1
-        self._values[slot] = TOMBSTONE
-        self._count -= 1
+        cdef Py_ssize_t slot = self._base_slot(key)
+        cdef int64_t v
+        if slot >= 0:
+            v = self._base_values[slot]
+            if v < OFFSET:
+                return -1
+            self._base_values[slot] = TOMBSTONE
+            self._base_live -= 1
+        else:
+            slot = self._slot(key)
+            v = self._values[slot]
+            if v < OFFSET:
+                return -1
+            self._values[slot] = TOMBSTONE
+            self._count -= 1
         self.total_bytes -= v - OFFSET
         return v - OFFSET
 
     # ----- the Python face: a small mapping of int -> int --------------------------------
     def __len__(self):
-        return self._count
+        return self._count + self._base_live
 
     def __contains__(self, key):
         return key >= 0 and key <= 0xFFFFFFFFFFFFFFFF and self.contains(<uint64_t>key)
@@ -236,12 +327,15 @@ cdef class LiveMap:
 
     def keys(self):
         cdef Py_ssize_t i
-        return [self._keys[i] for i in range(self._capacity) if self._values[i] >= OFFSET]
+        return ([self._base_keys[i] for i in range(self._base_count) if self._base_values[i] >= OFFSET]
+                + [self._keys[i] for i in range(self._capacity) if self._values[i] >= OFFSET])
 
     def items(self):
         cdef Py_ssize_t i
-        return [(self._keys[i], self._values[i] - OFFSET) for i in range(self._capacity)
-                if self._values[i] >= OFFSET]
+        return ([(self._base_keys[i], self._base_values[i] - OFFSET) for i in range(self._base_count)
+                 if self._base_values[i] >= OFFSET]
+                + [(self._keys[i], self._values[i] - OFFSET) for i in range(self._capacity)
+                   if self._values[i] >= OFFSET])
 
     def __iter__(self):
         return iter(self.keys())

@@ -13,7 +13,7 @@ from libc.stdlib cimport realloc, free
 import array
 from collections.abc import ItemsView, KeysView, Mapping, ValuesView
 from cpython.dict cimport PyDict_SetDefault
-from journal_engine._livemap cimport LiveMap
+from journal_engine._livemap cimport LiveMap, find_sorted
 from journal_engine._member_slots cimport expose_as_members
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBuffer_FillInfo, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.slice cimport PySlice_Unpack, PySlice_AdjustIndices
@@ -404,6 +404,7 @@ DEF NEEDS_ROOM = 1       # the entries or the id table are full
 DEF ALREADY_LIVE = 2     # an add of an id that is live: an anomaly (or a transaction's re-add)
 DEF NOT_LIVE = 3         # an update of an id that is not live: an anomaly
 DEF NEEDS_CHAIN = 4      # the record's last update lies in a file whose chain of updates is not made yet
+DEF NEEDS_TABLE = 5      # an add whose id is not above the last one: ids are found through the table from here on
 
 
 cdef struct PlainRows:
@@ -427,11 +428,13 @@ cdef class ReplayState:
 
     No Python object per record: a record is an entry in C arrays (its id, the location of its
     add, the bytes of its frames, the first and last of its updates, chained through per-file
-    arrays), found by id through a LiveMap used as id -> entry while the replay runs. Taking
-    ``live`` ends the replay: that same table becomes the journal's live set (id -> bytes) in place,
-    and ``records`` -- a read-only mapping that makes a RecordInfo (and its body) when one is looked
-    at -- finds an entry by a binary search of the ids when they were added in order (the common
-    case), else through a table of its own made at its first lookup.
+    arrays). While every add's id is above the last one (a counter's ids: the common case) an entry
+    is found by ``find_sorted`` of the ids and no table is filled; from the first id that is not,
+    every live entry goes into a LiveMap used as id -> entry. Taking ``live`` ends the replay: the
+    rising ids and their bytes become the journal's live set's base where they lie, or that table
+    becomes the live set (id -> bytes) in place; ``records`` -- a read-only mapping that makes a
+    RecordInfo (and its body) when one is looked at -- finds an entry by ``find_sorted``, or through
+    a table of its own made at its first lookup when ids did not rise.
     """
     cdef public dict transactions    # tx_id -> [ops, xid or None, path, offset]
     cdef public list corrupt          # (path, offset, reason)
@@ -441,14 +444,14 @@ cdef class ReplayState:
     cdef public Py_ssize_t adds
     cdef readonly list files          # FrameColumns of every file replayed, by file index
     cdef list _next_update            # per file: array 'Q' row -> location of the record's next update
-    cdef LiveMap _table               # record id -> entry index; after the replay, id -> bytes (``live``)
-    cdef bint _ended                  # ``live`` was taken: _table holds bytes, the replay is over
+    cdef LiveMap _table               # id -> entry once ids stopped rising; after the replay the live set (``live``)
+    cdef bint _ended                  # ``live`` was taken: the replay is over
     cdef LiveMap _entry_of            # id -> entry after the replay, made when ids were not added in order
     cdef array.array _entry_id, _entry_add, _entry_bytes, _entry_first, _entry_last
     cdef Py_ssize_t _entries, _entry_capacity, _live_entries
     cdef uint64_t **_chains           # per file: _next_update's array's data, or NULL (read without the GIL)
     cdef Py_ssize_t _chains_room
-    cdef bint _ids_rising             # every entry's id above the one before: found by binary search
+    cdef bint _ids_rising             # every entry's id above the one before: found by find_sorted, no table
     cdef unsigned char _replaceable[256]
 
     def __init__(self, replaceable=(), Py_ssize_t expected=0):
@@ -490,9 +493,19 @@ cdef class ReplayState:
     @property
     def live(self):
         """The live set: record id -> bytes of its frames (add + updates), a LiveMap the journal's
-        core takes over. Taking it ends the replay (the table of entries becomes it in place)."""
+        core takes over. Taking it ends the replay: entries whose ids rose become the live set's
+        base where they lie (their bytes its values), else the table of entries becomes it in place."""
+        cdef Py_ssize_t entry
+        cdef int64_t *sizes = <int64_t *>self._entry_bytes.data.as_voidptr
         if not self._ended:
-            self._table.map_values(<const int64_t *>self._entry_bytes.data.as_voidptr, self._entries)
+            if self._ids_rising:
+                for entry in range(self._entries):
+                    if self._entry_add.data.as_ulonglongs[entry] == NO_LOCATION:
+                        sizes[entry] = -1
+                self._table.adopt_base((self._entry_id, self._entry_bytes),
+                                       <const uint64_t *>self._entry_id.data.as_voidptr, sizes, self._entries)
+            else:
+                self._table.map_values(sizes, self._entries)
             self._ended = True
         return self._table
 
@@ -501,24 +514,21 @@ cdef class ReplayState:
             raise RuntimeError("the replay ended when its live set was taken")
         return 0
 
+    cdef int64_t _live_entry(self, uint64_t record_id) noexcept nogil:
+        """The live entry of a record id while the replay runs (or ids rose), or -1."""
+        cdef Py_ssize_t entry
+        if not self._ids_rising:
+            return self._table.get_bytes(record_id)
+        entry = find_sorted(<const uint64_t *>self._entry_id.data.as_voidptr, self._entries, record_id)
+        if entry < 0 or self._entry_add.data.as_ulonglongs[entry] == NO_LOCATION:
+            return -1
+        return entry
+
     cdef int64_t _entry_for(self, uint64_t record_id) except -2:
         """The live entry of a record id, or -1."""
-        cdef Py_ssize_t low, high, middle
-        cdef const uint64_t *ids
-        if not self._ended:
-            return self._table.get_bytes(record_id)
-        if self._ids_rising:
-            ids = <const uint64_t *>self._entry_id.data.as_voidptr
-            low, high = 0, self._entries
-            while low < high:
-                middle = (low + high) >> 1
-                if ids[middle] < record_id:
-                    low = middle + 1
-                else:
-                    high = middle
-            if low < self._entries and ids[low] == record_id and self._entry_add.data.as_ulonglongs[low] != NO_LOCATION:
-                return low
-            return -1
+        cdef Py_ssize_t middle
+        if self._ids_rising or not self._ended:
+            return self._live_entry(record_id)
         if self._entry_of is None:
             self._entry_of = LiveMap(self._live_entries)
             for middle in range(self._entries):
@@ -546,7 +556,7 @@ cdef class ReplayState:
         rows.check = cols._check.data.as_uchars
         rows.kind = cols._kind.data.as_uchars
         rows.record_type = cols._record_type.data.as_uchars
-        rows.record_id = cols._record_id.data.as_ulonglongs
+        rows.record_id = <const uint64_t *>cols._record_id.data.as_voidptr
         rows.size = cols._size.data.as_longlongs
         rows.count = cols.count
         rows.file_index = file_index
@@ -611,15 +621,19 @@ cdef class ReplayState:
         return (<FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]).body(<Py_ssize_t>(location & ROW_MASK))
 
     cdef int _add_step(self, uint64_t record_id, uint64_t location, Py_ssize_t size) noexcept nogil:
-        """An add of a new id: its entry at index ``_entries``, the id table mapping it there (one
-        walk: found, or inserted). ALREADY_LIVE or NEEDS_ROOM change nothing."""
+        """An add of a new id: its entry at index ``_entries``; while ids rise an id above the last
+        is new, else the id table maps it there (one walk: found, or inserted). ALREADY_LIVE,
+        NEEDS_ROOM or NEEDS_TABLE change nothing."""
         cdef Py_ssize_t entry = self._entries
-        if entry == self._entry_capacity or not self._table.has_room():
+        if entry == self._entry_capacity:
             return NEEDS_ROOM
-        if self._table.put_new_in_room(record_id, entry) >= 0:
+        if self._ids_rising:
+            if entry and record_id <= self._entry_id.data.as_ulonglongs[entry - 1]:
+                return NEEDS_TABLE
+        elif not self._table.has_room():
+            return NEEDS_ROOM
+        elif self._table.put_new_in_room(record_id, entry) >= 0:
             return ALREADY_LIVE
-        if entry and record_id <= self._entry_id.data.as_ulonglongs[entry - 1]:
-            self._ids_rising = False
         self._entry_id.data.as_ulonglongs[entry] = record_id
         self._entry_add.data.as_ulonglongs[entry] = location
         self._entry_bytes.data.as_longlongs[entry] = size
@@ -631,7 +645,7 @@ cdef class ReplayState:
     cdef int _update_step(self, uint64_t record_id, uint64_t location, uint8_t user_type,
                           Py_ssize_t size) noexcept nogil:
         """An update chained after its record's last one. NOT_LIVE or NEEDS_CHAIN change nothing."""
-        cdef int64_t entry = self._table.get_bytes(record_id)
+        cdef int64_t entry = self._live_entry(record_id)
         cdef uint64_t last
         cdef uint64_t *chain
         if entry < 0:
@@ -653,7 +667,7 @@ cdef class ReplayState:
 
     cdef int _delete_step(self, uint64_t record_id) noexcept nogil:
         """A delete: the record's entry is no longer live (of an id that is not live: nothing)."""
-        cdef int64_t entry = self._table.remove(record_id)
+        cdef int64_t entry = self._live_entry(record_id) if self._ids_rising else self._table.remove(record_id)
         if entry >= 0:
             self._entry_add.data.as_ulonglongs[entry] = NO_LOCATION
             self._live_entries -= 1
@@ -665,21 +679,34 @@ cdef class ReplayState:
             self._entry_capacity *= 2
             for column in (self._entry_id, self._entry_add, self._entry_bytes, self._entry_first, self._entry_last):
                 array.resize(column, self._entry_capacity)
-        if not self._table.has_room():
+        if not self._ids_rising and not self._table.has_room():
             self._table._grow()
+        return 0
+
+    cdef int _index_entries(self) except -1:
+        """Ids stopped rising (NEEDS_TABLE): every live entry goes into the id table, which finds
+        them from here on."""
+        cdef Py_ssize_t entry
+        for entry in range(self._entries):
+            if self._entry_add.data.as_ulonglongs[entry] != NO_LOCATION:
+                self._table.put(self._entry_id.data.as_ulonglongs[entry], entry)
+        self._ids_rising = False
         return 0
 
     cdef int _add(self, uint64_t record_id, uint64_t location, Py_ssize_t size, object path,
                   Py_ssize_t offset, bint transactional) except -1:
         cdef int outcome = self._add_step(record_id, location, size)
         cdef int64_t entry
-        if outcome == NEEDS_ROOM:
-            self._make_room()
+        while outcome == NEEDS_ROOM or outcome == NEEDS_TABLE:
+            if outcome == NEEDS_ROOM:
+                self._make_room()
+            else:
+                self._index_entries()
             outcome = self._add_step(record_id, location, size)
         if outcome == ALREADY_LIVE:
             if not transactional:
                 self.anomalies.append((path, offset, f"add of record {record_id}, which is already live"))
-            entry = self._table.get_bytes(record_id)
+            entry = self._live_entry(record_id)
             self._entry_add.data.as_ulonglongs[entry] = location      # replaced where it stands, no update yet
             self._entry_bytes.data.as_longlongs[entry] = size
             self.adds += 1
@@ -689,7 +716,7 @@ cdef class ReplayState:
                      object path, Py_ssize_t offset, bint transactional) except -1:
         cdef int outcome = self._update_step(record_id, location, user_type, size)
         if outcome == NEEDS_CHAIN:
-            self._make_chain(<Py_ssize_t>(self._entry_last.data.as_ulonglongs[self._table.get_bytes(record_id)] >> ROW_BITS))
+            self._make_chain(<Py_ssize_t>(self._entry_last.data.as_ulonglongs[self._live_entry(record_id)] >> ROW_BITS))
             outcome = self._update_step(record_id, location, user_type, size)
         if outcome == NOT_LIVE:
             self.anomalies.append((path, offset, f"transactional update of record {record_id}, which is not live"
@@ -705,7 +732,7 @@ cdef class ReplayState:
             chain = array.clone(_ULONGS, rows, False)
             memset(chain.data.as_voidptr, 0xFF, rows * sizeof(uint64_t))
             self._next_update[file_index] = chain
-            self._chains[file_index] = chain.data.as_ulonglongs
+            self._chains[file_index] = <uint64_t *>chain.data.as_voidptr
         return 0
 
     cdef int _apply(self, FrameColumns cols, Py_ssize_t file_index, Py_ssize_t row, object path) except -1:
