@@ -255,7 +255,9 @@ def test_a_send_in_a_transaction_is_receipted_once_at_commit(server):
 
 def test_a_subscriber_that_stops_reading_for_a_while_gets_every_frame_whole(server):
     """Frames larger than the socket buffers to a subscriber that reads nothing for 2 s: the server's
-    writes wait for it (they used to give up after the server's 0.5 s read timeout, mid-frame)."""
+    writes wait for it (they used to give up after the server's 0.5 s read timeout, mid-frame). The
+    pause is 2 s from the first SEND however long the sends take: a loaded machine's slow sends must
+    not stretch it past STOMP_WRITE_TIMEOUT_S, where the server rightly gives the connection up."""
     bodies = [bytes([n]) * (8 * 1024 * 1024) for n in range(1, 4)]
     client = RawClient(server.port)
     client.connect("1.1")
@@ -264,12 +266,23 @@ def test_a_subscriber_that_stops_reading_for_a_while_gets_every_frame_whole(serv
     assert client.read_frame()[1]["receipt-id"] == "sub"
     producer = RawClient(server.port)
     producer.connect()
+    got: list = []
+
+    def read_after_the_pause() -> None:
+        time.sleep(2.0)
+        try:
+            got.extend(client.read_frame(WAIT_S) for _ in bodies)
+        except Exception as exc:       # said by the assertion below
+            got.append(exc)
+
+    reader = threading.Thread(target=read_after_the_pause, name="slow-subscriber")
+    reader.start()
     for n, body in enumerate(bodies):
         producer.send_raw(frame_bytes("SEND", {"destination": "/queue/slow", "receipt": f"big-{n}"}, body))
         assert producer.read_frame(WAIT_S)[1]["receipt-id"] == f"big-{n}"
     producer.close()
-    time.sleep(2.0)
-    got = [client.read_frame(WAIT_S) for _ in bodies]
+    reader.join(len(bodies) * WAIT_S + 5)
+    assert not [item for item in got if isinstance(item, Exception)], got[-1]
     assert [(command, body) for command, _, body in got] == [("MESSAGE", body) for body in bodies]
     with pytest.raises(TimeoutError):
         client.read_frame(0.5)              # nothing delivered twice
