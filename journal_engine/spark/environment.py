@@ -95,15 +95,16 @@ def prepare(master: str = LOCAL_MASTER_DEFAULT) -> None:
 
 
 def session(master: str | None = None, app_name: str = "journal-engine", config: dict | None = None,
-            java_options: str = "", quiet_console: bool = False):
+            java_options: str = "", quiet_console: bool = True):
     """A SparkSession with journal_engine's data source registered: quiet, started once per process.
 
     ``master`` None: ``local[*]``, unless spark-submit started this driver (its --master holds);
     ``config``: more Spark settings, applied last; ``java_options``: more options of the driver's and
     executors' JVMs (beside the log configuration), e.g. ``-XX:TieredStopAtLevel=1`` for short sessions;
-    ``quiet_console``: the JVM this starts writes its stderr through ``console_filter`` (a command's
-    terminal: ``journal-engine analyze``); under spark-submit, whose JVM is running already, its
-    System.err goes through the same filter (``filter_running_jvm_console``)."""
+    ``quiet_console`` (the default): the JVM this starts writes its stderr through ``console_filter``,
+    so that ``spark.stop()`` does not print the broken pipes of pyspark's idle planner workers, which
+    it closes; under spark-submit, whose JVM is running already, its System.err goes through the same
+    filter (``filter_running_jvm_console``). False leaves the JVM's stderr as Spark has it."""
     from pyspark.sql import SparkSession
 
     if not _under_spark_submit():
