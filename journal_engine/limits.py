@@ -64,9 +64,14 @@ SCAN_THREADS_MIN_BYTES = 4 * 1024 * 1024
 # could hold (untouched room costs address space, not memory), up to this many rows (a 1.5 GiB file);
 # a larger file's rows grow in buffers copied into the columns at the end (each row written twice)
 SCAN_DIRECT_ROWS_MAX = 100_000_000
-# a live set's table of at least this many bytes an array is mapped on transparent huge pages (a
-# fault per 2 MiB instead of two per 4 KiB: see _livemap._zeroed); a smaller one comes from calloc
-LIVEMAP_HUGE_PAGES_BYTES_MIN = 1 << 20
+# a table array (the live set's, the record writer's references) of at least this many bytes is
+# mapped on transparent huge pages (a fault per 2 MiB instead of two per 4 KiB: see
+# _livemap.zeroed_table); a smaller one comes from calloc
+TABLE_HUGE_PAGES_BYTES_MIN = 1 << 20
+# the largest queue id the message store's table of one-queue messages holds (a LiveMap: signed 64-bit
+# values, with room for its own marks); a reference on a larger id, which only a damaged or hostile
+# journal holds, is kept beside it as a one-queue tuple (message_store/message_queues.py)
+ONE_QUEUE_ID_MAX = (1 << 62) - 1
 
 assert FILE_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0
 assert FRAME_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0

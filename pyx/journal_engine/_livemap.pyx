@@ -14,12 +14,12 @@ from posix.mman cimport mmap, munmap, madvise, PROT_READ, PROT_WRITE, MAP_PRIVAT
 cdef extern from "<sys/mman.h>":
     enum: MADV_HUGEPAGE
 
-from journal_engine.limits import LIVEMAP_HUGE_PAGES_BYTES_MIN as _HUGE_PAGES_BYTES_MIN
+from journal_engine.limits import TABLE_HUGE_PAGES_BYTES_MIN as _HUGE_PAGES_BYTES_MIN
 
 cdef size_t HUGE_PAGES_BYTES_MIN = _HUGE_PAGES_BYTES_MIN
 
 # a slot holds 0 (empty), 1 (tombstone) or the record's bytes + 2: an all-zero table is empty,
-# so tables come zeroed by the kernel (_zeroed), never by a memset
+# so tables come zeroed by the kernel (zeroed_table), never by a memset
 DEF EMPTY = 0
 DEF TOMBSTONE = 1
 DEF OFFSET = 2
@@ -33,8 +33,9 @@ cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
     return x ^ (x >> 16) ^ (x >> 32) ^ (x >> 48)
 
 
-cdef void *_zeroed(size_t size) noexcept nogil:
-    """``size`` zeroed bytes for one of a table's arrays, or NULL. A large one is mapped anonymous
+cdef void *zeroed_table(size_t size) noexcept nogil:
+    """``size`` zeroed bytes for one of a table's arrays (this live set's, the record writer's
+    references), or NULL. A large one is mapped anonymous
     and advised to the kernel's transparent huge pages: a fault per 2 MiB the table reaches, not per
     4 KiB. A fresh page of calloc that a probe reads before a write is mapped to the zero page, then
     copied at the write: a second fault, whose TLB flush interrupts every other thread of the
@@ -50,8 +51,8 @@ cdef void *_zeroed(size_t size) noexcept nogil:
     return p
 
 
-cdef void _release(void *p, size_t size) noexcept nogil:
-    """Give back what ``_zeroed(size)`` gave."""
+cdef void release_table(void *p, size_t size) noexcept nogil:
+    """Give back what ``zeroed_table(size)`` gave."""
     if p == NULL:
         return
     if size < HUGE_PAGES_BYTES_MIN:
@@ -95,8 +96,8 @@ cdef class LiveMap:
         self._alloc(capacity)
 
     def _alloc(self, Py_ssize_t capacity):
-        self._keys = <uint64_t *>_zeroed(capacity * sizeof(uint64_t))
-        self._values = <int64_t *>_zeroed(capacity * sizeof(int64_t))
+        self._keys = <uint64_t *>zeroed_table(capacity * sizeof(uint64_t))
+        self._values = <int64_t *>zeroed_table(capacity * sizeof(int64_t))
         self._capacity = capacity
         self._count = 0
         self._used = 0
@@ -104,8 +105,8 @@ cdef class LiveMap:
             raise MemoryError()
 
     def __dealloc__(self):
-        _release(self._keys, self._capacity * sizeof(uint64_t))
-        _release(self._values, self._capacity * sizeof(int64_t))
+        release_table(self._keys, self._capacity * sizeof(uint64_t))
+        release_table(self._values, self._capacity * sizeof(int64_t))
 
     cdef Py_ssize_t _slot(self, uint64_t key) noexcept nogil:
         """The slot holding key, or the first free (empty or tombstone) slot on its probe path."""
@@ -137,8 +138,8 @@ cdef class LiveMap:
                 self._values[slot] = old_values[i]
                 self._count += 1
                 self._used += 1
-        _release(old_keys, old_capacity * sizeof(uint64_t))
-        _release(old_values, old_capacity * sizeof(int64_t))
+        release_table(old_keys, old_capacity * sizeof(uint64_t))
+        release_table(old_values, old_capacity * sizeof(int64_t))
         return 0
 
     cdef Py_ssize_t _base_slot(self, uint64_t key) noexcept nogil:

@@ -68,10 +68,10 @@ def test_a_large_table_faults_once_per_huge_page():
     faults once per 2 MiB. From calloc each 4 KiB page would fault twice (read: the zero page;
     write: a copy, whose TLB flush interrupts the threads that scan the next files)."""
     import resource
-    from journal_engine.limits import LIVEMAP_HUGE_PAGES_BYTES_MIN
+    from journal_engine.limits import TABLE_HUGE_PAGES_BYTES_MIN
     records = 1_000_000
     live = CompiledLiveMap(records)
-    assert records * 8 >= LIVEMAP_HUGE_PAGES_BYTES_MIN
+    assert records * 8 >= TABLE_HUGE_PAGES_BYTES_MIN
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for key in range(0, records, 64):     # a key every 512 bytes of the table: every page probed and written
         live[key] = 1
