@@ -8,6 +8,7 @@ and values of a map<string, string> of properties. A body record_format rejects 
 """
 from array import array
 from collections.abc import Iterable, Iterator, KeysView, Mapping
+from journal_engine._livemap import LiveMap
 from journal_engine.errors import CorruptRecordError
 from typing import Any, final
 
@@ -143,9 +144,13 @@ class MessageRecovery:
     def bodies(self) -> MessageBodies:
         """Message id -> its ADD_MESSAGE body, for the messages with a live reference."""
     @property
-    def message_queues(self) -> dict[int, int | tuple[int, ...]]:
-        """Message id -> the queue id of its one live reference, or a tuple of the queue ids of
-        several (the message store's MessageQueues holds it as it is)."""
+    def one_queue(self) -> LiveMap:
+        """Message id -> the queue id of its one live reference (up to limits.ONE_QUEUE_ID_MAX): a
+        C table, no Python object per message (the message store's MessageQueues keeps it)."""
+    @property
+    def several_queues(self) -> dict[int, tuple[int, ...]]:
+        """Message id -> the queue ids of its live references, for the messages with several (or
+        one on a queue id above limits.ONE_QUEUE_ID_MAX)."""
     @property
     def references(self) -> dict[int, QueueReferences]:
         """Queue id -> its recovered references (every queue given, in their order), with the

@@ -10,6 +10,8 @@ import ctypes
 from array import array
 
 from ..errors import CorruptRecordError
+from ..limits import ONE_QUEUE_ID_MAX
+from .livemap import LiveMap
 from ..record_format import (ROUTING_TYPES, RecordKind, RecordType, decode_delivery_count, decode_message, decode_queue_id,
                              decode_scheduled_time, decode_store_body)
 
@@ -230,12 +232,13 @@ class _Bodies(dict):
 class MessageRecovery:
     """What recover_messages found (see the compiled module): every rule of the store's recovery applied."""
 
-    __slots__ = ("max_record_id", "bodies", "message_queues", "references", "unreferenced", "anomalies", "corrupt",
-                 "unknown_references", "from_shadow")
+    __slots__ = ("max_record_id", "bodies", "one_queue", "several_queues", "references", "unreferenced",
+                 "anomalies", "corrupt", "unknown_references", "from_shadow")
 
     def __init__(self) -> None:
         self.max_record_id = 0
-        self.bodies, self.message_queues, self.references, self.unreferenced = _Bodies(), {}, {}, []
+        self.bodies, self.references, self.unreferenced = _Bodies(), {}, []
+        self.one_queue, self.several_queues = LiveMap(), {}
         self.anomalies, self.corrupt, self.unknown_references, self.from_shadow = [], [], [], []
 
 
@@ -321,7 +324,11 @@ def recover_messages(records, known_queues, now_ms: int, shadow_counts=None, pat
             refs.delivery_counts.append(count)
             refs.scheduled_times.append(scheduled_ms)
         out.bodies[message_id] = rec.body
-        out.message_queues[message_id] = next(iter(live)) if len(live) == 1 else tuple(live)
+        queue_ids = tuple(live)
+        if len(queue_ids) == 1 and queue_ids[0] <= ONE_QUEUE_ID_MAX:
+            out.one_queue[message_id] = queue_ids[0]
+        else:
+            out.several_queues[message_id] = queue_ids
     out.references, out.max_record_id = gathered, max_id
     return out
 

@@ -424,7 +424,7 @@ class MessageStore:
             state.unknown_queue_references.setdefault(queue_id, []).append(
                 RecoveredReference(message_id, count, scheduled_ms))
             restored.append((queue_id, message_id, journal_count))
-        self._message_queues = MessageQueues(recovery.message_queues)
+        self._message_queues = MessageQueues(recovery.one_queue, recovery.several_queues)
         if not self.read_only:
             self._journal.add_pin_releaser(_pin_releaser(recovery.bodies))
         restored_batches = [(queue_id, columns.message_ids, columns.delivery_counts)

@@ -35,6 +35,7 @@ import journal_engine.record_format as _format
 from journal_engine._replay import RecordInfo, record_columns as _record_columns
 from journal_engine._livemap cimport LiveMap
 from journal_engine.errors import CorruptRecordError, FileChangedError
+from journal_engine.limits import ONE_QUEUE_ID_MAX as _ONE_QUEUE_ID_MAX
 
 cdef extern from *:
     void __builtin_prefetch(const void *addr) noexcept nogil
@@ -59,6 +60,7 @@ cdef extern from "Python.h":
 _format.check_compiled("journal_engine._message_columns", {
     "message head": ("<BBBxq", _format.MESSAGE_HEAD.format), "queue head": ("<BBBx", _format.QUEUE_HEAD.format)})
 
+cdef uint64_t ONE_QUEUE_ID_MAX = _ONE_QUEUE_ID_MAX
 cdef int KIND_ADD = _format.RecordKind.ADD
 cdef int KIND_UPDATE = _format.RecordKind.UPDATE
 cdef int KIND_ADD_TX = _format.RecordKind.ADD_TX
@@ -920,7 +922,8 @@ cdef class MessageRecovery:
     twin, _twin/message_columns.py, applies the same ones)."""
     cdef readonly object max_record_id
     cdef readonly object bodies             # MessageBodies: message id -> its ADD_MESSAGE body, for messages with a live reference
-    cdef readonly dict message_queues       # message id -> its live references' queue id (one), or a tuple of them
+    cdef readonly LiveMap one_queue         # message id -> the queue id of its one live reference (message_queues.py)
+    cdef readonly dict several_queues       # message id -> the tuple of queue ids of its several live references
     cdef readonly dict references           # queue id -> QueueReferences (delivery counts as the journal holds them)
     cdef readonly list unreferenced         # message ids without a live reference, in store order
     cdef readonly list anomalies            # what recovery reports of odd records, never fatal (text)
@@ -933,13 +936,17 @@ cdef inline int _put_u64(Bytes *buf, uint64_t value) except -1:
     return _append(buf, &value, 8)
 
 
-cdef object _column(Bytes *buf, str typecode):
-    """A finished column as an array (its bytes copied once; the buffer freed)."""
-    column = array.array(typecode)
-    if buf.size:
-        column.frombytes(_take(buf))
-    else:
-        _take(buf)
+cdef array.array _column(Bytes *buf, str typecode):
+    """A finished column as an array (its bytes copied once, straight in; the buffer freed)."""
+    cdef array.array column = array.array(typecode)
+    try:
+        if buf.size:
+            array.resize(column, buf.size // column.ob_descr.itemsize)
+            memcpy(column.data.as_chars, buf.data, buf.size)
+    finally:
+        PyMem_Free(buf.data)
+        buf.data = NULL
+        buf.size = buf.capacity = 0
     return column
 
 
@@ -989,6 +996,32 @@ cdef object _rejection(decode, tuple args, dict keywords):
     return None
 
 
+cdef int _index_messages(MessageBodies bodies, MessageRecovery out, array.array rows, array.array queue_of,
+                         bint rising) except -1:
+    """The tables of the recovered messages (``bodies.order``): message id -> its row (``bodies.index``)
+    and -> its one queue (``out.one_queue``; -1 in ``queue_of``: on several). Ids that rise, as a
+    store's counter hands them out, are adopted where they lie as both tables' base: no insert, no
+    table of a million slots; else each goes into its tables."""
+    cdef array.array order = bodies.order
+    cdef const uint64_t *ids = <const uint64_t *>order.data.as_voidptr
+    cdef int64_t *row = <int64_t *>rows.data.as_voidptr
+    cdef int64_t *queue = <int64_t *>queue_of.data.as_voidptr
+    cdef Py_ssize_t m, count = len(order)
+    if rising:
+        bodies.index = LiveMap()
+        bodies.index.adopt_base((order, rows), ids, row, count)
+        out.one_queue = LiveMap()
+        out.one_queue.adopt_base((order, queue_of), ids, queue, count)
+        return 0
+    bodies.index = LiveMap(count)
+    out.one_queue = LiveMap(count)
+    for m in range(count):
+        bodies.index.put(ids[m], row[m])
+        if queue[m] >= 0:
+            out.one_queue.put(ids[m], queue[m])
+    return 0
+
+
 def recover_messages(records, known_queues, long long now_ms, shadow_counts=None, path=None):
     """The message store's recovery of its message journal's live ``records`` (``LoadResult.records``
     or any mapping of record id -> RecordInfo), in one pass without a Python object per reference:
@@ -1022,18 +1055,21 @@ def recover_messages(records, known_queues, long long now_ms, shadow_counts=None
     cdef int user_type
     cdef int64_t expiration
     cdef bint damaged
-    cdef object columns, key, shadowed
-    cdef dict message_queues
+    cdef object columns, shadowed
+    cdef dict several_queues
     cdef list anomalies, corrupt
-    cdef LiveMap index
-    cdef Bytes order
+    cdef Bytes order, rows, queue_of     # per message in `order`: its row, its one queue (or -1)
+    cdef bint rising = True
     cdef MessageBodies bodies
     cdef QueueReferences refs
     out.bodies = bodies = MessageBodies.__new__(MessageBodies)
     bodies.index = LiveMap()
     bodies.order = array.array("Q")
+    out.one_queue = LiveMap()
     memset(&order, 0, sizeof(Bytes))
-    out.message_queues = message_queues = {}
+    memset(&rows, 0, sizeof(Bytes))
+    memset(&queue_of, 0, sizeof(Bytes))
+    out.several_queues = several_queues = {}
     out.references = {}
     out.unreferenced = []
     out.anomalies = anomalies = []
@@ -1061,7 +1097,6 @@ def recover_messages(records, known_queues, long long now_ms, shadow_counts=None
     cdef list buffers = columns.buffers
     bodies.columns = columns
     n = len(columns)
-    bodies.index = index = LiveMap(n)      # sized once: no rehash while it fills
     for queue_key in known_queues:
         queue_index[queue_key] = len(queue_index)
     queues = len(queue_index)
@@ -1198,13 +1233,16 @@ def recover_messages(records, known_queues, long long now_ms, shadow_counts=None
                 _put_u64(&gather[q].message_ids, message_id)
                 _append(&gather[q].delivery_counts, &live[j].delivery_count, 4)
                 _put_u64(&gather[q].scheduled_times, scheduled)
-            index.put(message_id, i)    # its body stays in the journal's buffers, read when the message is first used
+            # its body stays in the journal's buffers, read when the message is first used
+            if order.size and message_id <= (<uint64_t *>order.data)[order.size // 8 - 1]:
+                rising = False
             _put_u64(&order, message_id)
-            key = message_id
-            if n_live == 1:     # one queue, the common case: its id, no container (see message_store/message_queues.py)
-                message_queues[key] = live[0].queue_id
+            _put_u64(&rows, <uint64_t>i)
+            if n_live == 1 and live[0].queue_id <= ONE_QUEUE_ID_MAX:     # the common case: no Python object
+                _put_u64(&queue_of, live[0].queue_id)
             else:
-                message_queues[key] = tuple([live[j].queue_id for j in range(n_live)])
+                _put_u64(&queue_of, <uint64_t>-1)
+                several_queues[message_id] = tuple([live[j].queue_id for j in range(n_live)])
         for queue_key, q in queue_index.items():
             refs = QueueReferences.__new__(QueueReferences)
             refs.message_ids = _column(&gather[q].message_ids, "Q")
@@ -1215,6 +1253,7 @@ def recover_messages(records, known_queues, long long now_ms, shadow_counts=None
             refs.shared = gather[q].shared
             out.references[queue_key] = refs
         bodies.order = _column(&order, "Q")
+        _index_messages(bodies, out, _column(&rows, "q"), _column(&queue_of, "q"), rising)
         out.max_record_id = max_id
         return out
     finally:
@@ -1227,6 +1266,8 @@ def recover_messages(records, known_queues, long long now_ms, shadow_counts=None
         PyMem_Free(bases)
         PyMem_Free(queue_table.keys)
         PyMem_Free(order.data)
+        PyMem_Free(rows.data)
+        PyMem_Free(queue_of.data)
         PyMem_Free(queue_table.index)
 
 

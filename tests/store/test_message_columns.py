@@ -202,7 +202,8 @@ def message_records(draw):
 
 def recovery_of(recovery) -> dict:
     return {"max": recovery.max_record_id, "bodies": recovery.bodies,
-            "queues": recovery.message_queues, "unreferenced": recovery.unreferenced,
+            "queues": (sorted(recovery.one_queue.items()), recovery.several_queues),
+            "unreferenced": recovery.unreferenced,
             "references": {queue_id: (list(refs.message_ids), list(refs.delivery_counts), list(refs.scheduled_times),
                                       refs.ascending, refs.timed, refs.shared)
                            for queue_id, refs in recovery.references.items()},
@@ -248,7 +249,7 @@ def test_recover_messages_gathers_each_queues_live_references():
     for module in (compiled, twin):
         out = module.recover_messages(records, [1, 2, 3], 400)
         assert out.max_record_id == 9 and out.unreferenced == [9] and not out.anomalies
-        assert out.message_queues == {7: (1, 2), 3: 2, 4: 3}
+        assert sorted(out.one_queue.items()) == [(3, 2), (4, 3)] and out.several_queues == {7: (1, 2)}
         one, two, three = (out.references[q] for q in (1, 2, 3))
         assert (list(one.message_ids), list(one.scheduled_times), one.timed, one.shared) == ([7], [500], True, True)
         assert (list(two.message_ids), list(two.delivery_counts), two.ascending) == ([7, 3], [3, 0], False)
