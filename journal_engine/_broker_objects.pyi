@@ -18,7 +18,6 @@ class MessageData:
 
     message_id: int
     address: str
-    body: bytes
     properties: dict[str, Any] | None
     durable: bool
     expiration: int
@@ -27,6 +26,11 @@ class MessageData:
     public_id: int
     def __init__(self, message_id: int, address: str, body: bytes, properties: dict[str, Any] | None,
                  durable: bool, expiration: int, routing_type: str | None) -> None: ...
+    @property
+    def body(self) -> bytes:
+        """The body; a recovered message's is read from the store when first asked for (its delivery)."""
+    @body.setter
+    def body(self, value: bytes) -> None: ...
     def set_property(self, name: str, value: Any) -> None:
         """Set one property in a new dict (deliveries already handed out keep the old one)."""
     def stored_properties(self) -> dict[str, Any] | None:
@@ -82,10 +86,11 @@ class Message:
 def delivery_of(message: Message) -> tuple[Reference | None, Any]:
     """(reference, consumer) of the delivery ``message`` stands for; (None, None) for a browsed copy."""
 
-def recovered_datas(message_ids: Iterable[int], fields: Iterable[tuple[Any, ...]], durable_refs: int
-                    ) -> list[MessageData]:
+def recovered_datas(message_ids: Iterable[int], fields: Iterable[tuple[Any, ...]], durable_refs: int,
+                    source: Any = None) -> list[MessageData]:
     """The MessageData of recovered messages, from their ids and stored fields (address, body,
-    properties, durable, expiration, routing type), each with ``durable_refs`` set."""
+    properties, durable, expiration, routing type), each with ``durable_refs`` set; a body None is
+    read from ``source`` (``source.body(message_id)``) when first asked for."""
 
 def ready_references(datas: Iterable[MessageData], queue: Any, delivery_counts: Iterable[int]) -> list[Reference]:
     """A READY Reference on ``queue`` of each MessageData, with its recovered delivery count."""

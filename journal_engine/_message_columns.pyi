@@ -185,10 +185,12 @@ def decode_message_fields(message_id: int, body: bytes, path: Any = None
     """(address, body, properties, durable, expiration, routing_type) of one ADD_MESSAGE body, as
     record_format.decode_message reads them (its CorruptRecordError for a body it rejects)."""
 
-def decode_messages_fields(bodies: Mapping[int, bytes], message_ids: Iterable[int], path: Any = None
-                           ) -> list[tuple[str, bytes, dict[str, Any], bool, int, str | None]]:
+def decode_messages_fields(bodies: Mapping[int, bytes], message_ids: Iterable[int], path: Any = None,
+                           with_bodies: bool = True
+                           ) -> list[tuple[str, bytes | None, dict[str, Any], bool, int, str | None]]:
     """``decode_message_fields`` of many messages (each body from ``bodies``), in the order of
-    ``message_ids``; a recovery's MessageBodies is read straight from the journal's columns."""
+    ``message_ids``; a recovery's MessageBodies is read straight from the journal's columns.
+    ``with_bodies`` False: the body of a message without properties is None (not copied)."""
 
 def release_from_collector(objects: Iterable[object]) -> None:
     """Take objects that can never be part of a reference cycle out of the cycle collector's view

@@ -27,14 +27,15 @@ class MessageData:
     """One message's content and its bookkeeping: how many references it has, and how many of them
     the message store holds (the store deletes the message when the last of those is acknowledged)."""
 
-    __slots__ = ("message_id", "address", "body", "properties", "durable", "expiration", "routing_type",
-                 "durable_refs", "public_id", "_view")
+    __slots__ = ("message_id", "address", "_body", "_source", "properties", "durable", "expiration",
+                 "routing_type", "durable_refs", "public_id", "_view")
 
     def __init__(self, message_id: int, address: str, body: bytes, properties: dict | None, durable: bool,
                  expiration: int, routing_type: str | None) -> None:
         self.message_id = message_id
         self.address = address
-        self.body = body
+        self._body: bytes | None = body       # None: a recovered message's body, not read yet
+        self._source: Any = None              # what reads it (the store's recovered messages)
         self.properties = properties          # a dict the broker owns, or None for none
         self.durable = durable
         self.expiration = expiration          # epoch ms, 0 = never
@@ -42,6 +43,20 @@ class MessageData:
         self.durable_refs = 0                 # references the store holds (> 0: the store holds the message)
         self.public_id = message_id           # the id consumers see (a Classic or Qpid copy keeps its original's)
         self._view: Mapping[str, Any] | None = None
+
+    @property
+    def body(self) -> bytes:
+        """The body. A recovered message's is read from the store when first asked for (its delivery,
+        a dead-letter copy), not when its queue is first used: no copy of a body before."""
+        if self._body is None:
+            self._body = self._source.body(self.message_id)
+            self._source = None
+        return self._body
+
+    @body.setter
+    def body(self, value: bytes) -> None:
+        self._body = value
+        self._source = None
 
     def set_property(self, name: str, value: Any) -> None:
         """Set one property (the broker's own, such as Classic's ``redeliveryDelay``) in a new dict:
@@ -128,6 +143,8 @@ class Message:
     __slots__ = ("_data", "_properties", "delivery_count", "queue", "_ref", "_owner")
 
     def __init__(self, data: MessageData, delivery_count: int, queue: str, ref=None, owner=None) -> None:
+        if data._body is None:
+            data.body                 # read now: a received (or browsed) message's body is bytes from here on
         self._data = data
         self._properties = data.properties    # the dict of this moment: the broker replaces, never changes it
         self.delivery_count = delivery_count
@@ -176,14 +193,19 @@ class Message:
                 f"delivery_count={self.delivery_count}, body={self._data.body[:32]!r})")
 
 
-def recovered_datas(message_ids, fields, durable_refs: int) -> list[MessageData]:
+def recovered_datas(message_ids, fields, durable_refs: int, source: Any = None) -> list[MessageData]:
     """The MessageData of recovered messages, from their ids and stored ``fields`` (address, body,
     properties, durable, expiration, routing type), each with ``durable_refs`` set: the one place a
-    stored message becomes the broker's (the id consumers see comes out of its properties)."""
+    stored message becomes the broker's (the id consumers see comes out of its properties). A body
+    None in ``fields`` is read from ``source`` (``source.body(message_id)``) when first asked for."""
     datas = []
     for message_id, (address, body, properties, durable, expiration, routing_type) in zip(message_ids, fields):
+        if body is None and source is None:
+            raise ValueError(f"message {message_id}: a body left unread needs the source that reads it")
         public_id = properties.pop(MESSAGE_ID_PROPERTY, None) if properties else None
         data = MessageData(message_id, address, body, properties or None, durable, expiration, routing_type)
+        if body is None:
+            data._source = source
         if public_id is not None:
             data.public_id = public_id
         data.durable_refs = durable_refs

@@ -339,9 +339,14 @@ def decode_message_fields(message_id: int, body, path=None) -> tuple:
     return stored.address, stored.body, stored.properties, stored.durable, stored.expiration, stored.routing_type
 
 
-def decode_messages_fields(bodies: dict, message_ids, path=None) -> list[tuple]:
-    """decode_message_fields of many messages at once, in the order of ``message_ids``."""
-    return [decode_message_fields(message_id, bodies[message_id], path) for message_id in message_ids]
+def decode_messages_fields(bodies: dict, message_ids, path=None, with_bodies: bool = True) -> list[tuple]:
+    """decode_message_fields of many messages at once, in the order of ``message_ids``; ``with_bodies``
+    False: the body of a message without properties is None (see the compiled module)."""
+    out = []
+    for message_id in message_ids:
+        fields = decode_message_fields(message_id, bodies[message_id], path)
+        out.append(fields if with_bodies or fields[2] else (fields[0], None) + fields[2:])
+    return out
 
 
 _untrack = ctypes.pythonapi.PyObject_GC_UnTrack

@@ -125,7 +125,8 @@ class PostOffice:
                 continue
             references = sorted(references, key=lambda r: r.message_id)
             new_ids = [recovered.message_id for recovered in references if recovered.message_id not in datas]
-            datas.update(zip(new_ids, recovered_datas(new_ids, state.messages.fields_of(new_ids), 0)))
+            datas.update(zip(new_ids, recovered_datas(new_ids, state.messages.fields_of(new_ids, bodies=False), 0,
+                                                      state.messages)))
             for recovered in references:
                 data = datas[recovered.message_id]
                 data.durable_refs += 1
@@ -150,7 +151,7 @@ class PostOffice:
             if not columns.ascending:
                 pairs = sorted(zip(message_ids, counts), key=itemgetter(0))
                 message_ids, counts = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
-            datas = recovered_datas(message_ids, messages.fields_of(message_ids), 1)
+            datas = recovered_datas(message_ids, messages.fields_of(message_ids, bodies=False), 1, messages)
             references = ready_references(datas, queue, counts)
             # a message's data refers to nothing that could refer back to it (text, bytes, numbers, a
             # dict of plain properties): the collector's full passes need not visit a million of them

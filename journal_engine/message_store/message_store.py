@@ -118,9 +118,16 @@ class RecoveredMessages(Mapping):
         StoredMessage's fields without the object (the broker's first use of a recovered message)."""
         return _impl.decode_message_fields(message_id, self._bodies[message_id], self._path)
 
-    def fields_of(self, message_ids) -> list[tuple]:
-        """``fields`` of many messages at once, in the order of ``message_ids`` (one compiled call)."""
-        return _impl.decode_messages_fields(self._bodies, message_ids, self._path)
+    def fields_of(self, message_ids, *, bodies: bool = True) -> list[tuple]:
+        """``fields`` of many messages at once, in the order of ``message_ids`` (one compiled call);
+        ``bodies`` False: the body of a message without properties is None, read later by ``body``
+        (a queue's objects made without a copy of its bodies)."""
+        return _impl.decode_messages_fields(self._bodies, message_ids, self._path, bodies)
+
+    def body(self, message_id: int) -> bytes:
+        """One message's body, decoded from its stored record (what a recovered message's first read
+        of its body asks)."""
+        return self.fields(message_id)[1]
 
     def __contains__(self, message_id) -> bool:
         return message_id in self._bodies

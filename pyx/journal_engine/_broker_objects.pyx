@@ -26,12 +26,28 @@ cdef class MessageData:
     """One message's content and its bookkeeping: how many references it has, and how many of them
     the message store holds (the store deletes the message when the last of those is acknowledged)."""
 
-    cdef public object message_id, address, body, properties, durable, expiration, routing_type
+    cdef public object message_id, address, properties, durable, expiration, routing_type
     cdef public object durable_refs, public_id
+    cdef object _body       # bytes; None for a recovered message whose body is not read yet
+    cdef object _source     # what reads that body (the store's recovered messages: ``body(message_id)``)
     cdef object _view
 
     def __init__(self, message_id, address, body, properties, durable, expiration, routing_type):
         _fill_data(self, message_id, address, body, properties, durable, expiration, routing_type)
+
+    @property
+    def body(self):
+        """The body (bytes). A recovered message's is read from the store when first asked for (its
+        delivery, a dead-letter copy), not when its queue is first used: no copy of a body before."""
+        if self._body is None:
+            self._body = self._source.body(self.message_id)
+            self._source = None
+        return self._body
+
+    @body.setter
+    def body(self, value):
+        self._body = value
+        self._source = None
 
     def set_property(self, name, value):
         """Set one property (the broker's own, such as Classic's ``redeliveryDelay``) in a new dict:
@@ -115,6 +131,8 @@ cdef class Message:
     cdef public object delivery_count, queue
 
     def __init__(self, MessageData data not None, delivery_count, queue, ref=None, owner=None):
+        if data._body is None:
+            data.body                 # read now: a received (or browsed) message's body is bytes from here on
         self._data = data
         self._properties = data.properties    # the dict of this moment: the broker replaces, never changes it
         self.delivery_count = delivery_count
@@ -177,7 +195,8 @@ cdef inline void _fill_data(MessageData data, message_id, address, body, propert
                             routing_type) noexcept:
     data.message_id = message_id
     data.address = address
-    data.body = body
+    data._body = body
+    data._source = None
     data.properties = properties          # a dict the broker owns, or None for none
     data.durable = durable
     data.expiration = expiration          # epoch ms, 0 = never
@@ -196,17 +215,22 @@ cdef inline void _fill_reference(Reference ref, data, queue, delivery_count) noe
     ref.failures = None          # [(time ms, reason)] of each failed delivery seen, or None
 
 
-def recovered_datas(message_ids, fields, durable_refs):
+def recovered_datas(message_ids, fields, durable_refs, source=None):
     """The MessageData of recovered messages, from their ids and stored ``fields`` (address, body,
     properties, durable, expiration, routing type), each with ``durable_refs`` set: the one place a
-    stored message becomes the broker's (the id consumers see comes out of its properties)."""
+    stored message becomes the broker's (the id consumers see comes out of its properties). A body
+    None in ``fields`` is read from ``source`` (``source.body(message_id)``) when first asked for."""
     cdef list out = []
     cdef MessageData data
     for message_id, stored in zip(message_ids, fields):
         address, body, properties, durable, expiration, routing_type = stored
+        if body is None and source is None:
+            raise ValueError(f"message {message_id}: a body left unread needs the source that reads it")
         public_id = properties.pop(MESSAGE_ID_PROPERTY, None) if properties else None
         data = MessageData.__new__(MessageData)       # as MessageData(...), without parsing the arguments
         _fill_data(data, message_id, address, body, properties or None, durable, expiration, routing_type)
+        if body is None:
+            data._source = source
         data.durable_refs = durable_refs
         if public_id is not None:
             data.public_id = public_id
@@ -241,8 +265,8 @@ cdef _probe(object instance, tuple fields):
     return instance, markers
 
 
-_MESSAGE_DATA_FIELDS = ("message_id", "address", "body", "properties", "durable", "expiration", "routing_type",
-                        "durable_refs", "public_id")
+_MESSAGE_DATA_FIELDS = ("message_id", "address", "properties", "durable", "expiration", "routing_type",
+                        "durable_refs", "public_id")     # and ``body``, a property (read when first asked for)
 _REFERENCE_FIELDS = ("data", "queue", "delivery_count", "state", "delivery", "failures")
 _instance, _markers = _probe(MessageData(0, "", b"", None, False, 0, None), _MESSAGE_DATA_FIELDS)
 expose_as_members(MessageData, _MESSAGE_DATA_FIELDS, _instance, _markers, False, _member_names)

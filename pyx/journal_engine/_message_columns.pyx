@@ -1310,11 +1310,19 @@ def decode_message_fields(message_id, body, path=None):
             bool(p[1] & FLAG_DURABLE), fields.expiration, _ROUTING_NAME[p[2]])
 
 
-def decode_messages_fields(bodies not None, message_ids, path=None):
+cdef tuple _fields_kept(tuple fields, bint with_bodies):
+    """A message's fields, its body None when bodies are not wanted and it has no properties."""
+    if with_bodies or fields[2]:
+        return fields
+    return (fields[0], None) + fields[2:]
+
+
+def decode_messages_fields(bodies not None, message_ids, path=None, bint with_bodies=True):
     """decode_message_fields of many messages at once: a list of the field tuples of ``message_ids``
     (in their order), each read from ``bodies`` (message id -> ADD_MESSAGE body: a dict, or the
     MessageBodies of a recovery, read straight from the journal's columns). Messages of one address
-    share its str."""
+    share its str. ``with_bodies`` False: the body of a message without properties is None in its
+    tuple, not copied (the broker reads it when it delivers the message)."""
     cdef list out = []
     cdef list ids
     cdef MessageBodies columns
@@ -1325,7 +1333,8 @@ def decode_messages_fields(bodies not None, message_ids, path=None):
     cdef object address = ""           # the str of address_bytes
     cdef bytes address_bytes = b""
     if type(bodies) is not MessageBodies:
-        return [decode_message_fields(message_id, bodies[message_id], path) for message_id in message_ids]
+        return [_fields_kept(decode_message_fields(message_id, bodies[message_id], path), with_bodies)
+                for message_id in message_ids]
     columns = <MessageBodies>bodies
     ids = message_ids if type(message_ids) is list else list(message_ids)
     n = len(ids)
@@ -1341,14 +1350,16 @@ def decode_messages_fields(bodies not None, message_ids, path=None):
             message_id = ids[i]
             p = columns._body(rows[i], &size)
             if not _message_fields(p, size, &fields) or fields.property_count:
-                out.append(decode_message_fields(message_id, PyBytes_FromStringAndSize(<const char *>p, size), path))
+                out.append(_fields_kept(decode_message_fields(message_id, PyBytes_FromStringAndSize(
+                    <const char *>p, size), path), with_bodies))
                 continue
             if (fields.address.size != len(address_bytes)
                     or memcmp(fields.address.data, PyBytes_AS_STRING(address_bytes), fields.address.size)):
                 address_bytes = PyBytes_FromStringAndSize(<const char *>fields.address.data, fields.address.size)
                 address = address_bytes.decode("utf-8")
-            out.append((address, PyBytes_FromStringAndSize(<const char *>p + fields.body_at, fields.body_size), {},
-                        bool(p[1] & FLAG_DURABLE), fields.expiration, _ROUTING_NAME[p[2]]))
+            out.append((address,
+                        PyBytes_FromStringAndSize(<const char *>p + fields.body_at, fields.body_size) if with_bodies
+                        else None, {}, bool(p[1] & FLAG_DURABLE), fields.expiration, _ROUTING_NAME[p[2]]))
     finally:
         PyMem_Free(rows)
     return out

@@ -96,7 +96,7 @@ def test_compiled_fields_are_member_descriptors_as_slots_are():
     member = type(twin.Reference.__dict__["state"])        # what __slots__ makes
     for cls, fields in ((_broker_objects.Reference, ("data", "queue", "delivery_count", "state", "delivery",
                                                      "failures")),
-                        (_broker_objects.MessageData, ("message_id", "address", "body", "properties", "durable",
+                        (_broker_objects.MessageData, ("message_id", "address", "properties", "durable",
                                                        "expiration", "routing_type", "durable_refs", "public_id"))):
         for field in fields:
             assert type(cls.__dict__[field]) is member, (cls.__name__, field)

@@ -1,5 +1,5 @@
-"""A recovered queue's messages keep their bodies in the mapped journal files (compiled core) until the
-queue is first used. A compaction that reclaims such a file moves the bodies it still holds into
+"""A recovered queue's messages keep their bodies in the mapped journal files (compiled core) until each
+is delivered: the queue's first use makes its objects, not copies of its bodies. A compaction that reclaims such a file moves the bodies it still holds into
 memory, and the file goes back to the pool: a queue nobody uses no longer keeps compacted files
 deleted but mapped -- their space held -- for as long as the broker runs. The idle queue's messages
 read the same afterwards, after the pool has reused the files."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import tracemalloc
 
 from journal_engine import Broker
 from journal_engine._impl import IMPLEMENTATION
@@ -57,5 +58,66 @@ def test_a_compaction_releases_the_files_an_unused_recovered_queue_maps(tmp_path
         assert [dict(message.properties) for message in received] == [
             {"i": index} if index % 7 == 0 else {} for index in range(COUNT)]
         assert idle.receive(0) is None
+    finally:
+        broker.close()
+
+
+def test_a_recovered_queues_first_use_copies_no_body_and_each_delivery_reads_its_own(tmp_path):
+    directory = tmp_path / "b"
+    broker = Broker(directory)
+    broker.create_queue("q")
+    bodies = [b"%06d " % index + bytes([index % 251]) * 16_000 for index in range(2_000)]   # 32 MB
+    for body in bodies:
+        broker.send("q", body)
+    broker.close()
+
+    broker = Broker(directory)
+    try:
+        consumer = broker.create_consumer("q")
+        tracemalloc.start()
+        try:
+            first = consumer.receive(0)             # the queue's 2,000 messages made into objects
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert first.body == bodies[0] and type(first.body) is bytes
+        assert peak < 4_000_000, f"the first receive allocated {peak} bytes: bodies were copied"
+        consumer.ack(first)
+        received = [consumer.receive(0) for _ in range(len(bodies) - 1)]
+    finally:
+        broker.close()
+    # received before the close: each body is bytes of its own, readable after it
+    assert all(type(message.body) is bytes for message in received)
+    assert [message.body for message in received] == bodies[1:]
+
+
+def test_bodies_a_used_queue_has_not_delivered_read_the_same_after_a_compaction_reused_their_files(tmp_path):
+    directory = tmp_path / "b"
+    broker = Broker(directory, store_options=SMALL)
+    broker.create_queue("churn")
+    broker.create_queue("kept")
+    kept_bodies = []
+    for index in range(COUNT):
+        broker.send("churn", b"churn %d " % index + b"." * 300)
+        kept_bodies.append(b"kept %d " % index + bytes([index % 251]) * 300)
+        broker.send("kept", kept_bodies[-1], properties={"i": index} if index % 7 == 0 else None)
+    broker.close()
+
+    broker = Broker(directory, store_options=SMALL)
+    try:
+        kept = broker.create_consumer("kept")
+        first = kept.receive(0)                     # the queue is used: its objects made, its bodies not read
+        assert first.body == kept_bodies[0]
+        churn = broker.create_consumer("churn")
+        for _ in range(COUNT):
+            churn.ack(churn.receive(0))
+        broker._store.compact()
+        assert _deleted_but_mapped(directory) == []
+        for index in range(3 * COUNT):      # the pool hands the recycled files out again
+            broker.send("churn", b"after %d " % index + b"-" * 300)
+        received = [kept.receive(0) for _ in range(COUNT - 1)]
+        assert [message.body for message in received] == kept_bodies[1:]
+        assert [dict(message.properties) for message in received] == [
+            {"i": index} if index % 7 == 0 else {} for index in range(1, COUNT)]
     finally:
         broker.close()
