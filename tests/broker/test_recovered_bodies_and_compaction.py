@@ -27,18 +27,24 @@ def _message_files(directory) -> list[str]:
     return sorted(glob.glob(os.path.join(directory, "messages", "journal-*.jej")))
 
 
+def _two_queues(directory, busy: str, kept: str) -> list[bytes]:
+    """A broker of small files whose queues ``busy`` and ``kept`` got COUNT messages each, in turn
+    (every 7th of ``kept`` with a property); the bodies sent to ``kept``."""
+    broker = Broker(directory, store_options=SMALL)
+    broker.create_queue(busy)
+    broker.create_queue(kept)
+    bodies = []
+    for index in range(COUNT):
+        broker.send(busy, b"%s %d " % (busy.encode(), index) + b"." * 300)
+        bodies.append(b"%s %d " % (kept.encode(), index) + bytes([index % 251]) * 300)
+        broker.send(kept, bodies[-1], properties={"i": index} if index % 7 == 0 else None)
+    broker.close()
+    return bodies
+
+
 def test_a_compaction_releases_the_files_an_unused_recovered_queue_maps(tmp_path):
     directory = tmp_path / "b"
-    broker = Broker(directory, store_options=SMALL)
-    broker.create_queue("used")
-    broker.create_queue("idle")
-    idle_bodies = []
-    for index in range(COUNT):
-        broker.send("used", b"used %d " % index + b"." * 300)
-        idle_bodies.append(b"idle %d " % index + bytes([index % 251]) * 300)
-        broker.send("idle", idle_bodies[-1], properties={"i": index} if index % 7 == 0 else None)
-    broker.close()
-
+    idle_bodies = _two_queues(directory, "used", "idle")
     broker = Broker(directory, store_options=SMALL)
     try:
         if IMPLEMENTATION == "cython":      # the case under test: recovered bodies pin the files
@@ -93,16 +99,7 @@ def test_a_recovered_queues_first_use_copies_no_body_and_each_delivery_reads_its
 
 def test_bodies_a_used_queue_has_not_delivered_read_the_same_after_a_compaction_reused_their_files(tmp_path):
     directory = tmp_path / "b"
-    broker = Broker(directory, store_options=SMALL)
-    broker.create_queue("churn")
-    broker.create_queue("kept")
-    kept_bodies = []
-    for index in range(COUNT):
-        broker.send("churn", b"churn %d " % index + b"." * 300)
-        kept_bodies.append(b"kept %d " % index + bytes([index % 251]) * 300)
-        broker.send("kept", kept_bodies[-1], properties={"i": index} if index % 7 == 0 else None)
-    broker.close()
-
+    kept_bodies = _two_queues(directory, "churn", "kept")
     broker = Broker(directory, store_options=SMALL)
     try:
         kept = broker.create_consumer("kept")
