@@ -145,16 +145,21 @@ cdef class LiveMap:
     cdef Py_ssize_t _base_slot(self, uint64_t key) noexcept nogil:
         return find_sorted(self._base_keys, self._base_count, key) if self._base_count else -1
 
-    cdef int adopt_base(self, object owner, const uint64_t *keys, int64_t *values, Py_ssize_t count) except -1:
-        """Take ``keys[:count]`` (strictly rising, none of them in the table) with their ``values``
-        (bytes, or -1: not live) as the base, where they lie while ``owner`` lives. The values are
-        rewritten in place into the table's encoding, and from then on are the live set's."""
+    cdef int take(self, object owner, const uint64_t *keys, int64_t *values, Py_ssize_t count) except -1:
+        """Take ``keys[:count]`` (none of them in the table) with their ``values`` (bytes, or -1: not
+        live). Keys that rise (a counter's: the common case) become the base, where they lie while
+        ``owner`` lives: the values are rewritten in place into the table's encoding, and from then
+        on are the live set's. Keys that do not rise go into the table, one by one."""
         cdef Py_ssize_t i
         if self._base_owner is not None:
-            raise ValueError("a live set adopts one base")
+            raise ValueError("a live set takes one base")
+        for i in range(1, count):
+            if keys[i] <= keys[i - 1]:
+                for i in range(count):
+                    if values[i] >= 0:
+                        self.put(keys[i], values[i])
+                return 0
         for i in range(count):
-            if i and keys[i] <= keys[i - 1]:
-                raise ValueError("a live set's base is keys in rising order")
             if values[i] >= 0:
                 self._base_live += 1
                 self.total_bytes += values[i]

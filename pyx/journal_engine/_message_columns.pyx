@@ -204,11 +204,15 @@ cdef inline int _append(Bytes *buf, const void *src, Py_ssize_t n) except -1:
     return 0
 
 
-cdef bytes _take(Bytes *buf):
-    cdef bytes out = PyBytes_FromStringAndSize(buf.data, buf.size) if buf.size else b""
+cdef void _free(Bytes *buf) noexcept:
     PyMem_Free(buf.data)
     buf.data = NULL
     buf.size = buf.capacity = 0
+
+
+cdef bytes _take(Bytes *buf):
+    cdef bytes out = PyBytes_FromStringAndSize(buf.data, buf.size) if buf.size else b""
+    _free(buf)
     return out
 
 
@@ -944,9 +948,7 @@ cdef array.array _column(Bytes *buf, str typecode):
             array.resize(column, buf.size // column.ob_descr.itemsize)
             memcpy(column.data.as_chars, buf.data, buf.size)
     finally:
-        PyMem_Free(buf.data)
-        buf.data = NULL
-        buf.size = buf.capacity = 0
+        _free(buf)
     return column
 
 
@@ -996,29 +998,16 @@ cdef object _rejection(decode, tuple args, dict keywords):
     return None
 
 
-cdef int _index_messages(MessageBodies bodies, MessageRecovery out, array.array rows, array.array queue_of,
-                         bint rising) except -1:
+cdef int _index_messages(MessageBodies bodies, MessageRecovery out, array.array rows, array.array queue_of) except -1:
     """The tables of the recovered messages (``bodies.order``): message id -> its row (``bodies.index``)
     and -> its one queue (``out.one_queue``; -1 in ``queue_of``: on several). Ids that rise, as a
-    store's counter hands them out, are adopted where they lie as both tables' base: no insert, no
-    table of a million slots; else each goes into its tables."""
+    store's counter hands them out, stay where they lie as both tables' base: no insert, no table of
+    a million slots (LiveMap.take)."""
     cdef array.array order = bodies.order
     cdef const uint64_t *ids = <const uint64_t *>order.data.as_voidptr
-    cdef int64_t *row = <int64_t *>rows.data.as_voidptr
-    cdef int64_t *queue = <int64_t *>queue_of.data.as_voidptr
-    cdef Py_ssize_t m, count = len(order)
-    if rising:
-        bodies.index = LiveMap()
-        bodies.index.adopt_base((order, rows), ids, row, count)
-        out.one_queue = LiveMap()
-        out.one_queue.adopt_base((order, queue_of), ids, queue, count)
-        return 0
-    bodies.index = LiveMap(count)
-    out.one_queue = LiveMap(count)
-    for m in range(count):
-        bodies.index.put(ids[m], row[m])
-        if queue[m] >= 0:
-            out.one_queue.put(ids[m], queue[m])
+    cdef Py_ssize_t count = len(order)
+    bodies.index.take((order, rows), ids, <int64_t *>rows.data.as_voidptr, count)
+    out.one_queue.take((order, queue_of), ids, <int64_t *>queue_of.data.as_voidptr, count)
     return 0
 
 
@@ -1059,7 +1048,6 @@ def recover_messages(records, known_queues, long long now_ms, shadow_counts=None
     cdef dict several_queues
     cdef list anomalies, corrupt
     cdef Bytes order, rows, queue_of     # per message in `order`: its row, its one queue (or -1)
-    cdef bint rising = True
     cdef MessageBodies bodies
     cdef QueueReferences refs
     out.bodies = bodies = MessageBodies.__new__(MessageBodies)
@@ -1233,10 +1221,7 @@ def recover_messages(records, known_queues, long long now_ms, shadow_counts=None
                 _put_u64(&gather[q].message_ids, message_id)
                 _append(&gather[q].delivery_counts, &live[j].delivery_count, 4)
                 _put_u64(&gather[q].scheduled_times, scheduled)
-            # its body stays in the journal's buffers, read when the message is first used
-            if order.size and message_id <= (<uint64_t *>order.data)[order.size // 8 - 1]:
-                rising = False
-            _put_u64(&order, message_id)
+            _put_u64(&order, message_id)    # its body stays in the journal's buffers, read at its delivery
             _put_u64(&rows, <uint64_t>i)
             if n_live == 1 and live[0].queue_id <= ONE_QUEUE_ID_MAX:     # the common case: no Python object
                 _put_u64(&queue_of, live[0].queue_id)
@@ -1253,7 +1238,7 @@ def recover_messages(records, known_queues, long long now_ms, shadow_counts=None
             refs.shared = gather[q].shared
             out.references[queue_key] = refs
         bodies.order = _column(&order, "Q")
-        _index_messages(bodies, out, _column(&rows, "q"), _column(&queue_of, "q"), rising)
+        _index_messages(bodies, out, _column(&rows, "q"), _column(&queue_of, "q"))
         out.max_record_id = max_id
         return out
     finally:

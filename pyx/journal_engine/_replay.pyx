@@ -502,7 +502,7 @@ cdef class ReplayState:
                 for entry in range(self._entries):
                     if self._entry_add.data.as_ulonglongs[entry] == NO_LOCATION:
                         sizes[entry] = -1
-                self._table.adopt_base((self._entry_id, self._entry_bytes),
+                self._table.take((self._entry_id, self._entry_bytes),
                                        <const uint64_t *>self._entry_id.data.as_voidptr, sizes, self._entries)
             else:
                 self._table.map_values(sizes, self._entries)
