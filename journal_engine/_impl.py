@@ -35,8 +35,8 @@ else:
         IMPLEMENTATION = "python"
 
 if IMPLEMENTATION == "cython":
-    from ._broker_objects import (ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, Message, MessageData, Reference,
-                                  delivery_of, ready_references, recovered_datas)
+    from ._broker_objects import (ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, Message, MessageData, ReadyQueue,
+                                  Reference, delivery_of, ready_references, recovered_datas)
     from ._codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame, encode_group
     from ._core import JournalCore, Segment
     from ._livemap import LiveMap
@@ -48,7 +48,7 @@ if IMPLEMENTATION == "cython":
     from ._record_writer import RecordWriter
 else:
     from ._twin.broker_objects import (ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, Message, MessageData,
-                                       Reference, delivery_of, ready_references, recovered_datas)
+                                       ReadyQueue, Reference, delivery_of, ready_references, recovered_datas)
     from ._twin.codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame, encode_group
     from ._twin.core import JournalCore, Segment
     from ._twin.livemap import LiveMap
@@ -64,4 +64,4 @@ __all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", 
            "MessageColumns", "decode_message_columns", "ROUTING_NAMES", "GAP_REASONS", "MessageRecovery",
            "QueueReferences", "recover_messages", "decode_message_fields", "decode_messages_fields",
            "release_from_collector", "GUARDS_MAPPED_READS", "Body", "MappedFile", "is_pinned",
-           "MessageData", "Reference", "Message", "delivery_of", "recovered_datas", "ready_references", "READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX"]
+           "MessageData", "Reference", "Message", "delivery_of", "recovered_datas", "ready_references", "ReadyQueue", "READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX"]

@@ -50,6 +50,9 @@ MAX_REDELIVERY_RECORDS_DEFAULT = 10             # Artemis's max-redelivery-recor
 REDRIVES_MAX_DEFAULT = 3
 # message ids a broker reserves in its bindings journal at a time (an ID counter record per block)
 MESSAGE_ID_BLOCK = 10_000
+# a recovered queue's references are made this many at a time, as its deliveries reach them (ReadyQueue):
+# the first receive after a restart makes one chunk, not the whole queue
+READY_CHUNK = 1024
 BUFFER_SIZE_MIN_BYTES = SECTOR_SIZE_BYTES
 COMPACT_PERCENTAGE_MAX = 100
 # Artemis's JournalImpl.UPDATE_FACTOR: compact when replaceable updates outnumber adds this much

@@ -4,9 +4,11 @@ compiled ones spare a Python frame per object)."""
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..limits import READY_CHUNK
 from ..record_format import MESSAGE_ID_PROPERTY
 
 __all__ = ["MessageData", "Reference", "Message", "delivery_of", "READY", "SCHEDULED", "DELIVERING", "DONE",
@@ -216,6 +218,95 @@ def recovered_datas(message_ids, fields, durable_refs: int, source: Any = None) 
 def ready_references(datas, queue, delivery_counts) -> list[Reference]:
     """A READY Reference on ``queue`` of each MessageData, with its recovered delivery count."""
     return [Reference(data, queue, count) for data, count in zip(datas, delivery_counts)]
+
+
+class ReadyQueue:
+    """A recovered queue's ready references, made a chunk at a time as its head reaches them (twin of
+    the compiled ReadyQueue: the same rules, read there). ``make(start, stop)`` makes the References
+    of rows ``start`` to ``stop``; what is appended while rows wait comes after all of them; what
+    needs the whole queue (iteration, an index past the made head, ``insert``) makes the rest first."""
+
+    __slots__ = ("_made", "_later", "_make", "_next", "_end", "_chunk")
+
+    def __init__(self, make: Callable[[int, int], list], rows: int, chunk: int = READY_CHUNK) -> None:
+        if rows < 0 or chunk < 1:
+            raise ValueError(f"ReadyQueue: rows {rows} and chunk {chunk} (rows >= 0, chunk >= 1)")
+        self._made: deque = deque()
+        self._later: deque | None = deque() if rows else None
+        self._make = make if rows else None
+        self._next = 0
+        self._end = rows
+        self._chunk = chunk
+
+    @property
+    def unmade(self) -> int:
+        """Recovered rows whose References are not made yet."""
+        return self._end - self._next
+
+    def _more(self) -> None:
+        start, stop = self._next, min(self._next + self._chunk, self._end)
+        refs = self._make(start, stop)
+        if len(refs) != stop - start:
+            raise RuntimeError(f"ReadyQueue: make({start}, {stop}) gave {len(refs)} references")
+        self._next = stop
+        self._made.extend(refs)
+        if stop == self._end:
+            self._made.extend(self._later)
+            self._later = None
+            self._make = None
+
+    def _all(self) -> None:
+        while self._make is not None:
+            self._more()
+
+    def __len__(self) -> int:
+        return len(self._made) + (self._end - self._next) + (len(self._later) if self._later is not None else 0)
+
+    def __bool__(self) -> bool:
+        return bool(self._made) or self._make is not None
+
+    def popleft(self):
+        if not self._made and self._make is not None:
+            self._more()
+        return self._made.popleft()
+
+    def append(self, ref) -> None:
+        if self._later is not None:
+            self._later.append(ref)
+        else:
+            self._made.append(ref)
+
+    def appendleft(self, ref) -> None:
+        self._made.appendleft(ref)
+
+    def extendleft(self, refs) -> None:
+        self._made.extendleft(refs)
+
+    def clear(self) -> None:
+        self._made.clear()
+        self._later = None
+        self._make = None
+        self._next = self._end
+
+    def insert(self, index: int, ref) -> None:
+        self._all()
+        self._made.insert(index, ref)
+
+    def __getitem__(self, index: int):
+        if index == 0 and not self._made and self._make is not None:
+            self._more()
+        elif index == -1 and self._later:
+            return self._later[-1]
+        elif not 0 <= index < len(self._made):
+            self._all()
+        return self._made[index]
+
+    def __iter__(self):
+        self._all()
+        return iter(self._made)
+
+    def __repr__(self) -> str:
+        return f"ReadyQueue({len(self)} references, {self._end - self._next} not made yet)"
 
 
 def delivery_of(message: Message) -> tuple[Any, Any]:

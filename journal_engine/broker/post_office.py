@@ -13,8 +13,9 @@ from __future__ import annotations
 import gc
 import sys
 import threading
-from functools import partial
-from operator import itemgetter, length_hint
+from array import array
+from collections.abc import Callable
+from operator import length_hint
 
 from .._impl import ready_references, recovered_datas, release_from_collector
 from ..errors import QueueExistsError
@@ -121,7 +122,7 @@ class PostOffice:
                 # every reference ready, its message on no other queue: made when the queue is first used
                 queue.count += len(columns)
                 queue.messages_added += len(columns)
-                queue.restore_later(partial(self._recovered_references, queue, columns, state.messages))
+                queue.restore_later(self._recovered_references(queue, columns, state.messages), len(columns))
                 continue
             references = sorted(references, key=lambda r: r.message_id)
             new_ids = [recovered.message_id for recovered in references if recovered.message_id not in datas]
@@ -141,25 +142,32 @@ class PostOffice:
                         timers.watch_expiry(ref)
 
     @staticmethod
-    def _recovered_references(queue: QueueState, columns, messages) -> list[Reference]:
-        """The References of a queue's recovered columns, in message order (as load sorts them): every
-        message decoded in one call of the store (``fields_of``), then its MessageData and Reference."""
-        collecting = gc.isenabled()
-        gc.disable()        # objects that are no garbage, a few per message: no collection passes between them
-        try:
-            message_ids, counts = columns.message_ids, columns.delivery_counts    # arrays: no tuple per message
-            if not columns.ascending:
-                pairs = sorted(zip(message_ids, counts), key=itemgetter(0))
-                message_ids, counts = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
-            datas = recovered_datas(message_ids, messages.fields_of(message_ids, bodies=False), 1, messages)
-            references = ready_references(datas, queue, counts)
-            # a message's data refers to nothing that could refer back to it (text, bytes, numbers, a
-            # dict of plain properties): the collector's full passes need not visit a million of them
-            release_from_collector(datas)
-        finally:
-            if collecting:
-                gc.enable()
-        return references
+    def _recovered_references(queue: QueueState, columns, messages) -> Callable[[int, int], list[Reference]]:
+        """What makes the References of a queue's recovered columns, rows ``start`` to ``stop`` in
+        message order (as load sorts them): those messages decoded in one call of the store
+        (``fields_of``), then their MessageData and References (the queue's ReadyQueue calls it a
+        chunk at a time)."""
+        message_ids, counts = columns.message_ids, columns.delivery_counts    # arrays: no tuple per message
+        if not columns.ascending:
+            order = sorted(range(len(message_ids)), key=message_ids.__getitem__)
+            message_ids = array(message_ids.typecode, [message_ids[i] for i in order])
+            counts = array(counts.typecode, [counts[i] for i in order])
+
+        def make(start: int, stop: int) -> list[Reference]:
+            collecting = gc.isenabled()
+            gc.disable()        # objects that are no garbage, a few per message: no collection passes between them
+            try:
+                ids = message_ids[start:stop]
+                datas = recovered_datas(ids, messages.fields_of(ids, bodies=False), 1, messages)
+                references = ready_references(datas, queue, counts[start:stop])
+                # a message's data refers to nothing that could refer back to it (text, bytes, numbers, a
+                # dict of plain properties): the collector's full passes need not visit them
+                release_from_collector(datas)
+            finally:
+                if collecting:
+                    gc.enable()
+            return references
+        return make
 
     def release(self) -> None:
         """At close: let go of every queue's references, so that their memory is freed at once (a

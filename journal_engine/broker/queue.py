@@ -1,6 +1,7 @@
 """Queues, their references, the addresses that route to them, and QueueInfo snapshots.
 
-A queue keeps its deliverable references in a deque (head = next to deliver). Scheduled references
+A queue keeps its deliverable references in a deque (head = next to deliver); a recovered queue in a
+ReadyQueue, which makes them from the recovery's columns a chunk at a time. Scheduled references
 (sent with a delivery time, or waiting for a redelivery delay) sit in the broker's timer heap until
 due, then go to the head of their queue, as Artemis's ScheduledDeliveryHandler does. A reference that
 leaves the deque by another way than a delivery (the expiry reaper) is only marked DONE and skipped
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .._impl import ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, Reference
+from .._impl import ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, ReadyQueue, Reference
 from .message import HEADER_NAMES, MessageData
 from .selector import Selector
 
@@ -40,7 +42,7 @@ class QueueState:
     __slots__ = ("name", "queue_id", "address", "routing_type", "filter", "selector", "needs_headers", "durable",
                  "auto_created", "ready", "count", "scheduled", "delivering", "consumers", "waiters", "condition",
                  "messages_added", "messages_acknowledged", "messages_killed", "messages_expired",
-                 "messages_dropped", "pending_sends", "deleted", "id_list", "qpid_policy", "_restore",
+                 "messages_dropped", "pending_sends", "deleted", "id_list", "qpid_policy",
                  "auto_delete", "consumer_removed_ms", "swept", "created_ms")
 
     def __init__(self, name: str, queue_id: int, address: str, routing_type: str, filter: str | None,
@@ -55,7 +57,7 @@ class QueueState:
         self.needs_headers = bool(self.selector is not None and self.selector.identifiers & HEADER_NAMES)
         self.durable = durable
         self.auto_created = auto_created
-        self.ready: deque[Reference] = deque()
+        self.ready: deque[Reference] | ReadyQueue = deque()
         self.count = 0                  # live references: ready + scheduled + delivering
         self.scheduled = 0
         self.delivering = 0
@@ -71,26 +73,22 @@ class QueueState:
         self.deleted = False
         self.id_list = [queue_id]       # what the store's send call takes for this queue alone
         self.qpid_policy = None         # a qpid.QpidQueuePolicy: Qpid's maximum delivery count and DLQ rule
-        self._restore = None            # recovered references not made yet (see restore_later)
         self.auto_delete = auto_delete  # an AutoDelete when the queue goes once unused (Artemis, queue_reaper)
         self.created_ms = created_ms    # made, or recovered, then (epoch ms): the skip-usage-check delay's start
         self.consumer_removed_ms = -1   # when its last consumer went away (-1: never had one that did)
         self.swept = False              # seen deletable by the previous scan of the queue reaper
 
-    def restore_later(self, make_references) -> None:
-        """Recovery: ``make_references()`` (the READY References, in order) makes the ready deque
-        when something first uses it, so a recovered queue costs no object per message until then.
-        Until that moment the queue is a _RestoringQueueState whose ``ready`` is unset."""
-        del self.ready
-        self._restore = make_references
-        self.__class__ = _RestoringQueueState
+    def restore_later(self, make_references: Callable[[int, int], list], rows: int) -> None:
+        """Recovery: the queue's ``rows`` READY references wait as the recovery's columns, and
+        ``make_references(start, stop)`` makes those of rows ``start`` to ``stop``, a chunk at a time
+        as deliveries reach them (a ReadyQueue): a recovered queue costs no object per message until
+        then, and its first receive costs one chunk, not the whole queue."""
+        self.ready = ReadyQueue(make_references, rows)
 
     def release_references(self) -> None:
         """Drop the ready references (a closed broker's): the References and this queue refer to each
         other, so only this frees them at once. Recovered references not made yet are dropped unmade."""
-        self._restore = None
         self.ready = deque()
-        self.__class__ = QueueState
 
     def set_qpid_policy(self, policy) -> None:
         """Qpid's maximum delivery count and DLQ rule for this queue (a qpid.QpidQueuePolicy, or None)."""
@@ -127,23 +125,6 @@ class QueueState:
 
     def __repr__(self) -> str:
         return f"QueueState({self.name!r}, address={self.address!r}, count={self.count})"
-
-
-class _RestoringQueueState(QueueState):
-    """A recovered queue whose references wait as columns (QueueState.restore_later): the first read
-    of ``ready`` (an unset slot, so the only read that reaches __getattr__) makes them and turns the
-    queue back into a plain QueueState."""
-
-    __slots__ = ()
-
-    def __getattr__(self, name: str):
-        # reached only for an unset slot: ``ready``, before the recovered references are made
-        if name != "ready" or self._restore is None:
-            raise AttributeError(name)
-        self.ready = ready = deque(self._restore())
-        self._restore = None
-        self.__class__ = QueueState
-        return ready
 
 
 class AddressState:

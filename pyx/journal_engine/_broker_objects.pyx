@@ -1,14 +1,18 @@
 # cython: language_level=3
-"""The broker's per-message objects, compiled: MessageData, Reference and Message.
+"""The broker's per-message objects, compiled: MessageData, Reference and Message (and the ready
+queue of a recovered queue, ReadyQueue, whose methods its deliveries call).
 
 Every send makes a MessageData and a Reference, every delivery a Message: made by a Python class,
 each costs a Python frame for its ``__init__`` (about 250 ns); made here, a C function. They hold
 Python objects only (the same values the twin holds, with the same identity), so the broker reads and
 writes their attributes as it would a slotted class's. Twin: journal_engine/_twin/broker_objects.py.
 """
+cimport cython
+from collections import deque
 from types import MappingProxyType
 
 from journal_engine._member_slots cimport expose_as_members
+from journal_engine.limits import READY_CHUNK
 from journal_engine.record_format import MESSAGE_ID_PROPERTY
 
 # a reference's states
@@ -247,6 +251,108 @@ def ready_references(datas, queue, delivery_counts):
         _fill_reference(ref, data, queue, count)
         out.append(ref)
     return out
+
+
+@cython.final
+cdef class ReadyQueue:
+    """A recovered queue's ready references, made a chunk at a time as its head reaches them.
+
+    A recovery finds a queue's references as columns; ``make(start, stop)`` makes the References of
+    rows ``start`` to ``stop`` (in delivery order). Making all of them at the queue's first use made a
+    first receive after a restart cost the whole queue (100k messages: 0.08 s); here it costs one
+    chunk (``chunk`` rows, limits.READY_CHUNK). The deque operations the broker uses behave as on a
+    deque holding every reference: what is appended while rows wait comes after all of them, and
+    what needs the whole queue (iteration, an index past the made head, ``insert``) makes the rest
+    first. Under the broker's lock, as a queue's deque is."""
+    cdef object _made           # deque: the references made and not taken, head first
+    cdef object _later          # deque: appended while rows wait (after every recovered one); None after
+    cdef object _make           # make(start, stop) -> list of References; None once every row is made
+    cdef Py_ssize_t _next, _end, _chunk
+
+    def __init__(self, make, Py_ssize_t rows, Py_ssize_t chunk=READY_CHUNK):
+        if rows < 0 or chunk < 1:
+            raise ValueError(f"ReadyQueue: rows {rows} and chunk {chunk} (rows >= 0, chunk >= 1)")
+        self._made = deque()
+        self._later = deque() if rows else None
+        self._make = make if rows else None
+        self._next = 0
+        self._end = rows
+        self._chunk = chunk
+
+    @property
+    def unmade(self):
+        """Recovered rows whose References are not made yet."""
+        return self._end - self._next
+
+    cdef int _more(self) except -1:
+        """Make the next chunk of rows at the tail of the made references; after the last row, the
+        references appended meanwhile follow them."""
+        cdef Py_ssize_t start = self._next, stop = min(self._next + self._chunk, self._end)
+        refs = self._make(start, stop)
+        if len(refs) != stop - start:
+            raise RuntimeError(f"ReadyQueue: make({start}, {stop}) gave {len(refs)} references")
+        self._next = stop
+        self._made.extend(refs)
+        if stop == self._end:
+            self._made.extend(self._later)
+            self._later = None
+            self._make = None
+        return 0
+
+    cdef int _all(self) except -1:
+        while self._make is not None:
+            self._more()
+        return 0
+
+    def __len__(self):
+        return len(self._made) + (self._end - self._next) + (len(self._later) if self._later is not None else 0)
+
+    def __bool__(self):
+        return bool(self._made) or self._make is not None
+
+    def popleft(self):
+        if not self._made and self._make is not None:
+            self._more()
+        return self._made.popleft()
+
+    def append(self, ref):
+        if self._later is not None:
+            self._later.append(ref)
+        else:
+            self._made.append(ref)
+
+    def appendleft(self, ref):
+        self._made.appendleft(ref)
+
+    def extendleft(self, refs):
+        self._made.extendleft(refs)
+
+    def clear(self):
+        self._made.clear()
+        self._later = None
+        self._make = None
+        self._next = self._end
+
+    def insert(self, Py_ssize_t index, ref):
+        self._all()
+        self._made.insert(index, ref)
+
+    @cython.wraparound(True)        # ready[-1] is the last reference, as a deque's
+    def __getitem__(self, Py_ssize_t index):
+        if index == 0 and not self._made and self._make is not None:
+            self._more()
+        elif index == -1 and self._later:
+            return self._later[-1]
+        elif not 0 <= index < len(self._made):
+            self._all()
+        return self._made[index]
+
+    def __iter__(self):
+        self._all()
+        return iter(self._made)
+
+    def __repr__(self):
+        return f"ReadyQueue({len(self)} references, {self._end - self._next} not made yet)"
 
 
 # --------------------------------------------------------------------------- attribute access

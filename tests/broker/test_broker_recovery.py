@@ -130,10 +130,10 @@ def test_a_queue_of_plain_recovered_messages_is_made_when_first_used_and_behaves
 
     broker = Broker(tmp_path / "b", store_options=SMALL)
     plain = broker._post_office.queues["plain"]
-    assert plain._restore is not None                   # nothing made yet: the references wait as columns
+    assert plain.ready.unmade == 5                      # nothing made yet: the references wait as columns
     assert broker.queue("plain").message_count == 5
-    broker.send("plain", b"new")                        # after the recovered ones
-    assert plain._restore is None
+    broker.send("plain", b"new")                        # after the recovered ones, which are still not made
+    assert (plain.ready.unmade, len(plain.ready)) == (5, 6)
     assert [m.body for m in broker.browse("plain")] == [b"p0", b"p1", b"p2", b"p3", b"p4", b"new"]
     consumer = broker.create_consumer("plain")
     received = list(iter(lambda: consumer.receive(0), None))

@@ -52,7 +52,7 @@ def test_a_compaction_releases_the_files_an_unused_recovered_queue_maps(tmp_path
         consumer = broker.create_consumer("used")
         for _ in range(COUNT):
             consumer.ack(consumer.receive(0))
-        assert broker._post_office.queues["idle"]._restore is not None     # never used: still columns
+        assert broker._post_office.queues["idle"].ready.unmade == COUNT    # never used: still columns
         broker._store.compact()
         assert _deleted_but_mapped(directory) == []
         assert not any(pinned(path) for path in _message_files(directory))
