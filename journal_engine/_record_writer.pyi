@@ -71,8 +71,12 @@ class RecordWriter:
     @property
     def scheduled_time_records_written(self) -> int:
         """SET_SCHEDULED_DELIVERY_TIME records appended."""
+    @property
+    def held_references(self) -> int:
+        """References ``add_references`` holds where they lie (rising ids of a queue), moved into
+        the table when first looked up."""
     def __len__(self) -> int:
-        """References tracked."""
+        """References tracked (held ones too)."""
 
     # ----- the reference table ------------------------------------------------------------------
     def add_reference(self, queue_id: int, message_id: int, persisted_count: int = 0) -> None:
@@ -85,7 +89,9 @@ class RecordWriter:
         """Room for ``count`` more references at once (one rehash; recovery knows how many it restores)."""
     def add_references(self, queue_id: int, message_ids: Iterable[int], persisted_counts: Iterable[int]) -> None:
         """``add_reference`` for many messages of one queue (recovery): uint64 ids and uint32 counts
-        (arrays 'Q' and 'I'); stops at the first reference ``add_reference`` refuses, with its error."""
+        (arrays 'Q' and 'I'); stops at the first reference ``add_reference`` refuses, with its error.
+        Rising ids of a queue that holds none are held where they lie (the ids' buffer is kept, and
+        must not change), each moved into the table when first looked up."""
     def remove_reference(self, queue_id: int, message_id: int) -> bool:
         """Stop tracking a reference; False if it was not tracked."""
     def has_reference(self, queue_id: int, message_id: int) -> bool: ...

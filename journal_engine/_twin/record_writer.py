@@ -101,6 +101,13 @@ class RecordWriter:
         except KeyError:
             raise UnknownRecordError.of_reference(queue_id, message_id) from None
 
+    @property
+    def held_references(self) -> int:
+        """References held as a recovery gave them, outside the table: none here (the compiled
+        writer holds a queue's rising ids until each is first looked up; a dict entry costs the same
+        either way)."""
+        return 0
+
     def __len__(self) -> int:
         return len(self._persisted)
 

@@ -448,11 +448,12 @@ class MessageStore:
             _recover_shadow_counts(recovery)
             state.counts_from_shadow = len(from_shadow)
             return state
-        self._writer.reserve_references(len(restored) + sum(len(batch[1]) for batch in restored_batches))
+        self._writer.reserve_references(len(restored))
         for queue_id, message_id, count in restored:
             self._writer.add_reference(queue_id, message_id, count)
         for queue_id, message_ids, counts in restored_batches:
-            self._writer.add_references(queue_id, message_ids, counts)     # the journal's counts
+            # the journal's counts; a queue's rising ids are held as they lie, not put into a table
+            self._writer.add_references(queue_id, message_ids, counts)
         _recover_shadow_counts(recovery)
         self._state = "loaded"
         for queue_id, _row, message_id, count in from_shadow:  # into the journal, durably, before the

@@ -20,7 +20,7 @@ twin is journal_engine._twin.record_writer; both write the same bytes.
 """
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc
+from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from journal_engine._livemap cimport release_table, zeroed_table
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
@@ -89,6 +89,17 @@ cdef struct RefSlot:
     uint32_t state          # SLOT_EMPTY / SLOT_USED / SLOT_DELETED
 
 
+cdef struct HeldRefs:
+    # one queue's recovered references as add_references received them (message ids rising), moved
+    # into the table one by one as they are first looked up
+    uint64_t queue_id
+    const uint64_t *message_ids     # the caller's array, kept alive by the writer (_held_owners)
+    uint32_t *persisted             # owned: the persisted counts (the caller's may change after)
+    uint8_t *taken                  # owned: 1 once moved into the table
+    Py_ssize_t count
+    Py_ssize_t left                 # not taken yet
+
+
 cdef inline uint64_t _hash(uint64_t queue_id, uint64_t message_id) noexcept nogil:
     # splitmix64 finaliser over both ids: consecutive message ids spread over the table
     cdef uint64_t x = (queue_id * <uint64_t>0x9E3779B97F4A7C15) ^ message_id
@@ -98,6 +109,14 @@ cdef inline uint64_t _hash(uint64_t queue_id, uint64_t message_id) noexcept nogi
     x *= <uint64_t>0x94D049BB133111EB
     x ^= x >> 31
     return x
+
+
+cdef bint _rising(const uint64_t[::1] values) noexcept:
+    cdef Py_ssize_t i
+    for i in range(1, values.shape[0]):
+        if values[i] <= values[i - 1]:
+            return False
+    return True
 
 
 cdef class ProtocolSink(RecordSink):
@@ -161,6 +180,11 @@ cdef class RecordWriter:
     cdef Py_ssize_t _used
     cdef Py_ssize_t _deleted
     cdef uint64_t _generation       # bumped whenever the slots move (a new allocation)
+    # recovered references not in the table yet (add_references): per queue, sorted by queue id
+    cdef HeldRefs *_held
+    cdef Py_ssize_t _held_queues
+    cdef Py_ssize_t _held_left      # references held and not taken, over every queue
+    cdef list _held_owners          # the message-id arrays the held references point into
     # the delivery-count shadow (message_store/delivery_shadow.py), when attached: entries go straight into its mapping
     cdef object _shadow
     cdef Py_buffer _shadow_view
@@ -192,6 +216,7 @@ cdef class RecordWriter:
         if self._shadow_attached:
             PyBuffer_Release(&self._shadow_view)
         PyMem_Free(self._shadow_seen)
+        self._drop_held()
         release_table(self._slots, self._capacity * sizeof(RefSlot))
 
     # ----- the reference table ------------------------------------------------------------------
@@ -210,7 +235,16 @@ cdef class RecordWriter:
         self._deleted = 0
         return 0
 
-    cdef RefSlot *_find(self, uint64_t queue_id, uint64_t message_id) noexcept:
+    cdef RefSlot *_find(self, uint64_t queue_id, uint64_t message_id) except? NULL:
+        """The reference's slot, NULL when it is not tracked. A held reference (add_references) is
+        moved into the table first, which may grow it (MemoryError)."""
+        cdef RefSlot *slot = self._probe(queue_id, message_id)
+        if slot == NULL and self._held_left:
+            return self._take_held(queue_id, message_id)
+        return slot
+
+    cdef RefSlot *_probe(self, uint64_t queue_id, uint64_t message_id) noexcept:
+        """The reference's slot in the table (held references are not looked at), or NULL."""
         cdef Py_ssize_t mask = self._capacity - 1
         cdef Py_ssize_t i = <Py_ssize_t>(_hash(queue_id, message_id) & <uint64_t>mask)
         cdef RefSlot *slot
@@ -221,6 +255,90 @@ cdef class RecordWriter:
             if slot.state == SLOT_USED and slot.queue_id == queue_id and slot.message_id == message_id:
                 return slot
             i = (i + 1) & mask
+
+    # ----- recovered references held as columns ------------------------------------------------------
+    cdef HeldRefs *_held_of(self, uint64_t queue_id) noexcept:
+        """The held references of a queue, or NULL (a binary search of the queues)."""
+        cdef Py_ssize_t low = 0, high = self._held_queues, middle
+        while low < high:
+            middle = (low + high) >> 1
+            if self._held[middle].queue_id < queue_id:
+                low = middle + 1
+            else:
+                high = middle
+        if low < self._held_queues and self._held[low].queue_id == queue_id:
+            return &self._held[low]
+        return NULL
+
+    cdef RefSlot *_take_held(self, uint64_t queue_id, uint64_t message_id) except? NULL:
+        """Move a held reference into the table and give its slot; NULL when none is held."""
+        cdef HeldRefs *held = self._held_of(queue_id)
+        cdef Py_ssize_t low = 0, high, middle
+        cdef uint32_t persisted
+        if held == NULL or held.left == 0 or held.count == 0 or message_id > held.message_ids[held.count - 1]:
+            return NULL         # (a new message's id is above every recovered one)
+        high = held.count
+        while low < high:
+            middle = (low + high) >> 1
+            if held.message_ids[middle] < message_id:
+                low = middle + 1
+            else:
+                high = middle
+        if low == held.count or held.message_ids[low] != message_id or held.taken[low]:
+            return NULL
+        if 2 * (self._used + self._deleted + 1) > self._capacity:
+            self._grow()        # before anything changes: a MemoryError leaves the reference held
+        persisted = held.persisted[low]
+        held.taken[low] = 1
+        held.left -= 1
+        self._held_left -= 1
+        if self._held_left == 0:
+            self._drop_held()   # every recovered reference is in the table: the columns go
+        return self._place(queue_id, message_id, persisted)
+
+    cdef int _hold(self, uint64_t queue_id, object owner, const uint64_t *message_ids,
+                   const uint32_t *persisted, Py_ssize_t count) except -1:
+        """Hold ``count`` references of a queue that holds none (ids rising, none in the table)."""
+        cdef Py_ssize_t at
+        cdef HeldRefs *grown
+        cdef uint32_t *counts = <uint32_t *>PyMem_Malloc(max(count, 1) * sizeof(uint32_t))
+        cdef uint8_t *taken = <uint8_t *>PyMem_Calloc(max(count, 1), 1)
+        grown = <HeldRefs *>PyMem_Realloc(self._held, (self._held_queues + 1) * sizeof(HeldRefs))
+        if counts == NULL or taken == NULL or grown == NULL:
+            PyMem_Free(counts)
+            PyMem_Free(taken)
+            if grown != NULL:
+                self._held = grown
+            raise MemoryError()
+        self._held = grown
+        memcpy(counts, persisted, count * sizeof(uint32_t))
+        at = self._held_queues
+        while at > 0 and self._held[at - 1].queue_id > queue_id:
+            self._held[at] = self._held[at - 1]
+            at -= 1
+        self._held[at].queue_id = queue_id
+        self._held[at].message_ids = message_ids
+        self._held[at].persisted = counts
+        self._held[at].taken = taken
+        self._held[at].count = count
+        self._held[at].left = count
+        self._held_queues += 1
+        self._held_left += count
+        if self._held_owners is None:
+            self._held_owners = []
+        self._held_owners.append(owner)
+        return 0
+
+    cdef void _drop_held(self) noexcept:
+        cdef Py_ssize_t q
+        for q in range(self._held_queues):
+            PyMem_Free(self._held[q].persisted)
+            PyMem_Free(self._held[q].taken)
+        PyMem_Free(self._held)
+        self._held = NULL
+        self._held_queues = 0
+        self._held_left = 0
+        self._held_owners = None
 
     cdef int _grow(self, Py_ssize_t room=0) except -1:
         """Rehash into a table that keeps the load (used + deleted) at or below one half, with
@@ -257,13 +375,14 @@ cdef class RecordWriter:
         slot.state = SLOT_USED
         self._used += 1
 
-    cdef void _place(self, uint64_t queue_id, uint64_t message_id, uint32_t persisted) noexcept:
-        """Insert a key known to be absent into a table with room."""
+    cdef RefSlot *_place(self, uint64_t queue_id, uint64_t message_id, uint32_t persisted) noexcept:
+        """Insert a key known to be absent into a table with room; its slot."""
         cdef Py_ssize_t mask = self._capacity - 1
         cdef Py_ssize_t i = <Py_ssize_t>(_hash(queue_id, message_id) & <uint64_t>mask)
         while self._slots[i].state == SLOT_USED:
             i = (i + 1) & mask
         self._fill(&self._slots[i], queue_id, message_id, persisted)
+        return &self._slots[i]
 
     cdef bint _insert(self, uint64_t queue_id, uint64_t message_id, uint32_t persisted) noexcept:
         """Insert a key into a table with room, in one walk of its probe path; False (nothing
@@ -310,6 +429,9 @@ cdef class RecordWriter:
         cdef Py_ssize_t i, n = messages.shape[0]
         if counts.shape[0] != n:
             raise ValueError(f"{n} message ids and {counts.shape[0]} persisted counts")
+        if n and not self._shadow_attached and self._held_of(queue_id) == NULL and _rising(messages):
+            self._add_held(queue_id, messages, counts)
+            return
         self.reserve_references(n)
         for i in range(n):
             if i + PREFETCH_AHEAD < n:  # the slot a later key probes first: its cache miss overlaps this one's work
@@ -323,8 +445,32 @@ cdef class RecordWriter:
                 self._shadow_reused(queue_id, messages[i])     # may let other threads in: before the room check
             if 2 * (self._used + self._deleted + 1) > self._capacity:
                 self._grow()
-            if not self._insert(queue_id, messages[i], counts[i]):
+            if (self._held_left and self._take_held(queue_id, messages[i]) != NULL
+                    or not self._insert(queue_id, messages[i], counts[i])):
                 raise DuplicateRecordError(f"message {messages[i]} already has a live reference on queue {queue_id}")
+
+    cdef int _add_held(self, uint64_t queue_id, const uint64_t[::1] messages, const uint32_t[::1] counts) except -1:
+        """add_references of rising ids on a queue that holds none: each checked as add_reference
+        checks it, then held where they lie, not put into the table. A recovery's million references
+        filled 48 MiB of table at random (its zeroing and a cache miss each); a held reference goes
+        into the table when first looked up (a delivery's count, an acknowledgement). Refused at
+        the first bad one, with its error; the ones before it are held."""
+        cdef Py_ssize_t i, n = messages.shape[0]
+        cdef object error = None
+        for i in range(n):
+            if not self._sink._is_live(messages[i]):
+                error = UnknownRecordError.of_message(messages[i])
+            elif self._probe(queue_id, messages[i]) != NULL:
+                error = DuplicateRecordError(f"message {messages[i]} already has a live reference on queue {queue_id}")
+            if error is not None:
+                n = i
+                break
+        if n:
+            # the view holds the ids' buffer (exported: an array cannot be resized under it)
+            self._hold(queue_id, <object>messages, &messages[0], &counts[0], n)
+        if error is not None:
+            raise error
+        return 0
 
     cdef int _track(self, uint64_t queue_id, uint64_t message_id, uint32_t persisted) except -1:
         """Add a reference to the table (the caller checked that it is not there)."""
@@ -334,8 +480,8 @@ cdef class RecordWriter:
         self._place(queue_id, message_id, persisted)
         return 0
 
-    cdef bint _untrack(self, uint64_t queue_id, uint64_t message_id) noexcept:
-        """Drop a reference from the table; False if it was not there."""
+    cdef int _untrack(self, uint64_t queue_id, uint64_t message_id) except -1:
+        """Drop a reference from the table; 0 (False) if it was not there."""
         cdef RefSlot *slot = self._find(queue_id, message_id)
         if slot == NULL:
             return False
@@ -346,7 +492,7 @@ cdef class RecordWriter:
 
     def remove_reference(self, unsigned long long queue_id, unsigned long long message_id):
         """Stop tracking a reference (acknowledged or its message deleted); False if it was unknown."""
-        return self._untrack(queue_id, message_id)
+        return self._untrack(queue_id, message_id) == 1
 
     def has_reference(self, unsigned long long queue_id, unsigned long long message_id):
         return self._find(queue_id, message_id) != NULL
@@ -358,11 +504,17 @@ cdef class RecordWriter:
             raise UnknownRecordError.of_reference(queue_id, message_id)
         return slot.persisted
 
+    @property
+    def held_references(self):
+        """References add_references holds as they lie, not yet moved into the table."""
+        return self._held_left
+
     def __len__(self):
-        return self._used
+        return self._used + self._held_left
 
     def clear(self):
         self._allocate(INITIAL_CAPACITY)
+        self._drop_held()
 
     # ----- the broker's send and acknowledgement, one call each -----------------------------------------
     def store_message_reference(self, unsigned long long message_id, unsigned long long queue_id,
@@ -664,10 +816,11 @@ cdef class RecordWriter:
         cdef Py_ssize_t i, n = counts.shape[0]
         cdef Py_ssize_t written = 0
         cdef Py_ssize_t *where
-        cdef uint64_t generation = self._generation
+        cdef uint64_t generation
         if times.shape[0] != n:
             raise ValueError(f"scheduled_times has {times.shape[0]} entries, delivery_counts {n}")
         where = self._check_batch(queues, messages, n)
+        generation = self._generation
         try:
             for i in range(n):
                 self._slot_at(where[i], generation, queues[i], messages[i])
@@ -689,12 +842,17 @@ cdef class RecordWriter:
         where = <Py_ssize_t *>PyMem_Malloc((n if n > 0 else 1) * sizeof(Py_ssize_t))
         if where == NULL:
             raise MemoryError()
-        for i in range(n):
-            slot = self._find(queues[i], messages[i])
-            if slot == NULL:
-                PyMem_Free(where)
-                raise UnknownRecordError.of_reference(queues[i], messages[i])
-            where[i] = slot - self._slots
+        try:
+            for i in range(n):
+                # (a held reference moved into the table may grow it: the slots found before then
+                # moved, which _slot_at sees by their keys)
+                slot = self._find(queues[i], messages[i])
+                if slot == NULL:
+                    raise UnknownRecordError.of_reference(queues[i], messages[i])
+                where[i] = slot - self._slots
+        except BaseException:
+            PyMem_Free(where)
+            raise
         return where
 
     cdef RefSlot *_slot_at(self, Py_ssize_t index, uint64_t generation, uint64_t queue_id,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from array import array
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,9 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("persisted"), ids),
     st.tuples(st.just("send"), ids, st.sampled_from([b"head", b""]), st.sampled_from([None, b"body", b""])),
     st.tuples(st.just("ack"), ids),
+    st.tuples(st.just("has"), ids),
+    st.tuples(st.just("refs"), st.sampled_from(QUEUES), st.lists(st.sampled_from(MESSAGES + SENT + (99,)), max_size=4),
+              st.integers(min_value=0, max_value=12)),
 ), min_size=5, max_size=60)
 
 
@@ -118,6 +122,10 @@ def _apply(writer, op):
             return writer.store_message_reference(message_id, queue_id, op[2], op[3])
         if name == "ack":
             return writer.acknowledge_reference(*op[1], op[2])
+        if name == "has":
+            return writer.has_reference(*op[1])
+        if name == "refs":
+            return writer.add_references(op[1], array("Q", op[2]), array("I", [op[3]] * len(op[2])))
     except (OverflowError, UnknownRecordError, DuplicateRecordError, ValueError) as exc:
         return type(exc)
     raise AssertionError(op)
@@ -125,8 +133,11 @@ def _apply(writer, op):
 
 @compiled
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(cap=st.sampled_from([-1, 0, 1, 3, 10]), ops=operations)
-def test_compiled_writer_and_twin_agree_call_by_call(tmp_path_factory, cap, ops):
+@given(cap=st.sampled_from([-1, 0, 1, 3, 10]), ops=operations, setup=st.sampled_from(["each", "rising", "falling"]),
+       recovered=st.lists(st.integers(min_value=0, max_value=12), min_size=3, max_size=3))
+def test_compiled_writer_and_twin_agree_call_by_call(tmp_path_factory, cap, ops, setup, recovered):
+    """``setup``: the first references come one by one, or as a recovery's batch of rising ids (which
+    the compiled writer holds as columns until each is first looked up), or of falling ids."""
     from journal_engine._record_writer import RecordWriter as CompiledWriter
 
     root = tmp_path_factory.mktemp("writers")
@@ -140,8 +151,12 @@ def test_compiled_writer_and_twin_agree_call_by_call(tmp_path_factory, cap, ops)
         writers = [CompiledWriter(journals[0], cap), record_writer.RecordWriter(journals[1], cap)]
         for writer in writers:           # most calls then find a live reference
             for queue_id in QUEUES:
-                for message_id in MESSAGES[:3]:
-                    writer.add_reference(queue_id, message_id)
+                if setup == "each":
+                    for message_id in MESSAGES[:3]:
+                        writer.add_reference(queue_id, message_id)
+                else:
+                    order = slice(None) if setup == "rising" else slice(None, None, -1)
+                    writer.add_references(queue_id, array("Q", MESSAGES[:3][order]), array("I", recovered[order]))
         for op in ops:
             if op[0] == "ack":      # the store deletes the message with its last reference, never before
                 message_id = op[1][1]
