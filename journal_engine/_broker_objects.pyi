@@ -1,7 +1,7 @@
 """Type stub of the broker's compiled per-message objects (pyx/journal_engine/_broker_objects.pyx;
 twin: _twin/broker_objects.py)."""
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, final
 
 from typing_extensions import disjoint_base
 
@@ -95,7 +95,7 @@ def recovered_datas(message_ids: Iterable[int], fields: Iterable[tuple[Any, ...]
 def ready_references(datas: Iterable[MessageData], queue: Any, delivery_counts: Iterable[int]) -> list[Reference]:
     """A READY Reference on ``queue`` of each MessageData, with its recovered delivery count."""
 
-@disjoint_base
+@final
 class ReadyQueue:
     """A recovered queue's ready references, made a chunk at a time as its head reaches them; the
     deque operations the broker uses, as on a deque holding every reference."""
@@ -112,5 +112,5 @@ class ReadyQueue:
     def extendleft(self, refs: Iterable[Reference]) -> None: ...
     def clear(self) -> None: ...
     def insert(self, index: int, ref: Reference) -> None: ...
-    def __getitem__(self, index: int) -> Reference: ...
+    def __getitem__(self, index: int, /) -> Reference: ...
     def __iter__(self) -> Iterator[Reference]: ...
