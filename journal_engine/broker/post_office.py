@@ -119,7 +119,7 @@ class PostOffice:
             queue = self.queues_by_id[queue_id]
             columns = references.columns if isinstance(references, RecoveredReferences) else None
             if columns is not None and not columns.timed and not columns.shared:
-                # every reference ready, its message on no other queue: made when the queue is first used
+                # every reference ready, its message on no other queue: made a chunk at a time as it is used
                 queue.count += len(columns)
                 queue.messages_added += len(columns)
                 queue.restore_later(self._recovered_references(queue, columns, state.messages), len(columns))
@@ -147,13 +147,17 @@ class PostOffice:
         message order (as load sorts them): those messages decoded in one call of the store
         (``fields_of``), then their MessageData and References (the queue's ReadyQueue calls it a
         chunk at a time)."""
-        message_ids, counts = columns.message_ids, columns.delivery_counts    # arrays: no tuple per message
-        if not columns.ascending:
-            order = sorted(range(len(message_ids)), key=message_ids.__getitem__)
-            message_ids = array(message_ids.typecode, [message_ids[i] for i in order])
-            counts = array(counts.typecode, [counts[i] for i in order])
+        in_order = []       # [message ids, delivery counts] (arrays: no tuple per message), sorted at the first call
 
         def make(start: int, stop: int) -> list[Reference]:
+            if not in_order:
+                message_ids, counts = columns.message_ids, columns.delivery_counts
+                if not columns.ascending:
+                    order = sorted(range(len(message_ids)), key=message_ids.__getitem__)
+                    message_ids = array(message_ids.typecode, [message_ids[i] for i in order])
+                    counts = array(counts.typecode, [counts[i] for i in order])
+                in_order[:] = (message_ids, counts)
+            message_ids, counts = in_order
             collecting = gc.isenabled()
             gc.disable()        # objects that are no garbage, a few per message: no collection passes between them
             try:

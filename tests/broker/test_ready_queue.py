@@ -4,6 +4,7 @@ makes one chunk for the first receive, whatever a queue holds, while sends, roll
 redeliveries, browsing, redrive and deletion keep their order."""
 from __future__ import annotations
 
+import threading
 import tracemalloc
 from collections import deque
 
@@ -15,8 +16,13 @@ import journal_engine
 from journal_engine import Broker
 from journal_engine.broker.artemis.address_settings import AddressSettings
 from journal_engine.broker.clock import ManualClock
+from journal_engine import _impl
+from journal_engine import record_format as fmt
 from journal_engine._twin import broker_objects as twin
+from journal_engine.broker.post_office import PostOffice
+from journal_engine.broker.queue import QueueState
 from journal_engine.limits import READY_CHUNK
+from journal_engine.message_store.message_store import RecoveredMessages
 
 SMALL = {"file_size": 64 * 1024, "min_files": 2}
 NOW = 1_700_000_000_000
@@ -244,3 +250,25 @@ def test_a_redrive_from_a_recovered_dead_letter_queue_moves_every_dead_letter(tm
         assert broker.queue("DLQ").message_count == 0
     finally:
         broker.close()
+
+
+def test_a_queue_recovered_out_of_message_order_is_made_in_message_order_a_chunk_at_a_time():
+    """References recovered with falling ids (the journal's order) are delivered in message order,
+    sorted when the first chunk is made, not at load."""
+    ids = list(range(3 * 5, 0, -1))         # 15 .. 1
+    records = {message_id: _impl.RecordInfo(message_id, fmt.RecordType.ADD_MESSAGE,
+                                            fmt.encode_message("q", b"m%d" % message_id),
+                                            [(fmt.RecordType.ADD_REF, fmt.encode_queue_id(1))]
+                                            + [(fmt.RecordType.UPDATE_DELIVERY_COUNT, fmt.encode_delivery_count(1, 2))]
+                                            * (message_id % 2))
+               for message_id in ids}
+    recovery = _impl.recover_messages(records, [1], 0)
+    columns = recovery.references[1]
+    assert not columns.ascending and list(columns.message_ids) == ids
+    queue = QueueState("q", 1, "q", "anycast", None, True, threading.Lock())
+    queue.ready = ready = _impl.ReadyQueue(PostOffice._recovered_references(
+        queue, columns, RecoveredMessages(recovery.bodies, None)), len(columns), 4)
+    first = ready.popleft()
+    assert (first.data.message_id, first.data.body, first.delivery_count, ready.unmade) == (1, b"m1", 2, 11)
+    rest = [(ref.data.message_id, ref.delivery_count) for ref in ready]
+    assert rest == [(message_id, 2 if message_id % 2 else 0) for message_id in range(2, 16)]
