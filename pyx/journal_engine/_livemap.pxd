@@ -6,6 +6,7 @@ from libc.stdint cimport uint64_t, int64_t
 cdef void *zeroed_table(size_t size) noexcept nogil                 # NULL when there is no memory
 cdef void release_table(void *p, size_t size) noexcept nogil       # what zeroed_table(size) gave
 cdef Py_ssize_t find_sorted(const uint64_t *keys, Py_ssize_t count, uint64_t key) noexcept nogil   # index, or -1
+cdef bint keys_rise(const uint64_t *keys, Py_ssize_t count) noexcept nogil    # strictly: find_sorted's keys
 
 @cython.final           # no subclass: its methods are called directly, not through a table
 cdef class LiveMap:

@@ -88,6 +88,16 @@ cdef Py_ssize_t find_sorted(const uint64_t *keys, Py_ssize_t count, uint64_t key
     return low if low < count and keys[low] == key else -1
 
 
+
+cdef bint keys_rise(const uint64_t *keys, Py_ssize_t count) noexcept nogil:
+    """Whether ``keys[:count]`` rise strictly: what find_sorted searches (a counter's ids do)."""
+    cdef Py_ssize_t i
+    for i in range(1, count):
+        if keys[i] <= keys[i - 1]:
+            return False
+    return True
+
+
 cdef class LiveMap:
     def __cinit__(self, Py_ssize_t expected=0):
         cdef Py_ssize_t capacity = INITIAL_CAPACITY
@@ -153,12 +163,11 @@ cdef class LiveMap:
         cdef Py_ssize_t i
         if self._base_owner is not None:
             raise ValueError("a live set takes one base")
-        for i in range(1, count):
-            if keys[i] <= keys[i - 1]:
-                for i in range(count):
-                    if values[i] >= 0:
-                        self.put(keys[i], values[i])
-                return 0
+        if not keys_rise(keys, count):
+            for i in range(count):
+                if values[i] >= 0:
+                    self.put(keys[i], values[i])
+            return 0
         for i in range(count):
             if values[i] >= 0:
                 self._base_live += 1

@@ -21,7 +21,7 @@ twin is journal_engine._twin.record_writer; both write the same bytes.
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from journal_engine._livemap cimport release_table, zeroed_table
+from journal_engine._livemap cimport find_sorted, keys_rise, release_table, zeroed_table
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
@@ -109,14 +109,6 @@ cdef inline uint64_t _hash(uint64_t queue_id, uint64_t message_id) noexcept nogi
     x *= <uint64_t>0x94D049BB133111EB
     x ^= x >> 31
     return x
-
-
-cdef bint _rising(const uint64_t[::1] values) noexcept:
-    cdef Py_ssize_t i
-    for i in range(1, values.shape[0]):
-        if values[i] <= values[i - 1]:
-            return False
-    return True
 
 
 cdef class ProtocolSink(RecordSink):
@@ -273,23 +265,17 @@ cdef class RecordWriter:
     cdef RefSlot *_take_held(self, uint64_t queue_id, uint64_t message_id) except? NULL:
         """Move a held reference into the table and give its slot; NULL when none is held."""
         cdef HeldRefs *held = self._held_of(queue_id)
-        cdef Py_ssize_t low = 0, high, middle
+        cdef Py_ssize_t at
         cdef uint32_t persisted
-        if held == NULL or held.left == 0 or held.count == 0 or message_id > held.message_ids[held.count - 1]:
-            return NULL         # (a new message's id is above every recovered one)
-        high = held.count
-        while low < high:
-            middle = (low + high) >> 1
-            if held.message_ids[middle] < message_id:
-                low = middle + 1
-            else:
-                high = middle
-        if low == held.count or held.message_ids[low] != message_id or held.taken[low]:
+        if held == NULL or held.left == 0:
+            return NULL
+        at = find_sorted(held.message_ids, held.count, message_id)    # -1 at once for a new message's id
+        if at < 0 or held.taken[at]:
             return NULL
         if 2 * (self._used + self._deleted + 1) > self._capacity:
             self._grow()        # before anything changes: a MemoryError leaves the reference held
-        persisted = held.persisted[low]
-        held.taken[low] = 1
+        persisted = held.persisted[at]
+        held.taken[at] = 1
         held.left -= 1
         self._held_left -= 1
         if self._held_left == 0:
@@ -429,7 +415,7 @@ cdef class RecordWriter:
         cdef Py_ssize_t i, n = messages.shape[0]
         if counts.shape[0] != n:
             raise ValueError(f"{n} message ids and {counts.shape[0]} persisted counts")
-        if n and not self._shadow_attached and self._held_of(queue_id) == NULL and _rising(messages):
+        if n and not self._shadow_attached and self._held_of(queue_id) == NULL and keys_rise(&messages[0], n):
             self._add_held(queue_id, messages, counts)
             return
         self.reserve_references(n)
