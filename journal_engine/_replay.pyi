@@ -261,3 +261,15 @@ def scan_frames(buffer: ReadableBuffer, stamp: int, start: int) -> list[
     """Every frame of one file from ``start`` as ``(offset, check, kind, user_type, record_id, tx_id,
     body)``, for tools that print or verify: a damaged region is one row with ``check`` not VALID
     and the other fields None. Ends where data ends."""
+
+def columns_image(cols: FrameColumns) -> bytes:
+    """One file's columns as the bytes a checkpoint holds: their image (journal/checkpoint.py)."""
+
+def file_checksum(data: MappedFile) -> int:
+    """The CRC32C of every byte of a mapped file, under the SIGBUS guard (FileChangedError when cut)."""
+
+def checkpointed_columns(data: MappedFile, image: ReadableBuffer, count: int, start: int, end_offset: int,
+                         end_check: int, groups_skipped: int, data_crc: int, image_crc: int) -> FrameColumns | None:
+    """The columns a scan of ``data`` (``copy=False, groups=False``) would return, from the image a
+    checkpoint saved of them, or None when the file or the image no longer CRC32C to what was saved,
+    or a row would lie outside the file."""

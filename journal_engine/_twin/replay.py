@@ -339,3 +339,66 @@ def scan_frames(buffer, stamp: int, start: int):
                         cols._tx_id[i], cols.body(i)))
     out.append((cols.end_offset, cols.end_check, None, None, None, None, None))
     return out
+
+
+def _image_slices(count: int) -> list:
+    """(attribute, typecode, byte start, rows) of each column in the image of ``count`` rows: the
+    compiled core's layout (int64/uint64 columns first, then bytes; 43 bytes a row and 8 more)."""
+    return [("_offset", "q", 0, count), ("_size", "q", 8 * count, count),
+            ("_body_offsets", "q", 16 * count, count + 1), ("_record_id", "Q", 24 * count + 8, count),
+            ("_tx_id", "Q", 32 * count + 8, count), ("_check", "B", 40 * count + 8, count),
+            ("_kind", "B", 41 * count + 8, count), ("_record_type", "B", 42 * count + 8, count)]
+
+
+def columns_image(cols: FrameColumns) -> bytes:
+    """One file's columns as the bytes a checkpoint holds: their image."""
+    return b"".join(getattr(cols, name).tobytes() for name, _code, _at, _rows in _image_slices(cols.count))
+
+
+def file_checksum(data) -> int:
+    """The CRC32C of every byte of a file's contents (the twin reads files into memory)."""
+    return crc32c(data)
+
+
+def _image_fits(cols: FrameColumns, start: int, end_offset: int, data_size: int) -> bool:
+    """Every row within the file and in order, and each body within its frame."""
+    if not 0 <= start <= end_offset <= data_size or cols._body_offsets[0] != 0:
+        return False
+    at = start
+    for row in range(cols.count):
+        offset, size, check = cols._offset[row], cols._size[row], cols._check[row]
+        body = cols._body_offsets[row + 1] - cols._body_offsets[row]
+        if offset < at or size <= 0 or offset + size > end_offset or check > FrameCheck.INVALID or body < 0:
+            return False
+        if check == FrameCheck.VALID and (size < FRAME_HEADER_SIZE_BYTES or body > size - FRAME_HEADER_SIZE_BYTES):
+            return False
+        if check != FrameCheck.VALID and body:
+            return False
+        at = offset + size
+    return True
+
+
+def checkpointed_columns(data, image, count: int, start: int, end_offset: int, end_check: int,
+                         groups_skipped: int, data_crc: int, image_crc: int) -> FrameColumns | None:
+    """The FrameColumns a scan of ``data`` (the file's bytes) with ``groups=False`` would return, from
+    the image of them a checkpoint saved, or None when the file's bytes or the image no longer CRC32C
+    to what was saved, or a row would lie outside the file (twin of the compiled one; the bodies are
+    copied out of ``data``, as the twin's scan copies them)."""
+    if not FrameCheck.VALID <= end_check <= FrameCheck.INVALID or count < 0 or groups_skipped < 0:
+        return None
+    image = memoryview(image)
+    if len(image) != 43 * count + 8 or crc32c(image) != image_crc or crc32c(data) != data_crc:
+        return None
+    cols = FrameColumns()
+    for name, code, at, rows in _image_slices(count):
+        column = array.array(code)
+        column.frombytes(image[at:at + rows * column.itemsize])
+        setattr(cols, name, column)
+    cols.count = count
+    if not _image_fits(cols, start, end_offset, len(data)):
+        return None
+    cols.bodies = b"".join(bytes(data[offset + FRAME_HEADER_SIZE_BYTES:offset + FRAME_HEADER_SIZE_BYTES + length])
+                           for offset, length in zip(cols._offset, (cols._body_offsets[row + 1] - cols._body_offsets[row]
+                                                                    for row in range(count))))
+    cols.end_offset, cols.end_check, cols.groups_skipped = end_offset, end_check, groups_skipped
+    return cols

@@ -30,6 +30,7 @@ COMPACT_SUFFIX = ".jec"
 TMP_SUFFIX = ".tmp"
 CONTROL_FILE = "compaction.ctl"
 LOCK_FILE = "journal.lock"
+CHECKPOINT_FILE = "journal.jck"      # every data file's columns, saved at a clean close (journal/checkpoint.py)
 DATA_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jej$")
 FREE_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jef$")
 COMPACT_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jec$")

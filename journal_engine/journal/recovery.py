@@ -30,6 +30,9 @@ class LoadReport:
     # read-only loads: what a writing load would do but did not (transactions it would roll back)
     incomplete_transactions: list = field(default_factory=list)
     duration_s: float = 0.0
+    # data files whose columns came from the checkpoint of the last clean close (their bytes checked
+    # whole against it) instead of a decode of every frame: the same records and report either way
+    checkpointed_files: int = 0
 
     @property
     def clean(self) -> bool:
@@ -98,16 +101,17 @@ def classify_end(data, end: int, check: FrameCheck) -> FrameCheck:
 
 
 def analyze(directory: str, replaceable_types=(), *, remove_temporary: bool = False,
-            as_if_compacted: bool = False, copy: bool = True) -> Analysis:
+            as_if_compacted: bool = False, copy: bool = True, checkpoint=None) -> Analysis:
     """Replay every data file in sequence order and classify how each one ends (`as_if_compacted`:
     a committed compaction is read as if finished, see list_directory; it is the read-only view of
     inspections, which may run beside a live writer: a file that writer renames meanwhile makes it
     read the directory again, see scan.read_while_live). ``copy=False``: the replay's bodies stay in
-    the files' mappings (scan.scan_data_file)."""
+    the files' mappings (scan.scan_data_file). `checkpoint`: a journal.checkpoint.Checkpoint whose
+    saved columns stand in for the decode of each file whose bytes still match them (``copy=False``)."""
     if as_if_compacted:
         return read_while_live(directory, lambda: _analyze(directory, replaceable_types, remove_temporary,
-                                                           as_if_compacted, copy))
-    return _analyze(directory, replaceable_types, remove_temporary, as_if_compacted, copy)
+                                                           as_if_compacted, copy, checkpoint))
+    return _analyze(directory, replaceable_types, remove_temporary, as_if_compacted, copy, checkpoint)
 
 
 def _rows_expected(files: list, first_rows: int) -> int:
@@ -118,13 +122,15 @@ def _rows_expected(files: list, first_rows: int) -> int:
 
 
 def _analyze(directory: str, replaceable_types, remove_temporary: bool, as_if_compacted: bool,
-             copy: bool) -> Analysis:
+             copy: bool, checkpoint) -> Analysis:
     listing = list_directory(directory, remove_temporary=remove_temporary, as_if_compacted=as_if_compacted)
     # each file is replayed as soon as it is decoded, while the next ones are (a GROUP frame means
     # nothing to a replay); the first file's rows size the replay's tables for all of them
     state = None
     ends = []
-    for data, file_columns in zip(listing.data, scan_data_files_in_order(listing.data, copy, groups=False)):
+    saved = checkpoint.saved if checkpoint is not None and not copy else None
+    for data, file_columns in zip(listing.data, scan_data_files_in_order(listing.data, copy, groups=False,
+                                                                         saved=saved)):
         if state is None:
             state = ReplayState(replaceable_types, _rows_expected(listing.data, len(file_columns)))
         end, check = state.replay_columns(file_columns, data.path)
@@ -132,7 +138,8 @@ def _analyze(directory: str, replaceable_types, remove_temporary: bool, as_if_co
     if state is None:
         state = ReplayState(replaceable_types)
     report = LoadReport(corrupt=list(state.corrupt), anomalies=list(state.anomalies),
-                        files_read=len(listing.data), records_read=state.frames_read)
+                        files_read=len(listing.data), records_read=state.frames_read,
+                        checkpointed_files=checkpoint.files_used if saved is not None else 0)
     for data in listing.data:
         if cut_short(data):
             report.corrupt.append((data.path, data.size, cut_short_reason(data)))

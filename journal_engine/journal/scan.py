@@ -19,9 +19,9 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Optional, TypeVar
 
-from .._impl import GUARDS_MAPPED_READS, FrameColumns, MappedFile, is_pinned, scan_columns
+from .._impl import GUARDS_MAPPED_READS, FrameColumns, MappedFile, columns_image, file_checksum, is_pinned, scan_columns
 from ..errors import FileChangedError, FileVanishedError, JournalLockedError
 from ..limits import LIVE_READ_ATTEMPTS_MAX, SCAN_THREADS_MAX, SCAN_THREADS_MIN_BYTES
 from . import durability
@@ -81,11 +81,19 @@ def pinned(path: str) -> bool:
     return is_pinned((status.st_dev, status.st_ino))
 
 
-def scan_data_file(data: DataFile, copy: bool = True, groups: bool = True) -> FrameColumns:
+#: what a checkpoint gives a scan for one file: ``saved(view)`` -> the columns it saved of the file
+#: whose bytes `view` holds, or None when they no longer match (journal/checkpoint.py)
+SavedColumns = Callable[[object], Optional[FrameColumns]]
+
+
+def scan_data_file(data: DataFile, copy: bool = True, groups: bool = True,
+                   saved: SavedColumns | None = None) -> FrameColumns:
     """Every frame of one listed data file, from its data start, as columns; FileChangedError when
     another process cuts it short before or during the read. ``copy=False``: the bodies stay in the
     file's mapping, which the columns keep (the twin reads the file into memory either way).
-    ``groups=False``: no row for a GROUP frame (a replay's read: see scan_columns)."""
+    ``groups=False``: no row for a GROUP frame (a replay's read: see scan_columns). ``saved``: the
+    columns a checkpoint holds of this file (copy=False, groups=False), used when the file's bytes
+    still CRC32C to what they were then, instead of decoding every frame."""
     stamp, start = stamp_of(data.header.file_id), data.header.data_start
     mapped = GUARDS_MAPPED_READS and not copy
     try:
@@ -99,6 +107,10 @@ def scan_data_file(data: DataFile, copy: bool = True, groups: bool = True) -> Fr
             try:
                 if len(view) < data.size:
                     raise _cut_while_listed(data, len(view))
+                if saved is not None:
+                    columns = saved(view)
+                    if columns is not None:
+                        return columns
                 return scan_columns(view, stamp, start, copy=not mapped, groups=groups)
             except FileChangedError as cut:     # the guard met the cut mid-scan: name the file
                 if cut.path is not None:
@@ -134,18 +146,57 @@ def scan_data_files(files: list[DataFile], copy: bool = True, groups: bool = Tru
     return list(scan_data_files_in_order(files, copy, groups))
 
 
-def scan_data_files_in_order(files: list[DataFile], copy: bool = True,
-                             groups: bool = True) -> Iterator[FrameColumns]:
+def scan_data_files_in_order(files: list[DataFile], copy: bool = True, groups: bool = True,
+                             saved: Callable[[DataFile], SavedColumns | None] | None = None) -> Iterator[FrameColumns]:
     """`scan_data_file` of each file, yielded in order as soon as it is decoded. Files are decoded on
     several threads at once (the decoder runs without the GIL), which is what makes recovery of a
     large journal memory-bound, and the caller works on one file -- a replay, which runs without
     the GIL too -- while the threads decode the next ones. A small journal is read on this thread,
     where a pool of threads would cost more than it saves."""
+    def scan(data: DataFile) -> FrameColumns:
+        return scan_data_file(data, copy, groups, saved(data) if saved is not None else None)
+    yield from in_threads(scan, files)
+
+
+def in_threads(work: Callable[[DataFile], T], files: list[DataFile]) -> Iterator[T]:
+    """``work(file)`` of each file, yielded in order, on several threads when the files are large
+    enough to repay them (the compiled decoder and checksum run without the GIL)."""
     if len(files) < 2 or (os.cpu_count() or 1) < 2 or sum(data.size for data in files) < SCAN_THREADS_MIN_BYTES:
-        yield from (scan_data_file(data, copy, groups) for data in files)
+        yield from (work(data) for data in files)
         return
-    with ThreadPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1, SCAN_THREADS_MAX), thread_name_prefix="journal-scan") as pool:
-        yield from pool.map(lambda data: scan_data_file(data, copy, groups), files)
+    with ThreadPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1, SCAN_THREADS_MAX),
+                            thread_name_prefix="journal-scan") as pool:
+        yield from pool.map(work, files)
+
+
+@dataclass(frozen=True)
+class ColumnsImage:
+    """What a checkpoint saves of one data file: the image of its columns (as a replay reads them:
+    ``copy=False, groups=False``), where they end, and the CRC32C of every byte of the file."""
+    count: int
+    groups_skipped: int
+    end_offset: int
+    end_check: int
+    file_crc: int
+    image: bytes
+
+
+def image_of(data: DataFile) -> ColumnsImage:
+    """One listed data file decoded for a checkpoint (FileChangedError when it is cut meanwhile)."""
+    stamp, start = stamp_of(data.header.file_id), data.header.data_start
+    try:
+        with open(data.path, "rb") as handle:
+            view = _map_pinned(handle.fileno(), data) if GUARDS_MAPPED_READS else _read_whole(handle.fileno(),
+                                                                                             data.size)
+            if len(view) < data.size:
+                raise _cut_while_listed(data, len(view))
+            columns = scan_columns(view, stamp, start, copy=not GUARDS_MAPPED_READS, groups=False)
+            return ColumnsImage(columns.count, columns.groups_skipped, columns.end_offset, columns.end_check,
+                                file_checksum(view), columns_image(columns))
+    except FileNotFoundError as exc:
+        raise vanished(data.path) from exc
+    except OSError as exc:
+        raise durability.io_error(exc, data.path, "reading") from exc
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ cdef class LiveMap:
     cdef object _base_owner
     cdef Py_ssize_t _base_slot(self, uint64_t key) noexcept nogil     # the key's index in the base, or -1
     cdef void _set_base(self, Py_ssize_t i, int64_t nbytes) noexcept nogil
-    cdef int take(self, object owner, const uint64_t *keys, int64_t *values, Py_ssize_t count) except -1   # base, or table
+    cdef int take(self, object owner, const uint64_t *keys, int64_t *values, Py_ssize_t count,
+                  bint rising=*) except -1   # base, or table
 
     cdef Py_ssize_t _slot(self, uint64_t key) noexcept nogil
     cdef Py_ssize_t _slot_with_room(self, uint64_t key) except -1

@@ -155,26 +155,32 @@ cdef class LiveMap:
     cdef Py_ssize_t _base_slot(self, uint64_t key) noexcept nogil:
         return find_sorted(self._base_keys, self._base_count, key) if self._base_count else -1
 
-    cdef int take(self, object owner, const uint64_t *keys, int64_t *values, Py_ssize_t count) except -1:
+    cdef int take(self, object owner, const uint64_t *keys, int64_t *values, Py_ssize_t count,
+                  bint rising=False) except -1:
         """Take ``keys[:count]`` (none of them in the table) with their ``values`` (bytes, or -1: not
         live). Keys that rise (a counter's: the common case) become the base, where they lie while
         ``owner`` lives: the values are rewritten in place into the table's encoding, and from then
-        on are the live set's. Keys that do not rise go into the table, one by one."""
-        cdef Py_ssize_t i
+        on are the live set's. Keys that do not rise go into the table, one by one. ``rising``: the
+        caller checked that they rise (a replay does, key by key), and they are not checked again."""
+        cdef Py_ssize_t i, live = 0
+        cdef int64_t total = 0, value
         if self._base_owner is not None:
             raise ValueError("a live set takes one base")
-        if not keys_rise(keys, count):
+        if not rising and not keys_rise(keys, count):
             for i in range(count):
                 if values[i] >= 0:
                     self.put(keys[i], values[i])
             return 0
-        for i in range(count):
-            if values[i] >= 0:
-                self._base_live += 1
-                self.total_bytes += values[i]
-                values[i] += OFFSET
+        for i in range(count):      # (sums in locals: the values' stores cannot alias them)
+            value = values[i]
+            if value >= 0:
+                live += 1
+                total += value
+                values[i] = value + OFFSET
             else:
                 values[i] = TOMBSTONE
+        self._base_live += live
+        self.total_bytes += total
         self._base_owner = owner
         self._base_keys = keys
         self._base_values = values

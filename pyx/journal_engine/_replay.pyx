@@ -499,11 +499,12 @@ cdef class ReplayState:
         cdef int64_t *sizes = <int64_t *>self._entry_bytes.data.as_voidptr
         if not self._ended:
             if self._ids_rising:
-                for entry in range(self._entries):
-                    if self._entry_add.data.as_ulonglongs[entry] == NO_LOCATION:
-                        sizes[entry] = -1
+                if self._live_entries != self._entries:     # some were deleted
+                    for entry in range(self._entries):
+                        if self._entry_add.data.as_ulonglongs[entry] == NO_LOCATION:
+                            sizes[entry] = -1
                 self._table.take((self._entry_id, self._entry_bytes),
-                                       <const uint64_t *>self._entry_id.data.as_voidptr, sizes, self._entries)
+                                 <const uint64_t *>self._entry_id.data.as_voidptr, sizes, self._entries, True)
             else:
                 self._table.map_values(sizes, self._entries)
             self._ended = True
@@ -553,11 +554,11 @@ cdef class ReplayState:
         cdef bint release = True
         self._check_open()
         self._add_file(cols)
-        rows.check = cols._check.data.as_uchars
-        rows.kind = cols._kind.data.as_uchars
-        rows.record_type = cols._record_type.data.as_uchars
-        rows.record_id = <const uint64_t *>cols._record_id.data.as_voidptr
-        rows.size = cols._size.data.as_longlongs
+        rows.check = cols.c_check
+        rows.kind = cols.c_kind
+        rows.record_type = cols.c_record_type
+        rows.record_id = cols.c_record_id
+        rows.size = cols.c_size
         rows.count = cols.count
         rows.file_index = file_index
         while row < rows.count:
@@ -572,7 +573,7 @@ cdef class ReplayState:
                 break
             check = rows.check[row]
             if check:
-                self.corrupt.append((path, cols._offset.data.as_longlongs[row], GAP_REASONS[check]))
+                self.corrupt.append((path, cols.c_offset[row], GAP_REASONS[check]))
             else:
                 self._apply(cols, file_index, row, path)
             row += 1
@@ -736,12 +737,12 @@ cdef class ReplayState:
         return 0
 
     cdef int _apply(self, FrameColumns cols, Py_ssize_t file_index, Py_ssize_t row, object path) except -1:
-        cdef uint8_t kind = cols._kind.data.as_uchars[row]
-        cdef uint8_t user_type = cols._record_type.data.as_uchars[row]
-        cdef uint64_t record_id = cols._record_id.data.as_ulonglongs[row]
-        cdef uint64_t tx_id = cols._tx_id.data.as_ulonglongs[row]
-        cdef Py_ssize_t offset = cols._offset.data.as_longlongs[row]
-        cdef Py_ssize_t size = cols._size.data.as_longlongs[row]
+        cdef uint8_t kind = cols.c_kind[row]
+        cdef uint8_t user_type = cols.c_record_type[row]
+        cdef uint64_t record_id = cols.c_record_id[row]
+        cdef uint64_t tx_id = cols.c_tx_id[row]
+        cdef Py_ssize_t offset = cols.c_offset[row]
+        cdef Py_ssize_t size = cols.c_size[row]
         cdef Py_ssize_t body_len
         cdef bytes body         # a transaction boundary's body, copied out (under the guard when mapped)
         cdef uint64_t location = _location(file_index, row)
@@ -812,7 +813,7 @@ cdef class ReplayState:
         cdef FrameColumns cols = <FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]
         cdef Py_ssize_t row = <Py_ssize_t>(location & ROW_MASK)
         cdef RecordInfo rec = _new_record(self._entry_id.data.as_ulonglongs[entry],
-                                          cols._record_type.data.as_uchars[row], _row_body(cols, row))
+                                          cols.c_record_type[row], _row_body(cols, row))
         cdef list updates
         if _has_updates(self, entry):
             location = self._entry_first.data.as_ulonglongs[entry]
@@ -821,7 +822,7 @@ cdef class ReplayState:
             while True:
                 cols = <FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]
                 row = <Py_ssize_t>(location & ROW_MASK)
-                updates.append((cols._record_type.data.as_uchars[row], _row_body(cols, row)))
+                updates.append((cols.c_record_type[row], _row_body(cols, row)))
                 if location == last:
                     break
                 location = _chained_after(self, location)
@@ -1001,7 +1002,7 @@ cdef RecordColumns _live_columns(ReplayState state):
         cols = <FrameColumns>state.files[<Py_ssize_t>(location >> ROW_BITS)]
         row = <Py_ssize_t>(location & ROW_MASK)
         out.record_id.data.as_ulonglongs[i] = state._entry_id.data.as_ulonglongs[entry]
-        out.record_type.data.as_uchars[i] = cols._record_type.data.as_uchars[row]
+        out.record_type.data.as_uchars[i] = cols.c_record_type[row]
         out.body_buffer.data.as_uints[i] = <unsigned int>(location >> ROW_BITS)
         out.body_start.data.as_longlongs[i] = _body_start(cols, row)
         out.body_end.data.as_longlongs[i] = _body_start(cols, row) + _body_size(cols, row)
@@ -1012,7 +1013,7 @@ cdef RecordColumns _live_columns(ReplayState state):
             while True:
                 cols = <FrameColumns>state.files[<Py_ssize_t>(location >> ROW_BITS)]
                 row = <Py_ssize_t>(location & ROW_MASK)
-                out.update_type.data.as_uchars[u] = cols._record_type.data.as_uchars[row]
+                out.update_type.data.as_uchars[u] = cols.c_record_type[row]
                 out.update_buffer.data.as_uints[u] = <unsigned int>(location >> ROW_BITS)
                 out.update_start.data.as_longlongs[u] = _body_start(cols, row)
                 out.update_end.data.as_longlongs[u] = _body_start(cols, row) + _body_size(cols, row)
@@ -1080,7 +1081,8 @@ cdef class FrameColumns:
     One row per valid frame and one per damaged region followed by valid frames (``check`` not
     VALID, its other fields 0); where valid data ends is ``end_offset`` / ``end_check``, not a row.
     No Python object per row: the columns are typed arrays (exposed as memoryviews), so a file of a
-    million records costs a few allocations. The bodies are one bytes object the columns own (a
+    million records costs a few allocations -- or, made by :func:`checkpointed_columns`, typed views
+    of the checkpoint's mapping, which cost no memory of the process's own. The bodies are one bytes object the columns own (a
     scan with ``copy=True``: nothing refers to the scanned buffer afterwards) or, ``mapped``, the
     scanned buffer itself (a :class:`MappedFile`: body ``i`` lies at ``offset[i] +`` the frame
     header's size, and ``body(i)`` is a :class:`Body` view that keeps the file mapped and pinned).
@@ -1092,7 +1094,17 @@ cdef class FrameColumns:
     cdef readonly object bodies         # bytes (owned), or the MappedFile when mapped
     cdef readonly bint mapped
     cdef const unsigned char *_base     # the bodies' first byte
-    cdef array.array _offset, _size, _check, _kind, _record_type, _record_id, _tx_id, _body_offsets
+    # the columns: typed arrays a scan fills, or (checkpointed_columns) typed memoryviews of a checkpoint
+    # file's mapping; read through the pointers below, set once the columns are complete (_point)
+    cdef object _offset, _size, _check, _kind, _record_type, _record_id, _tx_id, _body_offsets
+    cdef const long long *c_offset
+    cdef const long long *c_size
+    cdef const long long *c_body_offsets
+    cdef const uint64_t *c_record_id
+    cdef const uint64_t *c_tx_id
+    cdef const uint8_t *c_check
+    cdef const uint8_t *c_kind
+    cdef const uint8_t *c_record_type
 
     @property
     def offset(self): return memoryview(self._offset)
@@ -1146,12 +1158,12 @@ cdef inline long long _body_start(FrameColumns cols, Py_ssize_t row) noexcept:
     """Where a row's body starts in ``cols.bodies``: in the file after its frame header when mapped
     (a damaged region's row has an empty body, wherever it starts)."""
     if cols.mapped:
-        return cols._offset.data.as_longlongs[row] + FRAME_HEADER_SIZE
-    return cols._body_offsets.data.as_longlongs[row]
+        return cols.c_offset[row] + FRAME_HEADER_SIZE
+    return cols.c_body_offsets[row]
 
 
 cdef inline Py_ssize_t _body_size(FrameColumns cols, Py_ssize_t row) noexcept:
-    return <Py_ssize_t>(cols._body_offsets.data.as_longlongs[row + 1] - cols._body_offsets.data.as_longlongs[row])
+    return <Py_ssize_t>(cols.c_body_offsets[row + 1] - cols.c_body_offsets[row])
 
 
 cdef inline object _row_body(FrameColumns cols, Py_ssize_t row):
@@ -1271,14 +1283,26 @@ cdef int _scan_rows(const unsigned char *base, Py_ssize_t limit, uint32_t stamp,
 
 cdef void _rows_in(RowBuffers *rows, FrameColumns cols) noexcept:
     """Point the scan's row buffers at the columns' own arrays (fixed: written in place)."""
-    rows.offset = <long long *>cols._offset.data.as_voidptr
-    rows.size = <long long *>cols._size.data.as_voidptr
-    rows.body_offsets = <long long *>cols._body_offsets.data.as_voidptr
-    rows.record_id = <uint64_t *>cols._record_id.data.as_voidptr
-    rows.tx_id = <uint64_t *>cols._tx_id.data.as_voidptr
-    rows.check = <uint8_t *>cols._check.data.as_voidptr
-    rows.kind = <uint8_t *>cols._kind.data.as_voidptr
-    rows.record_type = <uint8_t *>cols._record_type.data.as_voidptr
+    rows.offset = <long long *>(<array.array>cols._offset).data.as_voidptr
+    rows.size = <long long *>(<array.array>cols._size).data.as_voidptr
+    rows.body_offsets = <long long *>(<array.array>cols._body_offsets).data.as_voidptr
+    rows.record_id = <uint64_t *>(<array.array>cols._record_id).data.as_voidptr
+    rows.tx_id = <uint64_t *>(<array.array>cols._tx_id).data.as_voidptr
+    rows.check = <uint8_t *>(<array.array>cols._check).data.as_voidptr
+    rows.kind = <uint8_t *>(<array.array>cols._kind).data.as_voidptr
+    rows.record_type = <uint8_t *>(<array.array>cols._record_type).data.as_voidptr
+
+
+cdef void _point(FrameColumns cols, const RowBuffers *rows) noexcept:
+    """The columns' read pointers at their final buffers."""
+    cols.c_offset = rows.offset
+    cols.c_size = rows.size
+    cols.c_body_offsets = rows.body_offsets
+    cols.c_record_id = rows.record_id
+    cols.c_tx_id = rows.tx_id
+    cols.c_check = rows.check
+    cols.c_kind = rows.kind
+    cols.c_record_type = rows.record_type
 
 
 cdef array.array _column(array.array template, const void *data, Py_ssize_t count, size_t item):
@@ -1340,7 +1364,7 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True, bint 
     cdef Py_buffer view
     cdef Py_ssize_t limit, n, i, bound, end_offset = start
     cdef FrameCheck end_check = FRAME_ZERO
-    cdef RowBuffers rows
+    cdef RowBuffers rows, scanned
     cdef int status
     cdef ScanCall call
     cdef FrameColumns cols = FrameColumns.__new__(FrameColumns)
@@ -1384,8 +1408,8 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True, bint 
         if rows.fixed:      # the rows are in the columns already: give back the room they did not use
             for column in (cols._offset, cols._size, cols._record_id, cols._tx_id, cols._check, cols._kind,
                            cols._record_type):
-                array.resize(column, n)
-            array.resize(cols._body_offsets, n + 1)
+                array.resize(<array.array>column, n)
+            array.resize(<array.array>cols._body_offsets, n + 1)
             _rows_in(&rows, cols)       # a resize may have moved them
         else:
             cols._offset = _column(_LONGS, rows.offset, n, sizeof(long long))
@@ -1396,6 +1420,8 @@ def scan_columns(buffer, uint32_t stamp, Py_ssize_t start, bint copy=True, bint 
             cols._check = _column(_BYTES, rows.check, n, 1)
             cols._kind = _column(_BYTES, rows.kind, n, 1)
             cols._record_type = _column(_BYTES, rows.record_type, n, 1)
+        _rows_in(&scanned, cols)
+        _point(cols, &scanned)
         cols.count = n
         cols.groups_skipped = rows.groups_skipped
         cols.end_offset = end_offset
@@ -1427,11 +1453,182 @@ def scan_frames(buffer, uint32_t stamp, Py_ssize_t start):
     cdef list out = []
     cdef Py_ssize_t i
     for i in range(cols.count):
-        if cols._check.data.as_uchars[i]:
-            out.append((cols._offset.data.as_longlongs[i], cols._check.data.as_uchars[i], None, None, None, None, None))
+        if cols.c_check[i]:
+            out.append((cols.c_offset[i], cols.c_check[i], None, None, None, None, None))
         else:
-            out.append((cols._offset.data.as_longlongs[i], 0, cols._kind.data.as_uchars[i],
-                        cols._record_type.data.as_uchars[i], cols._record_id.data.as_ulonglongs[i],
-                        cols._tx_id.data.as_ulonglongs[i], cols.body(i)))
+            out.append((cols.c_offset[i], 0, cols.c_kind[i],
+                        cols.c_record_type[i], cols.c_record_id[i],
+                        cols.c_tx_id[i], cols.body(i)))
     out.append((cols.end_offset, cols.end_check, None, None, None, None, None))
     return out
+
+
+# ----- a file's columns in a checkpoint (journal/checkpoint.py) --------------------------------------------
+
+# A file's columns as a checkpoint holds them (its "image"), native byte order, no padding: offset,
+# size and body_offsets (one more row) as int64, record_id and tx_id as uint64, then check, kind and
+# record_type as bytes -- 43 bytes a row and 8 more (docs/internals/format.md, "The checkpoint").
+
+cdef inline Py_ssize_t _image_size(Py_ssize_t count) noexcept nogil:
+    return 43 * count + 8
+
+
+cdef void _image_rows(const unsigned char *image, Py_ssize_t n, RowBuffers *rows) noexcept nogil:
+    """The column pointers into an image of ``n`` rows."""
+    rows.offset = <long long *>image
+    rows.size = <long long *>(image + 8 * n)
+    rows.body_offsets = <long long *>(image + 16 * n)
+    rows.record_id = <uint64_t *>(image + 24 * n + 8)
+    rows.tx_id = <uint64_t *>(image + 32 * n + 8)
+    rows.check = <uint8_t *>(image + 40 * n + 8)
+    rows.kind = <uint8_t *>(image + 41 * n + 8)
+    rows.record_type = <uint8_t *>(image + 42 * n + 8)
+
+
+def columns_image(FrameColumns cols):
+    """One file's columns as the bytes a checkpoint holds: their image."""
+    cdef Py_ssize_t n = cols.count
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, _image_size(n))
+    cdef RowBuffers rows
+    _image_rows(<const unsigned char *>PyBytes_AS_STRING(out), n, &rows)
+    memcpy(rows.offset, cols.c_offset, n * 8)
+    memcpy(rows.size, cols.c_size, n * 8)
+    memcpy(rows.body_offsets, cols.c_body_offsets, (n + 1) * 8)
+    memcpy(rows.record_id, cols.c_record_id, n * 8)
+    memcpy(rows.tx_id, cols.c_tx_id, n * 8)
+    memcpy(rows.check, cols.c_check, n)
+    memcpy(rows.kind, cols.c_kind, n)
+    memcpy(rows.record_type, cols.c_record_type, n)
+    return out
+
+
+cdef struct ImageCheck:
+    const unsigned char *data       # the data file, mapped whole
+    Py_ssize_t data_size
+    const unsigned char *image      # its columns in the checkpoint
+    Py_ssize_t count, start, end_offset
+    uint32_t data_crc, image_crc
+    int verdict                     # 0: the image is the file's columns; else what did not match
+
+
+cdef int _check_image_call(void *arg) noexcept nogil:
+    """Does an image still describe its file? The CRC32C of every byte of the file and of the image
+    as saved, then every row within the file and in order (a forged image must not make a read
+    stray outside the mapping)."""
+    cdef ImageCheck *call = <ImageCheck *>arg
+    cdef RowBuffers rows
+    cdef Py_ssize_t i, n = call.count, at = call.start
+    cdef long long body
+    call.verdict = 1
+    if je_crc32c(0, call.image, _image_size(n)) != call.image_crc:
+        return 0
+    call.verdict = 2
+    if je_crc32c(0, call.data, call.data_size) != call.data_crc:
+        return 0
+    call.verdict = 3
+    if not (0 <= call.start <= call.end_offset <= call.data_size):
+        return 0
+    _image_rows(call.image, n, &rows)
+    if rows.body_offsets[0] != 0:
+        return 0
+    for i in range(n):
+        body = rows.body_offsets[i + 1] - rows.body_offsets[i]
+        if rows.offset[i] < at or rows.size[i] <= 0 or rows.offset[i] + rows.size[i] > call.end_offset:
+            return 0
+        if rows.check[i] > FRAME_INVALID or body < 0:
+            return 0
+        if rows.check[i] == FRAME_VALID and (rows.size[i] < FRAME_HEADER_SIZE or body > rows.size[i] - FRAME_HEADER_SIZE):
+            return 0
+        if rows.check[i] != FRAME_VALID and body != 0:
+            return 0
+        at = rows.offset[i] + rows.size[i]
+    call.verdict = 0
+    return 0
+
+
+def checkpointed_columns(MappedFile data, image, Py_ssize_t count, Py_ssize_t start, Py_ssize_t end_offset,
+                         int end_check, Py_ssize_t groups_skipped, uint32_t data_crc, uint32_t image_crc):
+    """The FrameColumns a scan of ``data`` with ``copy=False, groups=False`` would return, from the
+    image of them a checkpoint saved (``image``: a read-only buffer of the columns' image over
+    ``count`` rows, which the columns keep and read in place), or None when the file's bytes or the
+    image no longer CRC32C to what was saved, or a row would lie outside the file. Runs without the
+    GIL under the SIGBUS guard: a file cut meanwhile raises FileChangedError, as a scan does."""
+    cdef ImageCheck call
+    cdef Py_buffer view
+    cdef RowBuffers rows
+    cdef int status
+    cdef FrameColumns cols
+    if end_check < FRAME_VALID or end_check > FRAME_INVALID or count < 0 or groups_skipped < 0:
+        return None
+    PyObject_GetBuffer(image, &view, PyBUF_SIMPLE)
+    try:
+        if view.len != _image_size(count):
+            return None
+        call.data = data._base
+        call.data_size = data.size
+        call.image = <const unsigned char *>view.buf
+        call.count = count
+        call.start = start
+        call.end_offset = end_offset
+        call.data_crc = data_crc
+        call.image_crc = image_crc
+        with nogil:
+            status = je_bus_guarded(_check_image_call, &call)
+        if status == JE_BUS_FAULT:
+            _raise_cut(data._base, data.size)
+        if call.verdict:
+            return None
+        cols = FrameColumns.__new__(FrameColumns)
+        whole = memoryview(image)
+        cols._offset, cols._size, cols._body_offsets, cols._record_id, cols._tx_id, cols._check, cols._kind, \
+            cols._record_type = [whole[8 * at:8 * (at + length)].cast(code) if size == 8 else
+                                 whole[at:at + length].cast(code) for at, length, size, code in _image_slices(count)]
+        _image_rows(call.image, count, &rows)
+        _point(cols, &rows)
+        cols.count = count
+        cols.groups_skipped = groups_skipped
+        cols.end_offset = end_offset
+        cols.end_check = end_check
+        if count and rows.body_offsets[count] > 0:
+            cols.bodies = data
+            cols.mapped = True
+            cols._base = data._base
+        else:       # (columns without a body keep no mapping: they pin nothing)
+            cols.bodies = b""
+            cols._base = <const unsigned char *>PyBytes_AS_STRING(cols.bodies)
+        return cols
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef list _image_slices(Py_ssize_t n):
+    """(start, length, item size, typecode) of each column in an image of ``n`` rows: start and length
+    in items for 8-byte columns, in bytes for 1-byte ones."""
+    return [(0, n, 8, "q"), (n, n, 8, "q"), (2 * n, n + 1, 8, "q"), (3 * n + 1, n, 8, "Q"), (4 * n + 1, n, 8, "Q"),
+            (40 * n + 8, n, 1, "B"), (41 * n + 8, n, 1, "B"), (42 * n + 8, n, 1, "B")]
+
+
+cdef struct ChecksumCall:
+    const unsigned char *data
+    Py_ssize_t size
+    uint32_t crc
+
+
+cdef int _checksum_call(void *arg) noexcept nogil:
+    cdef ChecksumCall *call = <ChecksumCall *>arg
+    call.crc = je_crc32c(0, call.data, call.size)
+    return 0
+
+
+def file_checksum(MappedFile data):
+    """The CRC32C of every byte of a mapped file, computed without the GIL under the SIGBUS guard (a
+    file cut meanwhile raises FileChangedError): what a checkpoint saves of a file and checks again."""
+    cdef ChecksumCall call
+    cdef int status
+    call.data = data._base
+    call.size = data.size
+    with nogil:
+        status = je_bus_guarded(_checksum_call, &call)
+    if status == JE_BUS_FAULT:
+        _raise_cut(data._base, data.size)
+    return call.crc

@@ -18,9 +18,10 @@ COUNT = 600
 
 
 def _deleted_but_mapped(directory) -> list[str]:
-    """Lines of this process's mappings that name a deleted file under `directory`."""
+    """Lines of this process's mappings that name a deleted data file under `directory` (the checkpoint
+    a load took stays mapped, its name removed, until the close or a compaction: journal/checkpoint.py)."""
     with open("/proc/self/maps") as maps:
-        return [line.strip() for line in maps if str(directory) in line and "(deleted)" in line]
+        return [line.strip() for line in maps if str(directory) in line and ".jej (deleted)" in line]
 
 
 def _message_files(directory) -> list[str]:

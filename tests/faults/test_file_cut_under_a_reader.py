@@ -72,6 +72,36 @@ def test_a_mapping_cut_by_another_process_mid_scan_raises_file_changed_error(big
     assert result.stdout.startswith("refused 1048576 "), result.stdout
 
 
+@pytest.mark.skipif(IMPLEMENTATION != "cython", reason="the SIGBUS guard is the compiled decoder's; the twin "
+                                                      "never maps a file (test below)")
+def test_a_mapping_cut_by_another_process_mid_scan_of_a_checkpointed_file_raises_file_changed_error(big_journal,
+                                                                                                     tmp_path):
+    """A load replays a file from the checkpoint's columns once the CRC32C of the file's every byte
+    matches: that checksum reads the mapping under the same guard as a scan."""
+    directory = copy_of(big_journal, tmp_path)
+    result = run_child("""
+        import subprocess, sys
+        from journal_engine import FileChangedError
+        from journal_engine.journal import checkpoint as checkpoints
+        from journal_engine.journal.scan import _map_pinned
+        from journal_engine.journal.segment_files import list_directory
+        taken = checkpoints.take(sys.argv[1])
+        data = list_directory(sys.argv[1]).data[0]
+        saved = taken.saved(data)
+        with open(data.path, "rb") as handle:
+            view = _map_pinned(handle.fileno(), data)
+            subprocess.run(["truncate", "-s", "1048576", data.path], check=True)   # after the map
+            try:
+                saved(view)
+            except FileChangedError as error:
+                print("refused", error.offset, error)
+            else:
+                print("read a cut file without noticing")
+        """, str(directory))
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    assert result.stdout.startswith("refused 1048576 "), result.stdout
+
+
 def test_a_file_cut_after_it_was_listed_raises_file_changed_error_naming_it(big_journal, tmp_path):
     directory = copy_of(big_journal, tmp_path)
     result = run_child("""
