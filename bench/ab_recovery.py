@@ -7,7 +7,8 @@ checkout is the other side. The data (a journal and an LMDB environment of RECOR
 broker directory of RECORDS durable messages in 10 queues) is written once by this checkout (the
 format is the same on both sides). Each round runs every measure of both sides in fresh
 subprocesses, alternately, with the page cache warm: ``load()`` + one pass over every body,
-``load(copy=True)`` + one pass (a base without ``copy`` runs its ``load()``), an LMDB cursor scan,
+``load(copy=True)`` + one pass (a base without ``copy`` runs its ``load()``), ``load()`` + one pass with
+no checkpoint to take (this side: a load after a crash decodes every file), an LMDB cursor scan,
 the mapped floor (every data file mapped read-only and CRC32C'd in place, nothing parsed), the owned
 floor (every file read into a fresh buffer and CRC32C'd), ``Broker(dir)`` to the first receive, and
 the anonymous memory (RssAnon) the loaded result holds. The clocks stop when a measure is done,
@@ -31,7 +32,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 QUEUES = 10
 MEASURES = ("views", "copy", "broker")              # on both sides
-PEERS = ("lmdb", "floor_mapped", "floor_owned")     # on this side only: they do not depend on the checkout
+# on this side only: the peers do not depend on the checkout; "decoded" is "views" with the checkpoint of the
+# last clean close removed first (a load after a crash decodes every file)
+PEERS = ("lmdb", "floor_mapped", "floor_owned", "decoded")
 
 
 def _anon_bytes() -> int:
@@ -52,12 +55,14 @@ def one_run(checkout: str, root: str, what: str) -> dict:
         raise SystemExit(f"{checkout}: imported {journal_engine.__file__} ({journal_engine.IMPLEMENTATION}); "
                          "build its compiled core in place first")
     journal_dir, total, grown = Path(root) / "journal", 0, 0
+    if what == "decoded":
+        (journal_dir / "journal.jck").unlink(missing_ok=True)      # before the clocks start
     started, cpu_started, before = time.perf_counter(), time.process_time(), _anon_bytes()
 
     def elapsed() -> tuple[float, float]:
         return time.perf_counter() - started, time.process_time() - cpu_started
     # the clocks stop when the measure is done, before anything is closed (a close is not recovery)
-    if what in ("views", "copy"):
+    if what in ("views", "copy", "decoded"):
         with Journal(journal_dir) as journal:
             has_copy = "copy" in Journal.load.__code__.co_varnames
             result = journal.load(copy=True) if what == "copy" and has_copy else journal.load()
