@@ -22,7 +22,7 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .._impl import FrameColumns, checkpointed_columns, crc32c
 from ..errors import JournalError
@@ -80,7 +80,7 @@ class Checkpoint:
         runs while a load's error propagates; a checkpoint that cannot be put back is only a slower load."""
         try:
             if not os.path.exists(self.path):
-                _write_file(self.path, self._view)
+                _replace(self.path, lambda fd, temporary: _write_at(fd, self._view, 0, temporary))
         except (OSError, JournalError) as exc:
             log.warning("the checkpoint %s could not be put back (%s): the next load decodes every file",
                         self.path, exc)
@@ -189,17 +189,12 @@ def save(directory: str, files: list[DataFile], taken: Checkpoint | None, unchan
     other file is decoded now, on threads. Written under a temporary name, then renamed over the old
     one; not synced (see the module docstring). Raises JournalIOError / StoreFullError."""
     unchanged = set(unchanged)
-    path = os.path.join(directory, CHECKPOINT_FILE)
-    temporary = path + ".tmp"
 
     def image(data: DataFile) -> ColumnsImage:
         kept = taken.kept(data) if taken is not None and data.path in unchanged else None
         return kept if kept is not None else image_of(data)
-    try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as exc:
-        raise durability.io_error(exc, temporary, "creating the checkpoint") from exc
-    try:
+
+    def fill(fd: int, temporary: str) -> None:
         table = bytearray()
         at = _HEADER.size + len(files) * _ENTRY.size
         at += -at % _IMAGE_ALIGNMENT
@@ -213,23 +208,19 @@ def save(directory: str, files: list[DataFile], taken: Checkpoint | None, unchan
         head = _HEADER.pack(MAGIC, VERSION, BYTE_ORDER_PROBE, len(files), 0, crc32c(table), 0)
         head = head[:-4] + struct.pack("=I", crc32c(head[:-4]))
         _write_at(fd, bytes(head) + bytes(table), 0, temporary)
-    except BaseException:
-        os.close(fd)
-        durability.unlink(temporary, missing_ok=True)
-        raise
-    os.close(fd)
-    durability.rename(temporary, path)
+    _replace(os.path.join(directory, CHECKPOINT_FILE), fill)
 
 
-def _write_file(path: str, data) -> None:
-    """`data` as the file at `path`: written under a temporary name, then renamed over it."""
+def _replace(path: str, fill: Callable[[int, str], None]) -> None:
+    """The file at `path` written anew: ``fill(fd, temporary name)`` writes a temporary file, which is
+    then renamed over it (removed instead when `fill` raises)."""
     temporary = path + ".tmp"
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except OSError as exc:
         raise durability.io_error(exc, temporary, "creating the checkpoint") from exc
     try:
-        _write_at(fd, data, 0, temporary)
+        fill(fd, temporary)
     except BaseException:
         os.close(fd)
         durability.unlink(temporary, missing_ok=True)

@@ -47,57 +47,41 @@ def copy_of(directory, tmp_path):
     return target
 
 
-@pytest.mark.skipif(IMPLEMENTATION != "cython", reason="the SIGBUS guard is the compiled decoder's; the twin "
-                                                      "never maps a file (test below)")
-def test_a_mapping_cut_by_another_process_mid_scan_raises_file_changed_error(big_journal, tmp_path):
-    directory = copy_of(big_journal, tmp_path)
-    result = run_child("""
-        import mmap, subprocess, sys
-        from journal_engine import FileChangedError
-        from journal_engine._impl import scan_columns
-        from journal_engine.journal.format import stamp_of
-        from journal_engine.journal.segment_files import list_directory
-        data = list_directory(sys.argv[1]).data[0]
-        with open(data.path, "rb") as handle:
-            view = mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ)
-            subprocess.run(["truncate", "-s", "1048576", data.path], check=True)   # after the map
-            try:
-                scan_columns(view, stamp_of(data.header.file_id), data.header.data_start)
-            except FileChangedError as error:
-                print("refused", error.offset, error)
-            else:
-                print("read a cut file without noticing")
-        """, str(directory))
-    assert result.returncode == 0, (result.returncode, result.stderr)
-    assert result.stdout.startswith("refused 1048576 "), result.stdout
+_CUT_MID_READ = """
+    import mmap, subprocess, sys
+    from journal_engine import FileChangedError
+    from journal_engine._impl import scan_columns
+    from journal_engine.journal import checkpoint as checkpoints
+    from journal_engine.journal.format import stamp_of
+    from journal_engine.journal.scan import _map_pinned
+    from journal_engine.journal.segment_files import list_directory
+    taken = checkpoints.take(sys.argv[1])
+    data = list_directory(sys.argv[1]).data[0]
+    with open(data.path, "rb") as handle:
+        view = {mapping}
+        subprocess.run(["truncate", "-s", "1048576", data.path], check=True)   # after the map
+        try:
+            {read}
+        except FileChangedError as error:
+            print("refused", error.offset, error)
+        else:
+            print("read a cut file without noticing")
+    """
 
 
 @pytest.mark.skipif(IMPLEMENTATION != "cython", reason="the SIGBUS guard is the compiled decoder's; the twin "
                                                       "never maps a file (test below)")
-def test_a_mapping_cut_by_another_process_mid_scan_of_a_checkpointed_file_raises_file_changed_error(big_journal,
-                                                                                                     tmp_path):
-    """A load replays a file from the checkpoint's columns once the CRC32C of the file's every byte
-    matches: that checksum reads the mapping under the same guard as a scan."""
+@pytest.mark.parametrize("read", ["scan", "checkpointed"])
+def test_a_mapping_cut_by_another_process_mid_scan_raises_file_changed_error(big_journal, tmp_path, read):
+    """A scan decodes the mapping under the SIGBUS guard; a load that replays a file from the
+    checkpoint's columns checks the CRC32C of the file's every byte under the same guard."""
     directory = copy_of(big_journal, tmp_path)
-    result = run_child("""
-        import subprocess, sys
-        from journal_engine import FileChangedError
-        from journal_engine.journal import checkpoint as checkpoints
-        from journal_engine.journal.scan import _map_pinned
-        from journal_engine.journal.segment_files import list_directory
-        taken = checkpoints.take(sys.argv[1])
-        data = list_directory(sys.argv[1]).data[0]
-        saved = taken.saved(data)
-        with open(data.path, "rb") as handle:
-            view = _map_pinned(handle.fileno(), data)
-            subprocess.run(["truncate", "-s", "1048576", data.path], check=True)   # after the map
-            try:
-                saved(view)
-            except FileChangedError as error:
-                print("refused", error.offset, error)
-            else:
-                print("read a cut file without noticing")
-        """, str(directory))
+    code = _CUT_MID_READ.format(**{
+        "scan": {"mapping": "mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ)",
+                 "read": "scan_columns(view, stamp_of(data.header.file_id), data.header.data_start)"},
+        "checkpointed": {"mapping": "_map_pinned(handle.fileno(), data)", "read": "taken.saved(data)(view)"},
+    }[read])
+    result = run_child(code, str(directory))
     assert result.returncode == 0, (result.returncode, result.stderr)
     assert result.stdout.startswith("refused 1048576 "), result.stdout
 
