@@ -104,6 +104,7 @@ def test_a_clean_close_saves_every_files_columns_and_the_next_load_returns_the_s
     assert (records, prepared, report) == expected
     assert checkpointed == entries >= 4
     assert os.path.exists(_checkpoint(tmp_path)), "a clean close saves a checkpoint again"
+    expected = _decoded(tmp_path)       # (the file pool may have made a file ready meanwhile)
     records, prepared, report, checkpointed = _load(tmp_path)
     assert (records, prepared, report) == expected and checkpointed == entries
 
@@ -319,6 +320,8 @@ def test_a_copying_load_decodes_and_its_close_saves_a_checkpoint_the_next_load_u
         result = journal.load(copy=True)
         assert result.report.checkpointed_files == 0 and not os.path.exists(_checkpoint(tmp_path))
         assert all(type(record.body) is bytes for record in result.records.values())
+        assert (_records(result), _prepared(result), _report(result)) == expected
+    expected = _decoded(tmp_path)       # (the file pool may have made a file ready meanwhile)
     entries = _entries(tmp_path)
     records, prepared, report, checkpointed = _load(tmp_path)
     assert (records, prepared, report) == expected and checkpointed == entries
