@@ -262,6 +262,9 @@ def scan_frames(buffer: ReadableBuffer, stamp: int, start: int) -> list[
     body)``, for tools that print or verify: a damaged region is one row with ``check`` not VALID
     and the other fields None. Ends where data ends."""
 
+def image_size(count: int) -> int:
+    """The bytes of the image of ``count`` rows' columns (journal/checkpoint.py)."""
+
 def columns_image(cols: FrameColumns) -> bytes:
     """One file's columns as the bytes a checkpoint holds: their image (journal/checkpoint.py)."""
 

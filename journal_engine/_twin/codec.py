@@ -28,7 +28,7 @@ def crc32c(data, crc: int = 0) -> int:
     used = len(data.rstrip(b"\0"))
     crc ^= 0xFFFFFFFF
     table = _TABLE
-    for byte in data[:used] if used < len(data) else data:
+    for byte in data[:used]:
         crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
     return _after_zeros(crc, len(data) - used) ^ 0xFFFFFFFF
 

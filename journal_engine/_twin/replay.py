@@ -350,6 +350,11 @@ def _image_slices(count: int) -> list:
             ("_kind", "B", 41 * count + 8, count), ("_record_type", "B", 42 * count + 8, count)]
 
 
+def image_size(count: int) -> int:
+    """The bytes of the image of ``count`` rows' columns."""
+    return 43 * count + 8
+
+
 def columns_image(cols: FrameColumns) -> bytes:
     """One file's columns as the bytes a checkpoint holds: their image."""
     return b"".join(getattr(cols, name).tobytes() for name, _code, _at, _rows in _image_slices(cols.count))
@@ -387,7 +392,7 @@ def checkpointed_columns(data, image, count: int, start: int, end_offset: int, e
     if not FrameCheck.VALID <= end_check <= FrameCheck.INVALID or count < 0 or groups_skipped < 0:
         return None
     image = memoryview(image)
-    if len(image) != 43 * count + 8 or crc32c(image) != image_crc or crc32c(data) != data_crc:
+    if len(image) != image_size(count) or crc32c(image) != image_crc or crc32c(data) != data_crc:
         return None
     cols = FrameColumns()
     for name, code, at, rows in _image_slices(count):

@@ -24,7 +24,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .._impl import FrameColumns, checkpointed_columns, crc32c
+from .._impl import FrameColumns, checkpointed_columns, crc32c, image_size
 from ..errors import JournalError
 from ..limits import FILE_SIZE_MAX_BYTES
 from . import durability
@@ -59,7 +59,7 @@ class _Entry:
 
     @property
     def image_size(self) -> int:
-        return 43 * self.count + 8
+        return image_size(self.count)
 
 
 class Checkpoint:
@@ -117,7 +117,7 @@ class Checkpoint:
             return None
         entry = self._entries[key]
         return ColumnsImage(entry.count, entry.groups_skipped, entry.end_offset, entry.end_check, entry.file_crc,
-                            self._view[entry.image_at:entry.image_at + entry.image_size])
+                            self._view[entry.image_at:entry.image_at + entry.image_size], entry.image_crc)
 
 
 def take(directory: str) -> Checkpoint | None:
@@ -183,15 +183,16 @@ def _read_entries(mapping: mmap.mmap) -> tuple[str, dict]:
     return "", entries
 
 
-def save(directory: str, files: list[DataFile], taken: Checkpoint | None, unchanged: Iterable[str]) -> None:
+def save(directory: str, files: list[DataFile], taken: Checkpoint | None, written: Iterable[str]) -> None:
     """Write the checkpoint of `files` (a clean close, the journal locked and idle): a file whose
-    columns the load took from `taken` and whose path is in `unchanged` keeps its saved image; every
-    other file is decoded now, on threads. Written under a temporary name, then renamed over the old
-    one; not synced (see the module docstring). Raises JournalIOError / StoreFullError."""
-    unchanged = set(unchanged)
+    columns the load took from `taken` and whose path is not in `written` (the files appended to
+    since) keeps its saved image; every other file is decoded now, on threads. Written under a
+    temporary name, then renamed over the old one; not synced (see the module docstring). Raises
+    JournalIOError / StoreFullError."""
+    written = set(written)
 
     def image(data: DataFile) -> ColumnsImage:
-        kept = taken.kept(data) if taken is not None and data.path in unchanged else None
+        kept = taken.kept(data) if taken is not None and data.path not in written else None
         return kept if kept is not None else image_of(data)
 
     def fill(fd: int, temporary: str) -> None:
@@ -201,7 +202,7 @@ def save(directory: str, files: list[DataFile], taken: Checkpoint | None, unchan
         for data, made in zip(files, in_threads(image, files)):
             table += _ENTRY.pack(data.header.file_id, data.header.sequence, data.size, data.header.data_start,
                                  made.count, made.groups_skipped, made.end_offset, at, made.end_check, made.file_crc,
-                                 crc32c(made.image), 0)
+                                 made.image_crc, 0)
             _write_at(fd, made.image, at, temporary)
             at += len(made.image)
             at += -at % _IMAGE_ALIGNMENT

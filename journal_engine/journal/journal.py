@@ -202,7 +202,7 @@ class Journal(JournalCore, StoreLifecycle):
         self._damaged_paths: set[str] = set()
         self._pin_releasers: list = []          # see add_pin_releaser
         self._checkpoint = None                 # the checkpoint load() took its columns from, kept until close
-        self._checkpoint_unchanged: set[str] = set()
+        self._checkpoint_written: set[str] = set()     # files appended to since load(): their images are stale
         self._compaction_thread: threading.Thread | None = None
         self.compaction_count = 0
         self.last_compaction_error: BaseException | None = None
@@ -317,7 +317,7 @@ class Journal(JournalCore, StoreLifecycle):
         # what the next clean close's checkpoint may copy from this one: every file but the active one,
         # which this load (a torn tail erased, transactions rolled back) and the appends to come change
         self._checkpoint = checkpoint if report.checkpointed_files else None
-        self._checkpoint_unchanged = {data.path for data in self._data_files if data.path != active.path}
+        self._checkpoint_written = {active.path}
         self._state = "loaded"
         self._core_seal_tail()
         for tx_id in incomplete:
@@ -679,7 +679,7 @@ class Journal(JournalCore, StoreLifecycle):
         failure only costs the next load a decode of every file: it is logged, never raised."""
         try:
             self._directory_lock.check()
-            checkpoints.save(self.directory, self._data_files, self._checkpoint, self._checkpoint_unchanged)
+            checkpoints.save(self.directory, self._data_files, self._checkpoint, self._checkpoint_written)
         except Exception as exc:    # an accelerator's failure must not fail a close that made everything durable
             log.warning("no checkpoint was saved on close (the next load decodes every file): %s", exc)
         finally:

@@ -21,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, TypeVar
 
-from .._impl import GUARDS_MAPPED_READS, FrameColumns, MappedFile, columns_image, file_checksum, is_pinned, scan_columns
+from .._impl import (GUARDS_MAPPED_READS, FrameColumns, MappedFile, columns_image, crc32c, file_checksum, is_pinned,
+                     scan_columns)
 from ..errors import FileChangedError, FileVanishedError, JournalLockedError
 from ..limits import LIVE_READ_ATTEMPTS_MAX, SCAN_THREADS_MAX, SCAN_THREADS_MIN_BYTES
 from . import durability
@@ -95,7 +96,22 @@ def scan_data_file(data: DataFile, copy: bool = True, groups: bool = True,
     columns a checkpoint holds of this file (copy=False, groups=False), used when the file's bytes
     still CRC32C to what they were then, instead of decoding every frame."""
     stamp, start = stamp_of(data.header.file_id), data.header.data_start
-    mapped = GUARDS_MAPPED_READS and not copy
+
+    def decode(view, mapped: bool) -> FrameColumns:
+        if saved is not None:
+            columns = saved(view)
+            if columns is not None:
+                return columns
+        return scan_columns(view, stamp, start, copy=not mapped, groups=groups)
+    return _read_file(data, not copy, decode)
+
+
+def _read_file(data: DataFile, keep: bool, read: Callable[[object, bool], T]) -> T:
+    """``read(view, mapped)`` of a listed data file's bytes. ``keep``: the result may keep the view, a
+    MappedFile that pins the file (compiled core: ``mapped``); else the file is mapped for the call
+    only. The twin is given the file read into memory. A file shorter than when it was listed, or cut
+    under the read (the SIGBUS guard's FileChangedError), raises FileChangedError naming it."""
+    mapped = GUARDS_MAPPED_READS and keep
     try:
         with open(data.path, "rb") as handle:
             if mapped:
@@ -107,12 +123,8 @@ def scan_data_file(data: DataFile, copy: bool = True, groups: bool = True,
             try:
                 if len(view) < data.size:
                     raise _cut_while_listed(data, len(view))
-                if saved is not None:
-                    columns = saved(view)
-                    if columns is not None:
-                        return columns
-                return scan_columns(view, stamp, start, copy=not mapped, groups=groups)
-            except FileChangedError as cut:     # the guard met the cut mid-scan: name the file
+                return read(view, mapped)
+            except FileChangedError as cut:     # the guard met the cut mid-read: name the file
                 if cut.path is not None:
                     raise
                 raise _cut_while_listed(data, cut.offset if cut.offset is not None
@@ -172,31 +184,27 @@ def in_threads(work: Callable[[DataFile], T], files: list[DataFile]) -> Iterator
 @dataclass(frozen=True)
 class ColumnsImage:
     """What a checkpoint saves of one data file: the image of its columns (as a replay reads them:
-    ``copy=False, groups=False``), where they end, and the CRC32C of every byte of the file."""
+    ``copy=False, groups=False``) and its CRC32C, where they end, and the CRC32C of every byte of the
+    file."""
     count: int
     groups_skipped: int
     end_offset: int
     end_check: int
     file_crc: int
     image: bytes
+    image_crc: int
 
 
 def image_of(data: DataFile) -> ColumnsImage:
-    """One listed data file decoded for a checkpoint (FileChangedError when it is cut meanwhile)."""
+    """One listed data file decoded for a checkpoint (FileChangedError naming it when it is cut)."""
     stamp, start = stamp_of(data.header.file_id), data.header.data_start
-    try:
-        with open(data.path, "rb") as handle:
-            view = _map_pinned(handle.fileno(), data) if GUARDS_MAPPED_READS else _read_whole(handle.fileno(),
-                                                                                             data.size)
-            if len(view) < data.size:
-                raise _cut_while_listed(data, len(view))
-            columns = scan_columns(view, stamp, start, copy=not GUARDS_MAPPED_READS, groups=False)
-            return ColumnsImage(columns.count, columns.groups_skipped, columns.end_offset, columns.end_check,
-                                file_checksum(view), columns_image(columns))
-    except FileNotFoundError as exc:
-        raise vanished(data.path) from exc
-    except OSError as exc:
-        raise durability.io_error(exc, data.path, "reading") from exc
+
+    def image(view, mapped: bool) -> ColumnsImage:
+        columns = scan_columns(view, stamp, start, copy=not mapped, groups=False)
+        saved = columns_image(columns)
+        return ColumnsImage(columns.count, columns.groups_skipped, columns.end_offset, columns.end_check,
+                            file_checksum(view), saved, crc32c(saved))
+    return _read_file(data, True, image)
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,6 @@ cdef Py_ssize_t find_sorted(const uint64_t *keys, Py_ssize_t count, uint64_t key
     return low if low < count and keys[low] == key else -1
 
 
-
 cdef bint keys_rise(const uint64_t *keys, Py_ssize_t count) noexcept nogil:
     """Whether ``keys[:count]`` rise strictly: what find_sorted searches (a counter's ids do)."""
     cdef Py_ssize_t i

@@ -1473,6 +1473,11 @@ cdef inline Py_ssize_t _image_size(Py_ssize_t count) noexcept nogil:
     return 43 * count + 8
 
 
+def image_size(Py_ssize_t count):
+    """The bytes of the image of ``count`` rows' columns."""
+    return _image_size(count)
+
+
 cdef void _image_rows(const unsigned char *image, Py_ssize_t n, RowBuffers *rows) noexcept nogil:
     """The column pointers into an image of ``n`` rows."""
     rows.offset = <long long *>image
@@ -1579,17 +1584,22 @@ def checkpointed_columns(MappedFile data, image, Py_ssize_t count, Py_ssize_t st
         if call.verdict:
             return None
         cols = FrameColumns.__new__(FrameColumns)
-        whole = memoryview(image)
-        cols._offset, cols._size, cols._body_offsets, cols._record_id, cols._tx_id, cols._check, cols._kind, \
-            cols._record_type = [whole[8 * at:8 * (at + length)].cast(code) if size == 8 else
-                                 whole[at:at + length].cast(code) for at, length, size, code in _image_slices(count)]
         _image_rows(call.image, count, &rows)
         _point(cols, &rows)
+        whole = memoryview(image)       # the columns' views (what their memoryview properties give), over the same bytes
+        cols._offset = _column_view(whole, call.image, rows.offset, count, "q")
+        cols._size = _column_view(whole, call.image, rows.size, count, "q")
+        cols._body_offsets = _column_view(whole, call.image, rows.body_offsets, count + 1, "q")
+        cols._record_id = _column_view(whole, call.image, rows.record_id, count, "Q")
+        cols._tx_id = _column_view(whole, call.image, rows.tx_id, count, "Q")
+        cols._check = _column_view(whole, call.image, rows.check, count, "B")
+        cols._kind = _column_view(whole, call.image, rows.kind, count, "B")
+        cols._record_type = _column_view(whole, call.image, rows.record_type, count, "B")
         cols.count = count
         cols.groups_skipped = groups_skipped
         cols.end_offset = end_offset
         cols.end_check = end_check
-        if count and rows.body_offsets[count] > 0:
+        if rows.body_offsets[count] > 0:
             cols.bodies = data
             cols.mapped = True
             cols._base = data._base
@@ -1601,11 +1611,11 @@ def checkpointed_columns(MappedFile data, image, Py_ssize_t count, Py_ssize_t st
         PyBuffer_Release(&view)
 
 
-cdef list _image_slices(Py_ssize_t n):
-    """(start, length, item size, typecode) of each column in an image of ``n`` rows: start and length
-    in items for 8-byte columns, in bytes for 1-byte ones."""
-    return [(0, n, 8, "q"), (n, n, 8, "q"), (2 * n, n + 1, 8, "q"), (3 * n + 1, n, 8, "Q"), (4 * n + 1, n, 8, "Q"),
-            (40 * n + 8, n, 1, "B"), (41 * n + 8, n, 1, "B"), (42 * n + 8, n, 1, "B")]
+cdef object _column_view(object whole, const unsigned char *image, const void *column, Py_ssize_t rows, str code):
+    """A typed memoryview of one column of an image (``whole``: a memoryview of the image at ``image``)."""
+    cdef Py_ssize_t at = <const unsigned char *>column - image
+    cdef Py_ssize_t size = 1 if code == "B" else 8
+    return whole[at:at + rows * size].cast(code)
 
 
 cdef struct ChecksumCall:

@@ -18,7 +18,7 @@ import textwrap
 import pytest
 
 from journal_engine import Broker, Journal
-from journal_engine._impl import crc32c
+from journal_engine._impl import crc32c, image_size
 from journal_engine.journal import checkpoint as checkpoints
 from journal_engine.journal.format import CHECKPOINT_FILE
 from journal_engine.record_format import RecordKind
@@ -202,7 +202,7 @@ def _rewrite_checkpoint(directory, change) -> None:
         at = head.size + index * entry.size
         fields = list(entry.unpack_from(data, at))
         rows, image_at = fields[4], fields[7]
-        fields[10] = crc32c(bytes(data[image_at:image_at + 43 * rows + 8]))
+        fields[10] = crc32c(bytes(data[image_at:image_at + image_size(rows)]))
         entry.pack_into(data, at, *fields)
     table_end = head.size + count * entry.size
     fields = list(head.unpack_from(data, 0))
