@@ -6,6 +6,7 @@ single reader. The Python twin is journal_engine.journal.replay; the rules are
 the table in docs/internals/recovery.md.
 """
 cimport cython
+from cpython.ref cimport PyObject
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython cimport array
 from libc.string cimport memcpy, memset
@@ -20,7 +21,7 @@ from cpython.slice cimport PySlice_Unpack, PySlice_AdjustIndices
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcmp
 from libc.errno cimport errno
-from posix.mman cimport mmap, munmap, PROT_READ, MAP_SHARED, MAP_POPULATE, MAP_FAILED
+from posix.mman cimport mmap, munmap, madvise, PROT_READ, MAP_SHARED, MAP_POPULATE, MAP_FAILED
 
 from journal_engine._codec cimport (
     FRAME_HEADER_SIZE, FRAME_ALIGNMENT, FrameCheck, FRAME_VALID, FRAME_ZERO, FRAME_FOREIGN, FRAME_INVALID,
@@ -274,6 +275,24 @@ cdef class Body:
         return (bytes, (bytes(self),))
 
 
+cdef extern from "Python.h":
+    Py_ssize_t _borrowed_refcount "Py_REFCNT" (PyObject *o)
+
+
+cdef inline bint _held_here_only(PyObject *o) noexcept:
+    """Whether the one reference to ``o`` is the caller's own (a borrowed look: no reference taken)."""
+    return _borrowed_refcount(o) == 1
+
+
+cdef inline void _point_body(Body body, object owner, const unsigned char *data, Py_ssize_t size):
+    """Make a Body nothing else refers to a view of other bytes (an iteration's spare: see _EntryIterator)."""
+    if body._owner is not owner:
+        body._owner = owner
+    body._data = data
+    body._size = size
+    body._hashed = False
+
+
 cdef inline Body _new_body(object owner, const unsigned char *data, Py_ssize_t size):
     cdef Body body = Body.__new__(Body)
     body._owner = owner
@@ -423,6 +442,23 @@ cdef inline uint64_t _location(Py_ssize_t file_index, Py_ssize_t row) noexcept n
     return (<uint64_t>file_index << ROW_BITS) | <uint64_t>row
 
 
+cdef extern from "<sys/mman.h>":
+    enum: MADV_HUGEPAGE
+
+
+cdef void _advise_huge_pages(array.array column) noexcept:
+    """Advise the whole 2 MiB pages inside a large column's memory to transparent huge pages: a
+    replay writes its entries once, front to back, and a fault per 4 KiB of them cost more than
+    the writes (the columns stay ordinary arrays; where the kernel gives none, nothing changes)."""
+    cdef size_t start = <size_t>column.data.as_voidptr
+    cdef size_t end = start + <size_t>(len(column) * column.itemsize)
+    cdef size_t huge = 1 << 21
+    start = (start + huge - 1) & ~(huge - 1)
+    end &= ~(huge - 1)
+    if end > start:
+        madvise(<void *>start, end - start, MADV_HUGEPAGE)
+
+
 cdef class ReplayState:
     """Live records and open transactions, built file by file in replay order from the columns.
 
@@ -478,6 +514,8 @@ cdef class ReplayState:
         self._live_entries = 0
         self._ids_rising = True
         self._entry_capacity = capacity
+        for column in (self._entry_id, self._entry_add, self._entry_bytes, self._entry_first, self._entry_last):
+            _advise_huge_pages(column)
         memset(self._replaceable, 0, 256)
         for user_type in replaceable:
             self._replaceable[<uint8_t>user_type] = 1
@@ -601,6 +639,10 @@ cdef class ReplayState:
         cdef uint8_t kind
         cdef int outcome
         while row < rows.count and not rows.check[row]:
+            if self._ids_rising:
+                row = self._rising_adds(rows, row)
+                if row == rows.count or rows.check[row]:
+                    break
             kind = rows.kind[row]
             if kind == KIND_ADD:
                 outcome = self._add_step(rows.record_id[row], _location(rows.file_index, row), rows.size[row])
@@ -615,6 +657,34 @@ cdef class ReplayState:
                 break
             self.frames_read += 1
             row += 1
+        return row
+
+    cdef Py_ssize_t _rising_adds(self, const PlainRows *rows, Py_ssize_t row) noexcept nogil:
+        """Valid plain adds from ``row`` on whose ids rise above the last entry's (a counter's
+        appends: most of a journal), applied as ``_add_step`` applies them, in one loop that keeps
+        the columns and the entries in registers; returns the first row that is not such an add
+        (or finds the entries full), which the step by step replay takes from there."""
+        cdef Py_ssize_t entry = self._entries, first = self._entries
+        cdef Py_ssize_t stop = min(rows.count, row + self._entry_capacity - self._entries)
+        cdef unsigned long long *ids = self._entry_id.data.as_ulonglongs
+        cdef unsigned long long *adds = self._entry_add.data.as_ulonglongs
+        cdef long long *sizes = self._entry_bytes.data.as_longlongs
+        cdef uint64_t location = _location(rows.file_index, row)
+        cdef uint64_t record_id
+        while row < stop and not rows.check[row] and rows.kind[row] == KIND_ADD:
+            record_id = rows.record_id[row]
+            if entry and record_id <= ids[entry - 1]:
+                break
+            ids[entry] = record_id
+            adds[entry] = location
+            sizes[entry] = rows.size[row]
+            entry += 1
+            location += 1
+            row += 1
+        self._entries = entry
+        self._live_entries += entry - first
+        self.adds += entry - first
+        self.frames_read += entry - first
         return row
 
     def body(self, uint64_t location):
@@ -806,15 +876,28 @@ cdef class ReplayState:
             else:
                 self._delete_step(record_id)
 
-    cdef RecordInfo _record(self, Py_ssize_t entry):
-        """The RecordInfo of one live entry, its bodies copied out of the columns."""
+    cdef RecordInfo _record(self, Py_ssize_t entry, RecordInfo spare=None):
+        """The RecordInfo of one live entry, its bodies copied out of the columns (or views into
+        them). ``spare``: a RecordInfo nothing else refers to, made again into this one instead of
+        a new one (and its body too, when nothing else refers to that)."""
         cdef uint64_t location = _add_location(self, entry)
         cdef uint64_t last
         cdef FrameColumns cols = <FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]
         cdef Py_ssize_t row = <Py_ssize_t>(location & ROW_MASK)
-        cdef RecordInfo rec = _new_record(self._entry_id.data.as_ulonglongs[entry],
-                                          cols.c_record_type[row], _row_body(cols, row))
+        cdef RecordInfo rec
         cdef list updates
+        if spare is None:
+            rec = _new_record(self._entry_id.data.as_ulonglongs[entry], cols.c_record_type[row],
+                              _row_body(cols, row))
+        else:
+            rec = spare
+            rec.record_id = self._entry_id.data.as_ulonglongs[entry]
+            rec.record_type = cols.c_record_type[row]
+            rec._updates = None
+            if cols.mapped and type(rec.body) is Body and _held_here_only(<PyObject *>rec.body):
+                _point_body(<Body>rec.body, cols.bodies, cols._base + _body_start(cols, row), _body_size(cols, row))
+            else:
+                rec.body = _row_body(cols, row)
         if _has_updates(self, entry):
             location = self._entry_first.data.as_ulonglongs[entry]
             last = self._entry_last.data.as_ulonglongs[entry]
@@ -909,10 +992,17 @@ Mapping.register(LiveRecords)
 
 @cython.final
 cdef class _EntryIterator:
-    """Walks the live entries in the order they were added: ids (0), RecordInfos (1) or pairs (2)."""
+    """Walks the live entries in the order they were added: ids (0), RecordInfos (1) or pairs (2).
+
+    A RecordInfo it made that nobody holds any more when a later one is due (a pass that reads
+    each record and lets it go) is made again into that one, its Body too, instead of both freed
+    and made anew -- as CPython's dict items iterator reuses its tuple: nothing can tell, since
+    nothing refers to it. Whatever the caller keeps is never touched. It keeps the last two it
+    made: a ``for`` loop's variable still holds the one before while the next is made."""
     cdef ReplayState _state
     cdef Py_ssize_t _entry
     cdef int _what
+    cdef RecordInfo _spare_even, _spare_odd
 
     def __cinit__(self, ReplayState state, int what):
         self._state = state
@@ -934,7 +1024,15 @@ cdef class _EntryIterator:
         self._entry = entry + 1
         if self._what == 0:
             return state._entry_id.data.as_ulonglongs[entry]
-        rec = state._record(entry)
+        if entry & 1:
+            if self._spare_odd is not None and _held_here_only(<PyObject *>self._spare_odd):
+                rec = state._record(entry, self._spare_odd)
+            else:
+                rec = self._spare_odd = state._record(entry)
+        elif self._spare_even is not None and _held_here_only(<PyObject *>self._spare_even):
+            rec = state._record(entry, self._spare_even)
+        else:
+            rec = self._spare_even = state._record(entry)
         if self._what == 1:
             return rec
         return (rec.record_id, rec)

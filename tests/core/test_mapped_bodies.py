@@ -67,6 +67,42 @@ def test_load_copy_true_returns_owned_bytes(tmp_path):
         assert type(records[3].updates[0][1]) is bytes
 
 
+@pytest.mark.parametrize("copy", [False, True])
+def test_what_an_iteration_hands_out_and_is_kept_stays_what_it_was(tmp_path, copy):
+    """An iteration over the records makes a record nobody holds any more into the next one (and
+    its view): whatever the caller keeps -- the record, its body, a memoryview of the body, the
+    pairs of items() -- still reads what it read when it was handed out, and what is let go each
+    step reads right (ids, types, bodies, their hashes, updates), on every path of the loop."""
+    bodies = _write(tmp_path)
+    with Journal(tmp_path, file_size=SMALL) as journal:
+        records = journal.load(copy=copy).records
+        seen, kept_records, kept_bodies, kept_views, kept_pairs = [], {}, {}, {}, []
+        for index, rec in enumerate(records.values()):
+            assert (rec.record_id, rec.record_type, rec.body) == (index + 1, 7, bodies[index + 1])
+            assert hash(rec.body) == hash(bodies[rec.record_id])
+            assert rec.updates == ([(9, b"an update")] if rec.record_id == 3 else [])
+            seen.append(rec.record_id)
+            if index % 7 == 0:
+                kept_records[rec.record_id] = rec
+            elif index % 7 == 1:
+                kept_bodies[rec.record_id] = rec.body
+            elif index % 7 == 2:
+                kept_views[rec.record_id] = memoryview(rec.body)
+        for index, pair in enumerate(records.items()):
+            record_id, rec = pair
+            assert record_id == rec.record_id == index + 1 and rec.body == bodies[record_id]
+            if index % 5 == 0:
+                kept_pairs.append(pair)
+        assert seen == list(bodies)
+        assert all(rec.record_id == record_id and rec.body == bodies[record_id] for record_id, rec in kept_records.items())
+        assert all(body == bodies[record_id] for record_id, body in kept_bodies.items())
+        assert all(view.tobytes() == bodies[record_id] for record_id, view in kept_views.items())
+        assert all(rec.record_id == record_id and rec.body == bodies[record_id] for record_id, rec in kept_pairs)
+        assert [rec.body for rec in records.values()] == list(bodies.values())     # every body kept
+        assert len({id(rec) for rec in list(records.values())}) == len(bodies)      # every record kept
+        del kept_views
+
+
 def test_read_only_load_returns_the_same_views(tmp_path):
     bodies = _write(tmp_path)
     with Journal(tmp_path, read_only=True) as journal:
