@@ -141,7 +141,9 @@ def take(directory: str) -> Checkpoint | None:
         if size < _HEADER.size:
             log.warning("the checkpoint %s is %d bytes, shorter than its header: every file is decoded", path, size)
             return None
-        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
+        # not populated up front: each file's image is first read by the scan thread that checks it,
+        # so its pages are mapped there, in parallel, instead of all of them in this serial first step
+        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
     except (OSError, JournalError) as exc:
         log.warning("the checkpoint %s cannot be read (%s): every file is decoded", path, exc)
         return None
