@@ -358,6 +358,12 @@ cdef inline RecordInfo _new_record(uint64_t record_id, int record_type, object b
     return rec
 
 
+cdef inline bint _zero_64(const unsigned char *p) noexcept nogil:
+    """Whether the 64 bytes at ``p`` are all zero."""
+    return (load_u64(p) | load_u64(p + 8) | load_u64(p + 16) | load_u64(p + 24) | load_u64(p + 32)
+            | load_u64(p + 40) | load_u64(p + 48) | load_u64(p + 56)) == 0
+
+
 cdef Py_ssize_t _next_valid(const unsigned char *base, Py_ssize_t pos, Py_ssize_t limit, uint32_t stamp,
                             bint *member_skipped) noexcept nogil:
     """The first offset >= pos holding a valid frame of this file that can start a reading again,
@@ -365,6 +371,9 @@ cdef Py_ssize_t _next_valid(const unsigned char *base, Py_ssize_t pos, Py_ssize_
     a torn group's), and ``member_skipped`` says one was: data of a torn write lies there."""
     cdef Py_ssize_t size = 0
     while pos + FRAME_HEADER_SIZE <= limit:
+        if stamp and pos + FRAME_STAMP_AT + 64 <= limit and _zero_64(base + pos + FRAME_STAMP_AT):
+            pos += 64       # no stamp of the 8 frame starts here: the zeros of a file's unwritten rest
+            continue
         if load_u32(base + pos + FRAME_STAMP_AT) == stamp:
             if validate_frame(base, pos, limit, stamp, &size) == FRAME_VALID:
                 if base[pos + FRAME_FLAGS_AT] != GROUP_MEMBER:

@@ -154,6 +154,24 @@ def test_compiled_columns_equal_the_twins_on_damaged_files(tmp_path, seed):
         assert _replay.scan_frames(bytes(raw), stamp, start) == twin_replay.scan_frames(bytes(raw), stamp, start)
 
 
+@pytest.mark.twin
+@pytest.mark.parametrize("stamp", [0x1234, 0])
+def test_a_valid_frame_after_zeros_of_any_length_is_found_as_the_twin_finds_it(stamp):
+    """The compiled search for the next valid frame steps over zeros 64 bytes at a time (a stamp
+    other than 0 cannot lie in them): a frame after a zeroed gap of any length and alignment, or
+    with only its stamp word past the zeros, is found where the twin finds it, and with a stamp of
+    0 the search is the twin's, word by word."""
+    from journal_engine import _codec, _replay
+    first = _codec.encode_frame(RecordKind.ADD, 1, stamp, 1, 0, b"first")
+    second = _codec.encode_frame(RecordKind.ADD, 1, stamp, 2, 0, b"after the gap")
+    for gap in range(0, 400, 8):
+        for lead in (0, 8, 56):
+            raw = bytes(lead) + first + bytes(gap) + second + bytes(200)
+            compiled = _replay.scan_columns(raw, stamp, lead)
+            assert _columns_as_lists(compiled) == _columns_as_lists(twin_replay.scan_columns(raw, stamp, lead))
+            assert 2 in list(compiled.record_id)
+
+
 def _replay_directory(module, directory):
     """A ReplayState of `module` (compiled _replay or the twin) over every file of a directory."""
     state = module.ReplayState((9,))
