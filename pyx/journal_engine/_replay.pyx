@@ -284,7 +284,7 @@ cdef inline bint _held_here_only(PyObject *o) noexcept:
     return _borrowed_refcount(o) == 1
 
 
-cdef inline void _point_body(Body body, object owner, const unsigned char *data, Py_ssize_t size):
+cdef inline void _point_body(Body body, object owner, const unsigned char *data, Py_ssize_t size) noexcept:
     """Make a Body nothing else refers to a view of other bytes (an iteration's spare: see _EntryIterator)."""
     if body._owner is not owner:
         body._owner = owner
