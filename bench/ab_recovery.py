@@ -159,12 +159,26 @@ def main() -> int:
             print(f"  {side:5} {what:13} wall {_spread([run['s'] for run in values])}  CPU "
                   f"{_spread([run['cpu'] for run in values])}  RssAnon grown {anon / 1e6:.0f} MB")
         body_bytes = args.records * 256
+        _paired(runs, sides)
         for clock in ("s", "cpu"):
             seconds = {key: [run[clock] for run in value] for key, value in runs.items()}
             _ratios(seconds, runs, sides, args.records, body_bytes, "wall" if clock == "s" else "CPU")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
+
+
+def _paired(runs: dict, sides: dict) -> None:
+    """The ratios of each round's own measures (wall), median and quartiles: the machine's load
+    shifts between rounds more than between two measures of one round, and this is how far a ratio
+    of the medians moves with it."""
+    for side in sides:
+        views = [run["s"] for run in runs[(side, "views")]]
+        lmdb = [run["s"] for run in runs[("this", "lmdb")]]
+        mapped = [run["s"] for run in runs[("this", "floor_mapped")]]
+        print(f"{side} (wall, paired by round): LMDB / (load+pass) "
+              f"{_spread([peer / own for peer, own in zip(lmdb, views)])}x; (load+pass) / mapped floor "
+              f"{_spread([own / floor for own, floor in zip(views, mapped)])}x")
 
 
 def _ratios(seconds: dict, runs: dict, sides: dict, records: int, body_bytes: int, clock: str) -> None:
