@@ -94,9 +94,8 @@ class Checkpoint:
             return None
 
         def columns(view) -> FrameColumns | None:
-            found = checkpointed_columns(view, self._view[entry.image_at:entry.image_at + entry.image_size],
-                                         entry.count, entry.start, entry.end_offset, entry.end_check,
-                                         entry.groups_skipped, entry.file_crc, entry.image_crc)
+            found = checkpointed_columns(view, self._image(entry), entry.count, entry.start, entry.end_offset,
+                                         entry.end_check, entry.groups_skipped, entry.file_crc, entry.image_crc)
             if found is None:
                 log.info("the checkpoint's columns of %s no longer match the file: it is decoded", data.path)
             else:
@@ -117,7 +116,11 @@ class Checkpoint:
             return None
         entry = self._entries[key]
         return ColumnsImage(entry.count, entry.groups_skipped, entry.end_offset, entry.end_check, entry.file_crc,
-                            self._view[entry.image_at:entry.image_at + entry.image_size], entry.image_crc)
+                            self._image(entry), entry.image_crc)
+
+    def _image(self, entry: _Entry) -> memoryview:
+        """An entry's image of its file's columns, where it lies in the mapping."""
+        return self._view[entry.image_at:entry.image_at + entry.image_size]
 
 
 def take(directory: str) -> Checkpoint | None:
