@@ -3,6 +3,7 @@ cimport cython
 from libc.stdint cimport uint64_t, int64_t
 
 # a large table's zeroed memory: on transparent huge pages (a fault per 2 MiB, no zero-page copies)
+cdef void advise_huge_pages(void *p, size_t size) noexcept nogil    # the whole 2 MiB pages inside it
 cdef void *zeroed_table(size_t size) noexcept nogil                 # NULL when there is no memory
 cdef void release_table(void *p, size_t size) noexcept nogil       # what zeroed_table(size) gave
 cdef Py_ssize_t find_sorted(const uint64_t *keys, Py_ssize_t count, uint64_t key) noexcept nogil   # index, or -1

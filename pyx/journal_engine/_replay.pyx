@@ -14,14 +14,14 @@ from libc.stdlib cimport realloc, free
 import array
 from collections.abc import ItemsView, KeysView, Mapping, ValuesView
 from cpython.dict cimport PyDict_SetDefault
-from journal_engine._livemap cimport LiveMap, find_sorted
+from journal_engine._livemap cimport LiveMap, advise_huge_pages, find_sorted
 from journal_engine._member_slots cimport expose_as_members
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBuffer_FillInfo, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.slice cimport PySlice_Unpack, PySlice_AdjustIndices
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcmp
 from libc.errno cimport errno
-from posix.mman cimport mmap, munmap, madvise, PROT_READ, MAP_SHARED, MAP_POPULATE, MAP_FAILED
+from posix.mman cimport mmap, munmap, PROT_READ, MAP_SHARED, MAP_POPULATE, MAP_FAILED
 
 from journal_engine._codec cimport (
     FRAME_HEADER_SIZE, FRAME_ALIGNMENT, FrameCheck, FRAME_VALID, FRAME_ZERO, FRAME_FOREIGN, FRAME_INVALID,
@@ -451,23 +451,6 @@ cdef inline uint64_t _location(Py_ssize_t file_index, Py_ssize_t row) noexcept n
     return (<uint64_t>file_index << ROW_BITS) | <uint64_t>row
 
 
-cdef extern from "<sys/mman.h>":
-    enum: MADV_HUGEPAGE
-
-
-cdef void _advise_huge_pages(array.array column) noexcept:
-    """Advise the whole 2 MiB pages inside a large column's memory to transparent huge pages: a
-    replay writes its entries once, front to back, and a fault per 4 KiB of them cost more than
-    the writes (the columns stay ordinary arrays; where the kernel gives none, nothing changes)."""
-    cdef size_t start = <size_t>column.data.as_voidptr
-    cdef size_t end = start + <size_t>(len(column) * column.itemsize)
-    cdef size_t huge = 1 << 21
-    start = (start + huge - 1) & ~(huge - 1)
-    end &= ~(huge - 1)
-    if end > start:
-        madvise(<void *>start, end - start, MADV_HUGEPAGE)
-
-
 cdef class ReplayState:
     """Live records and open transactions, built file by file in replay order from the columns.
 
@@ -523,8 +506,9 @@ cdef class ReplayState:
         self._live_entries = 0
         self._ids_rising = True
         self._entry_capacity = capacity
+        # written once, front to back: a fault per 2 MiB of them, not per 4 KiB
         for column in (self._entry_id, self._entry_add, self._entry_bytes, self._entry_first, self._entry_last):
-            _advise_huge_pages(column)
+            advise_huge_pages((<array.array>column).data.as_voidptr, capacity * sizeof(uint64_t))
         memset(self._replaceable, 0, 256)
         for user_type in replaceable:
             self._replaceable[<uint8_t>user_type] = 1
@@ -647,13 +631,15 @@ cdef class ReplayState:
         APPLIED; returns the first row not applied (``rows.count`` when all were)."""
         cdef uint8_t kind
         cdef int outcome
+        cdef Py_ssize_t run_end
         while row < rows.count and not rows.check[row]:
-            if self._ids_rising:
-                row = self._rising_adds(rows, row)
-                if row == rows.count or rows.check[row]:
-                    break
             kind = rows.kind[row]
             if kind == KIND_ADD:
+                if self._ids_rising:
+                    run_end = self._rising_adds(rows, row)
+                    if run_end > row:
+                        row = run_end
+                        continue
                 outcome = self._add_step(rows.record_id[row], _location(rows.file_index, row), rows.size[row])
             elif kind == KIND_UPDATE:
                 outcome = self._update_step(rows.record_id[row], _location(rows.file_index, row),
@@ -672,7 +658,7 @@ cdef class ReplayState:
         """Valid plain adds from ``row`` on whose ids rise above the last entry's (a counter's
         appends: most of a journal), applied as ``_add_step`` applies them, in one loop that keeps
         the columns and the entries in registers; returns the first row that is not such an add
-        (or finds the entries full), which the step by step replay takes from there."""
+        (or finds the entries full), which ``_add_step`` then takes."""
         cdef Py_ssize_t entry = self._entries, first = self._entries
         cdef Py_ssize_t stop = min(rows.count, row + self._entry_capacity - self._entries)
         cdef unsigned long long *ids = self._entry_id.data.as_ulonglongs
@@ -1007,11 +993,12 @@ cdef class _EntryIterator:
     each record and lets it go) is made again into that one, its Body too, instead of both freed
     and made anew -- as CPython's dict items iterator reuses its tuple: nothing can tell, since
     nothing refers to it. Whatever the caller keeps is never touched. It keeps the last two it
-    made: a ``for`` loop's variable still holds the one before while the next is made."""
+    made and offers the older: a ``for`` loop's variable still holds the one before while the
+    next is made."""
     cdef ReplayState _state
     cdef Py_ssize_t _entry
     cdef int _what
-    cdef RecordInfo _spare_even, _spare_odd
+    cdef RecordInfo _older, _newer
 
     def __cinit__(self, ReplayState state, int what):
         self._state = state
@@ -1033,15 +1020,12 @@ cdef class _EntryIterator:
         self._entry = entry + 1
         if self._what == 0:
             return state._entry_id.data.as_ulonglongs[entry]
-        if entry & 1:
-            if self._spare_odd is not None and _held_here_only(<PyObject *>self._spare_odd):
-                rec = state._record(entry, self._spare_odd)
-            else:
-                rec = self._spare_odd = state._record(entry)
-        elif self._spare_even is not None and _held_here_only(<PyObject *>self._spare_even):
-            rec = state._record(entry, self._spare_even)
+        if self._older is not None and _held_here_only(<PyObject *>self._older):
+            rec = state._record(entry, self._older)
         else:
-            rec = self._spare_even = state._record(entry)
+            rec = state._record(entry)
+        self._older = self._newer
+        self._newer = rec
         if self._what == 1:
             return rec
         return (rec.record_id, rec)
