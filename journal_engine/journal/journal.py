@@ -220,6 +220,7 @@ class Journal(JournalCore, StoreLifecycle):
         except OSError as exc:
             raise durability.io_error(exc, self.directory, "creating the journal directory") from exc
         self._directory_lock = DirectoryLock(self.directory, LOCK_FILE, "Journal")
+        self._close_at_exit()     # a journal left open is closed, its checkpoint saved, before teardown
 
     # ----- recovery ---------------------------------------------------------------------------
     def load(self, *, copy: bool = False) -> LoadResult:
