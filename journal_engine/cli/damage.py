@@ -1,6 +1,6 @@
 """Damage a command met while reading: one judgement, verify's, for every command that reads a journal.
 
-``verify`` lists it; ``stats``, ``export`` and ``dlq list`` report it on stderr, one line each,
+``verify`` lists it; ``stats``, ``export``, ``dlq list`` and ``analyze`` report it on stderr, one line each,
 and exit 1 (docs/cli.md), because a tool that reads past a damaged record and exits 0 hides a lost
 message (an export kept as a backup would lack it); ``compact`` refuses to rewrite it away.
 """

@@ -6,10 +6,12 @@ their arguments pass through untouched, so their owners change options in one pl
 from __future__ import annotations
 
 import argparse
+import os
 
 import click
 
 from .console import EXIT_DAMAGE, EXIT_USAGE, fail_line
+from .damage import Damage, damage_status
 
 __all__ = ["COMMANDS"]
 
@@ -123,7 +125,11 @@ def analyze_command(paths, master, out, parquet, sent_time_property) -> int:
     except ImportError as exc:
         fail_line(f"analyze: {exc}; install it with: pip install 'journal_engine[spark]'")
         return EXIT_USAGE
-    return run(list(paths), master, out, parquet, sent_time_property)
+    damaged = run(list(paths), master, out, parquet, sent_time_property)
+    # the tables count only what could be read: damage is exit status 1, each place on stderr, as in stats
+    damage = [Damage(os.path.dirname(path), path, offset, reason) for path, offset, reason in damaged]
+    return damage_status(" ".join(paths), damage, "the analyses count only the records that could be read",
+                         "`journal-engine verify PATH` lists the damage")
 
 
 COMMANDS = [demo_command, bench_command, crash_test_command, serve_stomp_command, analyze_command]

@@ -88,7 +88,10 @@ def _bar_plot(path: str, title: str, labels: list, series: dict, ylabel: str) ->
 
 
 def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
-        sent_time_property: str | None = None) -> int:
+        sent_time_property: str | None = None) -> list[tuple[str, int | None, str]]:
+    """Print the tables (and write the plots and Parquet); return every damaged place the journals hold,
+    as (path, offset, reason): the command exits 1 when there is one (docs/cli.md), as ``verify``,
+    ``stats``, ``export`` and ``dlq list`` do, since the analyses count only what could be read."""
     journals, crash_reports, bench_reports = split_paths(paths)
     for path in journals:       # a directory with no store is refused in one line, before Spark starts
         find_stores(path)
@@ -111,6 +114,7 @@ def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
         cached.append(frame.persist(level))
         return frame
 
+    damaged: list[tuple[str, int | None, str]] = []
     try:
         tables = {}
         if journals:
@@ -136,6 +140,8 @@ def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
             tables["bench"] = analytics.bench_summary(analytics.read_reports(spark, bench_reports))
         tables = {name: once(frame) for name, frame in tables.items()}
         shown = {name: print_table(name, frame) for name, frame in tables.items()}
+        if "damage" in tables:      # every place, not only the rows the table shows (it is cached)
+            damaged = [(row.path, row.offset, row.damage) for row in tables["damage"].collect()]
         if out:
             _plots(out, tables, shown)
             if parquet:
@@ -147,7 +153,7 @@ def run(paths: list[str], master: str | None, out: str | None, parquet: bool,
             frame.unpersist()
         if not borrowed:
             spark.stop()
-    return 0
+    return damaged
 
 
 def _plots(out: str, tables: dict, shown: dict) -> None:

@@ -13,6 +13,7 @@ from spark_journals import POISON_BODY, python_rows, write_broker, write_journal
 
 from journal_engine.cli import main as cli_main
 from journal_engine.errors import ConfigError
+from journal_engine.journal.recovery import analyze
 from journal_engine.spark import environment, register
 
 
@@ -42,6 +43,30 @@ def test_analyze_prints_the_tables_and_writes_plots_and_parquet(spark, tmp_path,
                              for path, offset, *_ in python_rows(str(broker / journal)))
     assert pyarrow.parquet.read_table(str(out / "crash-tests.parquet")).column("runs").to_pylist() == [3]
     assert not spark.sparkContext._jsc.sc().isStopped()     # the caller's session stays up
+
+
+@pytest.mark.spark
+def test_analyze_of_a_damaged_journal_exits_1_naming_each_damaged_place(spark, tmp_path, capsys):
+    """As verify, stats, export and dlq list do (docs/cli.md): the tables count only what could be read.
+    Before, analyze printed the damage table and exited 0."""
+    journal = tmp_path / "journal"
+    write_journal(journal)
+    assert cli_main(["analyze", str(journal)]) == 0          # healthy: 0, nothing on stderr
+    assert "damage" not in capsys.readouterr().err
+    path, offset = python_rows(str(journal))[10][:2]
+    with open(path, "r+b") as handle:       # a byte of a frame in the middle: damage followed by valid frames
+        handle.seek(offset + 40)
+        byte = handle.read(1)
+        handle.seek(offset + 40)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    corrupt = analyze(str(journal), as_if_compacted=True).report.corrupt
+    assert corrupt
+    assert cli_main(["analyze", str(journal)]) == 1
+    printed = capsys.readouterr()
+    assert "== damage" in printed.out and "== segment-bytes" in printed.out     # the tables still print
+    for damaged_path, damaged_offset, reason in corrupt:
+        assert f"journal-engine: damage: {damaged_path} offset {damaged_offset}: {reason}" in printed.err
+    assert "damaged place" in printed.err and "journal-engine verify" in printed.err
 
 
 @pytest.mark.spark
