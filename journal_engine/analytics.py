@@ -195,17 +195,26 @@ def segment_bytes(records: DataFrame, *, compact_percentage: int = COMPACT_PERCE
     committed); its frames — the add and its updates — are live bytes, every other frame (deleted
     records, acknowledgements' records of deleted messages, transaction markers, pads, damage) is dead.
     ``compaction_candidate``: live below ``compact_percentage`` percent of the file's used bytes.
+    A store read as its live records (an LMDB store, or a journal read with ``live=true``) has no frames:
+    its row is the store's directory, the records' bodies (adds and updates) its bytes, all of them live.
     Columns: path, file_id, sequence, frames, used_bytes, live_bytes, dead_bytes, live_percent,
     compaction_candidate."""
-    every = records.withColumn("journal", _parent(F.col("path"))).withColumn("store", _parent(F.col("journal")))
+    # a row of a store read as its live records names the store's directory and has no frame: its size
+    # is its body's, and the store itself (not its parent, as for a data file) is the scope of its ids
+    frameless = F.col("frame_size").isNull() & F.col("file_id").isNull()
+    size = (F.coalesce(F.col("frame_size"), F.col("body_size")) if "body_size" in records.columns
+            else F.col("frame_size"))
+    every = (records.withColumn("bytes", size)
+             .withColumn("journal", F.when(frameless, F.col("path")).otherwise(_parent(F.col("path"))))
+             .withColumn("store", _parent(F.col("journal"))))
     effective = committed(every.where(F.col("damage").isNull()))
     added = effective.where(F.col("kind").isin(_ADDS)).select("journal", "record_id").distinct()
     deleted = effective.where(F.col("kind").isin(_DELETES)).select("journal", "record_id").distinct()
     live_ids = added.join(deleted, ["journal", "record_id"], "left_anti")
     live = (effective.where(F.col("kind").isin(_ADDS + _UPDATES)).join(live_ids, ["journal", "record_id"], "left_semi")
-            .groupBy("path").agg(F.sum("frame_size").alias("live_bytes")))
+            .groupBy("path").agg(F.sum("bytes").alias("live_bytes")))
     used = every.groupBy("path", "file_id", "sequence").agg(F.count("*").alias("frames"),
-                                                            F.sum("frame_size").alias("used_bytes"))
+                                                            F.sum("bytes").alias("used_bytes"))
     return (used.join(live, "path", "left").fillna(0, ["live_bytes"])
             .withColumn("dead_bytes", F.col("used_bytes") - F.col("live_bytes"))
             .withColumn("live_percent", F.round(100.0 * F.col("live_bytes") / F.col("used_bytes"), 1))

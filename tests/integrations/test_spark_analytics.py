@@ -102,3 +102,22 @@ def test_bench_summary(spark, tmp_path):
     assert [(row.store, row.reports, row.median_records_per_s, row.min_records_per_s, row.max_records_per_s,
              row.ratio_to_best_peer) for row in rows] == [("journal_engine", 2, 2000.0, 1000.0, 3000.0, 2.0),
                                                           ("sqlite", 2, 500.0, 500.0, 500.0, None)]
+
+
+def test_live_bytes_of_an_lmdb_store_are_its_live_records_bodies(spark, tmp_path):
+    """An LMDB store holds only live records (no frames): every byte is live. Before, segment_bytes summed
+    the frame sizes, null there, and reported live_bytes = 0 (every record dead) and no used bytes."""
+    from journal_engine.message_store.lmdb_store import LmdbRecordStore
+    directory = tmp_path / "broker"
+    write_broker(directory, store="lmdb")
+    rows = {row.path: row for row in analytics.segment_bytes(
+        spark.read.format("journal_engine").load(str(directory))).collect()}
+    assert sorted(rows) == [str(directory / "bindings"), str(directory / "messages")]
+    for path, row in rows.items():
+        with LmdbRecordStore(path, read_only=True) as store:
+            records = store.load(copy=True).records.values()
+        body_bytes = sum(len(record.body) + sum(len(body) for _type, body in record.updates) for record in records)
+        assert body_bytes > 0
+        assert (row.frames, row.used_bytes, row.live_bytes, row.dead_bytes, row.live_percent,
+                row.compaction_candidate) == (sum(1 + len(record.updates) for record in records), body_bytes,
+                                              body_bytes, 0, 100.0, False)
