@@ -44,8 +44,8 @@ if IMPLEMENTATION == "cython":
                                    decode_message_fields, decode_messages_fields, recover_messages,
                                    release_from_collector)
     from ._replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, FrameColumns, MappedFile, RecordInfo, ReplayState,
-                          checkpointed_columns, columns_image, file_checksum, image_size, is_pinned, scan_columns,
-                          scan_frames)
+                          checkpointed_columns, columns_image, file_checksum, image_is_sound, image_size, is_pinned,
+                          scan_columns, scan_frames)
     from ._record_writer import RecordWriter
 else:
     from ._twin.broker_objects import (ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, Message, MessageData,
@@ -58,13 +58,13 @@ else:
                                         recover_messages, release_from_collector)
     from ._twin.record_writer import RecordWriter
     from ._twin.replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, FrameColumns, MappedFile, RecordInfo,
-                               ReplayState, checkpointed_columns, columns_image, file_checksum, image_size,
-                               is_pinned, scan_columns, scan_frames)
+                               ReplayState, checkpointed_columns, columns_image, file_checksum, image_is_sound,
+                               image_size, is_pinned, scan_columns, scan_frames)
 
 __all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", "ReplayState", "scan_frames", "scan_columns", "FrameColumns",
            "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "encode_group", "check_frame", "RecordWriter",
            "MessageColumns", "decode_message_columns", "ROUTING_NAMES", "GAP_REASONS", "MessageRecovery",
            "QueueReferences", "recover_messages", "decode_message_fields", "decode_messages_fields",
            "release_from_collector", "GUARDS_MAPPED_READS", "Body", "MappedFile", "is_pinned",
-           "checkpointed_columns", "columns_image", "file_checksum", "image_size",
+           "checkpointed_columns", "columns_image", "file_checksum", "image_is_sound", "image_size",
            "MessageData", "Reference", "Message", "delivery_of", "recovered_datas", "ready_references", "ReadyQueue", "READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX"]

@@ -271,6 +271,9 @@ class Journal(JournalCore, StoreLifecycle):
             if checkpoint is not None:
                 checkpoint.put_back()     # a load that refuses the directory leaves it as it was
             raise
+        finally:
+            if checkpoint is not None:
+                checkpoint.release()      # the images it gave are read: its file is no longer needed
         listing, state, ends, last, report = (analysis.listing, analysis.state, analysis.ends,
                                               analysis.last_with_data, analysis.report)
         next_id = listing.max_id + 1

@@ -1601,20 +1601,100 @@ def columns_image(FrameColumns cols):
 cdef struct ImageCheck:
     const unsigned char *data       # the data file, mapped whole
     Py_ssize_t data_size
-    const unsigned char *image      # its columns in the checkpoint
-    Py_ssize_t count, start, end_offset
-    uint32_t data_crc, image_crc
+    const unsigned char *image      # its columns, read out of the checkpoint into owned memory
+    Py_ssize_t count, start, end_offset, groups_skipped
+    uint32_t data_crc, image_crc, stamp
     int verdict                     # 0: the image is the file's columns; else what did not match
 
 
+cdef bint _rows_fit(const RowBuffers *rows, Py_ssize_t n, Py_ssize_t start, Py_ssize_t end_offset) noexcept nogil:
+    """Every row within [start, end_offset) and in order, each body within its frame. No sum is formed
+    that a forged field could overflow: a frame's end is compared as ``offset <= end - size`` with
+    ``0 < size <= end``, and a body's length is taken only between rising offsets from 0."""
+    cdef Py_ssize_t i, at = start
+    cdef long long offset, size, body
+    if rows.body_offsets[0] != 0:
+        return False
+    for i in range(n):
+        offset = rows.offset[i]
+        size = rows.size[i]
+        if offset < at or size <= 0 or size > end_offset or offset > end_offset - size:
+            return False
+        if rows.body_offsets[i + 1] < rows.body_offsets[i] or rows.check[i] > FRAME_INVALID:
+            return False
+        body = rows.body_offsets[i + 1] - rows.body_offsets[i]      # both >= 0: no overflow
+        if rows.check[i] == FRAME_VALID and (size < FRAME_HEADER_SIZE or body > size - FRAME_HEADER_SIZE):
+            return False
+        if rows.check[i] != FRAME_VALID and body != 0:
+            return False
+        at = offset + size      # <= end_offset
+    return True
+
+
+cdef bint _header_is_row(const ImageCheck *call, const RowBuffers *rows, Py_ssize_t i) noexcept nogil:
+    """Whether the frame header where valid row ``i`` lies carries this file's stamp and the row's
+    size, kind, type, ids and body length (the frame's bytes are vouched for by the file's CRC32C)."""
+    cdef const unsigned char *frame = call.data + rows.offset[i]
+    cdef long long body = rows.body_offsets[i + 1] - rows.body_offsets[i]
+    if rows.size[i] < FRAME_HEADER_SIZE:
+        return False
+    return (load_u32(frame + FRAME_STAMP_AT) == call.stamp and frame[FRAME_KIND_AT] == rows.kind[i]
+            and frame[FRAME_RECORD_TYPE_AT] == rows.record_type[i]
+            and load_u64(frame + FRAME_RECORD_ID_AT) == rows.record_id[i]
+            and load_u64(frame + FRAME_TX_ID_AT) == rows.tx_id[i]
+            and <long long>load_u32(frame + FRAME_BODY_LENGTH_AT) == body
+            and frame_size(<Py_ssize_t>body) == rows.size[i])
+
+
+cdef bint _damage_is_row(const ImageCheck *call, const RowBuffers *rows, Py_ssize_t i) noexcept nogil:
+    """Whether damaged row ``i`` is what a decode finds there: no valid frame at its start, and none that
+    could start a reading again before its end (its end is the next valid frame)."""
+    cdef Py_ssize_t size = 0, found
+    cdef bint member_skipped = False
+    if validate_frame(call.data, rows.offset[i], call.data_size, call.stamp, &size) == FRAME_VALID:
+        if call.data[rows.offset[i] + FRAME_FLAGS_AT] != GROUP_MEMBER and call.data[rows.offset[i] + FRAME_KIND_AT] != KIND_GROUP:
+            return False        # (a member or a torn group's head is damage a decode reports too)
+    found = _next_valid(call.data, rows.offset[i] + FRAME_ALIGNMENT, call.data_size, call.stamp, &member_skipped)
+    return found == rows.offset[i] + rows.size[i]
+
+
+cdef bint _gap_is_groups(const ImageCheck *call, Py_ssize_t pos, Py_ssize_t until, Py_ssize_t *groups) noexcept nogil:
+    """Whether [pos, until), where no row lies, holds only valid GROUP frames (a replay's scan makes
+    no row of them), counting them into ``groups``."""
+    cdef Py_ssize_t size = 0
+    while pos < until:
+        if (validate_frame(call.data, pos, call.data_size, call.stamp, &size) != FRAME_VALID
+                or call.data[pos + FRAME_KIND_AT] != KIND_GROUP or size > until - pos):
+            return False
+        pos += size
+        groups[0] += 1
+    return True
+
+
+cdef bint _rows_are_the_file(const ImageCheck *call, const RowBuffers *rows, Py_ssize_t n) noexcept nogil:
+    """Every row checked against the file it describes: the rows and the GROUP frames between them
+    tile [start, end_offset) as a decode's do, each valid row's header is the row, each damaged row is
+    damage a decode finds, and the GROUP frames passed over are as many as the entry says."""
+    cdef Py_ssize_t i, pos = call.start, groups = 0
+    for i in range(n):
+        if not _gap_is_groups(call, pos, rows.offset[i], &groups):
+            return False
+        if rows.check[i] == FRAME_VALID:
+            if not _header_is_row(call, rows, i):
+                return False
+        elif not _damage_is_row(call, rows, i):
+            return False
+        pos = rows.offset[i] + rows.size[i]
+    return _gap_is_groups(call, pos, call.end_offset, &groups) and groups == call.groups_skipped
+
+
 cdef int _check_image_call(void *arg) noexcept nogil:
-    """Does an image still describe its file? The CRC32C of every byte of the file and of the image
-    as saved, then every row within the file and in order (a forged image must not make a read
-    stray outside the mapping)."""
+    """Does an image still describe its file? The CRC32C of the image and of every byte of the file
+    as saved, every row within the file and in order (a forged image must not make a read stray
+    outside the mapping), then every row against the frames of the file (_rows_are_the_file)."""
     cdef ImageCheck *call = <ImageCheck *>arg
     cdef RowBuffers rows
-    cdef Py_ssize_t i, n = call.count, at = call.start
-    cdef long long body
+    cdef Py_ssize_t i, n = call.count
     call.verdict = 1
     if je_crc32c(0, call.image, _image_size(n)) != call.image_crc:
         return 0
@@ -1625,30 +1705,46 @@ cdef int _check_image_call(void *arg) noexcept nogil:
     if not (0 <= call.start <= call.end_offset <= call.data_size):
         return 0
     _image_rows(call.image, n, &rows)
-    if rows.body_offsets[0] != 0:
+    if not _rows_fit(&rows, n, call.start, call.end_offset):
         return 0
-    for i in range(n):
-        body = rows.body_offsets[i + 1] - rows.body_offsets[i]
-        if rows.offset[i] < at or rows.size[i] <= 0 or rows.offset[i] + rows.size[i] > call.end_offset:
-            return 0
-        if rows.check[i] > FRAME_INVALID or body < 0:
-            return 0
-        if rows.check[i] == FRAME_VALID and (rows.size[i] < FRAME_HEADER_SIZE or body > rows.size[i] - FRAME_HEADER_SIZE):
-            return 0
-        if rows.check[i] != FRAME_VALID and body != 0:
-            return 0
-        at = rows.offset[i] + rows.size[i]
+    call.verdict = 4
+    if not _rows_are_the_file(call, &rows, n):
+        return 0
     call.verdict = 0
     return 0
 
 
+def image_is_sound(image, Py_ssize_t count, Py_ssize_t start, Py_ssize_t end_offset, uint32_t image_crc):
+    """Whether an image CRC32Cs to ``image_crc`` and its rows lie in order within [start, end_offset):
+    what a checkpoint must show, without its data files, before a failed load may name it again."""
+    cdef Py_buffer view
+    cdef RowBuffers rows
+    cdef bint sound = False
+    if count < 0 or not 0 <= start <= end_offset:
+        return False
+    PyObject_GetBuffer(image, &view, PyBUF_SIMPLE)
+    try:
+        if view.len != _image_size(count):
+            return False
+        with nogil:
+            if je_crc32c(0, <const unsigned char *>view.buf, view.len) == image_crc:
+                _image_rows(<const unsigned char *>view.buf, count, &rows)
+                sound = _rows_fit(&rows, count, start, end_offset)
+        return sound
+    finally:
+        PyBuffer_Release(&view)
+
+
 def checkpointed_columns(MappedFile data, image, Py_ssize_t count, Py_ssize_t start, Py_ssize_t end_offset,
-                         int end_check, Py_ssize_t groups_skipped, uint32_t data_crc, uint32_t image_crc):
+                         int end_check, Py_ssize_t groups_skipped, uint32_t data_crc, uint32_t image_crc,
+                         uint32_t stamp):
     """The FrameColumns a scan of ``data`` with ``copy=False, groups=False`` would return, from the
     image of them a checkpoint saved (``image``: a read-only buffer of the columns' image over
-    ``count`` rows, which the columns keep and read in place), or None when the file's bytes or the
-    image no longer CRC32C to what was saved, or a row would lie outside the file. Runs without the
-    GIL under the SIGBUS guard: a file cut meanwhile raises FileChangedError, as a scan does."""
+    ``count`` rows in memory the caller owns -- never a mapping another process could cut -- which the
+    columns keep and read in place), or None when the file's bytes or the image no longer CRC32C to
+    what was saved, a row would lie outside the file, or a row is not what the file holds where it
+    lies (``stamp``: the file's). Runs without the GIL under the SIGBUS guard: a data file
+    cut meanwhile raises FileChangedError, as a scan does."""
     cdef ImageCheck call
     cdef Py_buffer view
     cdef RowBuffers rows
@@ -1668,6 +1764,8 @@ def checkpointed_columns(MappedFile data, image, Py_ssize_t count, Py_ssize_t st
         call.end_offset = end_offset
         call.data_crc = data_crc
         call.image_crc = image_crc
+        call.stamp = stamp
+        call.groups_skipped = groups_skipped
         with nogil:
             status = je_bus_guarded(_check_image_call, &call)
         if status == JE_BUS_FAULT:
