@@ -24,7 +24,11 @@ Fault modes (each named in the report with how often it ran):
     LMDB, one client or several (journal_engine.crashtest.broker_workload states its invariants);
   * ``outside-file`` / ``second-opener`` / ``live-inspect``: what another process does to the
     directory of a live store: a data file cut, overwritten or deleted, then compacted; a second
-    opener; the inspection commands (journal_engine.crashtest.outside states their invariants).
+    opener; the inspection commands (journal_engine.crashtest.outside states their invariants);
+  * ``checkpoint``: the checkpoint of a clean close forged (every field of every entry and row at the
+    boundaries of C integers, every checksum recomputed), cut, extended, flipped, and cut by another
+    holder of its inode during the load or while its records are in use
+    (journal_engine.crashtest.checkpoint_attack states its invariants).
 
 A --ci or --long campaign must also run every mode it plans and reach the figures of ACCEPTANCE
 (``Report.missing_modes()``, ``Report.shortfalls()``; the command exits 5 otherwise).
@@ -61,7 +65,7 @@ from typing import Callable
 
 from ..journal import durability
 from ..journal.journal import Journal
-from . import broker_workload, children, fault_workload, outside, power_loss
+from . import broker_workload, checkpoint_attack, children, fault_workload, outside, power_loss
 from . import scratch as scratch_module
 from .checker import matching_prefix, recover_and_check
 from .journal_workload import FILE_SIZE
@@ -74,16 +78,16 @@ SIZES = {   # kills, crash-point hits per point, io errors per point, bit flips,
             # from outside the process (outside.py): files touched, second openers, inspections of a live store
     "smoke": dict(kills=6, point_hits=1, io_errors=1, bit_flips=60, truncations=1,      # seconds: for test suites
                   power_runs=1, power_points=15, power_states=8, libfiu_runs=1, libfiu_faults=10, full_disks=1, broker_kills=4,
-                  outside_files=3, second_openers=3, live_inspections=2),
+                  outside_files=3, second_openers=3, live_inspections=2, checkpoint_attacks=30),
     "quick": dict(kills=60, point_hits=2, io_errors=1, bit_flips=300, truncations=1,
                   power_runs=3, power_points=40, power_states=20, libfiu_runs=2, libfiu_faults=40, full_disks=3, broker_kills=20,
-                  outside_files=9, second_openers=6, live_inspections=4),
+                  outside_files=9, second_openers=6, live_inspections=4, checkpoint_attacks=150),
     "ci": dict(kills=500, point_hits=10, io_errors=4, bit_flips=10_000, truncations=1,
                power_runs=9, power_points=460, power_states=50, libfiu_runs=8, libfiu_faults=260, full_disks=20, broker_kills=100,
-               outside_files=30, second_openers=18, live_inspections=16),
+               outside_files=30, second_openers=18, live_inspections=16, checkpoint_attacks=1_500),
     "long": dict(kills=5_000, point_hits=50, io_errors=20, bit_flips=100_000, truncations=4,
                  power_runs=60, power_points=600, power_states=40, libfiu_runs=20, libfiu_faults=1000, full_disks=100, broker_kills=1000,
-                 outside_files=300, second_openers=90, live_inspections=80),
+                 outside_files=300, second_openers=90, live_inspections=80, checkpoint_attacks=15_000),
 }
 OUTSIDE_RUNS_PER_TASK = 6      # runs of an outside mode a worker does in one task
 OUTSIDE_FILE_CALLS = 800     # calls of the run that writes the journal an outside process then changes: several files
@@ -102,14 +106,17 @@ FIGURES = {
     "outside-file runs": lambda report: report.runs.get("outside-file", 0),
     "second openers": lambda report: report.runs.get("second-opener", 0),
     "live inspections": lambda report: report.runs.get("live-inspect", 0),
+    "checkpoint attacks": lambda report: report.runs.get("checkpoint", 0),
 }
 ACCEPTANCE = {
     "ci": {"SIGKILLs": 500, "power-loss states": 100_000, "power-loss crash points": 3_000,
            "injected I/O faults": 2_000, "hits of each named crash point": 10, "bit flips": 10_000,
-           "broker kills": 100, "outside-file runs": 30, "second openers": 18, "live inspections": 16},
+           "broker kills": 100, "outside-file runs": 30, "second openers": 18, "live inspections": 16,
+           "checkpoint attacks": 1_500},
     "long": {"SIGKILLs": 5_000, "power-loss states": 800_000, "power-loss crash points": 30_000,
              "injected I/O faults": 20_000, "hits of each named crash point": 50, "bit flips": 100_000,
-             "broker kills": 1_000, "outside-file runs": 300, "second openers": 90, "live inspections": 80},
+             "broker kills": 1_000, "outside-file runs": 300, "second openers": 90, "live inspections": 80,
+             "checkpoint attacks": 15_000},
 }
 # sizes whose every mode must run: a mode skipped for a missing tool fails the run (exit status 5)
 COMPLETE_SIZES = ("ci", "long")
@@ -122,6 +129,7 @@ FULL_DISK_BROKER_S = 10.0     # the broker workload is killed after this if the 
 POWER_LOSS_CALLS = 600      # calls of each recorded run: a few thousand system calls, several files rolled
 CHAIN_LENGTH = 10
 FLIPS_PER_TASK = 1_000      # bit flips a worker checks in one task
+CHECKPOINT_ATTACKS_PER_TASK = 300     # checkpoint attacks a worker makes in one task (on one pristine journal)
 
 
 @dataclass
@@ -375,6 +383,10 @@ class Campaign:
             self.report.not_applicable.update(self._not_applicable())
             return tasks
         tasks += self._outside_tasks("outside-file", "outside_files", "outside_file_runs")
+        total = plan["checkpoint_attacks"]
+        for first in range(0, total, CHECKPOINT_ATTACKS_PER_TASK):
+            count = min(CHECKPOINT_ATTACKS_PER_TASK, total - first)
+            tasks.append(self._part_task("checkpoint", count, "checkpoint_attack_runs", first, count))
         for index in range(plan["truncations"]):
             tasks.append(self._part_task("damage-build", 1, "damage_build", index,
                                          absorb=functools.partial(self._after_damage_build, index)))
@@ -401,6 +413,8 @@ class Campaign:
                 "outside-file": "the files cut, overwritten or deleted are the journal's data files, and the "
                                 "damage is judged by what its recovery reports",
                 "crash-point": internals, "io-error": internals,
+                "checkpoint": "the checkpoint is the journal's own file, and its attacks are judged against a "
+                              "full decode of the journal's files",
                 "bit-flip": "damage is placed in the journal's frames, and judged by what its recovery reports",
                 "truncation": "cuts are made at the journal's frame boundaries, and judged by what its recovery "
                               "reports"}
@@ -762,6 +776,21 @@ class Campaign:
             self.report.count("second-opener")
             self.progress("second-opener", n - first + 1, count)
             shutil.rmtree(directory, ignore_errors=True)
+
+    def checkpoint_attack_runs(self, first: int, count: int) -> None:
+        """Checkpoint attacks first .. first + count - 1 on a journal of this part's seed
+        (journal_engine.crashtest.checkpoint_attack), each outcome counted, each broken invariant a
+        violation."""
+        directory = self._simulated_scratch()
+        try:
+            outcomes, violations = checkpoint_attack.attack(
+                directory, self.seed, first, count, progress=lambda done: self.progress("checkpoint", done, count))
+        finally:
+            if directory != str(self.scratch):
+                scratch_module.remove(directory)
+        self.report.count("checkpoint", sum(outcomes.values()))
+        add_counts(self.report.damage.setdefault("checkpoint", {}), outcomes)
+        self.report.violations += violations
 
     def live_inspect_runs(self, first: int, count: int) -> None:
         """Runs in which `journal-engine print / stats / verify / export / dlq list` inspect the

@@ -19,14 +19,35 @@ def test_a_smoke_campaign_runs_every_fault_mode_and_finds_no_violation(tmp_path)
     report = Campaign(tmp_path / "scratch", size="smoke", seed=11).run()
     assert report.violations == []
     assert set(report.runs) >= {"kill", "crash-point", "io-error", "bit-flip", "truncation", "power-loss",
-                                "broker-kill", "outside-file", "second-opener", "live-inspect"}
+                                "broker-kill", "outside-file", "second-opener", "live-inspect", "checkpoint"}
     # libfiu and the small tmpfs run where the machine has them; skipped modes say why
     assert set(report.runs) | set(report.skipped) == {"kill", "crash-point", "io-error", "bit-flip", "truncation",
                                                       "power-loss", "libfiu", "full-disk", "broker-kill",
-                                                      "outside-file", "second-opener", "live-inspect"}
+                                                      "outside-file", "second-opener", "live-inspect",
+                                                      "checkpoint"}
     assert report.power_loss["states"] >= 15 * 2 and report.broker["kills"] == 4
+    assert report.runs["checkpoint"] == 30 and sum(report.damage["checkpoint"].values()) == 30
     assert all(report.crash_points_hit[point] >= 1 for point in durability.CRASH_POINTS)
     assert report.acknowledged > 0 and report.calls >= report.acknowledged
+
+
+@pytest.mark.same_on_both     # the harness's own checks (the smoke campaign above runs on the twin)
+def test_the_checkpoint_attack_catches_a_forged_checkpoint_put_back_by_a_refused_load(tmp_path, monkeypatch):
+    """A refused load that puts back whatever it took, as before the fix: the forged checkpoint outlives
+    the load, which the attack's judge must call a violation (and the fixed one does not)."""
+    from journal_engine.crashtest import checkpoint_attack
+    from journal_engine.journal import checkpoint as checkpoints
+    pristine = str(tmp_path / "pristine")
+    checkpoint_attack.write_pristine(pristine, seed=2)
+    with open(os.path.join(pristine, "journal.jck"), "rb") as handle:
+        content = handle.read()
+    forged = next(attack for attack in (checkpoint_attack.random_attack(content, __import__("random").Random(n))
+                                        for n in range(500)) if attack.holder == "load refused")
+    expected = checkpoint_attack.decoded(pristine)
+    assert checkpoint_attack.run_attack(pristine, str(tmp_path / "work"), forged, expected) == ("not put back", "")
+    monkeypatch.setattr(checkpoints.Checkpoint, "_sound", lambda self, content: True)
+    outcome, broke = checkpoint_attack.run_attack(pristine, str(tmp_path / "work"), forged, expected)
+    assert outcome == "outlived" and "put the forged checkpoint back" in broke
 
 
 @pytest.mark.same_on_both     # the harness's own checks (the smoke campaign above runs on the twin)
