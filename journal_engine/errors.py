@@ -65,6 +65,10 @@ class JournalIOError(JournalError, OSError):
         return str(self.args[0]) if self.args else ""
 
 
+class AddressInUseError(JournalIOError):
+    """A server's listening address (host and port) is taken by another program; nothing was created."""
+
+
 class JournalFailedError(JournalIOError):
     """An fsync or write failed; the journal accepts no more writes until reopened."""
 

@@ -187,6 +187,28 @@ STOMP_WATCH_WAIT_S = 1.0
 # STOMP_WRITE_TIMEOUT_S shuts the connection down (part of a frame may be out: nothing may follow it)
 STOMP_OUTBOX_BYTES_MAX = 32 * 1024 * 1024
 STOMP_WRITE_TIMEOUT_S = 10.0
+# the served broker (served/): a subscription acknowledging by client or client-individual is handed at
+# most this many messages it has not acknowledged, unless its SUBSCRIBE says otherwise in the
+# ``activemq.prefetchSize`` header (ActiveMQ's name), between 1 and SERVED_PREFETCH_MAX. 1 keeps the
+# order a consumer sees after a NACK (the failed message comes back next) and the old server's model
+SERVED_PREFETCH_DEFAULT = 1
+SERVED_PREFETCH_MAX = 65536
+# a connection's outgoing bytes the event loop buffers: past the high mark no more MESSAGE frames are
+# handed to its subscriptions (they stay in their queues, for other consumers) until it drains below
+# the low mark; a connection that stays past the high mark for STOMP_WRITE_TIMEOUT_S is given up
+SERVED_WRITE_BUFFER_HIGH_BYTES = 4 * 1024 * 1024
+SERVED_WRITE_BUFFER_LOW_BYTES = 1024 * 1024
+# one subscription is handed at most this many messages in one turn of the loop, so that a consumer
+# with a deep backlog and no prefetch bound (ack auto) does not hold the loop from other connections
+SERVED_DISPATCH_BATCH_MAX = 256
+# a subscription with room and nothing deliverable looks at its queue again this often, for what
+# becomes deliverable with nothing sent: a redelivery falling due, a dead letter or an expiry copy
+SERVED_IDLE_POLL_S = 0.02
+# heart-beating (STOMP 1.1 and 1.2): the server offers to send, and asks to receive, a heart-beat at
+# most this often; a client that promised heart-beats and is silent for SERVED_HEARTBEAT_GRACE times
+# the agreed interval is given up (its unacknowledged messages become failed deliveries)
+SERVED_HEARTBEAT_MS = 1000
+SERVED_HEARTBEAT_GRACE = 2.0
 # the kombu transport (integrations/kombu.py) waits this long for the RECEIPT of a request (a publish,
 # a declaration, an ACK) before it gives the connection up as lost
 KOMBU_REPLY_TIMEOUT_S = 30.0
@@ -201,6 +223,11 @@ _RELATIONSHIPS = {
     "the default sync mode is a sync mode": SYNC_MODE_DEFAULT in SYNC_MODE_NAMES,
     "a STOMP read fits in a frame": 0 < STOMP_READ_BYTES <= STOMP_FRAME_BYTES_MAX,
     "a STOMP outbox holds a frame of the largest size": STOMP_FRAME_BYTES_MAX < STOMP_OUTBOX_BYTES_MAX,
+    "a served subscription's default prefetch is within its bound": 1 <= SERVED_PREFETCH_DEFAULT <= SERVED_PREFETCH_MAX,
+    "a served connection's write buffer marks are ordered": 0 < SERVED_WRITE_BUFFER_LOW_BYTES
+                                                            < SERVED_WRITE_BUFFER_HIGH_BYTES,
+    "a served turn hands out at least one message": SERVED_DISPATCH_BATCH_MAX >= 1,
+    "served heart-beats tolerate a late one": SERVED_HEARTBEAT_MS > 0 and SERVED_HEARTBEAT_GRACE > 1,
     "the async receive's polls grow": 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S,
     "an LMDB map starts within its growth": LMDB_MAP_SIZE_MIN_BYTES <= LMDB_MAP_SIZE_DEFAULT_BYTES
                                             <= LMDB_MAP_SIZE_MAX_DEFAULT_BYTES,

@@ -79,12 +79,9 @@ def crash_test_command(arguments) -> int:
 @click.option("--redelivery-delay-ms", type=int, default=0, show_default=True)
 def serve_stomp_command(data, port, host, backend, sync, max_delivery_attempts, dead_letter_queue,
                         redelivery_delay_ms) -> int:
-    """Run a STOMP broker (coilmq) whose queues live in a journal_engine store (docs/integrations.md)."""
-    try:
-        from ..integrations.coilmq import serve
-    except ImportError as exc:
-        fail_line(f"serve-stomp: {exc}; install it with: pip install 'journal_engine[coilmq]'")
-        return EXIT_USAGE
+    """Run a STOMP broker on one event loop whose queues live in a journal_engine store
+    (docs/integrations.md)."""
+    from ..served import serve
     return serve(data, port, host, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
                  dead_letter_queue=dead_letter_queue or None, redelivery_delay_ms=redelivery_delay_ms)
 

@@ -24,7 +24,8 @@ The model, in three layers:
   ``redelivered:true`` (as ActiveMQ's STOMP does), and moved to the dead-letter queue once it failed
   ``max_delivery_attempts`` times (Artemis's rule; its ``max-delivery-attempts`` and
   ``redelivery-delay`` address settings).
-* **The server** (:func:`build_server`, :func:`serve`, ``journal-engine serve-stomp``): coilmq's
+* **The server** (:func:`build_server`, :func:`serve`; ``journal-engine serve-stomp`` ran it until
+  it got a server of its own, ``journal_engine.served``, on one event loop): coilmq's
   threaded socket server with our manager and protocol adapters (NACK, which coilmq 1.1.0 answers
   with an error; ``client-individual`` acknowledgement; STOMP 1.2's ``ack`` header and a CONNECT
   whose ``host`` is the address the client dialled), and our frame reader and writer
@@ -857,7 +858,7 @@ class _RequestHandler(StompRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.reader = FrameReader()
+        self.reader = FrameReader(frame_type=Frame)
         # coilmq sets the server's 0.5 s timeout on the socket, for its reads to see a shutdown; reads
         # wait on a selector with that timeout instead, and the socket's own timeout is the writes'
         self.request.settimeout(STOMP_WRITE_TIMEOUT_S)

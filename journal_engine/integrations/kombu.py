@@ -22,8 +22,9 @@ so nothing that decides delivery lives in a client:
   for a message taken from the dead-letter queue, ``original_queue``.
 
 Each publish, declaration, ACK and NACK waits for its RECEIPT, which the server sends once it is on
-disk. The server hands a subscription one message at a time (coilmq's model): kombu's prefetch
-count has no further effect.
+disk. Each subscription asks the server for one message at a time (``activemq.prefetchSize:1``): a
+message kombu has not taken stays in the server's queue, for any consumer; kombu's prefetch count has
+no further effect.
 """
 from __future__ import annotations
 
@@ -42,13 +43,14 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 from kombu.utils.json import dumps, loads
 
 from ..limits import KOMBU_REPLY_TIMEOUT_S
-from .coilmq import DELIVERY_COUNT_HEADER, EXPIRES_HEADER, ORIGINAL_DESTINATION_HEADER, REDELIVERED_HEADER
+from ..served.messages import DELIVERY_COUNT_HEADER, EXPIRES_HEADER, ORIGINAL_DESTINATION_HEADER, REDELIVERED_HEADER
 from .exchanges import CONTROL_PREFIX, EXCHANGE_PREFIX, QUEUE_PREFIX, REQUEUE_HEADER, ROUTING_KEY_HEADER
 
 __all__ = ["Transport", "Channel", "SCHEME"]
 
 SCHEME = "journal-engine"
 DEFAULT_PORT = 61613
+PREFETCH_HEADER = "activemq.prefetchSize"
 
 
 class _Link:
@@ -342,7 +344,8 @@ class Channel(virtual.Channel):
 
     def _subscribe(self, queue: str, subscription: str) -> None:
         self._link.request(lambda receipt: self._link.stomp.subscribe(
-            _queue_destination(queue), subscription, ack="client-individual", headers={"receipt": receipt}))
+            _queue_destination(queue), subscription, ack="client-individual",
+            headers={"receipt": receipt, PREFETCH_HEADER: "1"}))
 
     def _unsubscribe(self, queue: str, subscription: str) -> None:
         self._link.request(lambda receipt: self._link.stomp.unsubscribe(
@@ -370,7 +373,7 @@ class Channel(virtual.Channel):
             self.basic_reject(tag, requeue=True)
 
     def basic_qos(self, prefetch_size=0, prefetch_count=0, apply_global=False) -> None:
-        self.qos.prefetch_count = prefetch_count     # the server hands one message at a time anyway
+        self.qos.prefetch_count = prefetch_count     # each subscription asks the server for one at a time
 
     def _nack(self, message_id: str, subscription: str, *, requeue: bool) -> None:
         self._link.request(lambda receipt: self._link.stomp.nack(

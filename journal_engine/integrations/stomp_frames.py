@@ -11,18 +11,22 @@ header. :class:`FrameReader` reads frames from any split of the stream, STOMP 1.
 bodies holding NULs), and refuses what breaks the grammar or the limits with :class:`StompFrameError`,
 which the server answers with an ERROR frame before it closes the connection. :func:`pack` writes a
 frame with a byte-exact ``content-length`` and escaped headers.
+
+The module imports no broker: the served broker (``journal_engine.served``) reads its frames as
+:class:`StompFrame`, coilmq's request handler as coilmq's ``Frame`` (``FrameReader(frame_type=...)``).
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
 
-from coilmq.util.frames import CONNECT, CONNECTED, Frame
-
 from ..errors import JournalError
 from ..limits import STOMP_FRAME_BYTES_MAX, STOMP_HEADERS_MAX
 
-__all__ = ["StompFrameError", "FrameReader", "pack"]
+__all__ = ["StompFrameError", "StompFrame", "FrameReader", "pack"]
+
+CONNECT = "CONNECT"
+CONNECTED = "CONNECTED"
 
 _EOL = b"\n"
 _NUL = b"\x00"
@@ -39,16 +43,34 @@ class StompFrameError(JournalError, ValueError):
     with an ERROR frame whose ``message`` is this error's text, then closes the connection."""
 
 
+class StompFrame:
+    """A frame as read: ``cmd`` (the command), ``headers`` (str to str, the first of repeated ones),
+    ``body`` (bytes). coilmq's ``Frame`` has the same three attributes, so :func:`pack` writes either."""
+
+    __slots__ = ("cmd", "headers", "body")
+
+    def __init__(self, cmd: str, headers: dict | None = None, body: bytes = b"") -> None:
+        self.cmd = cmd
+        self.headers = headers if headers is not None else {}
+        self.body = body
+
+    def __repr__(self) -> str:
+        return f"StompFrame({self.cmd!r}, {self.headers!r}, {len(self.body)} bytes)"
+
+
 class FrameReader:
     """Frames from a byte stream fed in pieces of any size.
 
     ``feed(data)`` yields the frames completed so far, in order, and keeps the rest. ``escapes``
     (False until the connection agreed on STOMP 1.1 or 1.2) decodes header escapes. A frame of more
     than ``frame_bytes_max`` bytes is refused as soon as that many are buffered without its end.
+    ``frame_type`` is called as ``frame_type(command, headers=..., body=...)`` for each frame.
     """
 
-    def __init__(self, *, frame_bytes_max: int = STOMP_FRAME_BYTES_MAX, headers_max: int = STOMP_HEADERS_MAX) -> None:
+    def __init__(self, *, frame_bytes_max: int = STOMP_FRAME_BYTES_MAX, headers_max: int = STOMP_HEADERS_MAX,
+                 frame_type=StompFrame) -> None:
         self.escapes = False
+        self._frame_type = frame_type
         self._frame_bytes_max = frame_bytes_max
         self._headers_max = headers_max
         self._buffer = bytearray()
@@ -65,14 +87,14 @@ class FrameReader:
         """Bytes received and not yet part of a returned frame."""
         return len(self._buffer)
 
-    def feed(self, data: bytes) -> Iterator[Frame]:
+    def feed(self, data: bytes) -> Iterator:
         """Buffer ``data``; yield each frame completed, one at a time, so that the frames before a
         broken one are handled before its StompFrameError is raised."""
         self._buffer += data
         while (frame := self._next_frame()) is not None:
             yield frame
 
-    def _next_frame(self) -> Frame | None:
+    def _next_frame(self):
         buffer = self._buffer
         if self._pending is None:
             start = 0
@@ -120,7 +142,7 @@ class FrameReader:
         self._pending = None
         self._searched = 0
         self._command_checked = False
-        return Frame(command, headers=headers, body=body)
+        return self._frame_type(command, headers=headers, body=body)
 
     def _headers(self, block: bytes) -> tuple[str, dict[str, str]]:
         first, _, rest = block.partition(_EOL)
@@ -195,7 +217,7 @@ def _unescape(text: str, command: str) -> str:
     return _ESCAPE_SEQUENCE.sub(one, text)
 
 
-def pack(frame: Frame, *, escapes: bool) -> bytes:
+def pack(frame, *, escapes: bool) -> bytes:
     """The bytes of ``frame``: its headers (escaped when ``escapes``, except on CONNECTED), a
     ``content-length`` counting the body's bytes (a str body is written as UTF-8), the body, NUL."""
     body = frame.body

@@ -1,0 +1,69 @@
+"""How a STOMP SEND is kept in a broker message and how a kept message goes out as a MESSAGE frame.
+
+The body is the message's body, byte for byte; each header of the SEND (but those that ask something
+of the server: ``receipt``, ``transaction``, ``content-length``, ``message-id``) is a message
+property ``stomp.header.<name>``. That is the scheme the coilmq-based serve-stomp wrote, so a data
+directory it left is served as it was. On the way out the server adds ``destination`` (the queue the
+message comes from), ``message-id`` (the broker's id), ``delivery-count`` (1 the first time, persisted
+before the frame leaves), ``redelivered:true`` when it may have been delivered before, and
+``original-destination`` on a dead-letter or expiry copy (ActiveMQ's header names).
+"""
+from __future__ import annotations
+
+from ..errors import ConfigError
+
+__all__ = ["REDELIVERED_HEADER", "DELIVERY_COUNT_HEADER", "ORIGINAL_DESTINATION_HEADER", "EXPIRES_HEADER",
+           "HEADER_PROPERTY", "ORIGINAL_ADDRESS_PROPERTIES", "properties_of", "expiration_of", "message_headers"]
+
+#: set to "true" on a MESSAGE that may have been delivered before (ActiveMQ's STOMP header name)
+REDELIVERED_HEADER = "redelivered"
+#: on every MESSAGE: the delivery attempt it is, 1 the first time
+DELIVERY_COUNT_HEADER = "delivery-count"
+#: on a MESSAGE taken from the dead-letter queue: the destination it was sent to (ActiveMQ's name)
+ORIGINAL_DESTINATION_HEADER = "original-destination"
+#: on a SEND: when the message expires (epoch ms; ActiveMQ's name); it then goes to the dead-letter queue
+EXPIRES_HEADER = "expires"
+#: the prefix of the message property that keeps one header of the SEND
+HEADER_PROPERTY = "stomp.header."
+#: set by the broker on dead-letter and expiry copies (Artemis's and HornetQ's names)
+ORIGINAL_ADDRESS_PROPERTIES = ("_AMQ_ORIG_ADDRESS", "_HQ_ORIG_ADDRESS")
+
+# headers that ask the server for something (a RECEIPT, a transaction) or that it sets itself
+_NOT_KEPT = frozenset({"receipt", "transaction", "content-length", "message-id"})
+
+
+def properties_of(headers: dict[str, str]) -> dict[str, str]:
+    """The message properties that keep the headers of a SEND."""
+    return {HEADER_PROPERTY + name: value for name, value in headers.items() if name not in _NOT_KEPT}
+
+
+def expiration_of(headers: dict[str, str]) -> int:
+    """The ``expires`` header (epoch ms; absent, empty or 0: never) as the message's expiration;
+    ConfigError naming the header unless it is such a number."""
+    value = headers.get(EXPIRES_HEADER)
+    if not value:
+        return 0
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()):
+        raise ConfigError(EXPIRES_HEADER, value, "must be a time in epoch milliseconds, 0 for none")
+    return int(text)
+
+
+def message_headers(message, destination: str) -> dict[str, str]:
+    """The headers of the MESSAGE frame that delivers ``message`` (a broker Message) from the queue
+    ``destination``, but those naming the subscription and the acknowledgement."""
+    properties = message.properties or {}
+    start = len(HEADER_PROPERTY)
+    headers = {name[start:]: str(value) for name, value in properties.items() if name.startswith(HEADER_PROPERTY)}
+    headers["destination"] = destination
+    for key in ORIGINAL_ADDRESS_PROPERTIES:
+        original = properties.get(key)
+        if original is not None:
+            if original != destination:
+                headers[ORIGINAL_DESTINATION_HEADER] = str(original)
+            break
+    headers["message-id"] = str(message.message_id)
+    headers[DELIVERY_COUNT_HEADER] = str(message.delivery_count)
+    if message.redelivered:
+        headers[REDELIVERED_HEADER] = "true"
+    return headers

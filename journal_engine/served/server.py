@@ -1,0 +1,137 @@
+"""The served broker's life: the listening socket, the event loop, the listening line, the stop.
+
+Order at start: the socket is bound first, so that a port in use is said (AddressInUseError naming
+host and port) before anything is created on disk; then the broker opens its data directory
+(recovery); then the loop accepts connections and the line ``journal-engine serve-stomp: listening
+on HOST:PORT (...)`` is printed and flushed (scripts and the test harness wait for it).
+
+SIGTERM or SIGINT stops it cleanly: no more connections are accepted, each connection is closed
+(what the turns wrote is out; what a client had not acknowledged is delivered again after the next
+start, marked redelivered, its delivery count persisted), the broker is closed (the store synced, its
+checkpoint saved), and :func:`serve` returns 0.
+
+The loop is uvloop's when uvloop is installed (``pip install 'journal_engine[uvloop]'``), asyncio's
+otherwise; the server runs the same on either.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import socket
+import sys
+
+from ..errors import AddressInUseError, JournalIOError
+from .connection import StompConnection
+from .destinations import DEFAULT_DEAD_LETTER_QUEUE, DEFAULT_MAX_DELIVERY_ATTEMPTS, Destinations
+from .subscriptions import Dispatcher
+from .turn import Turn
+
+__all__ = ["ServedBroker", "serve", "listening_socket", "new_event_loop"]
+
+_BACKLOG = 1024
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when uvloop is installed, else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening (port 0: any free port). AddressInUseError
+    naming them when another program holds the port; JournalIOError for another refusal."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # a restart on the port of a server just killed must not wait for its TIME_WAIT connections
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(_BACKLOG)
+        sock.setblocking(False)
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise AddressInUseError(f"serve-stomp cannot listen on {host}:{port}: another program uses that port; "
+                                    "nothing was created", errno=error.errno,
+                                    hint="stop that program, or choose another port (--port 0: any free one)") from None
+        raise JournalIOError(f"serve-stomp cannot listen on {host}:{port}: {error.strerror or error}; nothing was "
+                             "created", errno=error.errno,
+                             hint="check the host is an address of this machine and the port is yours to use") from None
+    return sock
+
+
+class ServedBroker:
+    """One event loop's broker: its destinations, dispatcher, turn and connections."""
+
+    def __init__(self, destinations: Destinations, loop: asyncio.AbstractEventLoop) -> None:
+        self.destinations = destinations
+        self.loop = loop
+        self.dispatcher = Dispatcher(loop, self._wake)
+        self.turn = Turn(loop, self.dispatcher, destinations.sync)
+        self.connections: set[StompConnection] = set()
+        self.stopping = False
+
+    def _wake(self) -> None:
+        self.turn.wake()
+
+    def stats(self) -> dict[str, str]:
+        """Counters (the reply of the ``/journal-engine/stats`` request): the loop's turns and syncs,
+        and the fdatasyncs the message store made, its background flusher's included."""
+        return {"turns": str(self.turn.turns), "syncs": str(self.turn.syncs),
+                "fdatasyncs": str(self.destinations.fdatasyncs()), "connections": str(len(self.connections))}
+
+    async def run(self, sock: socket.socket, announce, stop: asyncio.Event) -> None:
+        """Accept connections on ``sock`` until ``stop`` is set; ``announce()`` once accepting."""
+        server = await self.loop.create_server(lambda: StompConnection(self), sock=sock)
+        try:
+            announce()
+            await stop.wait()
+        finally:
+            self.stopping = True
+            self.dispatcher.stop()
+            server.close()
+            for connection in list(self.connections):
+                if connection.transport is not None:
+                    connection.transport.abort()
+            await asyncio.sleep(0)          # connection_lost of each runs
+
+
+def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1", *, backend: str = "journal",
+          max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
+          dead_letter_queue: str | None = DEFAULT_DEAD_LETTER_QUEUE, redelivery_delay_ms: int = 0,
+          sync: str = "group", out=None) -> int:
+    """Run the served broker until SIGTERM or SIGINT; prints one line ``listening on HOST:PORT`` (to
+    ``out``, default stdout) once connections are accepted. Returns the exit status (0)."""
+    out = out or sys.stdout
+    sock = listening_socket(host, port)
+    try:
+        destinations = Destinations(data_dir, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
+                                    dead_letter_queue=dead_letter_queue, redelivery_delay_ms=redelivery_delay_ms)
+    except BaseException:
+        sock.close()
+        raise
+    loop = new_event_loop()
+    try:
+        broker = ServedBroker(destinations, loop)
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        bound_host, bound_port = sock.getsockname()[:2]
+
+        def announce() -> None:
+            print(f"journal-engine serve-stomp: listening on {bound_host}:{bound_port} "
+                  f"(store {os.fspath(data_dir)}, backend {backend}, max delivery attempts {max_delivery_attempts}, "
+                  f"dead-letter queue {dead_letter_queue})", file=out, flush=True)
+
+        loop.run_until_complete(broker.run(sock, announce, stop))
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        loop.close()
+        destinations.close()
+    return 0
