@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from ..errors import JournalError
 from ..limits import STOMP_FRAME_BYTES_MAX, STOMP_HEADERS_MAX
 
-__all__ = ["StompFrameError", "StompFrame", "FrameReader", "pack"]
+__all__ = ["StompFrameError", "StompFrame", "FrameReader", "pack", "header_value"]
 
 CONNECT = "CONNECT"
 CONNECTED = "CONNECTED"
@@ -80,50 +80,66 @@ class FrameReader:
         # how far the search for the end of the headers (or, once they are read, for the body's NUL)
         # has looked: each byte is looked at once, however the stream is split
         self._searched = 0
+        self._start = 0                 # where the frame being read begins (bytes before it are read)
         self._command_checked = False
 
     @property
     def buffered_bytes(self) -> int:
         """Bytes received and not yet part of a returned frame."""
-        return len(self._buffer)
+        return len(self._buffer) - self._start
 
     def feed(self, data: bytes) -> Iterator:
         """Buffer ``data``; yield each frame completed, one at a time, so that the frames before a
         broken one are handled before its StompFrameError is raised."""
         self._buffer += data
-        while (frame := self._next_frame()) is not None:
-            yield frame
+        try:
+            while (frame := self._next_frame()) is not None:
+                yield frame
+        finally:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the bytes of the frames returned, once a feed is done: dropping them frame by frame
+        moved the rest of the buffer each time (quadratic in the frames one read holds)."""
+        start = self._start
+        if start:
+            del self._buffer[:start]
+            self._start = 0
+            self._searched = max(0, self._searched - start)
+            if self._pending is not None:
+                command, headers, body_start, length = self._pending
+                self._pending = (command, headers, body_start - start, length)
 
     def _next_frame(self):
         buffer = self._buffer
+        start = self._start             # where the frame being read begins; positions are the buffer's
         if self._pending is None:
-            start = 0
-            while start < len(buffer) and buffer[start] in b"\r\n":    # heart-beats between frames
+            size = len(buffer)
+            while start < size and buffer[start] in b"\r\n":    # heart-beats between frames
                 start += 1
-            if start:
-                del buffer[:start]
-                self._searched = 0
-            end = _end_of_headers(buffer, max(self._searched - 2, 0))    # an empty line is 2 or 3 bytes
+            self._start = start
+            searched = max(self._searched, start)
+            end = _end_of_headers(buffer, max(searched - 2, start))    # an empty line is 2 or 3 bytes
             if end is None:
                 # refuse garbage at once rather than wait for an empty line that may never come
                 if not self._command_checked:
-                    line_end = buffer.find(_EOL, self._searched)
+                    line_end = buffer.find(_EOL, searched)
                     if line_end >= 0:
-                        _command(bytes(buffer[:line_end]))
+                        _command(bytes(buffer[start:line_end]))
                         self._command_checked = True
-                if buffer.find(_NUL, self._searched) >= 0:
+                if buffer.find(_NUL, searched) >= 0:
                     raise StompFrameError("a frame ends (NUL) before the empty line that ends its headers")
-                self._searched = len(buffer)
-                self._check_size(len(buffer))
+                self._searched = size
+                self._check_size(size - start)
                 return None
             header_end, body_start = end
-            self._check_size(body_start)
-            command, headers = self._headers(bytes(buffer[:header_end]))
+            self._check_size(body_start - start)
+            command, headers = self._headers(bytes(buffer[start:header_end]))
             self._pending = (command, headers, body_start, self._content_length(headers))
             self._searched = body_start
         command, headers, body_start, length = self._pending
         if length is not None:
-            self._check_size(body_start + length + 1)
+            self._check_size(body_start + length + 1 - start)
             if len(buffer) <= body_start + length:
                 return None
             if buffer[body_start + length] != 0:
@@ -134,13 +150,12 @@ class FrameReader:
             end = buffer.find(_NUL, self._searched)
             if end < 0:
                 self._searched = len(buffer)
-                self._check_size(len(buffer))
+                self._check_size(len(buffer) - start)
                 return None
-            self._check_size(end + 1)
+            self._check_size(end + 1 - start)
         body = bytes(buffer[body_start:end])
-        del buffer[:end + 1]
+        self._start = self._searched = end + 1
         self._pending = None
-        self._searched = 0
         self._command_checked = False
         return self._frame_type(command, headers=headers, body=body)
 
@@ -197,7 +212,9 @@ def _end_of_headers(buffer: bytearray, start: int = 0) -> tuple[int, int] | None
     """Where the header block ends (the EOL of its last line) and the body starts: after the first
     empty line (LF LF or LF CR LF) at or after ``start``. None until it is buffered."""
     index = buffer.find(b"\n\n", start)
-    crlf = buffer.find(b"\n\r\n", start)
+    # an LF CR LF ending sooner lies before that LF LF: looking further would read the whole buffer
+    # for each frame (quadratic in the frames one read holds)
+    crlf = buffer.find(b"\n\r\n", start, index + 2 if index >= 0 else len(buffer))
     if crlf >= 0 and (index < 0 or crlf < index):
         return crlf, crlf + 3
     if index >= 0:
@@ -215,6 +232,13 @@ def _unescape(text: str, command: str) -> str:
             raise StompFrameError(f"{command} frame: undefined escape \\{escaped} in a header")
         return _UNESCAPES[escaped]
     return _ESCAPE_SEQUENCE.sub(one, text)
+
+
+def header_value(value: str, escapes: bool) -> bytes:
+    """A header value as :func:`pack` writes it: escaped (STOMP 1.1, 1.2) or with line breaks as spaces (1.0)."""
+    if escapes:
+        return value.translate(_ESCAPES).encode("utf-8")
+    return value.replace("\n", " ").replace("\r", " ").encode("utf-8")
 
 
 def pack(frame, *, escapes: bool) -> bytes:

@@ -26,7 +26,7 @@ import time
 
 from ..errors import JournalError
 from ..integrations.exchanges import CONTROL_PREFIX, EXCHANGE_PREFIX, REQUEUE_HEADER
-from ..integrations.stomp_frames import FrameReader, StompFrame, StompFrameError, pack
+from ..integrations.stomp_frames import FrameReader, StompFrame, StompFrameError, header_value, pack
 from ..limits import (SERVED_HEARTBEAT_GRACE, SERVED_WRITE_BUFFER_HIGH_BYTES, SERVED_WRITE_BUFFER_LOW_BYTES,
                       STOMP_ERROR_LINGER_S, STOMP_WRITE_TIMEOUT_S)
 from .messages import message_headers
@@ -216,9 +216,7 @@ class StompConnection(asyncio.Protocol):
             operation = destination[len(CONTROL_PREFIX):]
             if operation == "stats":
                 return self._server.stats()
-            reply = self._destinations.control(operation, headers)
-            self._turn.appended = True
-            return reply
+            return self._destinations.control(operation, headers)
         if destination.startswith(TOPIC_PREFIX):
             self._dispatcher.publish(destination, headers, frame.body)
             return None
@@ -228,7 +226,6 @@ class StompConnection(asyncio.Protocol):
         else:
             self._destinations.send(destination, headers, frame.body)
             self._dispatcher.mark(destination)
-        self._turn.appended = True
         return None
 
     def _subscribe(self, frame: StompFrame) -> None:
@@ -299,7 +296,6 @@ class StompConnection(asyncio.Protocol):
                 consumer.rollback(message)
             else:
                 consumer.ack(message)
-        self._turn.appended = True
         if failed:
             self._dispatcher.mark(subscription.destination)
         if subscription.active:
@@ -346,9 +342,15 @@ class StompConnection(asyncio.Protocol):
         self._turn.waiting(self)
 
     def _receipt(self, receipt: str, reply: dict | None) -> None:
-        headers = dict(reply or {})
-        headers["receipt-id"] = receipt
-        self._queue(pack(StompFrame("RECEIPT", headers), escapes=self.version not in (None, "1.0")))
+        """A RECEIPT, which promises that what its frame did is durable: the turn syncs before it
+        goes out. (What no RECEIPT promises, the store's own group commit writes within its window.)"""
+        self._turn.promised = True
+        if reply:
+            headers = dict(reply)
+            headers["receipt-id"] = receipt
+            self._queue(pack(StompFrame("RECEIPT", headers), escapes=self.version not in (None, "1.0")))
+        else:       # the common case, written directly: the receipt id escaped as pack() escapes it
+            self._queue(b"RECEIPT\nreceipt-id:%s\n\n\x00" % header_value(receipt, self.version not in (None, "1.0")))
 
     def _refuse(self, message: str, frame: StompFrame | None) -> None:
         """An ERROR frame after what the turn holds, then the clean close (``write_out``)."""
@@ -427,4 +429,3 @@ class StompConnection(asyncio.Protocol):
                 _log.warning("serve-stomp: returning the messages of a closed connection: %s", error)
             self._dispatcher.mark(subscription.destination)
         self._subscriptions.clear()
-        self._turn.appended = True

@@ -92,8 +92,8 @@ class Destinations:
         destinations = self.exchanges.route(exchange, headers.get(ROUTING_KEY_HEADER, ""))
         for destination in destinations:
             self.ensure_queue(destination)
-            self.broker.send(destination, body, properties=properties_of(dict(headers, destination=destination)),
-                             routing_type="anycast", expiration=expiration)
+            self.broker.send(destination, body, properties=properties_of(headers), routing_type="anycast",
+                             expiration=expiration)
         return destinations
 
     def dead_letter(self, consumer, message) -> str | None:

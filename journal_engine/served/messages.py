@@ -1,8 +1,8 @@
 """How a STOMP SEND is kept in a broker message and how a kept message goes out as a MESSAGE frame.
 
 The body is the message's body, byte for byte; each header of the SEND (but those that ask something
-of the server: ``receipt``, ``transaction``, ``content-length``, ``message-id``) is a message
-property ``stomp.header.<name>``. That is the scheme the coilmq-based serve-stomp wrote, so a data
+of the server or that it sets on the way out: ``receipt``, ``transaction``, ``content-length``,
+``message-id``, ``destination``) is a message property ``stomp.header.<name>``. That is the scheme the coilmq-based serve-stomp wrote, so a data
 directory it left is served as it was. On the way out the server adds ``destination`` (the queue the
 message comes from), ``message-id`` (the broker's id), ``delivery-count`` (1 the first time, persisted
 before the frame leaves), ``redelivered:true`` when it may have been delivered before, and
@@ -29,7 +29,8 @@ HEADER_PROPERTY = "stomp.header."
 ORIGINAL_ADDRESS_PROPERTIES = ("_AMQ_ORIG_ADDRESS", "_HQ_ORIG_ADDRESS")
 
 # headers that ask the server for something (a RECEIPT, a transaction) or that it sets itself
-_NOT_KEPT = frozenset({"receipt", "transaction", "content-length", "message-id"})
+# (destination: the queue that keeps the message names it; a property less to encode on the hot path)
+_NOT_KEPT = frozenset({"receipt", "transaction", "content-length", "message-id", "destination"})
 
 
 def properties_of(headers: dict[str, str]) -> dict[str, str]:

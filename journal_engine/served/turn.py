@@ -9,13 +9,15 @@ was ready together). There, in this order:
 
 1. the destinations that received SENDs are dispatched (MESSAGE frames into their subscribers'
    buffers; ``subscriptions.py``);
-2. when anything was appended, **one** ``broker.sync()`` makes it all durable: one fdatasync covers
-   the SENDs, ACKs and NACKs of every connection of the turn (the journal's group commit; the sync
-   runs on the loop, which measured faster than handing it to a thread: docs/benchmarks.md);
+2. when a RECEIPT is to go out, **one** ``broker.sync()`` makes everything appended durable: one
+   fdatasync covers the SENDs, ACKs and NACKs of every connection of the turn (the sync runs on the
+   loop, which measured faster than handing it to a thread: docs/benchmarks.md). A turn with no
+   RECEIPT does not wait: what it appended reaches the disk within the store's group-commit window,
+   as nothing promised otherwise;
 3. each connection writes its buffer: one ``transport.write`` per connection per turn.
 
-So a RECEIPT still means durable, a MESSAGE never leaves before the SEND that made it is durable, and
-the fdatasyncs per message fall as more connections share a turn. A sync that fails (a full disk) is
+So a RECEIPT still means durable, a MESSAGE never leaves before the receipted SEND that made it is
+durable, and the fdatasyncs per message fall as more connections share a turn. A sync that fails (a full disk) is
 an operating error: every connection waiting on the turn gets an ERROR frame naming it and is closed
 (nothing it sent is receipted); the server goes on.
 """
@@ -39,7 +41,7 @@ class Turn:
         self._sync = sync
         self._waiting: dict = {}         # connections with bytes to write at the end of the turn (ordered)
         self._scheduled = False
-        self.appended = False            # something was appended that a RECEIPT may promise
+        self.promised = False            # a RECEIPT of this turn promises what was appended
         self.turns = 0                   # counters, for the tests and the benchmark
         self.syncs = 0
 
@@ -62,8 +64,8 @@ class Turn:
         self.turns += 1
         self._dispatcher.dispatch_marked()
         waiting, self._waiting = self._waiting, {}
-        if self.appended:
-            self.appended = False
+        if self.promised:
+            self.promised = False
             try:
                 self._sync()
                 self.syncs += 1
