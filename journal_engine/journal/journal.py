@@ -643,7 +643,8 @@ class Journal(JournalCore, StoreLifecycle):
         from the last one keep their saved columns, the files written since are decoded now (about a
         second a 1.5 GB written). A checkpoint that cannot be saved is logged, not raised: the next
         load decodes every file. Call it once the appending threads are done:
-        an append racing it raises ``JournalClosedError``.
+        an append racing it raises ``JournalClosedError``. A journal the program leaves open is closed
+        at interpreter exit, by an ``atexit`` hook (journal/store_lifecycle.py), checkpoint included.
         """
         if self._state == "closed":
             return
