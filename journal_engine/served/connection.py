@@ -126,6 +126,7 @@ class StompConnection(asyncio.Protocol):
 
     def deliver(self, subscription: Subscription, message) -> None:
         """``message`` (just received from the broker) to ``subscription``, in this turn's buffer."""
+        self._server.delivered += 1
         headers = message_headers(message, subscription.destination)
         ack_id = headers["message-id"]
         headers["subscription"] = subscription.id
@@ -155,6 +156,7 @@ class StompConnection(asyncio.Protocol):
             self._out.clear()
             self._out_bytes = 0
             self.transport.write(data)
+            self._server.writes += 1
             self._last_write = time.monotonic()
         if self._closing and not self._closed and not self._eof_sent:
             self._close_after_error()
@@ -402,7 +404,7 @@ class StompConnection(asyncio.Protocol):
         silent_s = time.monotonic() - self._last_read
         if silent_s > interval_s * SERVED_HEARTBEAT_GRACE:
             _log.info("serve-stomp: a client sent no heart-beat for %.1f s; its connection is closed", silent_s)
-            self.transport.abort()
+            self.transport.close()
             return
         self._heart_beat_in = asyncio.get_running_loop().call_later(interval_s, self._listen, interval_s)
 

@@ -75,15 +75,19 @@ class ServedBroker:
         self.turn = Turn(loop, self.dispatcher, destinations.sync)
         self.connections: set[StompConnection] = set()
         self.stopping = False
+        self.delivered = 0              # MESSAGE frames handed to subscriptions
+        self.writes = 0                 # transport writes of the turns (each holding a connection's frames)
 
     def _wake(self) -> None:
         self.turn.wake()
 
     def stats(self) -> dict[str, str]:
         """Counters (the reply of the ``/journal-engine/stats`` request): the loop's turns and syncs,
-        and the fdatasyncs the message store made, its background flusher's included."""
+        the fdatasyncs the message store made (its background flusher's included), the MESSAGE
+        frames delivered and the writes that carried the turns' frames."""
         return {"turns": str(self.turn.turns), "syncs": str(self.turn.syncs),
-                "fdatasyncs": str(self.destinations.fdatasyncs()), "connections": str(len(self.connections))}
+                "fdatasyncs": str(self.destinations.fdatasyncs()), "connections": str(len(self.connections)),
+                "delivered": str(self.delivered), "writes": str(self.writes)}
 
     async def run(self, sock: socket.socket, announce, stop: asyncio.Event) -> None:
         """Accept connections on ``sock`` until ``stop`` is set; ``announce()`` once accepting."""
