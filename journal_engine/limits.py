@@ -204,6 +204,11 @@ SERVED_DISPATCH_BATCH_MAX = 256
 # a subscription with room and nothing deliverable looks at its queue again this often, for what
 # becomes deliverable with nothing sent: a redelivery falling due, a dead letter or an expiry copy
 SERVED_IDLE_POLL_S = 0.02
+# the served broker's store writes what no RECEIPT waits for (an ACK without a receipt, a SEND without
+# one) within this window, not the journal's default 500 us: every RECEIPT makes its turn sync anyway,
+# and a shorter window only adds the background flusher's fdatasyncs beside the turns' (32 receipted
+# producers: 0.20 -> 0.09 fdatasyncs a message)
+SERVED_STORE_BUFFER_TIMEOUT_US = 5000
 # heart-beating (STOMP 1.1 and 1.2): the server offers to send, and asks to receive, a heart-beat at
 # most this often; a client that promised heart-beats and is silent for SERVED_HEARTBEAT_GRACE times
 # the agreed interval is given up (its unacknowledged messages become failed deliveries)
@@ -227,6 +232,7 @@ _RELATIONSHIPS = {
     "a served connection's write buffer marks are ordered": 0 < SERVED_WRITE_BUFFER_LOW_BYTES
                                                             < SERVED_WRITE_BUFFER_HIGH_BYTES,
     "a served turn hands out at least one message": SERVED_DISPATCH_BATCH_MAX >= 1,
+    "the served store's window is a journal window": 0 < SERVED_STORE_BUFFER_TIMEOUT_US <= BUFFER_TIMEOUT_US_MAX,
     "served heart-beats tolerate a late one": SERVED_HEARTBEAT_MS > 0 and SERVED_HEARTBEAT_GRACE > 1,
     "the async receive's polls grow": 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S,
     "an LMDB map starts within its growth": LMDB_MAP_SIZE_MIN_BYTES <= LMDB_MAP_SIZE_DEFAULT_BYTES

@@ -16,6 +16,7 @@ import os
 
 from ..broker import AddressSettings, Broker
 from ..errors import ConfigError
+from ..limits import SERVED_STORE_BUFFER_TIMEOUT_US
 from ..integrations.exchanges import CONTROL_PREFIX, ROUTING_KEY_HEADER, ExchangeTable
 from .messages import ORIGINAL_ADDRESS_PROPERTIES, expiration_of, properties_of
 
@@ -42,6 +43,8 @@ class Destinations:
         # the delivery count is persisted before a MESSAGE leaves (into the store's shadow: no system
         # call), so a message a crash cut off mid-delivery comes back redelivered and counted; expiry
         # copies are made when the message expires (the broker's scanner runs then)
+        # what no RECEIPT waits for is written within SERVED_STORE_BUFFER_TIMEOUT_US (limits.py says why)
+        store_options = {"buffer_timeout_us": SERVED_STORE_BUFFER_TIMEOUT_US, **(store_options or {})}
         self.broker = Broker(self.data_dir, store=backend, sync=sync, persist_delivery_count_before_delivery=True,
                              store_options=store_options, message_expiry_scan_period=1)
         try:

@@ -108,14 +108,16 @@ class ServedBroker:
 def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1", *, backend: str = "journal",
           max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
           dead_letter_queue: str | None = DEFAULT_DEAD_LETTER_QUEUE, redelivery_delay_ms: int = 0,
-          sync: str = "group", out=None) -> int:
+          sync: str = "group", store_options: dict | None = None, out=None) -> int:
     """Run the served broker until SIGTERM or SIGINT; prints one line ``listening on HOST:PORT`` (to
-    ``out``, default stdout) once connections are accepted. Returns the exit status (0)."""
+    ``out``, default stdout) once connections are accepted. ``store_options`` go to the
+    MessageStore (file_size, buffer_timeout_us, ...). Returns the exit status (0)."""
     out = out or sys.stdout
     sock = listening_socket(host, port)
     try:
         destinations = Destinations(data_dir, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
-                                    dead_letter_queue=dead_letter_queue, redelivery_delay_ms=redelivery_delay_ms)
+                                    dead_letter_queue=dead_letter_queue, redelivery_delay_ms=redelivery_delay_ms,
+                                    store_options=store_options)
     except BaseException:
         sock.close()
         raise
