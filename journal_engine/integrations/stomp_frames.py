@@ -124,6 +124,8 @@ class FrameReader:
                 # refuse garbage at once rather than wait for an empty line that may never come
                 if not self._command_checked:
                     line_end = buffer.find(_EOL, searched)
+                    if line_end < 0:        # binary garbage (a TLS hello) holds a NUL before any EOL
+                        line_end = buffer.find(_NUL, searched)
                     if line_end >= 0:
                         _command(bytes(buffer[start:line_end]))
                         self._command_checked = True
@@ -204,8 +206,19 @@ def _command(line: bytes) -> str:
     if line.endswith(b"\r"):
         line = line[:-1]
     if not (line.isascii() and line.isalpha()):
-        raise StompFrameError(f"{line[:40]!r} is not a STOMP command line")
+        raise StompFrameError(f"the frame's first line, {_shown(line)}, is not a STOMP command (a word of "
+                              "letters such as CONNECT or SEND)" + (": is the client speaking TLS?"
+                                                                   if line[:2] == b"\x16\x03" else ""))
     return line.decode("ascii")
+
+
+def _shown(data: bytes) -> str:
+    """Bytes a client sent, for an ERROR frame's message: quoted text when they are printable ASCII,
+    else their first bytes in hex (a Python bytes repr says little to a client in another language)."""
+    head = data[:40]
+    if head.isascii() and head.decode("ascii").isprintable():
+        return f'"{head.decode("ascii")}"' + ("..." if len(data) > 40 else "")
+    return "bytes " + data[:16].hex(" ") + (" ..." if len(data) > 16 else "")
 
 
 def _end_of_headers(buffer: bytearray, start: int = 0) -> tuple[int, int] | None:

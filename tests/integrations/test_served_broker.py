@@ -328,6 +328,17 @@ def test_a_frame_naming_a_transaction_never_begun_is_refused(server):
     assert client.closed_by_server()
 
 
+@pytest.mark.parametrize("data, said", [(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", '"GET / HTTP/1.1"'),
+                                        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "speaking TLS")])
+def test_an_error_frame_says_in_words_what_was_sent_not_in_a_bytes_repr(server, data, said):
+    client = RawClient(server.port)
+    client.send_raw(data)
+    command, headers, _ = client.read_frame()
+    assert command == "ERROR" and said in headers["message"], headers
+    assert "b'" not in headers["message"] and "\\x" not in headers["message"], headers
+    assert client.closed_by_server()
+
+
 # ------------------------------------------------------------------ the listening port
 def test_a_port_in_use_is_named_and_nothing_is_created(tmp_path):
     with socket.socket() as taken:
