@@ -28,6 +28,7 @@ no further effect.
 """
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -392,6 +393,15 @@ class Channel(virtual.Channel):
         super().close()
 
 
+def _unreachable_because(host: str, port: int, timeout_s: float | None) -> str:
+    """Why a STOMP connection to ``host:port`` failed, in the operating system's words."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s or KOMBU_REPLY_TIMEOUT_S):
+            return "it accepts connections but did not answer STOMP's CONNECT"
+    except OSError as error:
+        return error.strerror or str(error) or type(error).__name__
+
+
 class Transport(virtual.Transport):
     """kombu's transport for ``journal-engine://HOST:PORT`` (a ``journal-engine serve-stomp`` server)."""
 
@@ -416,8 +426,10 @@ class Transport(virtual.Transport):
         port = int(conninfo.port or self.default_port)
         try:
             self.link = _Link(host, port, conninfo.connect_timeout)
-        except stomp.exception.ConnectFailedException as error:
-            raise ConnectionError(f"cannot connect to a journal-engine server at {host}:{port} ({error}); "
+        except stomp.exception.ConnectFailedException:
+            # stomp.py's exception carries no reason: a plain connection attempt finds it
+            raise ConnectionError(f"cannot connect to a journal-engine server at {host}:{port}: "
+                                  f"{_unreachable_because(host, port, conninfo.connect_timeout)}; "
                                   "is `journal-engine serve-stomp` running there?") from None
         return super().establish_connection()
 
@@ -457,3 +469,6 @@ class Transport(virtual.Transport):
 
 
 TRANSPORT_ALIASES.setdefault(SCHEME, f"{__name__}:Transport")
+# stomp.py logs each failed connection attempt; without a handler of the program's own, Python's
+# last-resort handler printed them to stderr beside the ConnectionError that says it all
+logging.getLogger("stomp.py").addHandler(logging.NullHandler())

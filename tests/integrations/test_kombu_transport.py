@@ -237,6 +237,21 @@ def test_consuming_with_acknowledgements_is_not_held_up_by_delayed_tcp_acknowled
         server.stop()
 
 
+def test_a_server_that_is_not_there_is_said_with_the_reason_and_nothing_else(capfd):
+    """The message gave no reason ("... at 127.0.0.1:P (); ..."), and stomp.py printed its own lines
+    about each attempt to stderr beside it (issue 40, point 7)."""
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]          # closed again: nothing listens there
+    with pytest.raises(ConnectionError) as refused:
+        with kombu.Connection(f"journal-engine://127.0.0.1:{port}", connect_timeout=2) as connection:
+            connection.connect()
+    assert f"127.0.0.1:{port}: Connection refused;" in str(refused.value), refused.value
+    assert "()" not in str(refused.value)
+    assert capfd.readouterr().err == ""
+
+
 # ------------------------------------------------------------------ the exchange table alone
 def test_the_exchange_table_routes_as_amqp(tmp_path):
     table = ExchangeTable(str(tmp_path))
