@@ -193,6 +193,8 @@ STOMP_WRITE_TIMEOUT_S = 10.0
 # order a consumer sees after a NACK (the failed message comes back next) and the old server's model
 SERVED_PREFETCH_DEFAULT = 1
 SERVED_PREFETCH_MAX = 65536
+# a connection holds at most this many subscriptions; a SUBSCRIBE past it gets an ERROR frame naming it
+SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX = 1000
 # a connection's outgoing bytes the event loop buffers: past the high mark no more MESSAGE frames are
 # handed to its subscriptions (they stay in their queues, for other consumers) until it drains below
 # the low mark; a connection that stays past the high mark for STOMP_WRITE_TIMEOUT_S is given up
@@ -232,6 +234,7 @@ _RELATIONSHIPS = {
     "a served connection's write buffer marks are ordered": 0 < SERVED_WRITE_BUFFER_LOW_BYTES
                                                             < SERVED_WRITE_BUFFER_HIGH_BYTES,
     "a served turn hands out at least one message": SERVED_DISPATCH_BATCH_MAX >= 1,
+    "a served connection may subscribe": SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX >= 1,
     "the served store's window is a journal window": 0 < SERVED_STORE_BUFFER_TIMEOUT_US <= BUFFER_TIMEOUT_US_MAX,
     "served heart-beats tolerate a late one": SERVED_HEARTBEAT_MS > 0 and SERVED_HEARTBEAT_GRACE > 1,
     "the async receive's polls grow": 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S,

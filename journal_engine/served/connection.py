@@ -27,8 +27,8 @@ import time
 from ..errors import JournalError
 from ..integrations.exchanges import CONTROL_PREFIX, EXCHANGE_PREFIX, REQUEUE_HEADER
 from ..integrations.stomp_frames import FrameReader, StompFrame, StompFrameError, header_value, pack
-from ..limits import (SERVED_HEARTBEAT_GRACE, SERVED_WRITE_BUFFER_HIGH_BYTES, SERVED_WRITE_BUFFER_LOW_BYTES,
-                      STOMP_ERROR_LINGER_S, STOMP_WRITE_TIMEOUT_S)
+from ..limits import (SERVED_HEARTBEAT_GRACE, SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX, SERVED_WRITE_BUFFER_HIGH_BYTES,
+                      SERVED_WRITE_BUFFER_LOW_BYTES, STOMP_ERROR_LINGER_S, STOMP_WRITE_TIMEOUT_S)
 from .messages import message_headers
 from .stomp import CLIENT_COMMANDS, ProtocolError, agreed_heart_beats, agreed_version
 from .subscriptions import ACK_MODES, TOPIC_PREFIX, Subscription, prefetch_of
@@ -242,6 +242,9 @@ class StompConnection(asyncio.Protocol):
             subscription_id = destination
         if subscription_id in self._subscriptions:
             raise ProtocolError(f"SUBSCRIBE: this connection has a subscription {subscription_id[:60]!r} already")
+        if len(self._subscriptions) >= SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX:
+            raise ProtocolError(f"SUBSCRIBE: this connection has {len(self._subscriptions)} subscriptions, the most "
+                                "one connection may hold (SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX)")
         ack_mode = headers.get("ack", "auto")
         if ack_mode not in ACK_MODES:
             raise ProtocolError(f"SUBSCRIBE: ack:{ack_mode[:40]} is none of {', '.join(ACK_MODES)}")

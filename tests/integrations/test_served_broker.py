@@ -24,7 +24,8 @@ import pytest
 import served_workload
 from stomp_server import RawClient, Server, frame_bytes, has_traceback
 
-from journal_engine.limits import SERVED_HEARTBEAT_GRACE, SERVED_HEARTBEAT_MS, SERVED_PREFETCH_MAX
+from journal_engine.limits import (SERVED_HEARTBEAT_GRACE, SERVED_HEARTBEAT_MS, SERVED_PREFETCH_MAX,
+                                   SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX)
 
 WAIT_S = 30.0
 QUIET_S = 0.5
@@ -145,6 +146,20 @@ def test_the_prefetch_size_at_its_maximum_is_taken(server):
                                               "activemq.prefetchSize": str(SERVED_PREFETCH_MAX), "receipt": "sub"}))
     assert client.read_frame()[:2] == ("RECEIPT", {"receipt-id": "sub"})
     client.close()
+
+
+def test_a_connection_holds_subscriptions_up_to_its_limit_and_is_refused_past_it(server):
+    client = RawClient(server.port)
+    client.connect("1.2")
+    count = SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX
+    client.send_raw(b"".join(frame_bytes("SUBSCRIBE", {"destination": f"/topic/t{n}", "id": f"s{n}",
+                                                       "receipt": f"r{n}"}) for n in range(count)))
+    assert [client.read_frame(WAIT_S)[1]["receipt-id"] for _ in range(count)] == [f"r{n}" for n in range(count)]
+    client.send_raw(frame_bytes("SUBSCRIBE", {"destination": "/topic/one-more", "id": "over", "receipt": "over"}))
+    command, headers, _ = client.read_frame()
+    assert (command, headers["receipt-id"]) == ("ERROR", "over"), headers
+    assert "SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX" in headers["message"], headers
+    assert client.closed_by_server()
 
 
 # ------------------------------------------------------------------ batched writes, slow consumers
