@@ -29,7 +29,7 @@ from ..integrations.exchanges import CONTROL_PREFIX, EXCHANGE_PREFIX, REQUEUE_HE
 from ..integrations.stomp_frames import FrameReader, StompFrame, StompFrameError, header_value, pack
 from ..limits import (SERVED_HEARTBEAT_GRACE, SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX, SERVED_WRITE_BUFFER_HIGH_BYTES,
                       SERVED_WRITE_BUFFER_LOW_BYTES, STOMP_ERROR_LINGER_S, STOMP_WRITE_TIMEOUT_S)
-from .messages import message_headers
+from .messages import message_frame
 from .stomp import CLIENT_COMMANDS, ProtocolError, agreed_heart_beats, agreed_version
 from .subscriptions import ACK_MODES, TOPIC_PREFIX, Subscription, prefetch_of
 
@@ -127,15 +127,12 @@ class StompConnection(asyncio.Protocol):
     def deliver(self, subscription: Subscription, message) -> None:
         """``message`` (just received from the broker) to ``subscription``, in this turn's buffer."""
         self._server.delivered += 1
-        headers = message_headers(message, subscription.destination)
-        ack_id = headers["message-id"]
-        headers["subscription"] = subscription.id
-        if self.version == "1.2" and not subscription.auto:
-            headers["ack"] = ack_id
-        self._queue(pack(StompFrame("MESSAGE", headers, message.body), escapes=self.version != "1.0"))
+        self._queue(message_frame(message, subscription.destination, subscription.id,
+                                  self.version == "1.2" and not subscription.auto, self.version != "1.0"))
         if subscription.auto:
             subscription.consumer.ack(message)
         else:
+            ack_id = str(message.message_id)
             subscription.unacked[ack_id] = message
             self._holding[ack_id] = subscription
 

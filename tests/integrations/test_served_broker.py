@@ -361,6 +361,43 @@ def test_an_error_frame_says_in_words_what_was_sent_not_in_a_bytes_repr(server, 
     assert client.closed_by_server()
 
 
+@pytest.mark.parametrize("escapes", [True, False])
+def test_the_message_writer_writes_what_pack_writes_of_the_same_headers(tmp_path, escapes):
+    """served/messages.py writes MESSAGE frames without a dict or a frame object (the hot path); read
+    back, they hold what ``pack`` of ``message_headers`` would: a first delivery, a redelivery, a
+    dead-letter copy naming its origin, headers needing escapes, a body with NULs."""
+    from journal_engine.integrations.stomp_frames import FrameReader, StompFrame, pack
+    from journal_engine.served.destinations import Destinations
+    from journal_engine.served.messages import message_frame, message_headers
+
+    destinations = Destinations(tmp_path / "store", max_delivery_attempts=2)
+    try:
+        destinations.send("/queue/w", {"destination": "/queue/w", "x-odd": "a:b\\c\nd", "receipt": "r"},
+                          b"\x00body\x00")
+        consumer = destinations.create_consumer("/queue/w")
+        seen = []
+        for _ in range(2):                      # the second delivery is a redelivery; then the DLQ
+            message = consumer.receive(0)
+            seen.append(("/queue/w", message))
+            consumer.rollback(message)
+        dead = destinations.create_consumer("/queue/DLQ").receive(0)
+        seen.append(("/queue/DLQ", dead))
+        for destination, message in seen:
+            written = message_frame(message, destination, "sub:1", True, escapes)
+            headers = dict(message_headers(message, destination), subscription="sub:1", ack=str(message.message_id))
+            reference = pack(StompFrame("MESSAGE", headers, bytes(message.body)), escapes=escapes)
+            reader = FrameReader()
+            reader.escapes = escapes
+            [got] = reader.feed(written)
+            reader = FrameReader()
+            reader.escapes = escapes
+            [expected] = reader.feed(reference)
+            assert (got.cmd, got.headers, got.body) == (expected.cmd, expected.headers, expected.body)
+        assert seen[1][1].redelivered and "original-destination" in message_headers(dead, "/queue/DLQ")
+    finally:
+        destinations.close()
+
+
 # ------------------------------------------------------------------ the listening port
 def test_a_port_in_use_is_named_and_nothing_is_created(tmp_path):
     with socket.socket() as taken:
