@@ -148,14 +148,18 @@ class StompConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ what the turn calls
     def write_out(self) -> None:
         """The turn's buffer, in one write; then the close an ERROR or DISCONNECT asked for."""
-        if self._out and not self._closed and not self._eof_sent:
+        if self._closed or self.transport.is_closing():
+            self._out.clear()               # aborted (a stop, a give-up): nothing more goes out
+            self._out_bytes = 0
+            return
+        if self._out and not self._eof_sent:
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
             self._out.clear()
             self._out_bytes = 0
             self.transport.write(data)
             self._server.writes += 1
             self._last_write = time.monotonic()
-        if self._closing and not self._closed and not self._eof_sent:
+        if self._closing and not self._eof_sent:
             self._close_after_error()
 
     def fail(self, message: str) -> None:
