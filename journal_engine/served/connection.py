@@ -85,6 +85,7 @@ class StompConnection(asyncio.Protocol):
         try:
             for frame in self._reader.feed(data):
                 self._handle(frame)
+                frame = None                    # handled: a refusal the reader raises next is not its
                 if self._closing:
                     return
         except (StompFrameError, ProtocolError) as error:

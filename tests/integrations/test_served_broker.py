@@ -398,6 +398,19 @@ def test_the_message_writer_writes_what_pack_writes_of_the_same_headers(tmp_path
         destinations.close()
 
 
+def test_an_error_frame_names_no_receipt_of_a_frame_it_did_not_refuse(server):
+    """A good receipted frame and garbage in one write: the good one is receipted, and the ERROR for
+    the garbage carries no receipt-id (it named the good frame's, which a client would take for a
+    refusal of that frame)."""
+    client = RawClient(server.port)
+    client.connect("1.2")
+    client.send_raw(frame_bytes("SEND", {"destination": "/queue/x", "receipt": "good"}, b"x") + b"\x01\x02garbage\n\n\x00")
+    assert client.read_frame()[:2] == ("RECEIPT", {"receipt-id": "good"})
+    command, headers, _ = client.read_frame()
+    assert command == "ERROR" and "receipt-id" not in headers, headers
+    assert client.closed_by_server()
+
+
 # ------------------------------------------------------------------ the listening port
 def test_a_port_in_use_is_named_and_nothing_is_created(tmp_path):
     with socket.socket() as taken:
