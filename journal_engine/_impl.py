@@ -43,8 +43,8 @@ if IMPLEMENTATION == "cython":
     from ._message_columns import (ROUTING_NAMES, MessageColumns, MessageRecovery, QueueReferences, decode_message_columns,
                                    decode_message_fields, decode_messages_fields, recover_messages,
                                    release_from_collector)
-    from ._replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, FrameColumns, MappedFile, RecordInfo, ReplayState,
-                          checkpointed_columns, columns_image, file_checksum, image_is_sound, image_size, is_pinned,
+    from ._replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, CheckpointMapping, FrameColumns, MappedFile,
+                          RecordInfo, ReplayState, checkpointed_columns, columns_image, file_checksum, image_is_sound, image_size, is_pinned,
                           scan_columns, scan_frames)
     from ._record_writer import RecordWriter
 else:
@@ -57,8 +57,8 @@ else:
                                         decode_message_columns, decode_message_fields, decode_messages_fields,
                                         recover_messages, release_from_collector)
     from ._twin.record_writer import RecordWriter
-    from ._twin.replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, FrameColumns, MappedFile, RecordInfo,
-                               ReplayState, checkpointed_columns, columns_image, file_checksum, image_is_sound,
+    from ._twin.replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, CheckpointMapping, FrameColumns, MappedFile,
+                               RecordInfo, ReplayState, checkpointed_columns, columns_image, file_checksum, image_is_sound,
                                image_size, is_pinned, scan_columns, scan_frames)
 
 __all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", "ReplayState", "scan_frames", "scan_columns", "FrameColumns",
@@ -66,5 +66,5 @@ __all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", 
            "MessageColumns", "decode_message_columns", "ROUTING_NAMES", "GAP_REASONS", "MessageRecovery",
            "QueueReferences", "recover_messages", "decode_message_fields", "decode_messages_fields",
            "release_from_collector", "GUARDS_MAPPED_READS", "Body", "MappedFile", "is_pinned",
-           "checkpointed_columns", "columns_image", "file_checksum", "image_is_sound", "image_size",
+           "CheckpointMapping", "checkpointed_columns", "columns_image", "file_checksum", "image_is_sound", "image_size",
            "MessageData", "Reference", "Message", "delivery_of", "recovered_datas", "ready_references", "ReadyQueue", "READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX"]

@@ -271,12 +271,28 @@ def columns_image(cols: FrameColumns) -> bytes:
 def file_checksum(data: MappedFile) -> int:
     """The CRC32C of every byte of a mapped file, under the SIGBUS guard (FileChangedError when cut)."""
 
+@final
+class CheckpointMapping:
+    """The checkpoint a load took, mapped read-only; pages another holder of its inode cuts away read
+    as zeros and set ``cut`` (bus_guard.h's patched regions)."""
+
+    def __init__(self, fd: int, size: int, path: str, trailer: bytes) -> None:
+        """Map ``size`` bytes of ``fd`` (open for reading), whose last 8 bytes should be ``trailer``."""
+    @property
+    def size(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def cut(self) -> bool:
+        """Whether another process cut the file under the mapping (a page of it read as zeros)."""
+    def __len__(self) -> int: ...
+
 def image_is_sound(image: ReadableBuffer, count: int, start: int, end_offset: int, image_crc: int) -> bool:
     """Whether an image CRC32Cs to ``image_crc`` and its rows lie in order within [start, end_offset)."""
 
 def checkpointed_columns(data: MappedFile, image: ReadableBuffer, count: int, start: int, end_offset: int,
                          end_check: int, groups_skipped: int, data_crc: int, image_crc: int,
-                         stamp: int) -> FrameColumns | None:
+                         stamp: int, mapping: CheckpointMapping | None = None) -> FrameColumns | None:
     """The columns a scan of ``data`` (``copy=False, groups=False``) would return, from the image a
     checkpoint saved of them (in memory the caller owns), or None when the file or the image no longer
     CRC32C to what was saved, a row would lie outside the file, or a row is not what the file holds

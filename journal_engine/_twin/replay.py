@@ -5,6 +5,7 @@ The rules are the table in docs/internals/recovery.md.
 from __future__ import annotations
 
 import array
+import os
 import struct
 
 from ..limits import FRAME_ALIGNMENT_BYTES, FRAME_HEADER_SIZE_BYTES
@@ -460,8 +461,34 @@ def _columns_of_image(image, count: int) -> FrameColumns:
     return cols
 
 
+class CheckpointMapping(bytes):
+    """The checkpoint a load took (twin of the compiled mapping): the file read into memory, which
+    nobody can cut afterwards (``cut`` is always False)."""
+
+    def __new__(cls, fd: int, size: int, path: str, trailer: bytes) -> "CheckpointMapping":
+        parts, at = [], 0
+        while at < size:
+            part = os.pread(fd, size - at, at)
+            if not part:
+                break
+            parts.append(part)
+            at += len(part)
+        mapping = super().__new__(cls, b"".join(parts))
+        mapping.path = path
+        return mapping
+
+    @property
+    def size(self) -> int:
+        return len(self)
+
+    @property
+    def cut(self) -> bool:
+        return False
+
+
 def checkpointed_columns(data, image, count: int, start: int, end_offset: int, end_check: int,
-                         groups_skipped: int, data_crc: int, image_crc: int, stamp: int) -> FrameColumns | None:
+                         groups_skipped: int, data_crc: int, image_crc: int, stamp: int,
+                         mapping: CheckpointMapping | None = None) -> FrameColumns | None:
     """The FrameColumns a scan of ``data`` (the file's bytes) with ``groups=False`` would return, from
     the image of them a checkpoint saved, or None when the file's bytes or the image no longer CRC32C
     to what was saved, a row would lie outside the file, or a row is not what the file holds where it

@@ -3,19 +3,22 @@
 A load decodes every frame of every file into columns (journal/scan.py) and replays them. A clean
 close writes what that decoding would give -- each data file's columns as a replay reads them, where
 its frames end, and the CRC32C of every byte of the file -- into one file, ``CHECKPOINT_FILE``
-(docs/internals/format.md, "The checkpoint"). The next writing ``load()`` takes it: it opens it and
+(docs/internals/format.md, "The checkpoint"). The next writing ``load()`` takes it: it maps it and
 removes its name at once (a crash after the load leaves no checkpoint that the appends since made
-stale), and reads each file's columns out of it into memory of its own -- never a mapping, which
-another holder of the inode (a hard link, a descriptor opened before) could cut under the records and
-kill the process with SIGBUS. For each data file, the CRC32C of the file's bytes and of the saved
-columns are checked again, every field of its entry and every row must lie inside the file (checked
-with arithmetic no forged value can overflow), and the file's first and last valid frame must be the
-rows the columns give; then the saved columns stand in for the decoded ones, so the replay, the damage
-it reports and the records it returns are the same as a full decode's. A file whose bytes changed since (another
-process wrote to it, or a release that keeps no checkpoint appended to it) is decoded, as is every
-file when there is no checkpoint (after a crash) or it cannot be read (it is ignored, with a warning).
-A checkpoint in which anything did not check -- a damaged, forged, cut or stale part -- is never put
-back by a load that fails: it costs one decode, and does not outlive that load.
+stale). Another holder of its inode (a hard link, a descriptor opened before) can still cut it: the
+mapping is a CheckpointMapping, whose lost pages read as zeros and set its ``cut`` flag instead of
+killing the process with SIGBUS, and every read of its columns that is handed out is checked against
+that flag (a cut during the load: the load decodes every file again; after it: FileChangedError
+naming the checkpoint). Every field of every entry is checked in Python's integers before anything
+reaches the compiled checks; for each data file, the CRC32C of the file's bytes and of the saved
+columns are checked again, every row must lie inside the file (with arithmetic no forged value can
+overflow) and be what the file holds where it lies; then the saved columns stand in for the decoded
+ones, so the replay, the damage it reports and the records it returns are the same as a full
+decode's. A file whose bytes changed since (another process wrote to it, or a release that keeps no
+checkpoint appended to it) is decoded, as is every file when there is no checkpoint (after a crash)
+or it cannot be read (it is ignored, with a warning). A checkpoint in which anything did not check --
+a damaged, forged, cut or stale part -- is never put back by a load that fails: it costs one decode,
+and does not outlive that load.
 
 The checkpoint is not synced: a checkpoint lost or torn by a power failure is one that does not
 check, and the files are decoded. Its size is 43 bytes a frame.
@@ -25,11 +28,10 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .._impl import FrameColumns, checkpointed_columns, crc32c, image_is_sound, image_size
+from .._impl import CheckpointMapping, FrameColumns, checkpointed_columns, crc32c, image_is_sound, image_size
 from ..errors import JournalError
 from ..limits import FILE_SIZE_MAX_BYTES, FRAME_ALIGNMENT_BYTES
 from ..record_format import FrameCheck
@@ -41,7 +43,11 @@ from .segment_files import DataFile
 log = logging.getLogger("journal_engine.journal")
 
 MAGIC = b"\x89JECKPT\n"
-VERSION = 1
+VERSION = 2     # 2: the trailer
+# the last 8 bytes: where the file was cut anywhere before them, they read as zeros (a patched page, or
+# the zeroed rest of the page the cut falls in), which is how a reader of the mapping notices a cut
+# that raised no SIGBUS (CheckpointMapping.cut)
+TRAILER = b"\x89JECKEND"
 BYTE_ORDER_PROBE = 0x01020304       # written in native order: a checkpoint of another byte order does not read
 # magic, version, byte order probe, entries, reserved, the entry table's CRC32C, this header's CRC32C
 _HEADER = struct.Struct("=8sIIIIII")
@@ -71,49 +77,48 @@ class _Entry:
 class Checkpoint:
     """A checkpoint a load took: the saved columns of each data file it names, checked when used.
 
-    It holds the checkpoint open (its name is gone) while the load reads it; each file's columns are
-    read into owned memory (``os.pread``), which the columns taken from it keep, and the next clean
-    close copies the images of the files nothing wrote since (``kept``). A read that finds the file
-    cut (another holder of its inode) costs that file a decode."""
+    It keeps the checkpoint mapped (its name is gone): the columns taken from it read their rows
+    there, and the next clean close copies the images of the files nothing wrote since (``kept``).
+    Its pages cannot be a SIGBUS (CheckpointMapping); ``cut`` says another process cut it."""
 
-    def __init__(self, path: str, fd: int, size: int, entries: dict) -> None:
+    def __init__(self, path: str, mapping: CheckpointMapping, entries: dict) -> None:
         self.path = path
-        self._fd = fd
-        self._size = size
+        self._mapping = mapping
+        self._view = memoryview(mapping)
         self._entries = entries         # (file id, sequence) -> _Entry
-        self._used: dict[str, tuple] = {}    # path -> ((file id, sequence), image) of each file whose columns came from here
+        self._used: dict[str, tuple] = {}    # path -> (file id, sequence) of each file whose columns came from here
         self._refused = False           # a part of it did not check: it is not put back
-        self._close_file = weakref.finalize(self, os.close, fd)
 
-    def release(self) -> None:
-        """Close the checkpoint's file: the load is done with it (idempotent; the images it read stay)."""
-        self._close_file()
+    @property
+    def cut(self) -> bool:
+        """Whether another holder of its inode cut it since it was taken (its columns may have read zeros)."""
+        return self._mapping.cut
 
     def put_back(self) -> None:
         """Name the checkpoint again, byte for byte (a load that failed took it), unless a part of it
-        did not check: never raises, as it runs while a load's error propagates; a checkpoint that
-        cannot be put back is only a slower load."""
-        if self._refused:
-            log.warning("the checkpoint %s is not put back: a part of it did not check", self.path)
+        did not check, or it was cut: never raises, as it runs while a load's error propagates; a
+        checkpoint that cannot be put back is only a slower load."""
+        if self._refused or self.cut:
+            log.warning("the checkpoint %s is not put back: %s", self.path,
+                        "it was cut while the load held it" if self.cut else "a part of it did not check")
+            return
+        if not self._sound():
+            log.warning("the checkpoint %s is not put back: a file's columns in it do not check", self.path)
             return
         try:
-            content = _read_at(self._fd, self._size, 0) if self._close_file.alive else None
-            if content is None:
-                log.warning("the checkpoint %s is not put back: it was cut while the load held it", self.path)
-            elif not self._sound(content):
-                log.warning("the checkpoint %s is not put back: a file's columns in it do not check", self.path)
-            elif not os.path.exists(self.path):
-                _replace(self.path, lambda fd, temporary: _write_at(fd, content, 0, temporary))
+            if not os.path.exists(self.path):
+                _replace(self.path, lambda fd, temporary: _write_at(fd, self._view, 0, temporary))
+                if self.cut:       # cut while it was written back: what was written may hold zeros
+                    durability.unlink(self.path, missing_ok=True)
         except (OSError, JournalError) as exc:
             log.warning("the checkpoint %s could not be put back (%s): the next load decodes every file",
                         self.path, exc)
 
-    def _sound(self, content: bytes) -> bool:
-        """Whether every image in `content` (the whole checkpoint) checks without its data file: the
-        images a failed load did not reach are checked before the checkpoint is named again."""
-        view = memoryview(content)
-        return all(image_is_sound(view[entry.image_at:entry.image_at + entry.image_size], entry.count, entry.start,
-                                  entry.end_offset, entry.image_crc) for entry in self._entries.values())
+    def _sound(self) -> bool:
+        """Whether every image checks without its data file: the images a failed load did not reach
+        are checked before the checkpoint is named again."""
+        return all(image_is_sound(self._image(entry), entry.count, entry.start, entry.end_offset, entry.image_crc)
+                   for entry in self._entries.values()) and not self.cut
 
     def saved(self, data: DataFile) -> SavedColumns | None:
         """The saved columns of a listed data file, for scan.scan_data_file, or None when the
@@ -124,15 +129,15 @@ class Checkpoint:
             return None
 
         def columns(view) -> FrameColumns | None:
-            image = self._read_image(entry)
-            found = None if image is None else checkpointed_columns(
-                view, image, entry.count, entry.start, entry.end_offset, entry.end_check, entry.groups_skipped,
-                entry.file_crc, entry.image_crc, stamp_of(data.header.file_id))
+            found = checkpointed_columns(view, self._image(entry), entry.count, entry.start, entry.end_offset,
+                                         entry.end_check, entry.groups_skipped, entry.file_crc, entry.image_crc,
+                                         stamp_of(data.header.file_id), self._mapping)
             if found is None:
                 self._refused = True
-                log.info("the checkpoint's columns of %s no longer match the file: it is decoded", data.path)
+                log.info("the checkpoint's columns of %s no longer match the file%s: it is decoded", data.path,
+                         " (the checkpoint was cut)" if self.cut else "")
             else:
-                self._used[data.path] = (key, image)
+                self._used[data.path] = key
             return found
         return columns
 
@@ -143,30 +148,21 @@ class Checkpoint:
 
     def kept(self, data: DataFile) -> ColumnsImage | None:
         """The saved image of a data file whose columns came from here, for the next checkpoint (the
-        caller vouches nothing wrote to the file since)."""
-        used = self._used.get(data.path)
-        if used is None or used[0] != (data.header.file_id, data.header.sequence):
+        caller vouches nothing wrote to the file since); None once the checkpoint was cut."""
+        key = self._used.get(data.path)
+        if key is None or key != (data.header.file_id, data.header.sequence) or self.cut:
             return None
-        entry = self._entries[used[0]]
+        entry = self._entries[key]
         return ColumnsImage(entry.count, entry.groups_skipped, entry.end_offset, entry.end_check, entry.file_crc,
-                            used[1], entry.image_crc)
+                            self._image(entry), entry.image_crc)
 
-    def _read_image(self, entry: _Entry) -> bytes | None:
-        """An entry's image of its file's columns, read into owned memory; None (logged) when the
-        checkpoint was cut since the load took it, or cannot be read."""
-        try:
-            image = _read_at(self._fd, entry.image_size, entry.image_at)
-        except OSError as exc:
-            log.warning("the checkpoint %s cannot be read (%s): the file it describes is decoded", self.path, exc)
-            return None
-        if image is None:
-            log.warning("the checkpoint %s was cut while the load held it (another link or descriptor to it): "
-                        "the files it describes are decoded", self.path)
-        return image
+    def _image(self, entry: _Entry) -> memoryview:
+        """An entry's image of its file's columns, where it lies in the mapping."""
+        return self._view[entry.image_at:entry.image_at + entry.image_size]
 
 
 def take(directory: str) -> Checkpoint | None:
-    """The checkpoint of `directory`, open, its name removed; None when there is none, or (with a
+    """The checkpoint of `directory`, mapped, its name removed; None when there is none, or (with a
     warning in the log) when it does not read as one: the files are then decoded, nothing is lost."""
     path = os.path.join(directory, CHECKPOINT_FILE)
     try:
@@ -183,25 +179,35 @@ def take(directory: str) -> Checkpoint | None:
     try:
         durability.unlink(path, missing_ok=True)
         size = os.fstat(fd).st_size
-        problem, entries = _read_entries(fd, size)
+        if size < _HEADER.size:
+            log.warning("the checkpoint %s is %d bytes, shorter than its header: every file is decoded", path, size)
+            return None
+        # not populated up front: each file's image is first read by the scan thread that checks it,
+        # so its pages are mapped there, in parallel, instead of all of them in this serial first step
+        mapping = CheckpointMapping(fd, size, path, TRAILER)
     except (OSError, JournalError) as exc:
-        problem, entries = f"it cannot be read: {exc}", {}
-    if problem:
+        log.warning("the checkpoint %s cannot be read (%s): every file is decoded", path, exc)
+        return None
+    finally:
         os.close(fd)
+    problem, entries = _read_entries(mapping)
+    if not problem and mapping.cut:
+        problem = "it was cut while it was read"
+    if problem:
         log.warning("the checkpoint %s is not usable (%s): every file is decoded", path, problem)
         return None
-    return Checkpoint(path, fd, size, entries)
+    return Checkpoint(path, mapping, entries)
 
 
-def _read_entries(fd: int, size: int) -> tuple[str, dict]:
-    """('', entries) of a checkpoint `size` bytes long, or (what is wrong, {}). Every field of every
-    entry is checked against the checkpoint and the file it describes, in Python's integers (no forged
-    value overflows them), before anything reaches the compiled checks that take C integers."""
+def _read_entries(mapping) -> tuple[str, dict]:
+    """('', entries) of a checkpoint's mapping, or (what is wrong, {}). Every field of every entry is
+    checked against the checkpoint and the file it describes, in Python's integers (no forged value
+    overflows them), before anything reaches the compiled checks that take C integers."""
+    view = memoryview(mapping)
+    size = len(view)
     if size < _HEADER.size:
         return f"{size} bytes, shorter than its header", {}
-    head = _read_at(fd, _HEADER.size, 0)
-    if head is None:
-        return "cut while read", {}
+    head = bytes(view[:_HEADER.size])
     magic, version, probe, count, _reserved, table_crc, header_crc = _HEADER.unpack(head)
     if magic != MAGIC:
         return "not a checkpoint (bad magic)", {}
@@ -211,12 +217,13 @@ def _read_entries(fd: int, size: int) -> tuple[str, dict]:
         return f"version {version}, this release reads version {VERSION}", {}
     if probe != BYTE_ORDER_PROBE:
         return "written on a machine of another byte order", {}
+    if bytes(view[size - len(TRAILER):]) != TRAILER:
+        return "its trailer is missing (cut short)", {}
+    size -= len(TRAILER)        # what the images may use
     table_end = _HEADER.size + count * _ENTRY.size
     if table_end > size:
         return f"{count} entries do not fit its {size} bytes", {}
-    table = _read_at(fd, table_end - _HEADER.size, _HEADER.size)
-    if table is None:
-        return "cut while read", {}
+    table = bytes(view[_HEADER.size:table_end])
     if crc32c(table) != table_crc:
         return "entry table checksum mismatch", {}
     entries = {}
@@ -272,6 +279,7 @@ def save(directory: str, files: list[DataFile], taken: Checkpoint | None, writte
             _write_at(fd, made.image, at, temporary)
             at += len(made.image)
             at += -at % _IMAGE_ALIGNMENT
+        _write_at(fd, TRAILER, at, temporary)
         head = _HEADER.pack(MAGIC, VERSION, BYTE_ORDER_PROBE, len(files), 0, crc32c(table), 0)
         head = head[:-4] + struct.pack("=I", crc32c(head[:-4]))
         _write_at(fd, bytes(head) + bytes(table), 0, temporary)
@@ -306,17 +314,3 @@ def _write_at(fd: int, data, offset: int, path: str) -> None:
         view = view[written:]
         offset += written
 
-
-def _read_at(fd: int, size: int, offset: int) -> bytes | None:
-    """`size` bytes of `fd` from `offset`, or None when the file ends before them (it was cut)."""
-    if size == 0:
-        return b""
-    parts = []
-    while size:
-        part = os.pread(fd, size, offset)
-        if not part:
-            return None
-        parts.append(part)
-        size -= len(part)
-        offset += len(part)
-    return parts[0] if len(parts) == 1 else b"".join(parts)

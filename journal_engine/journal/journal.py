@@ -271,9 +271,13 @@ class Journal(JournalCore, StoreLifecycle):
             if checkpoint is not None:
                 checkpoint.put_back()     # a load that refuses the directory leaves it as it was
             raise
-        finally:
-            if checkpoint is not None:
-                checkpoint.release()      # the images it gave are read: its file is no longer needed
+        if checkpoint is not None and checkpoint.cut:
+            # another holder of its inode cut it while the replay read its columns (zeros, maybe):
+            # the analysis is made again from the files alone, which nothing of the first one changed
+            log.warning("the checkpoint %s was cut while the load read it (a hard link or a descriptor to it): "
+                        "every file is decoded", checkpoint.path)
+            checkpoint = None
+            analysis = analyze(self.directory, self.replaceable_types, remove_temporary=True, copy=copy)
         listing, state, ends, last, report = (analysis.listing, analysis.state, analysis.ends,
                                               analysis.last_with_data, analysis.report)
         next_id = listing.max_id + 1

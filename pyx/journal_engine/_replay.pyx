@@ -40,6 +40,9 @@ cdef extern from "bus_guard.h":
     int je_bus_guarded(int (*fn)(void *) noexcept nogil, void *arg) nogil
     int je_bus_guarded_copy(void *dst, const void *src, size_t n) nogil
     void *je_bus_fault_address() nogil
+    int je_bus_patch_register(const void *start, size_t length, int *cut, int fd)
+    void je_bus_patch_remove(int slot)
+    int je_bus_flag(const int *cut) nogil
 
 import os
 from journal_engine.errors import FileChangedError
@@ -123,6 +126,91 @@ cdef class MappedFile:
         return f"MappedFile({self.path!r}, size={self.size})"
 
 
+@cython.final
+cdef class CheckpointMapping:
+    """The checkpoint a load took, mapped read-only, whole: its entries and the images of its files'
+    columns are read here in place (docs/internals/format.md, "The checkpoint").
+
+    Its name is gone once a load takes it, but another holder of its inode (a hard link, a
+    descriptor opened before) can still cut it. Its pages are then not a SIGBUS: the mapping is a
+    patched region of the SIGBUS handler (bus_guard.h), whose lost pages read as zeros and set
+    ``cut``; whatever reads the columns checks ``cut`` after the read it hands out, so a cut
+    checkpoint is a decode (at load) or FileChangedError naming it (after), never zeros taken for
+    columns and never a dead interpreter."""
+    cdef const unsigned char *_base
+    cdef readonly Py_ssize_t size
+    cdef readonly object path
+    cdef int _cut                       # set by the SIGBUS handler when it patched a page of this mapping
+    cdef int _slot
+    cdef int _fd                        # kept open: the handler asks it how long the file is now
+    cdef uint64_t _trailer              # what the last 8 bytes held when mapped (zeros once cut before them)
+
+    def __init__(self, int fd, Py_ssize_t size, path, bytes trailer not None):
+        """Map ``size`` bytes of ``fd`` (opened for reading), whose last 8 bytes should be ``trailer``
+        (a checkpoint cut anywhere before them then reads zeros there: ``cut``)."""
+        cdef void *p
+        if self._base != NULL:
+            raise TypeError("a CheckpointMapping maps one file once")
+        self.path = path
+        self._slot = -1
+        self._fd = -1
+        if size <= 0:
+            raise ValueError(f"a checkpoint of {size} bytes has nothing to map")
+        with nogil:
+            p = mmap(NULL, <size_t>size, PROT_READ, MAP_SHARED, fd, 0)
+        if p == MAP_FAILED:
+            raise OSError(errno, os.strerror(errno), path)
+        self._base = <const unsigned char *>p
+        self.size = size
+        self._fd = os.dup(fd)
+        self._slot = je_bus_patch_register(self._base, <size_t>size, &self._cut, self._fd)
+        if self._slot < 0:
+            raise OSError(0, "too many checkpoints mapped at once (bus_guard.h, JE_PATCHED_MAX)", path)
+        if len(trailer) != 8 or size < 8:
+            raise ValueError("a checkpoint's trailer is 8 bytes, at its end")
+        memcpy(&self._trailer, PyBytes_AS_STRING(trailer), 8)
+
+    def __dealloc__(self):
+        je_bus_patch_remove(self._slot)
+        if self._base != NULL:
+            munmap(<void *>self._base, <size_t>self.size)
+            self._base = NULL
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    @property
+    def cut(self):
+        """Whether another process cut the file under the mapping (a page of it read as zeros)."""
+        return _mapping_cut(self)
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("a checkpoint is read-only")
+        PyBuffer_FillInfo(buffer, self, <void *>self._base, self.size, 1, flags)
+
+    def __len__(self):
+        return self.size
+
+    def __repr__(self):
+        return f"CheckpointMapping({self.path!r}, size={self.size}{', cut' if self.cut else ''})"
+
+
+cdef inline bint _mapping_cut(CheckpointMapping mapping) noexcept:
+    """Whether a checkpoint's mapping was cut: the handler patched a page of it, or its trailer (last
+    8 bytes) no longer reads what it held -- the zeros past a cut inside the last mapped page raise no
+    SIGBUS, so the flag alone would miss them. Read after the reads it vouches for."""
+    # (the trailer is 8-byte aligned at the mapping's end: one load)
+    return ((<const uint64_t *>(mapping._base + mapping.size - 8))[0] != mapping._trailer
+            or je_bus_flag(&mapping._cut))
+
+
+cdef int _raise_checkpoint_cut(object mapping) except -1:
+    raise FileChangedError("the checkpoint the load took was cut by another process while its columns were in use "
+                           "(a hard link or a descriptor to it)", path=(<CheckpointMapping>mapping).path,
+                           hint="load the journal again: with the checkpoint gone it decodes every file")
+
+
 def is_pinned(key):
     """True while a body view (or a scan's columns) maps the file whose (st_dev, st_ino) is ``key``."""
     return tuple(key) in _pins
@@ -155,6 +243,50 @@ cdef bytes _copy_out(const unsigned char *src, Py_ssize_t size, object owner):
     return out
 
 
+cdef struct ViewCopy:
+    void *dst
+    const unsigned char *src
+    size_t size
+    const unsigned char *frame      # the header of the frame whose body the view is
+    uint32_t body_length            # what the header says when the copy is done
+    uint8_t kind
+
+
+cdef int _view_copy_call(void *arg) noexcept nogil:
+    cdef ViewCopy *call = <ViewCopy *>arg
+    memcpy(call.dst, call.src, call.size)
+    call.body_length = load_u32(call.frame + FRAME_BODY_LENGTH_AT)
+    call.kind = call.frame[FRAME_KIND_AT]
+    return 0
+
+
+cdef bytes _copy_view(object owner, const unsigned char *body, Py_ssize_t body_size, Py_ssize_t start,
+                      Py_ssize_t count):
+    """``count`` bytes from ``start`` of a body view, copied under the SIGBUS guard, and the header of
+    its frame read after the copy: a file cut and grown again under the view (its pages then read as
+    zeros) no longer holds the frame, and the copy raises FileChangedError instead of handing out zeros."""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, count)
+    cdef ViewCopy call
+    cdef Py_ssize_t offset
+    if type(owner) is not MappedFile:
+        _guarded_copy(PyBytes_AS_STRING(out), body + start, count, owner)
+        return out
+    call.dst = PyBytes_AS_STRING(out)
+    call.src = body + start
+    call.size = <size_t>count
+    call.frame = body - FRAME_HEADER_SIZE
+    if je_bus_guarded(_view_copy_call, &call) == JE_BUS_FAULT:
+        _raise_view_cut(owner)
+    if call.body_length != <uint64_t>body_size or call.kind == 0:
+        offset = call.frame - (<MappedFile>owner)._base
+        raise FileChangedError(f"the file was cut and written again under a body read from it: the frame at offset "
+                               f"{offset} no longer holds this {body_size}-byte body", path=(<MappedFile>owner).path,
+                               offset=offset,
+                               hint="another process truncated a journal file while its bodies were in use; stop "
+                                    "it, then load the journal again (or load(copy=True) to own the bytes)")
+    return out
+
+
 @cython.final
 @cython.no_gc
 @cython.freelist(256)
@@ -167,8 +299,9 @@ cdef class Body:
     bytes. The view may be kept: it holds its file mapped, and the file pinned (never recycled by the
     journal's pool) until the last view into it goes. Every copy out of it (``bytes()``, slicing,
     comparison, hashing) reads under the SIGBUS guard, so a file another process cuts short meanwhile
-    gives FileChangedError naming it; a read through the buffer protocol has no such guard
-    (docs/internals/recovery.md, row X5)."""
+    gives FileChangedError naming it, and so does a file cut and grown again (the frame's header is read
+    after the copy); a read through the buffer protocol has no such guard (docs/internals/recovery.md,
+    row X5)."""
     cdef object _owner                  # the MappedFile (or bytes) the view points into
     cdef const unsigned char *_data
     cdef Py_ssize_t _size
@@ -184,11 +317,11 @@ cdef class Body:
         return (<MappedFile>self._owner).path if type(self._owner) is MappedFile else None
 
     def __bytes__(self):
-        return _copy_out(self._data, self._size, self._owner)
+        return _copy_view(self._owner, self._data, self._size, 0, self._size)
 
     def tobytes(self):
         """``bytes(self)``: an owned copy."""
-        return _copy_out(self._data, self._size, self._owner)
+        return _copy_view(self._owner, self._data, self._size, 0, self._size)
 
     def __len__(self):
         return self._size
@@ -204,14 +337,14 @@ cdef class Body:
             PySlice_Unpack(index, &start, &stop, &step)
             count = PySlice_AdjustIndices(self._size, &start, &stop, step)
             if step == 1:
-                return _copy_out(self._data + start, count, self._owner)
+                return _copy_view(self._owner, self._data, self._size, start, count)
             return bytes(self)[index]
         i = index
         if i < 0:
             i += self._size
         if not 0 <= i < self._size:
             raise IndexError("index out of range")
-        return _copy_out(self._data + i, 1, self._owner)[0]
+        return _copy_view(self._owner, self._data, self._size, i, 1)[0]
 
     def __iter__(self):
         return iter(bytes(self))
@@ -893,6 +1026,7 @@ cdef class ReplayState:
                 _point_body(<Body>rec.body, cols.bodies, cols._base + _body_start(cols, row), _body_size(cols, row))
             else:
                 rec.body = _row_body(cols, row)
+        _columns_whole(cols)
         if _has_updates(self, entry):
             location = self._entry_first.data.as_ulonglongs[entry]
             last = self._entry_last.data.as_ulonglongs[entry]
@@ -901,6 +1035,7 @@ cdef class ReplayState:
                 cols = <FrameColumns>self.files[<Py_ssize_t>(location >> ROW_BITS)]
                 row = <Py_ssize_t>(location & ROW_MASK)
                 updates.append((cols.c_record_type[row], _row_body(cols, row)))
+                _columns_whole(cols)
                 if location == last:
                     break
                 location = _chained_after(self, location)
@@ -1114,6 +1249,8 @@ cdef RecordColumns _live_columns(ReplayState state):
                 location = _chained_after(state, location)
         i += 1
     out.update_first.data.as_longlongs[n] = u
+    for cols in state.files:
+        _columns_whole(cols)
     return out
 
 
@@ -1196,6 +1333,9 @@ cdef class FrameColumns:
     cdef const uint8_t *c_check
     cdef const uint8_t *c_kind
     cdef const uint8_t *c_record_type
+    # columns read in a CheckpointMapping: it is asked whether it was cut after every read handed out
+    # (_columns_whole); None for columns of a scan
+    cdef CheckpointMapping _checkpoint
 
     @property
     def offset(self): return memoryview(self._offset)
@@ -1218,13 +1358,23 @@ cdef class FrameColumns:
         """The body of one row (empty for a damaged region)."""
         if row < 0 or row >= self.count:
             raise IndexError(f"row {row} of {self.count}")
-        return _row_body(self, row)
+        body = _row_body(self, row)
+        _columns_whole(self)
+        return body
 
     def __len__(self):
         return self.count
 
     def __repr__(self):
         return f"FrameColumns(count={self.count}, end_offset={self.end_offset}, end_check={self.end_check})"
+
+
+cdef inline int _columns_whole(FrameColumns cols) except -1:
+    """After a read of columns that lie in a checkpoint's mapping: FileChangedError naming the
+    checkpoint when another process cut it (the read may have seen zeros), else nothing."""
+    if cols._checkpoint is not None and _mapping_cut(cols._checkpoint):
+        _raise_checkpoint_cut(cols._checkpoint)
+    return 0
 
 
 cdef struct RowBuffers:
@@ -1631,19 +1781,20 @@ cdef bint _rows_fit(const RowBuffers *rows, Py_ssize_t n, Py_ssize_t start, Py_s
     return True
 
 
-cdef bint _header_is_row(const ImageCheck *call, const RowBuffers *rows, Py_ssize_t i) noexcept nogil:
+cdef inline bint _header_is_row(const ImageCheck *call, const RowBuffers *rows, Py_ssize_t i) noexcept nogil:
     """Whether the frame header where valid row ``i`` lies carries this file's stamp and the row's
     size, kind, type, ids and body length (the frame's bytes are vouched for by the file's CRC32C)."""
     cdef const unsigned char *frame = call.data + rows.offset[i]
-    cdef long long body = rows.body_offsets[i + 1] - rows.body_offsets[i]
-    if rows.size[i] < FRAME_HEADER_SIZE:
-        return False
-    return (load_u32(frame + FRAME_STAMP_AT) == call.stamp and frame[FRAME_KIND_AT] == rows.kind[i]
-            and frame[FRAME_RECORD_TYPE_AT] == rows.record_type[i]
-            and load_u64(frame + FRAME_RECORD_ID_AT) == rows.record_id[i]
-            and load_u64(frame + FRAME_TX_ID_AT) == rows.tx_id[i]
-            and <long long>load_u32(frame + FRAME_BODY_LENGTH_AT) == body
-            and frame_size(<Py_ssize_t>body) == rows.size[i])
+    cdef long long body = rows.body_offsets[i + 1] - rows.body_offsets[i]     # (0 <= body <= size: _rows_fit)
+    # every field's difference or-ed into one word: no branch per field on this loop of every row
+    cdef uint64_t differs = ((load_u32(frame + FRAME_STAMP_AT) ^ call.stamp)
+                             | (frame[FRAME_KIND_AT] ^ rows.kind[i])
+                             | (frame[FRAME_RECORD_TYPE_AT] ^ rows.record_type[i])
+                             | (load_u64(frame + FRAME_RECORD_ID_AT) ^ rows.record_id[i])
+                             | (load_u64(frame + FRAME_TX_ID_AT) ^ rows.tx_id[i])
+                             | (<uint64_t>load_u32(frame + FRAME_BODY_LENGTH_AT) ^ <uint64_t>body)
+                             | (<uint64_t>frame_size(<Py_ssize_t>body) ^ <uint64_t>rows.size[i]))
+    return differs == 0
 
 
 cdef bint _damage_is_row(const ImageCheck *call, const RowBuffers *rows, Py_ssize_t i) noexcept nogil:
@@ -1658,7 +1809,7 @@ cdef bint _damage_is_row(const ImageCheck *call, const RowBuffers *rows, Py_ssiz
     return found == rows.offset[i] + rows.size[i]
 
 
-cdef bint _gap_is_groups(const ImageCheck *call, Py_ssize_t pos, Py_ssize_t until, Py_ssize_t *groups) noexcept nogil:
+cdef inline bint _gap_is_groups(const ImageCheck *call, Py_ssize_t pos, Py_ssize_t until, Py_ssize_t *groups) noexcept nogil:
     """Whether [pos, until), where no row lies, holds only valid GROUP frames (a replay's scan makes
     no row of them), counting them into ``groups``."""
     cdef Py_ssize_t size = 0
@@ -1671,35 +1822,20 @@ cdef bint _gap_is_groups(const ImageCheck *call, Py_ssize_t pos, Py_ssize_t unti
     return True
 
 
-cdef bint _rows_are_the_file(const ImageCheck *call, const RowBuffers *rows, Py_ssize_t n) noexcept nogil:
-    """Every row checked against the file it describes: the rows and the GROUP frames between them
-    tile [start, end_offset) as a decode's do, each valid row's header is the row, each damaged row is
-    damage a decode finds, and the GROUP frames passed over are as many as the entry says."""
-    cdef Py_ssize_t i, pos = call.start, groups = 0
-    for i in range(n):
-        if not _gap_is_groups(call, pos, rows.offset[i], &groups):
-            return False
-        if rows.check[i] == FRAME_VALID:
-            if not _header_is_row(call, rows, i):
-                return False
-        elif not _damage_is_row(call, rows, i):
-            return False
-        pos = rows.offset[i] + rows.size[i]
-    return _gap_is_groups(call, pos, call.end_offset, &groups) and groups == call.groups_skipped
+DEF CHECK_CHUNK_BYTES = 262144     # the file's CRC32C and its rows' checks, a chunk at a time: in cache for both
 
 
 cdef int _check_image_call(void *arg) noexcept nogil:
-    """Does an image still describe its file? The CRC32C of the image and of every byte of the file
-    as saved, every row within the file and in order (a forged image must not make a read stray
-    outside the mapping), then every row against the frames of the file (_rows_are_the_file)."""
+    """Does an image still describe its file? The CRC32C of the image, every row within the file and
+    in order (a forged image must not make a read stray outside the mapping), then the CRC32C of
+    every byte of the file as saved and every row against the frames of the file, fused a chunk at a
+    time so that the rows read the frame headers the checksum just brought into cache."""
     cdef ImageCheck *call = <ImageCheck *>arg
     cdef RowBuffers rows
-    cdef Py_ssize_t i, n = call.count
+    cdef Py_ssize_t i = 0, n = call.count, pos = 0, end, at = call.start, groups = 0
+    cdef uint32_t crc = 0
     call.verdict = 1
     if je_crc32c(0, call.image, _image_size(n)) != call.image_crc:
-        return 0
-    call.verdict = 2
-    if je_crc32c(0, call.data, call.data_size) != call.data_crc:
         return 0
     call.verdict = 3
     if not (0 <= call.start <= call.end_offset <= call.data_size):
@@ -1708,7 +1844,24 @@ cdef int _check_image_call(void *arg) noexcept nogil:
     if not _rows_fit(&rows, n, call.start, call.end_offset):
         return 0
     call.verdict = 4
-    if not _rows_are_the_file(call, &rows, n):
+    while pos < call.data_size:
+        end = min(pos + CHECK_CHUNK_BYTES, call.data_size)
+        crc = je_crc32c(crc, call.data + pos, end - pos)
+        while i < n and rows.offset[i] <= end - FRAME_HEADER_SIZE:
+            if not _gap_is_groups(call, at, rows.offset[i], &groups):
+                return 0
+            if rows.check[i] == FRAME_VALID:
+                if not _header_is_row(call, &rows, i):
+                    return 0
+            elif not _damage_is_row(call, &rows, i):
+                return 0
+            at = rows.offset[i] + rows.size[i]
+            i += 1
+        pos = end
+    if i < n or not _gap_is_groups(call, at, call.end_offset, &groups) or groups != call.groups_skipped:
+        return 0
+    call.verdict = 2
+    if crc != call.data_crc:
         return 0
     call.verdict = 0
     return 0
@@ -1737,13 +1890,14 @@ def image_is_sound(image, Py_ssize_t count, Py_ssize_t start, Py_ssize_t end_off
 
 def checkpointed_columns(MappedFile data, image, Py_ssize_t count, Py_ssize_t start, Py_ssize_t end_offset,
                          int end_check, Py_ssize_t groups_skipped, uint32_t data_crc, uint32_t image_crc,
-                         uint32_t stamp):
+                         uint32_t stamp, CheckpointMapping mapping=None):
     """The FrameColumns a scan of ``data`` with ``copy=False, groups=False`` would return, from the
     image of them a checkpoint saved (``image``: a read-only buffer of the columns' image over
-    ``count`` rows in memory the caller owns -- never a mapping another process could cut -- which the
-    columns keep and read in place), or None when the file's bytes or the image no longer CRC32C to
-    what was saved, a row would lie outside the file, or a row is not what the file holds where it
-    lies (``stamp``: the file's). Runs without the GIL under the SIGBUS guard: a data file
+    ``count`` rows, which the columns keep and read in place: owned bytes, or a slice of ``mapping``,
+    the CheckpointMapping whose cut flag the columns then check after every read they hand out), or
+    None when the file's bytes or the image no longer CRC32C to what was saved, a row would lie
+    outside the file, a row is not what the file holds where it lies (``stamp``: the file's), or the
+    checkpoint was cut under the check. Runs without the GIL under the SIGBUS guard: a data file
     cut meanwhile raises FileChangedError, as a scan does."""
     cdef ImageCheck call
     cdef Py_buffer view
@@ -1770,9 +1924,10 @@ def checkpointed_columns(MappedFile data, image, Py_ssize_t count, Py_ssize_t st
             status = je_bus_guarded(_check_image_call, &call)
         if status == JE_BUS_FAULT:
             _raise_cut(data._base, data.size)
-        if call.verdict:
+        if call.verdict or (mapping is not None and mapping.cut):
             return None
         cols = FrameColumns.__new__(FrameColumns)
+        cols._checkpoint = mapping
         _image_rows(call.image, count, &rows)
         _point(cols, &rows)
         whole = memoryview(image)       # the columns' views (what their memoryview properties give), over the same bytes

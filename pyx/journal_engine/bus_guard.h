@@ -27,7 +27,11 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define JE_BUS_FAULT (-2)
 
@@ -38,8 +42,87 @@ static __thread void *je_bus_address = NULL;
 static struct sigaction je_bus_previous;
 static int je_bus_installed = 0;
 
+/* Patched mappings: regions whose lost pages read as zeros instead of faulting, each with a flag the
+ * handler sets when it patched one (the checkpoint a load took: its columns are read everywhere a
+ * record is made, where a guard per read would cost more than the read). A SIGBUS whose address lies
+ * in a registered region -- guarded or not -- is answered by mapping an anonymous zero page over the
+ * faulting page (MAP_FIXED) and setting the region's flag; the access then completes, reading zeros,
+ * and the region's owner checks the flag after every read it hands out (je_bus_flag), so zeros are
+ * never taken for data. Regions are registered and removed with the GIL held; the handler only
+ * reads the table. */
+#define JE_PATCHED_MAX 64
+struct je_patched_region { uintptr_t start; size_t length; int *cut; int fd; };
+static struct je_patched_region je_patched[JE_PATCHED_MAX];
+
+/* Registers [start, start + length), the mapping of `fd` from its first byte, with its flag; the
+ * slot, or -1 when the table is full. */
+__attribute__((unused)) static int je_bus_patch_register(const void *start, size_t length, int *cut, int fd) {
+    for (int slot = 0; slot < JE_PATCHED_MAX; slot++) {
+        if (__atomic_load_n(&je_patched[slot].start, __ATOMIC_ACQUIRE) == 0) {
+            je_patched[slot].length = length;
+            je_patched[slot].cut = cut;
+            je_patched[slot].fd = fd;
+            __atomic_store_n(&je_patched[slot].start, (uintptr_t)start, __ATOMIC_RELEASE);
+            return slot;
+        }
+    }
+    return -1;
+}
+
+__attribute__((unused)) static void je_bus_patch_remove(int slot) {
+    if (slot >= 0 && slot < JE_PATCHED_MAX)
+        __atomic_store_n(&je_patched[slot].start, (uintptr_t)0, __ATOMIC_RELEASE);
+}
+
+/* Whether a region's flag says a page of it was patched (read after the read it vouches for). */
+__attribute__((unused)) static int je_bus_flag(const int *cut) {
+    return cut != NULL && __atomic_load_n(cut, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* 1 when the fault lay in a patched region and zero pages now stand where its file lost its pages.
+ * With the faulting address (`known`), the page there; without it (a SIGBUS raised again by a handler
+ * that ran before this one, Python's faulthandler say, carries none), every page of a region past its
+ * file's end now (fstat). */
+static int je_bus_patch(void *address, int known) {
+    uintptr_t at = (uintptr_t)address;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    int patched = 0;
+    for (int slot = 0; slot < JE_PATCHED_MAX; slot++) {
+        uintptr_t start = __atomic_load_n(&je_patched[slot].start, __ATOMIC_ACQUIRE);
+        size_t length = je_patched[slot].length;
+        uintptr_t from, to;
+        struct stat status;
+        if (start == 0)
+            continue;
+        if (known) {
+            if (at < start || at - start >= length)
+                continue;
+            from = at & ~(page - 1);
+            to = from + page;
+        } else {
+            if (fstat(je_patched[slot].fd, &status) != 0 || (size_t)status.st_size >= length)
+                continue;
+            from = start + (((uintptr_t)status.st_size + page - 1) & ~(page - 1));
+            to = start + ((length + page - 1) & ~(page - 1));
+            if (from >= to)
+                continue;
+        }
+        if (mmap((void *)from, to - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+            continue;
+        __atomic_store_n(je_patched[slot].cut, 1, __ATOMIC_RELEASE);
+        patched = 1;
+        if (known)
+            break;
+    }
+    return patched;
+}
+
 static void je_bus_handler(int signo, siginfo_t *info, void *context) {
     sigjmp_buf *jump = je_bus_jump;
+    /* the kernel's SIGBUS of a lost page carries its address (si_code > 0); one raised again by
+     * another handler does not */
+    if (je_bus_patch(info != NULL ? info->si_addr : NULL, info != NULL && info->si_code > 0))
+        return;     /* a patched region's page: the access is made again and reads zeros */
     if (jump != NULL) {
         je_bus_jump = NULL;
         je_bus_address = info != NULL ? info->si_addr : NULL;
