@@ -209,6 +209,40 @@ def test_a_body_view_of_a_file_another_process_cut_is_an_error_naming_the_file_w
     assert result.stdout.split() == (["refused", "True", "True"] if IMPLEMENTATION == "cython" else ["read", "python"])
 
 
+@pytest.mark.skipif(IMPLEMENTATION != "cython", reason="the twin's bodies are bytes read before the cut: there is "
+                                                      "no view to notice it")
+def test_a_body_view_of_a_file_cut_and_grown_again_is_an_error_not_zeros(big_journal, tmp_path):
+    """Another process cuts a data file to nothing and grows it back to its size: every mapped page
+    then reads zeros, no SIGBUS. A copy of a view (bytes(), ==, hash, slicing, decode) reads its frame's
+    header after the copy and raises FileChangedError naming the file, instead of handing out zeros."""
+    directory = copy_of(big_journal, tmp_path)
+    result = run_child("""
+        import os, sys
+        from journal_engine import FileChangedError, Journal
+        with Journal(sys.argv[1], file_size=16 << 20) as journal:
+            records = journal.load().records
+            body = records[3000].body
+            assert bytes(body) == b"m" * 4000
+            path = journal.data_files()[0].path
+            size = os.path.getsize(path)
+            os.truncate(path, 0)
+            os.truncate(path, size)
+            for name, copy in (("bytes", lambda: bytes(body)), ("eq", lambda: body == b"m" * 4000),
+                               ("hash", lambda: hash(body)), ("slice", lambda: body[10:20]),
+                               ("decode", lambda: body.decode())):
+                try:
+                    copy()
+                except FileChangedError as error:
+                    print(name, "refused", error.path == path, error.offset)
+                else:
+                    print(name, "read", "zeros")
+        """, str(directory))
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert [line[:3] for line in lines] == [[name, "refused", "True"] for name in ("bytes", "eq", "hash", "slice",
+                                                                                     "decode")], result.stdout
+
+
 def test_a_recovered_broker_whose_message_file_another_process_cut_refuses_a_receive_with_an_error(tmp_path):
     """Broker(dir) leaves recovered bodies in the mapped message journal until a consumer receives them;
     another process cuts that file: the receive of a message past the cut raises FileChangedError naming
