@@ -45,8 +45,10 @@ def _anon_bytes() -> int:
     return 0
 
 
-def one_run(checkout: str, root: str, what: str) -> dict:
-    """One measure in this process (`checkout` first on sys.path): seconds, bytes read, RssAnon grown."""
+def one_run(checkout: str, root: str, what: str, side: str = "this") -> dict:
+    """One measure in this process (`checkout` first on sys.path): seconds, bytes read, RssAnon grown.
+    Each side loads its own copy of the journal (``journal-SIDE``), whose checkpoint its own close
+    saved: the two sides may write checkpoints of different versions."""
     sys.path.insert(0, checkout)
     import journal_engine
     from journal_engine import Broker, Journal
@@ -54,7 +56,7 @@ def one_run(checkout: str, root: str, what: str) -> dict:
     if not journal_engine.__file__.startswith(checkout) or journal_engine.IMPLEMENTATION != "cython":
         raise SystemExit(f"{checkout}: imported {journal_engine.__file__} ({journal_engine.IMPLEMENTATION}); "
                          "build its compiled core in place first")
-    journal_dir, total, grown = Path(root) / "journal", 0, 0
+    journal_dir, total, grown = Path(root) / f"journal-{side}", 0, 0
     if what == "decoded":
         (journal_dir / "journal.jck").unlink(missing_ok=True)      # before the clocks start
     started, cpu_started, before = time.perf_counter(), time.process_time(), _anon_bytes()
@@ -106,7 +108,7 @@ def write_data(root: Path, records: int) -> None:
     sys.path.insert(0, str(HERE))
     from journal_engine import Broker, Journal
     from journal_engine.benchmarking.workloads import BODY, KEY
-    with Journal(root / "journal", sync="none") as journal:
+    with Journal(root / "journal-this", sync="none") as journal:
         journal.load()
         for record_id in range(records):
             journal.add(record_id, 1, BODY)
@@ -133,7 +135,7 @@ def main() -> int:
     parser.add_argument("base", nargs="?", help="the other checkout (built)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--one", nargs=3, metavar=("CHECKOUT", "ROOT", "WHAT"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=4, metavar=("CHECKOUT", "ROOT", "WHAT", "SIDE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one_run(*args.one)))
@@ -143,13 +145,17 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="ab-recovery-"))
     try:
         write_data(root, args.records)
+        shutil.copytree(root / "journal-this", root / "journal-base")
         sides = {"this": str(HERE), "base": os.path.abspath(args.base)}
+        for side in sides:      # each side's close saves its own checkpoint before the rounds
+            subprocess.run([sys.executable, __file__, "--one", sides[side], str(root), "views", side], check=True,
+                           capture_output=True)
         runs: dict = {}
         for round_number in range(args.rounds):
             order = list(sides) if round_number % 2 == 0 else list(reversed(sides))
             jobs = [(side, what) for what in MEASURES for side in order] + [("this", what) for what in PEERS]
             for side, what in jobs:
-                out = subprocess.run([sys.executable, __file__, "--one", sides[side], str(root), what],
+                out = subprocess.run([sys.executable, __file__, "--one", sides[side], str(root), what, side],
                                      capture_output=True, text=True, check=True).stdout
                 runs.setdefault((side, what), []).append(json.loads(out))
         print(f"{args.records} x 256 B, {args.rounds} interleaved rounds, load average {os.getloadavg()[0]:.1f} "
