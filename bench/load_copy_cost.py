@@ -27,16 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from ab_recovery import _anon_bytes     # (bench/ is this script's sys.path[0])
+
 HERE = Path(__file__).resolve().parent.parent
 MEASURES = ("views", "copy", "views_then_bytes")
-
-
-def _anon_bytes() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def one_run(directory: str, what: str) -> dict:
