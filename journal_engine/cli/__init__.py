@@ -15,7 +15,7 @@ import click
 
 from .. import IMPLEMENTATION, __version__
 from ..errors import (ConfigError, CorruptRecordError, JournalError, JournalIOError, JournalLockedError)
-from .console import EXIT_DAMAGE, EXIT_IN_USE, EXIT_IO, EXIT_USAGE, fail_line
+from .console import EXIT_DAMAGE, EXIT_IN_USE, EXIT_IO, EXIT_USAGE, end_quietly_on_closed_pipe, fail_line
 from .target import NoJournalError
 from .transfer import NotAnExportError
 
@@ -67,9 +67,8 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
-        except BrokenPipeError:             # `journal-engine print ... | head`
-            sys.stderr.close()
-            return 0
+        except BrokenPipeError:             # `journal-engine stats DIR | head`: a closed pipe is no damage
+            return end_quietly_on_closed_pipe()
         except ImportError as error:
             package = missing_package(error)
             if package is None or ctx.params.get("debug"):

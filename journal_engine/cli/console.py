@@ -27,13 +27,36 @@ EXIT_IN_USE = 4
 _WIDTH_WHEN_PIPED = 160
 
 
+class ResultConsole(Console):
+    """A console whose closed pipe (``journal-engine stats DIR | head``) raises ``BrokenPipeError`` for the
+    command line's one handler (exit status 0, quiet), where rich's own would exit with 1, the status of
+    damage."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError("stdout was closed by its reader")
+
+
+def end_quietly_on_closed_pipe() -> int:
+    """What a command whose reader went away ends with: nothing more is written (stdout points at
+    /dev/null, so the interpreter's last flush cannot fail either) and the status is 0."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):     # a stdout without a file descriptor (a test's capture): nothing to flush
+        pass
+    finally:
+        os.close(devnull)
+    return 0
+
+
 def stdout() -> Console:
     """The console of results: tables keep their columns when piped (no 80-column squeeze)."""
     out = sys.stdout        # looked up at each call: click's test runner swaps it (get_text_stream is deprecated)
     # markup off: paths, reasons and record fields are data, and "[...]" in them is not a style tag
-    console = Console(file=out, highlight=False, soft_wrap=False, markup=False)
+    console = ResultConsole(file=out, highlight=False, soft_wrap=False, markup=False)
     if not console.is_terminal:
-        console = Console(file=out, highlight=False, width=_WIDTH_WHEN_PIPED, color_system=None, markup=False)
+        console = ResultConsole(file=out, highlight=False, width=_WIDTH_WHEN_PIPED, color_system=None, markup=False)
     return console
 
 
