@@ -12,6 +12,21 @@ import warnings
 FORCE_ENV = "JOURNAL_ENGINE_IMPLEMENTATION"
 REQUIRE_ENV = "JOURNAL_ENGINE_REQUIRE_EXTENSION"
 
+
+
+def describe_missing_core(error: ImportError, impl_file: str) -> str:
+    """Why the compiled core did not import, in the user's terms. Python words a module missing from a
+    package that is still importing as "most likely due to a circular import"; here the usual cause is
+    a source checkout without built extensions shadowing the installed package (Python run from inside
+    the checkout after `pip install .`), so say that instead."""
+    package_dir = os.path.dirname(os.path.abspath(impl_file))
+    if any(name.startswith("_core.") and name.endswith((".so", ".pyd")) for name in os.listdir(package_dir)):
+        return str(error)
+    return (f"{package_dir} holds no built extension: this is the source tree, and it shadows any installed "
+            "journal_engine because Python looks in the current directory first; run from outside the "
+            "checkout to use the installed package, or build here with `pip install -e .`")
+
+
 _forced = os.environ.get(FORCE_ENV, "").strip().lower()
 if _forced not in ("", "cython", "python"):
     raise ImportError(f"{FORCE_ENV}={_forced!r}: use 'cython' or 'python'")
@@ -28,10 +43,10 @@ else:
     except ImportError as exc:
         if _require:
             raise ImportError(
-                f"the compiled core of journal_engine is not built ({exc}); "
+                f"the compiled core of journal_engine is not built ({describe_missing_core(exc, __file__)}); "
                 "install with `pip install -e .` (needs a C compiler and Cython)") from exc
-        warnings.warn(f"journal_engine: compiled core unavailable ({exc}); using the Python twin",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(f"journal_engine: compiled core unavailable ({describe_missing_core(exc, __file__)}); "
+                      "using the Python twin", RuntimeWarning, stacklevel=2)
         IMPLEMENTATION = "python"
 
 if IMPLEMENTATION == "cython":
