@@ -8,6 +8,7 @@ interpreter is this one, first on spark-submit's PATH (an activated virtual envi
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -94,7 +95,11 @@ def test_spark_submit_runs_analyze_on_a_standalone_cluster(cluster, tmp_path):
     write_broker(broker)
     venv_bin = tmp_path / "venv-bin"          # the user's activated environment: its python3 first on PATH
     venv_bin.mkdir()
-    (venv_bin / "python3").symlink_to(sys.executable)
+    # a script that execs this interpreter by its own path, not a symlink to it: a venv's python is itself a
+    # symlink, and Python finds its venv (pyvenv.cfg) beside the path it was started by, so a symlink of
+    # that symlink in another folder would start the base interpreter, outside the venv
+    (venv_bin / "python3").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (venv_bin / "python3").chmod(0o755)
     import journal_engine.spark.submit as submit
     spark_submit = os.path.join(node_env["SPARK_HOME"], "bin", "spark-submit")
     done = subprocess.run([spark_submit, "--master", url, "--conf", "spark.ui.enabled=false",
