@@ -195,6 +195,11 @@ SERVED_PREFETCH_DEFAULT = 1
 SERVED_PREFETCH_MAX = 65536
 # a connection holds at most this many subscriptions; a SUBSCRIBE past it gets an ERROR frame naming it
 SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX = 1000
+# connections the served broker holds at once; one more gets an ERROR naming this limit and is closed
+SERVED_CONNECTIONS_MAX = 10000
+# a CONNECT whose login/passcode do not match (--users) gets its ERROR at once and its connection is
+# closed this long after, on a timer of the event loop (other connections go on): a guesser waits
+SERVED_LOGIN_FAILURE_DELAY_S = 1.0
 # a connection's outgoing bytes the event loop buffers: past the high mark no more MESSAGE frames are
 # handed to its subscriptions (they stay in their queues, for other consumers) until it drains below
 # the low mark; a connection that stays past the high mark for STOMP_WRITE_TIMEOUT_S is given up
@@ -235,6 +240,8 @@ _RELATIONSHIPS = {
                                                             < SERVED_WRITE_BUFFER_HIGH_BYTES,
     "a served turn hands out at least one message": SERVED_DISPATCH_BATCH_MAX >= 1,
     "a served connection may subscribe": SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX >= 1,
+    "the served broker takes a connection": SERVED_CONNECTIONS_MAX >= 1,
+    "a failed login is closed after a short, positive delay": 0 < SERVED_LOGIN_FAILURE_DELAY_S <= 10,
     "the served store's window is a journal window": 0 < SERVED_STORE_BUFFER_TIMEOUT_US <= BUFFER_TIMEOUT_US_MAX,
     "served heart-beats tolerate a late one": SERVED_HEARTBEAT_MS > 0 and SERVED_HEARTBEAT_GRACE > 1,
     "the async receive's polls grow": 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S,

@@ -1,4 +1,4 @@
-"""The products' own commands, mounted: `demo`, `bench`, `crash-test`, `serve-stomp`, `analyze`.
+"""The products' own commands, mounted: `demo`, `bench`, `crash-test`, `serve-stomp`, `users add`, `analyze`.
 
 `bench` and `crash-test` keep the option parsers of their modules (benchmarking.runner, crashtest):
 their arguments pass through untouched, so their owners change options in one place.
@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import click
 
+from ..limits import SERVED_CONNECTIONS_MAX
 from .console import EXIT_DAMAGE, EXIT_USAGE, fail_line
 from .damage import Damage, damage_status
 
@@ -70,20 +72,54 @@ def crash_test_command(arguments) -> int:
 @click.command("serve-stomp")
 @click.option("--data", required=True, type=click.Path(path_type=str), help="the store's directory (created if missing)")
 @click.option("--port", type=int, default=61613, show_default=True, help="0: any free port (the first line printed tells)")
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="an address beyond loopback (127.0.0.0/8, ::1) needs --users or --allow-anonymous")
 @click.option("--backend", type=click.Choice(["journal", "lmdb"]), default="journal", show_default=True)
 @click.option("--sync", type=click.Choice(["group", "always", "none"]), default="group", show_default=True)
 @click.option("--max-delivery-attempts", type=int, default=10, show_default=True, help="-1: unlimited")
 @click.option("--dead-letter-queue", default="/queue/DLQ", show_default=True,
               help="empty: drop what fails too often")
 @click.option("--redelivery-delay-ms", type=int, default=0, show_default=True)
+@click.option("--users", "users_path", type=click.Path(path_type=str),
+              help="users file (journal-engine users add): CONNECT must carry a matching login and passcode")
+@click.option("--allow-anonymous", is_flag=True, help="serve a non-loopback --host without --users, on purpose")
+@click.option("--tls-cert", type=click.Path(path_type=str), help="PEM certificate (chain): every connection is TLS")
+@click.option("--tls-key", type=click.Path(path_type=str), help="PEM private key of --tls-cert")
+@click.option("--connections-max", type=int, default=SERVED_CONNECTIONS_MAX, show_default=True,
+              help="connections held at once; one more gets an ERROR and is closed")
 def serve_stomp_command(data, port, host, backend, sync, max_delivery_attempts, dead_letter_queue,
-                        redelivery_delay_ms) -> int:
+                        redelivery_delay_ms, users_path, allow_anonymous, tls_cert, tls_key, connections_max) -> int:
     """Run a STOMP broker on one event loop whose queues live in a journal_engine store
-    (docs/integrations.md)."""
+    (docs/integrations.md). Binds 127.0.0.1 unless --host says otherwise."""
     from ..served import serve
     return serve(data, port, host, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
-                 dead_letter_queue=dead_letter_queue or None, redelivery_delay_ms=redelivery_delay_ms)
+                 dead_letter_queue=dead_letter_queue or None, redelivery_delay_ms=redelivery_delay_ms,
+                 users_path=users_path, allow_anonymous=allow_anonymous, tls_cert=tls_cert, tls_key=tls_key,
+                 connections_max=connections_max)
+
+
+@click.group("users")
+def users_group() -> None:
+    """The users file of `serve-stomp --users` (docs/integrations.md gives its format)."""
+
+
+@users_group.command("add")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("login")
+@click.option("--replace", is_flag=True, help="set a new password for a login already in FILE")
+def users_add_command(file, login, replace) -> int:
+    """Add LOGIN to FILE (created 0600 when missing, rewritten atomically). The password is read from
+    a prompt on a terminal, else from the first line of stdin; never from the command line."""
+    from ..served.users import add_user
+    if sys.stdin.isatty():
+        password = click.prompt("password", hide_input=True, confirmation_prompt=True)
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        fail_line("users add: an empty password is refused")
+        return EXIT_USAGE
+    add_user(file, login, password, replace=replace)
+    return 0
 
 
 @click.command("demo")
@@ -129,4 +165,4 @@ def analyze_command(paths, master, out, parquet, sent_time_property) -> int:
                          "`journal-engine verify PATH` lists the damage")
 
 
-COMMANDS = [demo_command, bench_command, crash_test_command, serve_stomp_command, analyze_command]
+COMMANDS = [demo_command, bench_command, crash_test_command, serve_stomp_command, users_group, analyze_command]

@@ -16,6 +16,12 @@ sends the message to the dead-letter queue at once. Messages not settled when th
 are failed deliveries too. An UNSUBSCRIBE stops deliveries; what the subscription holds can still be
 settled until the connection ends. A frame in a transaction (BEGIN ... COMMIT) is handled at COMMIT,
 its RECEIPT then; ABORT drops them and receipts those that asked.
+
+Security (``serve-stomp --users``): the CONNECT or STOMP frame must carry a ``login`` and a
+``passcode`` that match a line of the users file (users.py). A failed login gets an ERROR frame that
+says the login failed, never which part, and the connection is closed SERVED_LOGIN_FAILURE_DELAY_S
+later by a timer of the loop (others go on meanwhile). A connection past the server's connection
+limit (SERVED_CONNECTIONS_MAX, or ``--connections-max``) gets an ERROR naming it and is closed.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ import time
 from ..errors import JournalError
 from ..integrations.exchanges import CONTROL_PREFIX, EXCHANGE_PREFIX, REQUEUE_HEADER
 from ..integrations.stomp_frames import FrameReader, StompFrame, StompFrameError, header_value, pack
-from ..limits import (SERVED_HEARTBEAT_GRACE, SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX, SERVED_WRITE_BUFFER_HIGH_BYTES,
+from ..limits import (SERVED_CONNECTIONS_MAX, SERVED_HEARTBEAT_GRACE, SERVED_LOGIN_FAILURE_DELAY_S, SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX, SERVED_WRITE_BUFFER_HIGH_BYTES,
                       SERVED_WRITE_BUFFER_LOW_BYTES, STOMP_ERROR_LINGER_S, STOMP_WRITE_TIMEOUT_S)
 from .messages import message_frame
 from .stomp import CLIENT_COMMANDS, ProtocolError, agreed_heart_beats, agreed_version
@@ -56,6 +62,7 @@ class StompConnection(asyncio.Protocol):
         self._paused = False                     # the transport's buffer is past its high mark
         self._paused_timer = None
         self._closing = False                    # an ERROR or DISCONNECT: nothing more is handled
+        self._close_delay_s = 0.0                # a failed login: the close waits this long
         self._eof_sent = False                   # the close began: nothing more is written
         self._closed = False
         self._subscriptions: dict[str, Subscription] = {}    # active, by id
@@ -75,6 +82,11 @@ class StompConnection(asyncio.Protocol):
             # no Nagle: a frame written right after another (an ACK's RECEIPT after the next MESSAGE)
             # would wait for the client's delayed TCP acknowledgement of the first, 40 ms on Linux
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if len(self._server.connections) >= self._server.connections_max:
+            self._refuse(f"too many connections: the server holds {self._server.connections_max}, the most it "
+                         "takes (SERVED_CONNECTIONS_MAX, serve-stomp --connections-max)", None)
+            self.write_out()
+            return
         self._server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -161,7 +173,11 @@ class StompConnection(asyncio.Protocol):
             self._server.writes += 1
             self._last_write = time.monotonic()
         if self._closing and not self._eof_sent:
-            self._close_after_error()
+            if self._close_delay_s:
+                self._eof_sent = True           # the ERROR is out; the close waits (a failed login)
+                asyncio.get_running_loop().call_later(self._close_delay_s, self.transport.close)
+            else:
+                self._close_after_error()
 
     def fail(self, message: str) -> None:
         """The turn could not make this connection's frames durable: an ERROR, then the close."""
@@ -202,6 +218,12 @@ class StompConnection(asyncio.Protocol):
 
     def _connect(self, frame: StompFrame) -> None:
         version = agreed_version(frame.headers)
+        users = self._server.users
+        if users is not None and not users.check(frame.headers.get("login"), frame.headers.get("passcode")):
+            _log.info("serve-stomp: a login failed")
+            self._refuse("login failed: the login or the passcode does not match", frame)
+            self._close_delay_s = SERVED_LOGIN_FAILURE_DELAY_S
+            return
         headers = {"server": _SERVER_NAME, "session": f"{id(self):x}"}
         if version != "1.0":
             server_sends, client_sends, offered = agreed_heart_beats(frame.headers)

@@ -19,11 +19,15 @@ import asyncio
 import errno
 import os
 import signal
+import ipaddress
 import socket
+import ssl
 import sys
 
-from ..errors import AddressInUseError, JournalIOError
+from ..errors import AddressInUseError, ConfigError, JournalIOError
+from ..limits import SERVED_CONNECTIONS_MAX
 from .connection import StompConnection
+from .users import Users
 from .destinations import DEFAULT_DEAD_LETTER_QUEUE, DEFAULT_MAX_DELIVERY_ATTEMPTS, Destinations
 from .subscriptions import Dispatcher
 from .turn import Turn
@@ -68,8 +72,11 @@ def listening_socket(host: str, port: int) -> socket.socket:
 class ServedBroker:
     """One event loop's broker: its destinations, dispatcher, turn and connections."""
 
-    def __init__(self, destinations: Destinations, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, destinations: Destinations, loop: asyncio.AbstractEventLoop, *, users: Users | None = None,
+                 connections_max: int = SERVED_CONNECTIONS_MAX) -> None:
         self.destinations = destinations
+        self.users = users                      # None: anonymous connections are taken
+        self.connections_max = connections_max
         self.loop = loop
         self.dispatcher = Dispatcher(loop, self._wake)
         self.turn = Turn(loop, self.dispatcher, destinations.sync)
@@ -89,9 +96,10 @@ class ServedBroker:
                 "fdatasyncs": str(self.destinations.fdatasyncs()), "connections": str(len(self.connections)),
                 "delivered": str(self.delivered), "writes": str(self.writes)}
 
-    async def run(self, sock: socket.socket, announce, stop: asyncio.Event) -> None:
-        """Accept connections on ``sock`` until ``stop`` is set; ``announce()`` once accepting."""
-        server = await self.loop.create_server(lambda: StompConnection(self), sock=sock)
+    async def run(self, sock: socket.socket, announce, stop: asyncio.Event, tls: ssl.SSLContext | None = None) -> None:
+        """Accept connections on ``sock`` (over TLS when ``tls``) until ``stop`` is set; ``announce()``
+        once accepting."""
+        server = await self.loop.create_server(lambda: StompConnection(self), sock=sock, ssl=tls)
         try:
             announce()
             await stop.wait()
@@ -105,14 +113,68 @@ class ServedBroker:
             await asyncio.sleep(0)          # connection_lost of each runs
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1) or ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False                            # a name: it may resolve to any address
+
+
+def check_exposure(host: str, users_path, allow_anonymous: bool) -> None:
+    """ConfigError (exit status 2) for a bind beyond loopback without --users nor --allow-anonymous:
+    anyone who reaches the address could read and write every queue."""
+    if users_path is None and not allow_anonymous and not is_loopback(host):
+        raise ConfigError("--host", host, "is not a loopback address, and without --users anyone who reaches it "
+                          "may read and write every queue; nothing was created",
+                          hint="give --users FILE (journal-engine users add FILE LOGIN), or --allow-anonymous "
+                               "to serve without logins on purpose")
+
+
+def tls_context(cert_path, key_path) -> ssl.SSLContext:
+    """A server SSLContext with the certificate chain ``cert_path`` and its key ``key_path``;
+    ConfigError naming the file that is missing, unreadable or not what it should be."""
+    if (cert_path is None) != (key_path is None):
+        missing = "--tls-key" if key_path is None else "--tls-cert"
+        raise ConfigError(missing, None, "TLS needs both --tls-cert and --tls-key")
+    for option, path in (("--tls-cert", cert_path), ("--tls-key", key_path)):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as error:
+            raise ConfigError(option, os.fspath(path), f"cannot read it: {error.strerror or error}; nothing was "
+                              "created") from None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert_path, key_path)
+    except ssl.SSLError as error:
+        raise ConfigError("--tls-cert", os.fspath(cert_path), f"with --tls-key {os.fspath(key_path)!r}: not a PEM "
+                          f"certificate and its private key ({error.reason or error}); nothing was created") from None
+    return context
+
+
 def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1", *, backend: str = "journal",
           max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
           dead_letter_queue: str | None = DEFAULT_DEAD_LETTER_QUEUE, redelivery_delay_ms: int = 0,
-          sync: str = "group", store_options: dict | None = None, out=None) -> int:
+          sync: str = "group", store_options: dict | None = None, out=None, users_path=None,
+          allow_anonymous: bool = False, tls_cert=None, tls_key=None,
+          connections_max: int = SERVED_CONNECTIONS_MAX) -> int:
     """Run the served broker until SIGTERM or SIGINT; prints one line ``listening on HOST:PORT`` (to
     ``out``, default stdout) once connections are accepted. ``store_options`` go to the
-    MessageStore (file_size, buffer_timeout_us, ...). Returns the exit status (0)."""
+    MessageStore (file_size, buffer_timeout_us, ...). ``users_path``: the users file CONNECT frames
+    must match (users.py); a host beyond loopback needs it or ``allow_anonymous``. ``tls_cert`` and
+    ``tls_key``: PEM files, TLS on every connection. Every refusal of the options comes before
+    anything is bound or created. Returns the exit status (0)."""
     out = out or sys.stdout
+    if not 1 <= connections_max <= SERVED_CONNECTIONS_MAX:
+        raise ConfigError("--connections-max", connections_max, f"must be between 1 and {SERVED_CONNECTIONS_MAX} "
+                          "(SERVED_CONNECTIONS_MAX)")
+    check_exposure(host, users_path, allow_anonymous)
+    users = Users.read(users_path) if users_path is not None else None
+    tls = tls_context(tls_cert, tls_key) if tls_cert is not None or tls_key is not None else None
     sock = listening_socket(host, port)
     try:
         destinations = Destinations(data_dir, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
@@ -123,7 +185,7 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
         raise
     loop = new_event_loop()
     try:
-        broker = ServedBroker(destinations, loop)
+        broker = ServedBroker(destinations, loop, users=users, connections_max=connections_max)
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
@@ -132,9 +194,10 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
         def announce() -> None:
             print(f"journal-engine serve-stomp: listening on {bound_host}:{bound_port} "
                   f"(store {os.fspath(data_dir)}, backend {backend}, max delivery attempts {max_delivery_attempts}, "
-                  f"dead-letter queue {dead_letter_queue})", file=out, flush=True)
+                  f"dead-letter queue {dead_letter_queue}, {'TLS' if tls else 'no TLS'}, "
+                  f"{f'{len(users)} users' if users is not None else 'anonymous'})", file=out, flush=True)
 
-        loop.run_until_complete(broker.run(sock, announce, stop))
+        loop.run_until_complete(broker.run(sock, announce, stop, tls))
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
