@@ -18,7 +18,7 @@ delivery counts, dead letters. The parent kills it with SIGKILL mid-flight and t
 
 Then it lists the dead-letter queue (as ``journal-engine dlq list``), redrives it with
 ``Broker.redrive`` and checks each redriven message's audit trail, and draws throughput over time
-and the recovery time into a PNG (matplotlib: ``pip install 'journal_engine[demo]'``).
+and the recovery time into a PNG (matplotlib: ``pip install '.[demo]'`` in the checkout).
 """
 from __future__ import annotations
 
@@ -341,7 +341,7 @@ def run(*, seconds: float = 4.0, keep: str | None = None, png: str | None = None
         summary.add_row(name, "ok" if passed else f"FAILED: {why}")
     console.print(summary)
     console.print(f"  chart (throughput, recovery time): {chart}" if chart else
-                  "  chart: skipped, matplotlib is not installed (pip install 'journal_engine[demo]')", markup=False)
+                  "  chart: skipped, matplotlib is not installed (pip install '.[demo]' in the journal_engine checkout)", markup=False)
     ok = all(passed for _name, passed, _why in checks)
     console.print("verdict: " + ("every acknowledged message, delivery count and dead letter survived the SIGKILL"
                                  if ok else "FAILED (see the summary)"))

@@ -10,7 +10,7 @@ cell's size (workloads.body_of). Two layers:
 * the adapters the command's matrix runs (``APPEND_STORES``, ``QUEUE_STORES``, ``RECOVERY_STORES``):
   one object per store that opens it for a cell, commits, counts and closes.
 
-Peers are imported when first opened, so that a missing one (``pip install 'journal_engine[bench]'``)
+Peers are imported when first opened, so that a missing one (``pip install '.[bench]'`` in the checkout)
 is reported skipped with the import error instead of failing the run: ``unavailable(store)``.
 
 Settings, and why they are fair (docs/benchmarks.md repeats them):
@@ -53,7 +53,7 @@ from .workloads import KEY, SYNC_DURABLE, SYNC_NONE, USER_TYPE, AppendCell, Queu
 # the third-party module each store needs; PEER_MODULES is the one place the runner asks
 PEER_MODULES = {"lmdb": "lmdb", "rocksdb": "rocksdict", "persist-queue": "persistqueue",
                 "lmdb-store": "lmdb", "broker-lmdb": "lmdb"}
-INSTALL_HINT = "pip install 'journal_engine[bench]'"
+INSTALL_HINT = "pip install '.[bench]' in the journal_engine checkout"
 
 
 def unavailable(store_name: str) -> str | None:

@@ -73,8 +73,8 @@ class _Commands(click.Group):
             package = missing_package(error)
             if package is None or ctx.params.get("debug"):
                 raise
-            fail_line(f"this command needs the {package} package, which is not installed (hint: pip install "
-                      f"'journal_engine[{OPTIONAL_PACKAGES[package]}]')")
+            fail_line(f"this command needs the {package} package, which is not installed (hint: in the journal_engine "
+                      f"checkout or its unpacked sdist: pip install '.[{OPTIONAL_PACKAGES[package]}]')")
             return EXIT_USAGE
         except (JournalError, OSError) as error:
             if ctx.params.get("debug"):

@@ -139,7 +139,7 @@ def _arrow():
         import pyarrow
         import pyarrow.parquet
     except ImportError:
-        raise click.UsageError("--format parquet needs pyarrow: pip install 'journal_engine[export]'") from None
+        raise click.UsageError("--format parquet needs pyarrow: pip install '.[export]' in the journal_engine checkout") from None
     return pyarrow, pyarrow.parquet
 
 

@@ -117,7 +117,7 @@ def _write_png(report, json_path: str | None) -> str | None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("  plot: skipped, matplotlib is not installed (pip install 'journal_engine[crashtest]')")
+        print("  plot: skipped, matplotlib is not installed (pip install '.[crashtest]' in the journal_engine checkout)")
         return None
     from .plot import write_report_png
     if json_path:

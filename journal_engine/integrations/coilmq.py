@@ -38,7 +38,7 @@ A message handed to a subscriber has its delivery count written before it leaves
 (``persist_delivery_count_before_delivery``), so after a crash a message that may have reached a
 client comes back with ``redelivered:true`` and the attempt counts towards the limit.
 
-coilmq is imported by this module only; ``pip install "journal_engine[coilmq]"`` brings it.
+coilmq is imported by this module only; ``pip install ".[coilmq]"`` in the checkout brings it.
 """
 from __future__ import annotations
 

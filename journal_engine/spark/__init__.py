@@ -7,7 +7,7 @@
 ``register(spark)`` makes ``format("journal_engine")`` known to a session; ``session()`` starts one
 the way ``journal-engine analyze`` does (Java 17+ found, the workers on this interpreter, Spark's
 logs at WARN). The source (source.py) and its schema (columns.py) need pyspark and pyarrow: the
-``spark`` extra (``pip install 'journal_engine[spark]'``); importing this package imports them.
+``spark`` extra (``pip install '.[spark]'`` in the checkout); importing this package imports them.
 """
 from __future__ import annotations
 

@@ -272,7 +272,7 @@ def test_import_into_lmdb_without_lmdb_installed_names_the_extra(export_file, tm
     done = subprocess.run([sys.executable, "-c", WITHOUT_LMDB, "import", str(export_file), str(tmp_path / "new"),
                            "--backend", "lmdb"], capture_output=True, timeout=300, check=False)
     assert done.returncode == 2
-    assert "pip install 'journal_engine[lmdb]'" in one_error_line(done)
+    assert "pip install '.[lmdb]'" in one_error_line(done)
     assert not (tmp_path / "new").exists()
 
 
