@@ -23,6 +23,7 @@ and the recovery time into a PNG (matplotlib: ``pip install '.[demo]'`` in the c
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import random
 import shutil
@@ -135,6 +136,7 @@ class _Reports:
         self.doubted: set[int] = set()      # acknowledged or dead-lettered, durable or not yet: either is right
         self.ticks: list[tuple[float, int, int]] = []
         self.spawned_at = 0.0           # wall time of the child's start: the chart's zero
+        self.killed_at = 0.0            # wall time of the SIGKILL: the chart's red line
 
     def read(self, stream) -> None:
         for line in stream:
@@ -178,6 +180,7 @@ def _run_child(directory: str, seconds: float, seed: int, rng: random.Random, sh
     if not reports.sent:
         child.kill()
         raise RuntimeError(f"the child broker reported nothing within {CHILD_START_TIMEOUT_S:.0f} s")
+    reports.killed_at = time.time()     # kill_after counts from the first durable batch, the chart from the spawn
     child.send_signal(signal.SIGKILL)
     child.wait()
     reader.join(timeout=10)
@@ -221,7 +224,58 @@ def _check_recovery(broker: Broker, reports: _Reports) -> dict:
             "dead_missing": dead_missing, "without_trail": without_trail}
 
 
-def _chart(path: str, reports: _Reports, recovery_ms: float, kill_after: float) -> str | None:
+def _chart_series(reports: _Reports) -> tuple[list[float], list[float], list[float], float]:
+    """Seconds since the spawn of each tick, sends/s and acks/s between ticks, and the SIGKILL's second on
+    the same clock."""
+    ticks = reports.ticks
+    start = reports.spawned_at
+    times = [t - start for t, _s, _a in ticks[1:]]
+    sends = [(s1 - s0) / max(t1 - t0, 1e-6) for (t0, s0, _), (t1, s1, _) in zip(ticks, ticks[1:])]
+    acks = [(a1 - a0) / max(t1 - t0, 1e-6) for (t0, _, a0), (t1, _, a1) in zip(ticks, ticks[1:])]
+    return times, sends, acks, reports.killed_at - start
+
+
+def _history_text(history: list[dict]) -> str:
+    """A dead letter's delivery history as times of day (UTC, to the millisecond) and reasons."""
+    return "; ".join(f"{_time_of_day(h['time'])} {h['reason']}" for h in history)
+
+
+def _time_of_day(epoch_ms: int) -> str:
+    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    return moment.strftime("%H:%M:%S.") + f"{epoch_ms % 1000:03d}"
+
+
+def _dlq_title(directory: str, kept: bool, shown: int, total: int) -> str:
+    """The table's title: the command that lists the same, when its directory outlives the demo."""
+    if kept:
+        return f"journal-engine dlq list {directory} --queue {DEAD_LETTER_QUEUE} (first {shown} of {total})"
+    return (f"{DEAD_LETTER_QUEUE}, as journal-engine dlq list shows it (first {shown} of {total}; the directory "
+            "is deleted at the end, --keep DIR keeps it)")
+
+
+def _dlq_table(rows: list[dict], title: str):
+    from rich.table import Table
+    table = Table(title=title)
+    for column in ("id", "original id", "deliveries"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("reason", overflow="fold")     # a reason is read whole, folded rather than cut
+    table.add_column("history (UTC, reason)", overflow="fold")
+    for row in rows:
+        table.add_row(str(row["message_id"]), str(row["original_message_id"]), str(row["delivery_count"]),
+                      str(row["reason"]), _history_text(row["history"]) or "(before the restart)")
+    return table
+
+
+def _default_png(directory: str, kept: bool) -> str:
+    """--keep DIR: in DIR; else one file in the temporary folder, replaced by the next run (none pile up)."""
+    return os.path.join(directory if kept else tempfile.gettempdir(), "journal-engine-demo.png")
+
+
+PNG_HELP = ("where the chart goes (default: journal-engine-demo.png in the --keep directory, else in the "
+            "temporary folder, replaced by the next run)")
+
+
+def _chart(path: str, reports: _Reports, recovery_ms: float) -> str | None:
     """Throughput over time and the recovery time, as a PNG; None when matplotlib is missing."""
     try:
         import matplotlib
@@ -230,15 +284,11 @@ def _chart(path: str, reports: _Reports, recovery_ms: float, kill_after: float) 
     except ImportError:
         return None
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 1]})
-    ticks = reports.ticks
-    if len(ticks) >= 2:
-        start = reports.spawned_at
-        times = [t - start for t, _s, _a in ticks[1:]]
-        sends = [(s1 - s0) / max(t1 - t0, 1e-6) for (t0, s0, _), (t1, s1, _) in zip(ticks, ticks[1:])]
-        acks = [(a1 - a0) / max(t1 - t0, 1e-6) for (t0, _, a0), (t1, _, a1) in zip(ticks, ticks[1:])]
+    if len(reports.ticks) >= 2:
+        times, sends, acks, kill_s = _chart_series(reports)
         left.plot(times, sends, label="sends/s (durable)")
         left.plot(times, acks, label="acks/s (durable)")
-        left.axvline(kill_after, color="red", linestyle="--", label="SIGKILL")
+        left.axvline(kill_s, color="red", linestyle="--", label="SIGKILL")
         left.legend()
     left.set_xlabel("seconds")
     left.set_title("child broker throughput")
@@ -253,14 +303,14 @@ def _chart(path: str, reports: _Reports, recovery_ms: float, kill_after: float) 
 
 def run(*, seconds: float = 4.0, keep: str | None = None, png: str | None = None, seed: int | None = None) -> int:
     """The demo (see the module docstring); 0 when every check passed."""
-    from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
 
+    from .cli.console import stdout
     from .cli.dead_letters import dead_letters
     from .cli.target import locate
 
-    console = Console(highlight=False)
+    console = stdout()              # 160 columns when piped, so the tables are not squeezed to 80
     seed = random.randrange(1 << 30) if seed is None else seed
     rng = random.Random(seed)
     directory = os.path.abspath(keep) if keep else tempfile.mkdtemp(prefix="journal-engine-demo-")
@@ -289,14 +339,7 @@ def run(*, seconds: float = 4.0, keep: str | None = None, png: str | None = None
     finally:
         broker.close()
     rows = dead_letters(locate(directory), queue=DEAD_LETTER_QUEUE)
-    table = Table(title=f"journal-engine dlq list {directory} --queue {DEAD_LETTER_QUEUE} (first 5 of {len(rows)})")
-    for column in ("id", "original id", "deliveries", "reason", "history (time ms, reason)"):
-        table.add_column(column)
-    for row in rows[:5]:
-        history = "; ".join(f"{h['time']} {h['reason']}" for h in row["history"])
-        table.add_row(str(row["message_id"]), str(row["original_message_id"]), str(row["delivery_count"]),
-                      str(row["reason"]), history or "(before the restart)")
-    console.print(table)
+    console.print(_dlq_table(rows[:5], _dlq_title(directory, keep is not None, min(5, len(rows)), len(rows))))
     broker = _open_broker(directory)
     try:
         redriven = broker.redrive(DEAD_LETTER_QUEUE) if DEAD_LETTER_QUEUE in broker.queue_names() else None
@@ -316,11 +359,7 @@ def run(*, seconds: float = 4.0, keep: str | None = None, png: str | None = None
                       f"_JE_REDRIVE_TIME={sample['_JE_REDRIVE_TIME']}")
     finally:
         broker.close()
-    chart = _chart(png or os.path.join(directory, "journal-engine-demo.png"), reports, recovery_ms, kill_after)
-    if keep is None and chart is not None and png is None:
-        kept = os.path.join(tempfile.gettempdir(), f"journal-engine-demo-{seed}.png")
-        shutil.move(chart, kept)
-        chart = kept
+    chart = _chart(png or _default_png(directory, keep is not None), reports, recovery_ms)
     checks = [
         ("every durable, unacknowledged message recovered", not result["missing"], f"{len(result['missing'])} missing"),
         ("no message back after a durable acknowledgement", not result["back_after_ack"],
@@ -354,7 +393,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="journal-engine demo", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--keep", metavar="DIR")
-    parser.add_argument("--png", metavar="FILE")
+    parser.add_argument("--png", metavar="FILE", help=PNG_HELP)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--child", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

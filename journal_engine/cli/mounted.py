@@ -128,7 +128,8 @@ def users_add_command(file, login, replace) -> int:
 @click.option("--keep", type=click.Path(file_okay=False, path_type=str),
               help="use and keep this directory instead of a temporary one")
 @click.option("--png", type=click.Path(dir_okay=False, path_type=str),
-              help="where the chart goes (default: journal-engine-demo.png in the demo's directory)")
+              help="where the chart goes (default: journal-engine-demo.png in the --keep directory, else in the "
+                   "temporary folder, replaced by the next run)")
 @click.option("--seed", type=int, help="seed of the workload and the kill time")
 def demo_command(seconds: float, keep, png, seed) -> int:
     """The main job, end to end: a broker with redelivery and dead-letter settings under load, a SIGKILL,
