@@ -225,6 +225,21 @@ def test_tls_serves_a_client_that_trusts_the_certificate(tmp_path, certificate):
         stopped_clean(server)
 
 
+def test_stomp_py_over_tls_with_a_login(tmp_path, certificate, users_file):
+    import stomp
+    cert, key = certificate
+    server = Server(tmp_path / "store", tmp_path / "server.log", "--tls-cert", str(cert), "--tls-key", str(key),
+                    "--users", str(users_file))
+    try:
+        connection = stomp.Connection12([("127.0.0.1", server.port)], reconnect_attempts_max=1)
+        connection.set_ssl(for_hosts=[("127.0.0.1", server.port)], ca_certs=str(cert))
+        connection.connect("alice", "wonder land", wait=True)
+        assert connection.is_connected()
+        connection.disconnect()
+    finally:
+        stopped_clean(server)
+
+
 @pytest.mark.parametrize("which", ["--tls-cert", "--tls-key"])
 def test_a_missing_tls_file_is_refused_at_start_naming_it(tmp_path, certificate, which):
     cert, key = certificate
