@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import shutil
 import socket
 import ssl
 import stat
@@ -46,11 +47,19 @@ def add_user(path, login: str, password: str, *extra: str) -> subprocess.Complet
     return command("users", "add", str(path), login, *extra, stdin=password + "\n")
 
 
-@pytest.fixture
-def users_file(tmp_path):
-    path = tmp_path / "users"
+@pytest.fixture(scope="module")
+def made_users_file(tmp_path_factory):
+    """Written once by the tool (each `users add` is a child process): the tests take copies."""
+    path = tmp_path_factory.mktemp("users") / "users"
     assert add_user(path, "alice", "wonder land").returncode == 0
     assert add_user(path, "bob", "builder").returncode == 0
+    return path
+
+
+@pytest.fixture
+def users_file(tmp_path, made_users_file):
+    path = tmp_path / "users"
+    shutil.copy2(made_users_file, path)         # its mode too
     return path
 
 
@@ -100,7 +109,8 @@ def test_allow_anonymous_and_users_each_let_a_bind_beyond_loopback_pass_the_chec
 
 
 # ---------------------------------------------------------------------------------------- the users tool
-def test_users_add_writes_a_private_file_of_salted_scrypt_hashes(tmp_path, users_file):
+def test_users_add_writes_a_private_file_of_salted_scrypt_hashes(made_users_file):
+    users_file = made_users_file
     assert stat.S_IMODE(users_file.stat().st_mode) == 0o600
     lines = users_file.read_text().splitlines()
     assert [line.split(":")[:3] for line in lines] == [["alice", "scrypt", "16384,8,1"], ["bob", "scrypt", "16384,8,1"]]
@@ -108,7 +118,7 @@ def test_users_add_writes_a_private_file_of_salted_scrypt_hashes(tmp_path, users
     users = Users.read(users_file)
     assert users.check("alice", "wonder land") and users.check("bob", "builder")
     assert not users.check("alice", "builder") and not users.check("carol", "builder") and not users.check("bob", None)
-    assert [name for name in os.listdir(tmp_path) if name != "users"] == []     # no temporary file left
+    assert os.listdir(users_file.parent) == ["users"]      # no temporary file left
 
 
 def test_users_add_refuses_a_login_already_there_unless_replace(users_file):
@@ -129,9 +139,11 @@ def test_a_users_file_with_a_broken_line_is_refused_at_start_naming_the_line(tmp
 
 
 # ---------------------------------------------------------------------------------------- logins
-@pytest.fixture
-def guarded(tmp_path, users_file):
-    started = Server(tmp_path / "store", tmp_path / "server.log", "--users", str(users_file))
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory, made_users_file):
+    """One server with --users for the login tests (they change nothing it holds)."""
+    folder = tmp_path_factory.mktemp("guarded")
+    started = Server(folder / "store", folder / "server.log", "--users", str(made_users_file))
     yield started
     stopped_clean(started)
 
