@@ -30,7 +30,7 @@ import pytest
 from locations import ROOT
 from stomp_server import START_TIMEOUT_S, RawClient, Server, frame_bytes, has_traceback
 
-from journal_engine.limits import SERVED_LOGIN_FAILURE_DELAY_S
+from journal_engine.limits import SERVED_CONNECTIONS_MAX, SERVED_LOGIN_FAILURE_DELAY_S
 from journal_engine.served.server import check_exposure, is_loopback
 from journal_engine.served.users import Users
 
@@ -135,6 +135,14 @@ def test_a_users_file_with_a_broken_line_is_refused_at_start_naming_the_line(tmp
     users_file.write_text(users_file.read_text() + "carol:md5:x\n")
     done = command("serve-stomp", "--data", str(tmp_path / "store"), "--port", "0", "--users", str(users_file))
     assert done.returncode == 2 and "line 3" in done.stderr, done
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("option, value", [("--users", "no-such-users-file"), ("--connections-max", "0"),
+                                           ("--connections-max", str(SERVED_CONNECTIONS_MAX + 1))])
+def test_a_bad_security_option_is_refused_at_start_naming_it(tmp_path, option, value):
+    done = command("serve-stomp", "--data", str(tmp_path / "store"), "--port", "0", option, value)
+    assert done.returncode == 2 and option in done.stderr and "Traceback" not in done.stderr, done
     assert not (tmp_path / "store").exists()
 
 
