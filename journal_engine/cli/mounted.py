@@ -157,7 +157,7 @@ def analyze_command(paths, master, out, parquet, sent_time_property) -> int:
     try:
         from ..spark.analyze import run
     except ImportError as exc:
-        fail_line(f"analyze: {exc}; install it with: pip install 'journal_engine[spark]'")
+        fail_line(f"analyze: {exc}; install it with: pip install '.[spark]' (in the checkout or an unpacked sdist)")
         return EXIT_USAGE
     damaged = run(list(paths), master, out, parquet, sent_time_property)
     # the tables count only what could be read: damage is exit status 1, each place on stderr, as in stats

@@ -10,7 +10,7 @@ SIGTERM or SIGINT stops it cleanly: no more connections are accepted, each conne
 start, marked redelivered, its delivery count persisted), the broker is closed (the store synced, its
 checkpoint saved), and :func:`serve` returns 0.
 
-The loop is uvloop's when uvloop is installed (``pip install 'journal_engine[uvloop]'``), asyncio's
+The loop is uvloop's when uvloop is installed (``pip install '.[uvloop]'`` in the checkout), asyncio's
 otherwise; the server runs the same on either.
 """
 from __future__ import annotations
