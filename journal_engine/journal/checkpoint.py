@@ -25,10 +25,10 @@ check, and the files are decoded. Its size is 43 bytes a frame.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import struct
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .._impl import CheckpointMapping, FrameColumns, checkpointed_columns, crc32c, image_is_sound, image_size
@@ -57,7 +57,7 @@ _ENTRY = struct.Struct("=QQQQQQQQIIII")
 _IMAGE_ALIGNMENT = 8
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Entry:
     size: int
     start: int
@@ -266,6 +266,12 @@ def save(directory: str, files: list[DataFile], taken: Checkpoint | None, writte
 
     def image(data: DataFile) -> ColumnsImage:
         kept = taken.kept(data) if taken is not None and data.path not in written else None
+        if kept is not None:
+            # copied out of the taken checkpoint's mapping first: another holder may cut it now, and
+            # a cut under the copy reads zeros (a patched page) that the look at ``cut`` after it finds
+            kept = dataclasses.replace(kept, image=bytes(kept.image))
+            if taken.cut:
+                kept = None
         return kept if kept is not None else image_of(data)
 
     def fill(fd: int, temporary: str) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .._impl import IMPLEMENTATION, JournalCore, Segment
-from ..errors import ConfigError, JournalClosedError, JournalError, JournalIOError
+from ..errors import ConfigError, FileChangedError, JournalClosedError, JournalError, JournalIOError
 from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, COMPACT_MIN_FILES_DEFAULT,
                       COMPACT_PERCENTAGE_DEFAULT, COMPACT_PERCENTAGE_MAX, COMPACT_UPDATE_FACTOR,
                       FILE_SIZE_DEFAULT_BYTES, FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES, MIN_FILES_DEFAULT,
@@ -77,6 +77,22 @@ class LoadResult:
 
 
 _TX_KIND_NAMES = {RecordKind.ADD_TX: "add", RecordKind.UPDATE_TX: "update", RecordKind.DELETE_TX: "delete"}
+
+
+def _transactions_of(state) -> tuple[dict, list, list]:
+    """(pending, prepared, incomplete) of a replay's open transactions: the core's pending records by
+    tx id, the prepared transactions with their bodies, the ids of those never prepared."""
+    pending: dict = {}
+    prepared: list = []
+    incomplete: list = []
+    for tx_id, (ops, xid, _path, _offset) in state.transactions.items():
+        pending[tx_id] = [[(kind, record_id, size, user_type) for kind, record_id, user_type, _location, size in ops],
+                          xid]
+        if xid is None:
+            incomplete.append(tx_id)
+        else:
+            prepared.append(_prepared_transaction(state, tx_id, ops, xid))
+    return pending, prepared, incomplete
 
 
 def _prepared_transaction(state, tx_id: int, ops: list, xid: bytes) -> PreparedTransaction:
@@ -271,7 +287,14 @@ class Journal(JournalCore, StoreLifecycle):
             if checkpoint is not None:
                 checkpoint.put_back()     # a load that refuses the directory leaves it as it was
             raise
-        if checkpoint is not None and checkpoint.cut:
+        while True:     # at most twice: the second analysis takes nothing from the checkpoint
+            try:
+                pending, prepared, incomplete = _transactions_of(analysis.state)   # the last columns load reads
+                if checkpoint is None or not checkpoint.cut:
+                    break
+            except FileChangedError as cut:
+                if checkpoint is None or cut.path != checkpoint.path:
+                    raise
             # another holder of its inode cut it while the replay read its columns (zeros, maybe):
             # the analysis is made again from the files alone, which nothing of the first one changed
             log.warning("the checkpoint %s was cut while the load read it (a hard link or a descriptor to it): "
@@ -310,16 +333,6 @@ class Journal(JournalCore, StoreLifecycle):
         for _ in range(self.min_files - files_present):
             self._pool.add_free(self._pool.create_free_file())
 
-        pending = {}
-        prepared = []
-        incomplete = []
-        for tx_id, (ops, xid, _path, _offset) in state.transactions.items():
-            pending[tx_id] = [[(kind, record_id, size, user_type) for kind, record_id, user_type, _location, size in ops],
-                              xid]
-            if xid is None:
-                incomplete.append(tx_id)
-            else:
-                prepared.append(_prepared_transaction(state, tx_id, ops, xid))
         self._core_install(active, state.live, pending, len(state.live), state.replaceable_updates,
                            self._next_segment)
         # what the next clean close's checkpoint may copy from this one: every file but the active one,
