@@ -11,9 +11,10 @@ records are in use. Each attack is made on a copy of one cleanly closed journal,
 
 A forged field is written with every checksum recomputed, as a forger would (a plain flip is caught
 by the CRC32Cs, and is attacked too): every field of an entry and of a row, at the boundaries where
-C arithmetic breaks (2**31, 2**32, 2**63, 2**64 - 1 and their neighbours). What no check can catch --
-a row in the middle of a file rewritten to claim another record id -- is the residual risk that
-docs/internals/format.md, "What the checkpoint assumes", writes down; these attacks stay off it.
+C arithmetic breaks (2**31, 2**32, 2**63, 2**64 - 1 and their neighbours), in the first, a middle and
+the last row: every row is checked against the frame header where it lies, so each must cost a decode.
+What no attack here makes -- a data file forged together with its checkpoint -- is the residual risk
+docs/internals/format.md, "What the checkpoint assumes", writes down.
 
 Run as ``python -m journal_engine.crashtest.checkpoint_attack PRISTINE SCRATCH SEED FIRST COUNT``:
 a child that prints ``A n`` before attack n, then ``R n outcome`` or ``V n what broke``.
