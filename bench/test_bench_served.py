@@ -1,6 +1,6 @@
 """The served workloads of issue 40 on `journal-engine serve-stomp` (journal_engine/served/, one event
 loop) and on the coilmq-based server it replaced (journal_engine.integrations.coilmq.serve, threads),
-interleaved rounds, a fresh server for each workload. The client is tests/helpers/served_workload.py:
+interleaved rounds, a fresh server for each workload. The client is journal_engine/benchmarking/served_workload.py:
 raw STOMP 1.2 on asyncio, producers and consumers in two child processes, 256-byte persistent
 messages, consumers ``ack:client-individual`` with ``activemq.prefetchSize:100`` (the old server hands
 one message at a time whatever the header says).
@@ -26,8 +26,9 @@ import sys
 import threading
 
 import pytest
-import served_workload   # tests/helpers, on the path in CI
 from stomp_server import START_TIMEOUT_S, LoggedChild
+
+from journal_engine.benchmarking import served_workload
 
 FULL = {"SECONDS": 3.0, "MESSAGES": 20000, "ROUNDS": 3, "PRODUCERS": "1,8,32", "TARGETS": "served,coilmq"}
 SMOKE = {"SECONDS": 0.3, "MESSAGES": 400, "ROUNDS": 1, "PRODUCERS": "1,8", "TARGETS": "served"}

@@ -21,9 +21,9 @@ import threading
 import time
 
 import pytest
-import served_workload
 from stomp_server import RawClient, Server, frame_bytes, has_traceback
 
+from journal_engine.benchmarking import served_workload
 from journal_engine.limits import (SERVED_HEARTBEAT_GRACE, SERVED_HEARTBEAT_MS, SERVED_PREFETCH_MAX,
                                    SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX)
 
