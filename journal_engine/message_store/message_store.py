@@ -743,8 +743,8 @@ class MessageStore:
     async def sync_async(self) -> None:
         """``sync()`` for coroutines: returns once everything written before the call is durable."""
         self._check_loaded()
+        await self._bindings.sync_async()       # as sync(): no reference durable before its queue
         await self._journal.sync_async()
-        await self._bindings.sync_async()
 
     async def store_message_references_async(self, message_id: int, address: str, body, queue_ids,
                                              **options) -> None:
