@@ -38,7 +38,7 @@ if _forced == "python":
     IMPLEMENTATION = "python"
 else:
     try:
-        from . import _broker_objects, _codec, _core, _livemap, _message_columns, _record_writer, _replay  # noqa: F401  (compiled)
+        from . import _broker_objects, _codec, _core, _livemap, _message_columns, _record_writer, _replay, _stomp_codec  # noqa: F401  (compiled)
         IMPLEMENTATION = "cython"
     except ImportError as exc:
         if _require:
@@ -62,6 +62,7 @@ if IMPLEMENTATION == "cython":
                           RecordInfo, ReplayState, checkpointed_columns, columns_image, file_checksum, image_is_sound, image_size, is_pinned,
                           scan_columns, scan_frames)
     from ._record_writer import RecordWriter
+    from ._stomp_codec import UNESCAPED_COMMANDS, FrameReader, StompFrame, header_value, message_frame_bytes
 else:
     from ._twin.broker_objects import (ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, Message, MessageData,
                                        ReadyQueue, Reference, delivery_of, ready_references, recovered_datas)
@@ -72,6 +73,7 @@ else:
                                         decode_message_columns, decode_message_fields, decode_messages_fields,
                                         recover_messages, release_from_collector)
     from ._twin.record_writer import RecordWriter
+    from ._twin.stomp_codec import UNESCAPED_COMMANDS, FrameReader, StompFrame, header_value, message_frame_bytes
     from ._twin.replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, CheckpointMapping, FrameColumns, MappedFile,
                                RecordInfo, ReplayState, checkpointed_columns, columns_image, file_checksum, image_is_sound,
                                image_size, is_pinned, scan_columns, scan_frames)
@@ -82,4 +84,5 @@ __all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", 
            "QueueReferences", "recover_messages", "decode_message_fields", "decode_messages_fields",
            "release_from_collector", "GUARDS_MAPPED_READS", "Body", "MappedFile", "is_pinned",
            "CheckpointMapping", "checkpointed_columns", "columns_image", "file_checksum", "image_is_sound", "image_size",
-           "MessageData", "Reference", "Message", "delivery_of", "recovered_datas", "ready_references", "ReadyQueue", "READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX"]
+           "MessageData", "Reference", "Message", "delivery_of", "recovered_datas", "ready_references", "ReadyQueue", "READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX",
+           "FrameReader", "StompFrame", "header_value", "message_frame_bytes", "UNESCAPED_COMMANDS"]

@@ -186,3 +186,8 @@ class UnknownQueueError(ConfigError, KeyError):
 
 class QueueExistsError(ConfigError):
     """create_queue() named a queue that already exists."""
+
+
+class StompFrameError(JournalError, ValueError):
+    """A client's frame breaks STOMP's grammar or a limit (limits.py, ``STOMP_*``); the served broker
+    answers with an ERROR frame whose ``message`` is this error's text, then closes the connection."""
