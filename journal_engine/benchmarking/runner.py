@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import machine, peers
+from .progress import Progress
 from .workloads import MATRICES, SYNC_DURABLE, AppendCell, Matrix, QueueCell, RecoveryCell, body_of
 
 SCHEMA_NAME = "journal-engine-bench"
@@ -47,31 +48,6 @@ class Options:
     keep: bool = False            # keep the data directory's contents afterwards
     doc_path: Path | None = None  # a Markdown file whose bench-command section is rewritten
     progress: bool = True
-
-
-class _Progress:
-    """rich's progress bar on stderr, or nothing (tests, --no-progress)."""
-
-    def __init__(self, enabled: bool, total: int, console) -> None:
-        self._bar = None
-        if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-            self._bar = Progress(TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeRemainingColumn(), console=console, transient=False)
-            self._task = self._bar.add_task("bench", total=total)
-            self._bar.start()
-
-    def step(self, description: str) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, advance=1, description=description)
-
-    def describe(self, description: str) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, description=description)
-
-    def stop(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
 
 
 def _stats(round_rates: list[float]) -> dict:
@@ -149,7 +125,7 @@ class Runner:
         total = (sum(matrix.rounds * len(append_stores) for _ in matrix.append)
                  + sum(matrix.rounds * len(queue_stores) for _ in matrix.queue)
                  + sum((matrix.rounds + 2) * len(recovery_stores) for _ in matrix.recovery))
-        progress = _Progress(self.options.progress, total, console)
+        progress = Progress(self.options.progress, total, console)
         started = time.monotonic()
         try:
             for cell in matrix.append:
@@ -396,10 +372,32 @@ def run(options: Options, console=None) -> dict:
     return document
 
 
+SERVED_ONLY = ("targets", "rounds", "seconds", "messages", "producers", "warm_up", "celery", "celery_tasks")
+
+
 def main(args) -> int:
     """The `journal-engine bench` subcommand (cli.py builds the parser with add_arguments)."""
+    import sys
+    directory = Path(args.dir) if args.dir else default_directory()
+    if args.served:
+        from . import served_runner
+        try:
+            options = served_runner.options_from(args, directory)
+        except ValueError as error:
+            print(f"journal-engine bench: error: {error}", file=sys.stderr)
+            return 2
+        try:
+            served_runner.run(options)
+        except KeyboardInterrupt:
+            print("journal-engine bench: interrupted; the broker running then was stopped", file=sys.stderr)
+            return 130
+        return 0
+    given = [name for name in SERVED_ONLY if getattr(args, name) is not None]
+    if given:
+        print(f"journal-engine bench: error: --{given[0].replace('_', '-')} needs --served", file=sys.stderr)
+        return 2
     matrix = "tiny" if args.tiny else "quick" if args.quick else "full"
-    options = Options(directory=Path(args.dir) if args.dir else default_directory(), matrix=matrix,
+    options = Options(directory=directory, matrix=matrix,
                       json_path=Path(args.json) if args.json else None,
                       plot_dir=Path(args.plot) if args.plot else None,
                       keep=args.keep, progress=not args.no_progress,
@@ -410,14 +408,35 @@ def main(args) -> int:
 
 def add_arguments(parser) -> None:
     import argparse
-    parser.add_argument("--quick", action="store_true", help="a small matrix, about a minute")
+    parser.add_argument("--quick", action="store_true", help="a small matrix, about a minute (with --served: one "
+                                                                 "round of short workloads on our server alone)")
     parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)   # the test suite's run
     parser.add_argument("--dir", help=f"where the data goes (default ${BENCH_DIR_ENV}, else <tmp>/journal-engine-bench);"
                                       " it must be on the disk you mean to measure")
     parser.add_argument("--json", metavar="FILE", help=f"write every result as JSON ({SCHEMA_NAME}, "
                                                          f"schema version {SCHEMA_VERSION})")
-    parser.add_argument("--plot", metavar="DIR", help="write PNG plots (matplotlib) into DIR")
+    parser.add_argument("--plot", metavar="DIR", help="write PNG plots (matplotlib) into DIR (with --served: "
+                                                      "a FILE.png, or DIR/served-brokers.png)")
     parser.add_argument("--doc", metavar="FILE", help="rewrite the tables between the bench-command markers of "
                                                       "a Markdown file (docs/benchmarks.md)")
     parser.add_argument("--keep", action="store_true", help="keep the rounds' data afterwards")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    served = parser.add_argument_group(
+        "served brokers", "--served: journal-engine serve-stomp against RabbitMQ and ActiveMQ Classic over STOMP, and "
+                          "Celery on it against RabbitMQ and Redis; each broker installed here is started by the run "
+                          "on free loopback ports, in --dir, and stopped after (docs/benchmarks.md)")
+    served.add_argument("--served", action="store_true", help="measure the served brokers instead of the stores")
+    served.add_argument("--targets", metavar="LIST", help="comma-separated among served, served-lmdb, rabbitmq, "
+                                                          "activemq, redis (Celery only), coilmq (default: all but "
+                                                          "coilmq; --quick: served)")
+    served.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds (default 3; --quick 1)")
+    served.add_argument("--seconds", type=float, metavar="S", help="each receipted workload's length (default 3)")
+    served.add_argument("--messages", type=int, metavar="N",
+                        help="the ingest's messages, drained after (default 20000)")
+    served.add_argument("--producers", metavar="LIST", help="the receipted workloads' producers (and as many "
+                                                            "consumers), e.g. 1,8,32 (the default)")
+    served.add_argument("--warm-up", type=float, metavar="S", help="untimed receipted work on each fresh broker "
+                                                                   "before its workload (default 1; --quick 0)")
+    served.add_argument("--celery", action=argparse.BooleanOptionalAction, default=None,
+                        help="Celery tasks/s on served, rabbitmq and redis (default: on; off with --quick)")
+    served.add_argument("--celery-tasks", type=int, metavar="N", help="add.delay calls per Celery round (default 5000)")

@@ -280,8 +280,8 @@ def ingest_then_drain(target: Endpoint | int, producers: int, consumers: int, me
     """The ingest (no receipts) of ``messages``, then their drain with ACKs."""
     endpoint = Endpoint.of(target)
     queues = max(1, min(producers, consumers))
-    produced = _result(_child("produce", endpoint.argument(), str(producers), str(queues), str(PHASE_TIMEOUT_S), "ingest",
-                              str(messages)), PHASE_TIMEOUT_S + 10)
+    produced = _result(_child("produce", endpoint.argument(), str(producers), str(queues), str(PHASE_TIMEOUT_S),
+                              "ingest", str(messages)), PHASE_TIMEOUT_S + 10)
     before = asyncio.run(stats(endpoint))
     consuming = _child("consume", endpoint.argument(), str(consumers), str(queues), str(messages))
     consumed = _result(consuming, PHASE_TIMEOUT_S + 10)
@@ -294,7 +294,8 @@ def ingest_then_drain(target: Endpoint | int, producers: int, consumers: int, me
 
 
 def _main(arguments: list[str]) -> None:
-    role, endpoint, count, queues = arguments[0], Endpoint.from_argument(arguments[1]), int(arguments[2]), int(arguments[3])
+    role, endpoint = arguments[0], Endpoint.from_argument(arguments[1])
+    count, queues = int(arguments[2]), int(arguments[3])
     if role == "produce":
         seconds, mode, total = float(arguments[4]), arguments[5], int(arguments[6])
         result = asyncio.run(_produce_all(endpoint, count, queues, seconds, mode == "receipted", total))
