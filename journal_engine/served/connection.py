@@ -65,6 +65,8 @@ class StompConnection(asyncio.Protocol):
         self._close_delay_s = 0.0                # a failed login: the close waits this long
         self._eof_sent = False                   # the close began: nothing more is written
         self._closed = False
+        self._checking = False                   # a CONNECT's login is being checked (off the loop)
+        self._held_back: list[bytes] = []        # what came meanwhile
         self._subscriptions: dict[str, Subscription] = {}    # active, by id
         self._holding: dict[str, Subscription] = {}          # ack id -> the subscription that holds it
         self._transactions: dict[str, list[StompFrame]] = {}
@@ -93,17 +95,23 @@ class StompConnection(asyncio.Protocol):
         if self._closing:
             return                              # an ERROR was sent: what follows is dropped
         self._last_read = time.monotonic()
+        if self._checking:
+            self._held_back.append(data)        # read once the login is checked
+            return
         frame = None
+        frames = self._reader.feed(data)
         try:
-            for frame in self._reader.feed(data):
+            for frame in frames:
                 self._handle(frame)
                 frame = None                    # handled: a refusal the reader raises next is not its
-                if self._closing:
-                    return
+                if self._closing or self._checking:
+                    return                      # the rest stays in the reader until the login is checked
         except (StompFrameError, ProtocolError) as error:
             self._refuse(str(error), frame)
         except JournalError as error:           # the broker refused it (a bad header, a request) or failed
             self._refuse(str(error), frame)
+        finally:
+            frames.close()
 
     def eof_received(self):
         return False                            # the transport closes; connection_lost settles the rest
@@ -227,12 +235,35 @@ class StompConnection(asyncio.Protocol):
 
     def _connect(self, frame: StompFrame) -> None:
         version = agreed_version(frame.headers)
+        if version != "1.0":
+            agreed_heart_beats(frame.headers)   # a malformed heart-beat is refused before the login is checked
         users = self._server.users
-        if users is not None and not users.check(frame.headers.get("login"), frame.headers.get("passcode")):
+        if users is None:
+            self._connected(frame, version)
+            return
+        # the scrypt derivation takes tens of milliseconds: on a thread of the loop's executor, so that
+        # the other connections go on; this one reads nothing meanwhile
+        self._checking = True
+        self.transport.pause_reading()
+        checked = asyncio.get_running_loop().run_in_executor(
+            None, users.check, frame.headers.get("login"), frame.headers.get("passcode"))
+        checked.add_done_callback(lambda future: self._login_checked(future, frame, version))
+
+    def _login_checked(self, future, frame: StompFrame, version: str) -> None:
+        self._checking = False
+        if self._closed:
+            return
+        self.transport.resume_reading()         # a refusal drops what follows; a close with unread bytes would reset
+        if future.cancelled() or future.exception() is not None or not future.result():
             _log.info("serve-stomp: a login failed")
             self._refuse("login failed: the login or the passcode does not match", frame)
             self._close_delay_s = SERVED_LOGIN_FAILURE_DELAY_S
             return
+        self._connected(frame, version)
+        held_back, self._held_back = b"".join(self._held_back), []
+        self.data_received(held_back)           # the frames that came with or after the CONNECT
+
+    def _connected(self, frame: StompFrame, version: str) -> None:
         headers = {"server": _SERVER_NAME, "session": f"{id(self):x}"}
         if version != "1.0":
             server_sends, client_sends, offered = agreed_heart_beats(frame.headers)

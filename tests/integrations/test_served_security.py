@@ -184,6 +184,30 @@ def test_a_failed_login_gets_an_error_and_a_delayed_close(guarded, login, passco
     client.close()
 
 
+def test_frames_written_with_the_connect_wait_for_its_login_check(guarded):
+    """The login is checked off the loop (scrypt takes tens of ms); the frames a client pipelines
+    behind its CONNECT are handled after it, in order, when it passes, and dropped when it fails."""
+    queue = f"/queue/pipelined-{time.monotonic_ns()}"
+    refused = RawClient(guarded.port)
+    refused.send_raw(connect_frame("alice", "builder")
+                     + frame_bytes("SEND", {"destination": queue, "receipt": "lost"}, b"never stored"))
+    command_name, headers, _ = refused.read_frame()
+    assert command_name == "ERROR" and "login failed" in headers["message"]
+    assert refused.closed_by_server(WAIT_S + SERVED_LOGIN_FAILURE_DELAY_S)   # no RECEIPT came before the close
+    refused.close()
+    client = RawClient(guarded.port)
+    client.send_raw(connect_frame("alice", "wonder land")
+                    + frame_bytes("SEND", {"destination": queue, "receipt": "r1"}, b"first")
+                    + frame_bytes("SUBSCRIBE", {"destination": queue, "id": "s", "ack": "auto", "receipt": "r2"},
+                                  content_length=False))
+    assert client.read_frame()[0] == "CONNECTED"
+    assert client.read_frame()[1]["receipt-id"] == "r1"
+    command_name, headers, body = client.read_frame()
+    assert (command_name, body) == ("MESSAGE", b"first")      # the refused client's SEND was never stored
+    assert client.read_frame()[1]["receipt-id"] == "r2"
+    client.close()
+
+
 def test_stomp_py_connects_with_its_login_and_is_refused_without(guarded):
     import stomp
     connection = stomp.Connection12([("127.0.0.1", guarded.port)], reconnect_attempts_max=1)
