@@ -74,7 +74,7 @@ from .. import AddressSettings, Broker, ConfigError, JournalClosedError
 from ..errors import JournalError
 from ..limits import (STOMP_ERROR_LINGER_S, STOMP_OUTBOX_BYTES_MAX, STOMP_READ_BYTES, STOMP_WATCH_WAIT_S,
                       STOMP_WRITE_TIMEOUT_S)
-from .exchanges import CONTROL_PREFIX, EXCHANGE_PREFIX, REQUEUE_HEADER, ROUTING_KEY_HEADER, ExchangeTable
+from .exchanges import CONTROL_PREFIX, EXCHANGE_PREFIX, REQUEUE_HEADER, ROUTING_KEY_HEADER, ExchangeTable, answer_control
 from .stomp_frames import FrameReader, StompFrameError, pack
 
 __all__ = ["JournalQueueStore", "DurableQueueManager", "make_store", "build_server", "serve",
@@ -383,52 +383,31 @@ class JournalQueueStore(QueueStore):
 
     def control(self, operation: str, headers: dict) -> dict[str, str]:
         """A request of the kombu transport (a SEND to ``/journal-engine/<operation>``); returns the
-        headers of its RECEIPT. ConfigError for an unknown operation or a missing header.
-
-        ``declare-exchange`` (exchange, exchange-type, passive), ``delete-exchange`` (exchange),
-        ``declare-queue`` (queue: its destination, passive), ``bind`` / ``unbind`` (exchange,
-        routing-key, queue), ``purge`` and ``delete-queue`` (queue): ``exists`` and ``message-count``
-        (messages not handed out; for purge and delete-queue, those removed) in the reply.
-        """
-        def header(name: str) -> str:
-            value = headers.get(name)
-            if value is None:
-                raise ConfigError(name, None, f"the {operation} request needs this header")
-            return str(value)
-
-        passive = str(headers.get("passive", "")).lower() == "true"
+        headers of its RECEIPT (``exchanges.answer_control`` says which)."""
         with self._lock:
             self._check_open()
-            if operation in ("declare-exchange", "delete-exchange"):
-                exchange = header("exchange")
-                if operation == "delete-exchange":
-                    self._exchanges.delete(exchange)
-                elif not passive:
-                    self._exchanges.declare(exchange, header("exchange-type"))
-                return {"exists": str(self._exchanges.exists(exchange)).lower()}
-            if operation in ("bind", "unbind"):
-                exchange, routing_key, destination = header("exchange"), header(ROUTING_KEY_HEADER), header("queue")
-                if operation == "bind":
-                    self._ensure_queue(destination)
-                    self._exchanges.bind(exchange, routing_key, destination)
-                else:
-                    self._exchanges.unbind(exchange, routing_key, destination)
-                return {}
-            if operation in ("declare-queue", "purge", "delete-queue"):
-                destination = header("queue")
-                exists = destination in self._queues
-                if operation == "declare-queue":
-                    if not passive:
-                        self._ensure_queue(destination)
-                    return {"exists": str(exists or not passive).lower(), "message-count": str(self.size(destination))}
-                removed = 0
-                while (frame := self.deliver(destination)) is not None:
-                    self.acknowledge(frame)
-                    removed += 1
-                if operation == "delete-queue":
-                    self._exchanges.unbind_destination(destination)
-                return {"exists": str(exists).lower(), "message-count": str(removed)}
-        raise ConfigError("destination", CONTROL_PREFIX + operation, "no such request of serve-stomp")
+            return answer_control(operation, headers, self._exchanges, self)
+
+    # the queues as answer_control asks for them
+    def queue_exists(self, destination: str) -> bool:
+        with self._lock:
+            return destination in self._queues
+
+    def ensure_queue(self, destination: str) -> None:
+        with self._lock:
+            self._ensure_queue(destination)
+
+    def waiting_count(self, destination: str) -> int:
+        return self.size(destination)
+
+    def purge(self, destination: str) -> int:
+        """Acknowledge every deliverable message of ``destination``; how many."""
+        removed = 0
+        with self._lock:
+            while (frame := self.deliver(destination)) is not None:
+                self.acknowledge(frame)
+                removed += 1
+        return removed
 
     @property
     def broker(self) -> Broker:

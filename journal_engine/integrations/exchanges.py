@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import os
 
+from typing import Protocol
+
 from ..errors import ConfigError, CorruptRecordError
 from ..journal import durability
 from ..wildcard import matches
 
-__all__ = ["ExchangeTable", "EXCHANGE_TYPES", "QUEUE_PREFIX", "EXCHANGE_PREFIX", "CONTROL_PREFIX",
+__all__ = ["ExchangeTable", "ControlQueues", "answer_control", "EXCHANGE_TYPES", "QUEUE_PREFIX", "EXCHANGE_PREFIX", "CONTROL_PREFIX",
            "ROUTING_KEY_HEADER", "REQUEUE_HEADER", "EXCHANGES_FILE"]
 
 #: a destination naming a queue: /queue/<kombu queue name>
@@ -133,3 +135,62 @@ class ExchangeTable:
 
     def _save(self) -> None:
         durability.write_file_durably(self.path, json.dumps(self._exchanges, sort_keys=True).encode())
+
+
+class ControlQueues(Protocol):
+    """What a server gives :func:`answer_control` of its queues."""
+
+    def queue_exists(self, destination: str) -> bool: ...
+
+    def ensure_queue(self, destination: str) -> None: ...
+
+    def waiting_count(self, destination: str) -> int: ...
+
+    def purge(self, destination: str) -> int: ...
+
+
+def answer_control(operation: str, headers: dict, exchanges: ExchangeTable, queues: ControlQueues) -> dict[str, str]:
+    """The kombu transport's request ``operation`` (a SEND to ``/journal-engine/<operation>``, its
+    ``headers``) on a server's exchange table and queues; returns the headers of its RECEIPT.
+    ConfigError for an unknown operation or a missing header.
+
+    ``declare-exchange`` (exchange, exchange-type, passive), ``delete-exchange`` (exchange),
+    ``declare-queue`` (queue: its destination, passive), ``bind`` / ``unbind`` (exchange,
+    routing-key, queue), ``purge`` and ``delete-queue`` (queue): ``exists`` and ``message-count``
+    (messages not handed out; for purge and delete-queue, those removed) in the reply.
+    """
+    def header(name: str) -> str:
+        value = headers.get(name)
+        if value is None:
+            raise ConfigError(name, None, f"the {operation} request needs this header")
+        return str(value)
+
+    passive = str(headers.get("passive", "")).lower() == "true"
+    if operation in ("declare-exchange", "delete-exchange"):
+        exchange = header("exchange")
+        if operation == "delete-exchange":
+            exchanges.delete(exchange)
+        elif not passive:
+            exchanges.declare(exchange, header("exchange-type"))
+        return {"exists": str(exchanges.exists(exchange)).lower()}
+    if operation in ("bind", "unbind"):
+        exchange, routing_key, destination = header("exchange"), header(ROUTING_KEY_HEADER), header("queue")
+        if operation == "bind":
+            queues.ensure_queue(destination)
+            exchanges.bind(exchange, routing_key, destination)
+        else:
+            exchanges.unbind(exchange, routing_key, destination)
+        return {}
+    if operation in ("declare-queue", "purge", "delete-queue"):
+        destination = header("queue")
+        exists = queues.queue_exists(destination)
+        if operation == "declare-queue":
+            if not passive:
+                queues.ensure_queue(destination)
+            return {"exists": str(exists or not passive).lower(),
+                    "message-count": str(queues.waiting_count(destination))}
+        removed = queues.purge(destination) if exists else 0
+        if operation == "delete-queue":
+            exchanges.unbind_destination(destination)
+        return {"exists": str(exists).lower(), "message-count": str(removed)}
+    raise ConfigError("destination", CONTROL_PREFIX + operation, "no such request of serve-stomp")

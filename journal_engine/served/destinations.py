@@ -18,7 +18,7 @@ import os
 from ..broker import AddressSettings, Broker
 from ..errors import ConfigError
 from ..limits import SERVED_STORE_BUFFER_TIMEOUT_US
-from ..integrations.exchanges import CONTROL_PREFIX, ROUTING_KEY_HEADER, ExchangeTable
+from ..integrations.exchanges import ROUTING_KEY_HEADER, ExchangeTable, answer_control
 from .messages import ORIGINAL_ADDRESS_PROPERTIES, expiration_of, properties_of
 
 __all__ = ["Destinations", "DEFAULT_DEAD_LETTER_QUEUE", "DEFAULT_MAX_DELIVERY_ATTEMPTS"]
@@ -115,50 +115,13 @@ class Destinations:
     # ------------------------------------------------------------------------------ the kombu transport's requests
     def control(self, operation: str, headers: dict[str, str]) -> dict[str, str]:
         """A request of the kombu transport (a SEND to ``/journal-engine/<operation>``); returns the
-        headers of its RECEIPT. ConfigError for an unknown operation or a missing header.
+        headers of its RECEIPT (``exchanges.answer_control`` says which)."""
+        return answer_control(operation, headers, self.exchanges, self)
 
-        ``declare-exchange`` (exchange, exchange-type, passive), ``delete-exchange`` (exchange),
-        ``declare-queue`` (queue: its destination, passive), ``bind`` / ``unbind`` (exchange,
-        routing-key, queue), ``purge`` and ``delete-queue`` (queue): ``exists`` and ``message-count``
-        (messages not handed out; for purge and delete-queue, those removed) in the reply.
-        """
-        def header(name: str) -> str:
-            value = headers.get(name)
-            if value is None:
-                raise ConfigError(name, None, f"the {operation} request needs this header")
-            return value
+    def queue_exists(self, destination: str) -> bool:
+        return destination in self._queues
 
-        passive = headers.get("passive", "").lower() == "true"
-        if operation in ("declare-exchange", "delete-exchange"):
-            exchange = header("exchange")
-            if operation == "delete-exchange":
-                self.exchanges.delete(exchange)
-            elif not passive:
-                self.exchanges.declare(exchange, header("exchange-type"))
-            return {"exists": str(self.exchanges.exists(exchange)).lower()}
-        if operation in ("bind", "unbind"):
-            exchange, routing_key, destination = header("exchange"), header(ROUTING_KEY_HEADER), header("queue")
-            if operation == "bind":
-                self.ensure_queue(destination)
-                self.exchanges.bind(exchange, routing_key, destination)
-            else:
-                self.exchanges.unbind(exchange, routing_key, destination)
-            return {}
-        if operation in ("declare-queue", "purge", "delete-queue"):
-            destination = header("queue")
-            exists = destination in self._queues
-            if operation == "declare-queue":
-                if not passive:
-                    self.ensure_queue(destination)
-                return {"exists": str(exists or not passive).lower(),
-                        "message-count": str(self.waiting_count(destination))}
-            removed = self._purge(destination) if exists else 0
-            if operation == "delete-queue":
-                self.exchanges.unbind_destination(destination)
-            return {"exists": str(exists).lower(), "message-count": str(removed)}
-        raise ConfigError("destination", CONTROL_PREFIX + operation, "no such request of serve-stomp")
-
-    def _purge(self, destination: str) -> int:
+    def purge(self, destination: str) -> int:
         """Acknowledge every deliverable message of ``destination``; how many."""
         removed = 0
         consumer = self.broker.create_consumer(destination)
