@@ -514,6 +514,8 @@ _U32_PACK = _U32.pack
 _NO_PROPERTIES = _U32_PACK(0)
 _PREFIXES: dict = {}            # (address, durable, routing type) -> encoded head (expiration 0) + address
 _PREFIXES_MAX = 4096
+_TEXT_PROPERTIES: dict = {}     # tuple of (name, str value) -> their encoded property map
+_TEXT_PROPERTIES_MAX = 1024
 
 
 def cached_message_head(address, durable, routing_type) -> bytes | None:
@@ -523,18 +525,45 @@ def cached_message_head(address, durable, routing_type) -> bytes | None:
     return _PREFIXES.get((address, durable, routing_type))
 
 
+def _text_properties(properties: dict) -> bytes | None:
+    """The encoded property map of ``properties`` when every value is a str (a STOMP SEND's headers
+    kept as properties), from a cache of the maps seen lately: a producer's headers repeat. None for
+    any other map. Keys are checked as encode_message checks them, on the first encoding."""
+    items = tuple(properties.items())
+    try:
+        block = _TEXT_PROPERTIES.get(items)     # only maps of str values are kept: a hit is one
+    except TypeError:                           # an unhashable value (a bytearray): not a text map
+        return None
+    if block is None:
+        for _, value in items:
+            if type(value) is not str:
+                return None
+        out = bytearray()
+        _put_properties(out, properties)
+        block = bytes(out)
+        if len(_TEXT_PROPERTIES) >= _TEXT_PROPERTIES_MAX:
+            _TEXT_PROPERTIES.clear()
+        _TEXT_PROPERTIES[items] = block
+    return block
+
+
 def encode_plain_message(address, body, properties, durable, expiration, routing_type) -> bytes:
-    """encode_message's bytes for the common message (no properties), in a fraction of its time: the
-    head and the address of messages without an expiration are encoded once per address. Anything
-    else (or anything invalid) goes through encode_message itself. Byte-identical output is checked
-    in tests/broker/test_broker_store.py."""
-    if not properties and type(body) is bytes and type(expiration) is int and expiration == 0:
+    """encode_message's bytes for the common message (no properties, or text properties), in a
+    fraction of its time: the head and the address of messages without an expiration are encoded
+    once per address, a map of text properties once while it is in a small cache. Anything else (or
+    anything invalid) goes through encode_message itself. Byte-identical output is checked in
+    tests/broker/test_broker_store.py."""
+    if type(body) is bytes and type(expiration) is int and expiration == 0:
         prefix = _PREFIXES.get((address, durable, routing_type))
         if prefix is not None:
-            return b"".join((prefix, _U32_PACK(len(body)), body, _NO_PROPERTIES))
-    if (properties or type(address) is not str or type(body) is not bytes or type(expiration) is not int
+            if not properties:
+                return b"".join((prefix, _U32_PACK(len(body)), body, _NO_PROPERTIES))
+            if type(properties) is dict and (block := _text_properties(properties)) is not None:
+                return b"".join((prefix, _U32_PACK(len(body)), body, block))
+    if (type(address) is not str or type(body) is not bytes or type(expiration) is not int
             or not 0 <= expiration <= I64_MAX or routing_type not in ROUTING_TYPES
-            or (durable is not True and durable is not False)):
+            or (durable is not True and durable is not False)
+            or (properties and (type(properties) is not dict or (block := _text_properties(properties)) is None))):
         return encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
                               routing_type=routing_type)
     raw = address.encode("utf-8")
@@ -545,7 +574,7 @@ def encode_plain_message(address, body, properties, durable, expiration, routing
         if len(_PREFIXES) >= _PREFIXES_MAX:
             _PREFIXES.clear()
         _PREFIXES[(address, durable, routing_type)] = prefix
-    return b"".join((prefix, _U32_PACK(len(body)), body, _NO_PROPERTIES))
+    return b"".join((prefix, _U32_PACK(len(body)), body, block if properties else _NO_PROPERTIES))
 
 
 # ----- any message-store body ----------------------------------------------------------------------------

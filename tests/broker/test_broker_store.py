@@ -148,7 +148,8 @@ _values = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1), st
 @settings(max_examples=200, deadline=None)
 @given(address=_texts, body=st.binary(max_size=64), durable=st.booleans(),
        expiration=st.integers(0, 2**63 - 1), routing=st.sampled_from([None, "anycast", "multicast"]),
-       properties=st.one_of(st.none(), st.dictionaries(_texts, _values, max_size=3)))
+       properties=st.one_of(st.none(), st.dictionaries(_texts, _values, max_size=3),
+                            st.dictionaries(_texts, _texts, max_size=3)))      # text maps: the cached path
 def test_fast_encoder_is_byte_identical_to_encode_message(address, body, durable, expiration, routing, properties):
     expected = encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
                               routing_type=routing)
@@ -158,6 +159,14 @@ def test_fast_encoder_is_byte_identical_to_encode_message(address, body, durable
     if expiration:
         assert encode_plain_message(address, body, properties, durable, 0, routing) == encode_message(
             address, body, properties=properties, durable=durable, expiration=0, routing_type=routing)
+
+
+def test_fast_encoder_keeps_text_maps_apart_from_equal_values_of_other_types():
+    """The text-map cache is keyed by the map's items: 1, 1.0 and True equal each other, never a str."""
+    for properties in ({"k": "1"}, {"k": 1}, {"k": True}, {"k": 1.0}, {"k": "1"}, {"k": b"1"}, {"k": bytearray(b"1")}):
+        for _ in range(2):
+            assert encode_plain_message("q", b"b", properties, True, 0, None) == encode_message(
+                "q", b"b", properties=properties, durable=True, expiration=0, routing_type=None)
 
 
 def test_fast_encoder_refuses_what_encode_message_refuses():
