@@ -1,9 +1,10 @@
-"""`journal-engine bench --served`: the document's fields and schema, the plot, and brokers that are not
-installed said out loud with the command that installs them.
+"""`journal-engine bench --served`: the document's fields and schema, the plot, brokers that are not
+installed said out loud with the command that installs them, and a broker that fails reported with
+its log while the run goes on.
 
 Untimed and small: one round of 0.3 s phases on our server alone, with PATH holding no broker (so
 RabbitMQ, ActiveMQ and Redis are reported skipped whether or not this machine has them; the command
-runs our server with this interpreter, not from PATH). About 10 s. The run against the peers
+runs our server with this interpreter, not from PATH). About 20 s in all. The run against the peers
 themselves is the documented command (docs/benchmarks.md); bench/test_bench_served.py runs the same
 code as CI's bench smoke.
 """
@@ -157,3 +158,46 @@ def test_the_rabbitmq_and_activemq_files_stay_in_the_scratch_directory(tmp_path,
     assert "stomp://127.0.0.1:" in xml and "61616" not in xml and "jetty" not in xml
     assert f'<kahaDB directory="{tmp_path / "activemq" / "data"}/kahadb"/>' in xml
     assert f"-Dactivemq.base={tmp_path / 'activemq'}" in activemq_command
+
+
+class _QuietConsole:
+    def print(self, *args, **kwargs) -> None:
+        pass
+
+
+class _ExitsAtOnce(served_peers.Broker):
+    """A broker whose process ends before it answers: the run must report it and go on."""
+    name = "activemq"
+
+    @classmethod
+    def unavailable(cls):
+        return None
+
+    @classmethod
+    def version(cls):
+        return "a stand-in that exits"
+
+    @classmethod
+    def how_started(cls):
+        return "python -c 'sys.exit(3)'"
+
+    def _start(self):
+        import sys
+        child = self._spawn("server", [sys.executable, "-c", "import sys; print('cannot start'); sys.exit(3)"], {})
+        self._wait(child, "answer to a STOMP CONNECT", lambda: served_peers.accepts(served_peers.free_port()))
+
+
+def test_a_broker_that_fails_is_reported_with_its_log_and_the_run_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setitem(served_peers.BROKERS, "activemq", _ExitsAtOnce)
+    sizes = served_runner.Sizes(rounds=2, seconds=0.2, messages=200, producers=(2,), celery=False, celery_tasks=1,
+                                targets=("served", "activemq"))
+    document = served_runner.ServedRunner(served_runner.Options(tmp_path, sizes=sizes, progress=False),
+                                          _QuietConsole()).run()
+    assert {r["target"] for r in document["results"]} == {"served"}
+    failed = [s for s in document["skipped"] if s["target"] == "activemq"]
+    assert {s["workload"] for s in failed} == {"receipted 2", "ingest", "drain"}
+    for skip in failed:
+        assert skip["reason"].startswith("failed in round 1: PeerStartError")
+        assert "exited with status 3" in skip["reason"] and "cannot start" in skip["reason"]
+    log = failed[0]["reason"].split("(logs in ")[-1].rstrip(")")
+    assert (Path(log) / "server.log").read_text().strip() == "cannot start"   # kept for a look
