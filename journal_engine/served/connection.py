@@ -368,8 +368,11 @@ class StompConnection(asyncio.Protocol):
         if failed:
             self._dispatcher.mark(subscription.destination)
         if subscription.active:
-            # the room freed is filled now: the next MESSAGE comes before this frame's RECEIPT
-            self._dispatcher.dispatch(subscription.destination, first=subscription)
+            if "receipt" in frame.headers:
+                # the room freed is filled now: the next MESSAGE comes before this frame's RECEIPT
+                self._dispatcher.dispatch(subscription.destination, first=subscription)
+            else:       # filled at the end of the turn, with the room every other ACK of the turn freed
+                self._dispatcher.mark(subscription.destination)
         elif not subscription.unacked:
             consumer.close()
 
