@@ -23,9 +23,9 @@ SCENARIO_TITLES = {
 }
 
 
-def schema() -> dict:
-    """The JSON schema of the document, shipped in the package."""
-    return json.loads(resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+def schema(file_name: str = SCHEMA_FILE) -> dict:
+    """The JSON schema of the document (``file_name``: another report's), shipped in the package."""
+    return json.loads(resources.files(__package__).joinpath(file_name).read_text(encoding="utf-8"))
 
 
 def write_json(document: dict, path: Path) -> None:

@@ -7,10 +7,9 @@ and fdatasyncs a message (ours only: its store's counter) are medians over the r
 """
 from __future__ import annotations
 
-import json
-from importlib import resources
 from pathlib import Path
 
+from . import report
 from .report import rate, ratio
 
 SCHEMA_FILE = "served_report.schema.json"
@@ -18,13 +17,11 @@ PLOT_FILE = "served-brokers.png"
 
 
 def schema() -> dict:
-    return json.loads(resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+    """The JSON schema of the served report, shipped in the package."""
+    return report.schema(SCHEMA_FILE)
 
 
-def write_json(document: dict, path: Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+write_json = report.write_json
 
 
 def _ms(value: float | None) -> str:
