@@ -216,9 +216,6 @@ SERVED_IDLE_POLL_S = 0.02
 # and a shorter window only adds the background flusher's fdatasyncs beside the turns' (32 receipted
 # producers: 0.20 -> 0.09 fdatasyncs a message)
 SERVED_STORE_BUFFER_TIMEOUT_US = 5000
-# a stopping server (SIGTERM) waits at most this long for the syncs under way, so that the RECEIPTs
-# they promise go out before the connections close
-SERVED_STOP_DRAIN_S = 5.0
 # heart-beating (STOMP 1.1 and 1.2): the server offers to send, and asks to receive, a heart-beat at
 # most this often; a client that promised heart-beats and is silent for SERVED_HEARTBEAT_GRACE times
 # the agreed interval is given up (its unacknowledged messages become failed deliveries)

@@ -168,28 +168,19 @@ class StompConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ what the turn calls
     def write_out(self) -> None:
-        """The buffer, in one write, now; then the close an ERROR or DISCONNECT asked for."""
-        self.write_detached(*self.detach())
-
-    def detach(self) -> tuple[bytes, bool]:
-        """The turn's buffer, taken out (the turn writes it once the turn's sync is done), and whether
-        the close an ERROR or DISCONNECT asked for comes after it. Its bytes count against the
-        back-pressure mark until they are written."""
-        out = self._out
-        data = (b"".join(out) if len(out) > 1 else out[0]) if out else b""
-        out.clear()
-        return data, self._closing
-
-    def write_detached(self, data: bytes, closing: bool) -> None:
-        """``data`` (a buffer :meth:`detach` took) in one write; then the close, when ``closing``."""
-        self._out_bytes -= len(data)
+        """The turn's buffer, in one write; then the close an ERROR or DISCONNECT asked for."""
         if self._closed or self.transport.is_closing():
-            return                          # aborted (a stop, a give-up): nothing more goes out
-        if data and not self._eof_sent:
+            self._out.clear()               # aborted (a stop, a give-up): nothing more goes out
+            self._out_bytes = 0
+            return
+        if self._out and not self._eof_sent:
+            data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+            self._out.clear()
+            self._out_bytes = 0
             self.transport.write(data)
             self._server.writes += 1
             self._last_write = time.monotonic()
-        if closing and not self._eof_sent:
+        if self._closing and not self._eof_sent:
             if self._close_delay_s:
                 self._eof_sent = True           # the ERROR is out; the close waits (a failed login)
                 asyncio.get_running_loop().call_later(self._close_delay_s, self.transport.close)
@@ -198,8 +189,8 @@ class StompConnection(asyncio.Protocol):
 
     def fail(self, message: str) -> None:
         """The turn could not make this connection's frames durable: an ERROR, then the close."""
-        self._out_bytes -= sum(map(len, self._out))
         self._out.clear()
+        self._out_bytes = 0
         self._refuse(message, None)
         self.write_out()
 

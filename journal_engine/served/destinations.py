@@ -12,7 +12,6 @@ are appended on the broker's non-waiting path; the turn syncs once for all of th
 """
 from __future__ import annotations
 
-import asyncio
 import os
 
 from ..broker import AddressSettings, Broker
@@ -138,13 +137,6 @@ class Destinations:
         """Wait until everything appended so far is on disk (not with sync="none")."""
         if self.waits_for_disk:
             self.broker.sync()
-
-    def durable(self) -> asyncio.Future | None:
-        """A future of the running loop, done once everything appended so far is on disk (the store's
-        flusher thread syncs; the loop goes on meanwhile); None with sync="none"."""
-        if not self.waits_for_disk:
-            return None
-        return asyncio.ensure_future(self.broker.sync_async())
 
     def fdatasyncs(self) -> int:
         """The fdatasyncs (LMDB: durable commits) the message store made so far, for the counters."""

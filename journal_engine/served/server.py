@@ -25,7 +25,7 @@ import ssl
 import sys
 
 from ..errors import AddressInUseError, ConfigError, JournalIOError
-from ..limits import SERVED_CONNECTIONS_MAX, SERVED_STOP_DRAIN_S
+from ..limits import SERVED_CONNECTIONS_MAX
 from .connection import StompConnection
 from .users import Users
 from .destinations import DEFAULT_DEAD_LETTER_QUEUE, DEFAULT_MAX_DELIVERY_ATTEMPTS, Destinations
@@ -79,7 +79,7 @@ class ServedBroker:
         self.connections_max = connections_max
         self.loop = loop
         self.dispatcher = Dispatcher(loop, self._wake)
-        self.turn = Turn(loop, self.dispatcher, destinations.durable)
+        self.turn = Turn(loop, self.dispatcher, destinations.sync)
         self.connections: set[StompConnection] = set()
         self.stopping = False
         self.delivered = 0              # MESSAGE frames handed to subscriptions
@@ -107,10 +107,6 @@ class ServedBroker:
             self.stopping = True
             self.dispatcher.stop()
             server.close()
-            try:        # the RECEIPTs of the syncs under way go out before the connections close
-                await asyncio.wait_for(self.turn.drained(), SERVED_STOP_DRAIN_S)
-            except asyncio.TimeoutError:
-                pass
             for connection in list(self.connections):
                 if connection.transport is not None:
                     connection.transport.abort()
