@@ -1,4 +1,4 @@
-"""Every Artemis and HornetQ configuration example of the seed texts (../shared/seeds/: Artemis's and
+"""Every Artemis and HornetQ configuration example of their manuals (Artemis's and
 HornetQ's "Message Redelivery and Undelivered Messages" chapters) read from broker.xml or
 hornetq-configuration.xml and run: each behaves as its text says."""
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """ActiveMQ Classic's dead-letter strategies: which messages go to a DLQ, and which DLQ.
 
 Read from Classic's source (AbstractDeadLetterStrategy, SharedDeadLetterStrategy,
-IndividualDeadLetterStrategy, DiscardingDeadLetterStrategy, ActiveMQMessageAudit) and
-../shared/reference/activemq-classic-observed.md:
+IndividualDeadLetterStrategy, DiscardingDeadLetterStrategy, ActiveMQMessageAudit) and checked
+against what a real Classic 5.17.2 broker did:
 
 * every strategy decides first whether a message goes to a DLQ at all (``accepts``): not when its
   audit has seen the message before (``enable_audit``, default on: a message already dead-lettered

@@ -1,7 +1,7 @@
 """The dead-letter path of a broker run with ActiveMQ Classic's rules (``Broker(config=activemq.xml)``).
 
 What Classic does, read from its source (RegionBroker.sendToDeadLetterQueue, the strategies, the two
-plugins) and checked against ../shared/reference/activemq-classic-observed.md:
+plugins) and checked against what a real Classic 5.17.2 broker did:
 
 * a consumer's failure is a **poison ack** (a rollback by a consumer without a ClassicRedeliveryPolicy,
   or a consumer whose policy's maximum was passed); an **expired** message goes the same way; a poison

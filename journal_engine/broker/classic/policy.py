@@ -1,7 +1,6 @@
 """ActiveMQ Classic's RedeliveryPolicy: the delays of a consumer's redeliveries and when they end.
 
-Classic's arithmetic (``RedeliveryPolicy.getNextRedeliveryDelay``, read from its source;
-../shared/reference/artemis-semantics.md §1.2):
+Classic's arithmetic (``RedeliveryPolicy.getNextRedeliveryDelay``, read from its source):
 
 * the first redelivery waits ``initial_redelivery_delay``; each later one asks for the next delay
   given the previous one;

@@ -1,5 +1,5 @@
 """The last divergences from ActiveMQ Classic 5.17.2 (issue 28), each test citing the Classic class whose
-rule it holds us to; ../shared/reference/activemq-classic-observed.md is what the real broker did."""
+rule it holds us to, checked against what a real Classic 5.17.2 broker did."""
 from __future__ import annotations
 
 import logging
