@@ -23,7 +23,8 @@ __all__ = ["DeliveryTimers", "PeriodicScan", "BackgroundScanner", "NEVER_MS", "S
 
 #: a time no scan reaches (Java's Long.MAX_VALUE, past any epoch ms)
 NEVER_MS = I64_MAX
-#: Artemis's DEFAULT_MESSAGE_EXPIRY_SCAN_PERIOD and DEFAULT_ADDRESS_QUEUE_SCAN_PERIOD (ms)
+#: Artemis's DEFAULT_MESSAGE_EXPIRY_SCAN_PERIOD and DEFAULT_ADDRESS_QUEUE_SCAN_PERIOD (ms); Classic's
+#: BaseDestination.EXPIRE_MESSAGE_PERIOD is the same 30 s (classic.config.EXPIRE_MESSAGES_PERIOD_MS_DEFAULT)
 SCAN_PERIOD_MS_DEFAULT = 30_000
 
 
