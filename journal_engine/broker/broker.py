@@ -41,7 +41,8 @@ from typing import Any
 
 from ..errors import ConfigError, JournalClosedError, MessageStateError, QueueExistsError, UnknownQueueError
 from ..message_store.message_store import MessageStore
-from ..limits import ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, REDRIVES_MAX_DEFAULT
+from ..limits import (ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, MAX_REDELIVERY_RECORDS_DEFAULT,
+                      REDRIVES_MAX_DEFAULT)
 from ..limits import check_max_redelivery_records as check_cap
 from .artemis.address_settings import AddressSettings, AddressSettingsRepository
 from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
@@ -104,7 +105,8 @@ class Broker:
     """
 
     def __init__(self, directory: str | os.PathLike | None = None, *, clock: Clock | None = None,
-                 max_redelivery_records: int = 10, persist_delivery_count_before_delivery: bool = False,
+                 max_redelivery_records: int = MAX_REDELIVERY_RECORDS_DEFAULT,
+                 persist_delivery_count_before_delivery: bool = False,
                  store: str = "journal", dialect: str = "artemis", config: Any = None,
                  rng: random.Random | None = None, sync: str = "group", jms_queue_names: bool = False,
                  store_options: dict | None = None, qpid_context: Mapping | None = None,
@@ -147,7 +149,8 @@ class Broker:
             settings = parsed.address_settings
             dialect = merged_switch("dialect", dialect, "artemis", parsed.dialect, parsed.source)
             max_redelivery_records = merged_switch(
-                "max_redelivery_records", max_redelivery_records, 10, parsed.max_redelivery_records, parsed.source)
+                "max_redelivery_records", max_redelivery_records, MAX_REDELIVERY_RECORDS_DEFAULT,
+                parsed.max_redelivery_records, parsed.source)
             persist_delivery_count_before_delivery = merged_switch(
                 "persist_delivery_count_before_delivery", persist_delivery_count_before_delivery, False,
                 parsed.persist_delivery_count_before_delivery, parsed.source)
