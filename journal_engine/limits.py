@@ -1,6 +1,10 @@
 """Every limit and default of the storage core in one place, with the relations between them.
 
-Each is tested at its maximum and one past it (tests/broker/test_limits_and_config.py).
+The relations are checked at import, with an ``if`` (``python -O`` removes an ``assert``): a broken one
+is an ImportError naming it. Each maximum a caller can reach is tested at its value (accepted) and one
+past it (a clear error): the journal's, the stores' and the broker's in
+tests/broker/test_limits_and_config.py, the others' beside what enforces them (the configuration file's,
+the export header's, the STOMP frame's and the served broker's).
 """
 from __future__ import annotations
 
@@ -75,14 +79,6 @@ TABLE_HUGE_PAGES_BYTES_MIN = 1 << 20
 # values, with room for its own marks); a reference on a larger id, which only a damaged or hostile
 # journal holds, is kept beside it as a one-queue tuple (message_store/message_queues.py)
 ONE_QUEUE_ID_MAX = (1 << 62) - 1
-
-assert FILE_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0
-assert FRAME_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0
-assert SECTOR_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0
-assert FILE_SIZE_MIN_BYTES % SECTOR_SIZE_BYTES == 0
-assert FILE_HEADER_SIZE_BYTES <= DATA_START_BYTES and DATA_START_BYTES % SECTOR_SIZE_BYTES == 0
-assert FILE_SIZE_MIN_BYTES > DATA_START_BYTES + FRAME_HEADER_SIZE_BYTES + SECTOR_SIZE_BYTES
-
 
 def max_frame_bytes(file_size_bytes: int) -> int:
     """The largest frame one file of this size holds."""
@@ -231,6 +227,14 @@ KOMBU_REPLY_TIMEOUT_S = 30.0
 
 # how the limits relate, checked at import with an ``if`` (``python -O`` removes an ``assert``)
 _RELATIONSHIPS = {
+    "the file header is 8-byte aligned": FILE_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0,
+    "the frame header is 8-byte aligned": FRAME_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0,
+    "a sector is a whole number of frame alignments": SECTOR_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0,
+    "the smallest file is a whole number of sectors": FILE_SIZE_MIN_BYTES % SECTOR_SIZE_BYTES == 0,
+    "the first frame lies past the header, on a sector": FILE_HEADER_SIZE_BYTES <= DATA_START_BYTES
+                                                         and DATA_START_BYTES % SECTOR_SIZE_BYTES == 0,
+    "the smallest file holds a frame and a sector past its data start": FILE_SIZE_MIN_BYTES
+        > DATA_START_BYTES + FRAME_HEADER_SIZE_BYTES + SECTOR_SIZE_BYTES,
     "array('Q') holds u64 and array('I') u32": array("Q").itemsize == 8 and array("I").itemsize == 4,
     "the default buffer is within its bounds": BUFFER_SIZE_DEFAULT_BYTES >= BUFFER_SIZE_MIN_BYTES,
     "the default flush window is within its bound": BUFFER_TIMEOUT_DEFAULT_US <= BUFFER_TIMEOUT_US_MAX,
