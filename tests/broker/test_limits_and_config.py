@@ -5,7 +5,11 @@ value, raised before anything is written to the directory.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +31,7 @@ from journal_engine.broker.selector import Selector
 from journal_engine.limits import (
     ADDRESS_SETTINGS_CACHE_ENTRIES_MAX,
     BUFFER_SIZE_MIN_BYTES,
+    CHECKPOINTS_MAPPED_MAX,
     BUFFER_TIMEOUT_US_MAX,
     COMPACT_PERCENTAGE_MAX,
     COMPACT_UPDATE_FACTOR,
@@ -48,6 +53,7 @@ from journal_engine.limits import (
     max_body_bytes,
 )
 from journal_engine.message_store.lmdb_store import LmdbRecordStore
+from locations import ROOT
 
 SMALL = FILE_SIZE_MIN_BYTES
 
@@ -387,3 +393,39 @@ def test_the_address_settings_cache_holds_its_maximum_and_starts_over_one_past_i
     repository.get(addresses[-1])
     assert repository.cached(addresses[-1]) is not None
     assert not any(repository.cached(address) is not None for address in addresses[:-1])
+
+
+# ----- the compiled core's table of mapped checkpoints ----------------------------------------------------
+
+def test_the_sigbus_guards_table_has_the_size_limits_gives_it():
+    header = (ROOT / "pyx" / "journal_engine" / "bus_guard.h").read_text(encoding="utf-8")
+    sizes = re.findall(r"^#define JE_PATCHED_MAX (\d+)$", header, re.MULTILINE)
+    assert sizes == [str(CHECKPOINTS_MAPPED_MAX)]
+
+
+MAP_CHECKPOINTS = """
+import os, sys
+from journal_engine._replay import CheckpointMapping
+from journal_engine.limits import CHECKPOINTS_MAPPED_MAX
+path = sys.argv[1]
+with open(path, "wb") as handle:
+    handle.write(bytes(4096))
+fd = os.open(path, os.O_RDONLY)
+held = [CheckpointMapping(fd, 4096, path, bytes(8)) for _ in range(CHECKPOINTS_MAPPED_MAX)]
+try:
+    CheckpointMapping(fd, 4096, path, bytes(8))
+except OSError as refused:
+    print(len(held), refused)
+"""
+
+
+def test_the_compiled_core_maps_the_maximum_of_checkpoints_and_refuses_one_more(tmp_path):
+    """In a child process of its own, where no other checkpoint is mapped (the compiled module is imported
+    by name: the twin maps no checkpoint, and a twin run has the compiled core built beside it)."""
+    if importlib.util.find_spec("journal_engine._replay") is None:
+        pytest.fail("the compiled core is not built")
+    env = {key: value for key, value in os.environ.items() if key != "JOURNAL_ENGINE_IMPLEMENTATION"}
+    done = subprocess.run([sys.executable, "-c", MAP_CHECKPOINTS, str(tmp_path / "checkpoint")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{CHECKPOINTS_MAPPED_MAX} ") and "CHECKPOINTS_MAPPED_MAX" in done.stdout
