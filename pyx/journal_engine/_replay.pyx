@@ -2,7 +2,7 @@
 """Compiled scan decoder and replay: journal files -> live records.
 
 One decoder serves recovery, compaction and the tools, so the format has a
-single reader. The Python twin is journal_engine.journal.replay; the rules are
+single reader. The Python twin is journal_engine._twin.replay; the rules are
 the table in docs/internals/recovery.md.
 """
 cimport cython
