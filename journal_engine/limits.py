@@ -90,6 +90,13 @@ def max_body_bytes(file_size_bytes: int) -> int:
     return max_frame_bytes(file_size_bytes) - FRAME_HEADER_SIZE_BYTES
 
 
+def check_id(value: int) -> None:
+    """A record or transaction id (RECORD_ID_MAX, TX_ID_MAX): OverflowError outside 0..U64_MAX, as the compiled
+    core raises converting it to a u64 (the Python twin and the LMDB store check with this)."""
+    if not 0 <= value <= U64_MAX:
+        raise OverflowError(f"{value} is out of range for a u64 id")
+
+
 def check_max_redelivery_records(value: int) -> None:
     """-1 (no cap) or 0..U32_MAX, as Artemis's parser (MINUS_ONE_OR_GE_ZERO); ConfigError otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < -1 or value > U32_MAX:
