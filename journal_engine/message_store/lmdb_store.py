@@ -67,6 +67,7 @@ import os
 import struct
 import threading
 import time
+from typing import Any, Callable
 
 try:
     import lmdb
@@ -957,7 +958,7 @@ class LmdbRecordStore(StoreLifecycle):
                 raise
 
     def _read(self):
-        return _ReadTransaction(self)
+        return _ReadTransaction(self._begin_read, self._leave_read)
 
     def _enter_read(self) -> None:
         """Count a reader in (waiting while the map is being resized)."""
@@ -1005,20 +1006,22 @@ class LmdbRecordStore(StoreLifecycle):
 
 
 class _ReadTransaction:
-    """An LMDB read transaction that holds off a map resize while it is open (and waits for one)."""
+    """An LMDB read transaction that holds off a map resize while it is open (and waits for one): the
+    store hands over how it begins one and how it lets a reader go (``_begin_read``, ``_leave_read``)."""
 
-    __slots__ = ("store", "txn")
+    __slots__ = ("begin", "leave", "txn")
 
-    def __init__(self, store: LmdbRecordStore) -> None:
-        self.store = store
+    def __init__(self, begin: Callable[[], Any], leave: Callable[[], None]) -> None:
+        self.begin = begin
+        self.leave = leave
         self.txn = None
 
     def __enter__(self):
-        self.txn = self.store._begin_read()
+        self.txn = self.begin()
         return self.txn
 
     def __exit__(self, *exc) -> None:
         try:
             self.txn.abort()
         finally:
-            self.store._leave_read()
+            self.leave()
