@@ -147,19 +147,19 @@ class Broker:
                                       hint="set the virtual host's defaults in one place only")
                 self._qpid_context = parsed.qpid_context
             settings = parsed.address_settings
-            dialect = merged_switch("dialect", dialect, "artemis", parsed.dialect, parsed.source)
-            max_redelivery_records = merged_switch(
-                "max_redelivery_records", max_redelivery_records, MAX_REDELIVERY_RECORDS_DEFAULT,
-                parsed.max_redelivery_records, parsed.source)
-            persist_delivery_count_before_delivery = merged_switch(
-                "persist_delivery_count_before_delivery", persist_delivery_count_before_delivery, False,
-                parsed.persist_delivery_count_before_delivery, parsed.source)
-            message_expiry_scan_period = merged_switch(
-                "message_expiry_scan_period", message_expiry_scan_period, SCAN_PERIOD_MS_DEFAULT,
-                parsed.message_expiry_scan_period, parsed.source)
-            address_queue_scan_period = merged_switch(
-                "address_queue_scan_period", address_queue_scan_period, SCAN_PERIOD_MS_DEFAULT,
-                parsed.address_queue_scan_period, parsed.source)
+
+            def merged(name: str, argument: Any, default: Any) -> Any:
+                """The switch ``name`` as the file sets it, unless the argument sets it otherwise."""
+                return merged_switch(name, argument, default, getattr(parsed, name), parsed.source)
+            dialect = merged("dialect", dialect, "artemis")
+            max_redelivery_records = merged("max_redelivery_records", max_redelivery_records,
+                                            MAX_REDELIVERY_RECORDS_DEFAULT)
+            persist_delivery_count_before_delivery = merged("persist_delivery_count_before_delivery",
+                                                            persist_delivery_count_before_delivery, False)
+            message_expiry_scan_period = merged("message_expiry_scan_period", message_expiry_scan_period,
+                                                SCAN_PERIOD_MS_DEFAULT)
+            address_queue_scan_period = merged("address_queue_scan_period", address_queue_scan_period,
+                                               SCAN_PERIOD_MS_DEFAULT)
         expiry_grid_ms = message_expiry_scan_period     # how often the expiry scan may run
         scan_time = None
         if classic_config is not None:
