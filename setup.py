@@ -51,7 +51,7 @@ for source in sources:
         name,
         [source],
         include_dirs=[PYX_DIR],
-        extra_compile_args=["-O3"] + (["-DJOURNAL_ENGINE_DEBUG=1"] if DEBUG else []),
+        extra_compile_args=["-O3"],
         define_macros=[("CYTHON_TRACE_NOGIL", "1")] if DEBUG else [],
     ))
 

@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from workload import BODY
+from workload import BODY, Rounds, close_and_check
 
 from journal_engine import Journal, MessageStore
 from journal_engine.message_store.lmdb_store import LmdbRecordStore
@@ -64,35 +64,11 @@ def open_message_store(backend: str, directory: Path, **options) -> MessageStore
     return MessageStore(directory, backend=backend, file_size=FILE_SIZE, **options)
 
 
-class Rounds:
-    """A fresh directory per round under the case's, removed after the round."""
-
-    def __init__(self, case_dir: Path) -> None:
-        self.case_dir = case_dir
-        self.count = 0
-
-    def fresh(self) -> Path:
-        self.count += 1
-        path = self.case_dir / f"round-{self.count}"
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir()
-        return path
-
-
 def _settings(backend: str, sync: str) -> str:
     if backend == "journal":
         return f"Journal(sync={sync!r}, file_size=64 MiB)"
     lmdb_flags = "sync=False, metasync=False" if sync == "none" else "sync=True, metasync=True"
     return f"LmdbRecordStore(sync={sync!r}): lmdb {lmdb_flags}, writemap=False"
-
-
-def _close_and_count(store, directory: Path, expected: int) -> None:
-    try:
-        live = store.stats()["live_records"]
-    finally:
-        store.close()
-    shutil.rmtree(directory, ignore_errors=True)
-    assert live == expected, f"{live} live records after a round of {expected}"
 
 
 # ----- append ---------------------------------------------------------------------------------------------
@@ -112,7 +88,7 @@ def test_append_durable(rate, case_dir, backend):
             add(record_id, USER_TYPE, BODY, sync=True)
 
     rate(append, records=DURABLE_RECORDS, case=backend, settings=_settings(backend, "always"), setup=setup,
-         teardown=lambda store, directory: _close_and_count(store, directory, DURABLE_RECORDS), rounds=ROUNDS)
+         teardown=lambda store, directory: close_and_check(store, DURABLE_RECORDS, directory), rounds=ROUNDS)
 
 
 @pytest.mark.benchmark(group="backends: append, group commit")
@@ -141,7 +117,7 @@ def test_append_group_commit(rate, case_dir, backend):
             thread.join()
 
     rate(append, records=records, case=backend, settings=_settings(backend, "group") + f", {GROUP_THREADS} threads",
-         setup=setup, teardown=lambda store, directory: _close_and_count(store, directory, records), rounds=ROUNDS)
+         setup=setup, teardown=lambda store, directory: close_and_check(store, records, directory), rounds=ROUNDS)
 
 
 @pytest.mark.benchmark(group="backends: append, no sync")
@@ -160,7 +136,7 @@ def test_append_no_sync(rate, case_dir, backend):
         store.flush()
 
     rate(append, records=NO_SYNC_RECORDS, case=backend, settings=_settings(backend, "none") + ", flush() at the end",
-         setup=setup, teardown=lambda store, directory: _close_and_count(store, directory, NO_SYNC_RECORDS),
+         setup=setup, teardown=lambda store, directory: close_and_check(store, NO_SYNC_RECORDS, directory),
          rounds=ROUNDS)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from peers import BufferedRawFile, LmdbStore, RawFile, RocksStore, SqliteStore
-from workload import BODY, RECORD_BYTES
+from workload import BODY, RECORD_BYTES, Rounds, close_and_check
 
 from journal_engine import Journal
 from journal_engine.benchmarking import workloads
@@ -54,30 +54,6 @@ def append_each(journal: Journal, records: int) -> None:
     body = BODY
     for record_id in range(records):
         add(record_id, USER_TYPE, body)
-
-
-def close_and_check(journal: Journal, records: int, directory: Path) -> None:
-    try:
-        live = journal.stats()["live_records"]
-    finally:
-        journal.close()
-    shutil.rmtree(directory, ignore_errors=True)
-    assert live == records, f"{live} live records after a round of {records}"
-
-
-class Rounds:
-    """Hands each round a fresh directory under the case's, and removes it afterwards."""
-
-    def __init__(self, case_dir: Path) -> None:
-        self.case_dir = case_dir
-        self.count = 0
-
-    def fresh(self) -> Path:
-        self.count += 1
-        path = self.case_dir / f"round-{self.count}"
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir()
-        return path
 
 
 # ----- peers --------------------------------------------------------------------------------------

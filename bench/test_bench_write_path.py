@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 import pytest
-from workload import BODY, percentiles
+from workload import BODY, close_and_check, percentiles
 
 import journal_engine
 from journal_engine import Journal
@@ -81,16 +81,6 @@ def _open(directory: Path, sync: str) -> Journal:
     return journal
 
 
-def _close_and_check(journal: Journal, records: int, directory: Path) -> None:
-    try:
-        live = journal.stats()["live_records"]
-        assert journal.durable_bytes == journal.appended_bytes
-    finally:
-        journal.close()
-    shutil.rmtree(directory, ignore_errors=True)
-    assert live == records, f"{live} live records after a round of {records}"
-
-
 # ----- the cases of durable-confirmed: each returns (seconds, records) ------------------------------------
 def _always_one_thread(directory: Path) -> tuple[float, int]:
     journal = _open(directory, "always")
@@ -99,7 +89,7 @@ def _always_one_thread(directory: Path) -> tuple[float, int]:
     for record_id in range(ALWAYS_RECORDS):
         add(record_id, USER_TYPE, BODY)
     elapsed = time.perf_counter() - started
-    _close_and_check(journal, ALWAYS_RECORDS, directory)
+    close_and_check(journal, ALWAYS_RECORDS, directory, all_durable=True)
     return elapsed, ALWAYS_RECORDS
 
 
@@ -121,7 +111,7 @@ def _threads_sync_true(directory: Path) -> tuple[float, int]:
     for worker in workers:
         worker.join()
     elapsed = time.perf_counter() - started
-    _close_and_check(journal, THREADS * PER_THREAD, directory)
+    close_and_check(journal, THREADS * PER_THREAD, directory, all_durable=True)
     return elapsed, THREADS * PER_THREAD
 
 
@@ -140,7 +130,7 @@ def _asyncio_waiters(directory: Path, waiters: int = WAITERS) -> tuple[float, in
         return time.perf_counter() - started
 
     elapsed = asyncio.run(main())
-    _close_and_check(journal, waiters * per_waiter, directory)
+    close_and_check(journal, waiters * per_waiter, directory, all_durable=True)
     return elapsed, waiters * per_waiter
 
 
@@ -267,7 +257,7 @@ def _lag_round(directory: Path, without_gil: bool) -> dict[str, list[float]]:
         spinning = False
         busy.join()
     trace = journal._core_sync_trace()
-    _close_and_check(journal, LAG_APPENDS_PER_ROUND, directory)
+    close_and_check(journal, LAG_APPENDS_PER_ROUND, directory, all_durable=True)
     disk = [(sync_ns, end_ns) for _target, _due, _woken, _batch, sync_ns, end_ns in trace]
     wake = [(due_ns, woken_ns) for _target, due_ns, woken_ns, _batch, _sync, _end in trace]
     result: dict[str, list[float]] = {"lag": [], "engine": [], "fdatasync": [(end - start) / 1e6 for start, end in disk],

@@ -6,6 +6,7 @@ core into an ImportError instead of a fallback (CI runs this way).
 """
 from __future__ import annotations
 
+import importlib
 import os
 import warnings
 
@@ -27,6 +28,30 @@ def describe_missing_core(error: ImportError, impl_file: str) -> str:
             "checkout to use the installed package, or build here with `pip install -e .`")
 
 
+#: the core, module by module: each compiled ``journal_engine._<module>`` (pyx/) and its Python twin
+#: ``journal_engine._twin.<module>`` give the package these names, which the rest of it imports from here
+CORE_EXPORTS: dict[str, tuple[str, ...]] = {
+    "broker_objects": ("ACKED_IN_TX", "DELIVERING", "DONE", "READY", "SCHEDULED", "Message", "MessageData",
+                       "ReadyQueue", "Reference", "delivery_of", "ready_references", "recovered_datas"),
+    "codec": ("check_frame", "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "encode_group"),
+    "core": ("JournalCore", "Segment"),
+    "livemap": ("LiveMap",),
+    "message_columns": ("ROUTING_NAMES", "MessageColumns", "MessageRecovery", "QueueReferences",
+                        "decode_message_columns", "decode_message_fields", "decode_messages_fields",
+                        "recover_messages", "release_from_collector"),
+    "record_writer": ("RecordWriter",),
+    "replay": ("GAP_REASONS", "GUARDS_MAPPED_READS", "Body", "CheckpointMapping", "FrameColumns", "MappedFile",
+               "RecordInfo", "ReplayState", "checkpointed_columns", "columns_image", "file_checksum",
+               "image_is_sound", "image_size", "is_pinned", "scan_columns", "scan_frames"),
+    "stomp_codec": ("FrameReader", "StompFrame", "header_value", "message_frame_bytes", "UNESCAPED_COMMANDS"),
+}
+
+
+def _import_core(module_name: str) -> dict:
+    """Every core module imported by ``module_name.format(module)``: {module: the imported module}."""
+    return {module: importlib.import_module(module_name.format(module), __package__) for module in CORE_EXPORTS}
+
+
 _forced = os.environ.get(FORCE_ENV, "").strip().lower()
 if _forced not in ("", "cython", "python"):
     raise ImportError(f"{FORCE_ENV}={_forced!r}: use 'cython' or 'python'")
@@ -38,7 +63,7 @@ if _forced == "python":
     IMPLEMENTATION = "python"
 else:
     try:
-        from . import _broker_objects, _codec, _core, _livemap, _message_columns, _record_writer, _replay, _stomp_codec  # noqa: F401  (compiled)
+        _core_modules = _import_core("._{}")      # compiled
         IMPLEMENTATION = "cython"
     except ImportError as exc:
         if _require:
@@ -48,41 +73,11 @@ else:
         warnings.warn(f"journal_engine: compiled core unavailable ({describe_missing_core(exc, __file__)}); "
                       "using the Python twin", RuntimeWarning, stacklevel=2)
         IMPLEMENTATION = "python"
+if IMPLEMENTATION == "python":
+    _core_modules = _import_core("._twin.{}")
 
-if IMPLEMENTATION == "cython":
-    from ._broker_objects import (ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, Message, MessageData, ReadyQueue,
-                                  Reference, delivery_of, ready_references, recovered_datas)
-    from ._codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame, encode_group
-    from ._core import JournalCore, Segment
-    from ._livemap import LiveMap
-    from ._message_columns import (ROUTING_NAMES, MessageColumns, MessageRecovery, QueueReferences, decode_message_columns,
-                                   decode_message_fields, decode_messages_fields, recover_messages,
-                                   release_from_collector)
-    from ._replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, CheckpointMapping, FrameColumns, MappedFile,
-                          RecordInfo, ReplayState, checkpointed_columns, columns_image, file_checksum, image_is_sound, image_size, is_pinned,
-                          scan_columns, scan_frames)
-    from ._record_writer import RecordWriter
-    from ._stomp_codec import UNESCAPED_COMMANDS, FrameReader, StompFrame, header_value, message_frame_bytes
-else:
-    from ._twin.broker_objects import (ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, Message, MessageData,
-                                       ReadyQueue, Reference, delivery_of, ready_references, recovered_datas)
-    from ._twin.codec import check_frame, crc32c, crc32c_software, crc32c_uses_hardware, encode_frame, encode_group
-    from ._twin.core import JournalCore, Segment
-    from ._twin.livemap import LiveMap
-    from ._twin.message_columns import (ROUTING_NAMES, MessageColumns, MessageRecovery, QueueReferences,
-                                        decode_message_columns, decode_message_fields, decode_messages_fields,
-                                        recover_messages, release_from_collector)
-    from ._twin.record_writer import RecordWriter
-    from ._twin.stomp_codec import UNESCAPED_COMMANDS, FrameReader, StompFrame, header_value, message_frame_bytes
-    from ._twin.replay import (GAP_REASONS, GUARDS_MAPPED_READS, Body, CheckpointMapping, FrameColumns, MappedFile,
-                               RecordInfo, ReplayState, checkpointed_columns, columns_image, file_checksum, image_is_sound,
-                               image_size, is_pinned, scan_columns, scan_frames)
+for _module, _names in CORE_EXPORTS.items():
+    globals().update({name: getattr(_core_modules[_module], name) for name in _names})
+del _module, _names, _core_modules
 
-__all__ = ["IMPLEMENTATION", "JournalCore", "Segment", "LiveMap", "RecordInfo", "ReplayState", "scan_frames", "scan_columns", "FrameColumns",
-           "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "encode_group", "check_frame", "RecordWriter",
-           "MessageColumns", "decode_message_columns", "ROUTING_NAMES", "GAP_REASONS", "MessageRecovery",
-           "QueueReferences", "recover_messages", "decode_message_fields", "decode_messages_fields",
-           "release_from_collector", "GUARDS_MAPPED_READS", "Body", "MappedFile", "is_pinned",
-           "CheckpointMapping", "checkpointed_columns", "columns_image", "file_checksum", "image_is_sound", "image_size",
-           "MessageData", "Reference", "Message", "delivery_of", "recovered_datas", "ready_references", "ReadyQueue", "READY", "SCHEDULED", "DELIVERING", "DONE", "ACKED_IN_TX",
-           "FrameReader", "StompFrame", "header_value", "message_frame_bytes", "UNESCAPED_COMMANDS"]
+__all__ = ["IMPLEMENTATION", *(name for names in CORE_EXPORTS.values() for name in names)]

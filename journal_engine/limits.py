@@ -1,6 +1,10 @@
 """Every limit and default of the storage core in one place, with the relations between them.
 
-Each is tested at its maximum and one past it (tests/broker/test_limits_and_config.py).
+The relations are checked at import, with an ``if`` (``python -O`` removes an ``assert``): a broken one
+is an ImportError naming it. Each maximum a caller can reach is tested at its value (accepted) and one
+past it (a clear error): the journal's, the stores' and the broker's in
+tests/broker/test_limits_and_config.py, the others' beside what enforces them (the configuration file's,
+the export header's, the STOMP frame's and the served broker's).
 """
 from __future__ import annotations
 
@@ -76,14 +80,6 @@ TABLE_HUGE_PAGES_BYTES_MIN = 1 << 20
 # journal holds, is kept beside it as a one-queue tuple (message_store/message_queues.py)
 ONE_QUEUE_ID_MAX = (1 << 62) - 1
 
-assert FILE_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0
-assert FRAME_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0
-assert SECTOR_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0
-assert FILE_SIZE_MIN_BYTES % SECTOR_SIZE_BYTES == 0
-assert FILE_HEADER_SIZE_BYTES <= DATA_START_BYTES and DATA_START_BYTES % SECTOR_SIZE_BYTES == 0
-assert FILE_SIZE_MIN_BYTES > DATA_START_BYTES + FRAME_HEADER_SIZE_BYTES + SECTOR_SIZE_BYTES
-
-
 def max_frame_bytes(file_size_bytes: int) -> int:
     """The largest frame one file of this size holds."""
     return file_size_bytes - DATA_START_BYTES
@@ -92,6 +88,13 @@ def max_frame_bytes(file_size_bytes: int) -> int:
 def max_body_bytes(file_size_bytes: int) -> int:
     """The largest record body one file of this size holds."""
     return max_frame_bytes(file_size_bytes) - FRAME_HEADER_SIZE_BYTES
+
+
+def check_id(value: int) -> None:
+    """A record or transaction id (RECORD_ID_MAX, TX_ID_MAX): OverflowError outside 0..U64_MAX, as the compiled
+    core raises converting it to a u64 (the Python twin and the LMDB store check with this)."""
+    if not 0 <= value <= U64_MAX:
+        raise OverflowError(f"{value} is out of range for a u64 id")
 
 
 def check_max_redelivery_records(value: int) -> None:
@@ -157,6 +160,11 @@ LMDB_FULL_DISK_SLACK_BYTES = 1024 * 1024
 BINDINGS_FILE_SIZE_MAX_BYTES = 1024 * 1024     # the bindings journal's files: queue bindings are few and small
 # the delivery-count shadow's entries: 1 MiB of them, one journal write-out per 32k dispatches
 SHADOW_ENTRIES_DEFAULT = 32 * 1024
+
+# checkpoints (journal/checkpoint.py) the compiled core holds mapped at once: each is a patched region of
+# its SIGBUS handler, whose table has this many slots (JE_PATCHED_MAX in pyx/journal_engine/bus_guard.h,
+# which a test holds to this); one more is refused with an OSError naming it
+CHECKPOINTS_MAPPED_MAX = 64
 
 # a read-only view of a journal a live writer changes (it compacts or recycles a file between the
 # listing and the read) lists the directory again, at most this many times, then says the journal is
@@ -228,6 +236,14 @@ KOMBU_REPLY_TIMEOUT_S = 30.0
 
 # how the limits relate, checked at import with an ``if`` (``python -O`` removes an ``assert``)
 _RELATIONSHIPS = {
+    "the file header is 8-byte aligned": FILE_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0,
+    "the frame header is 8-byte aligned": FRAME_HEADER_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0,
+    "a sector is a whole number of frame alignments": SECTOR_SIZE_BYTES % FRAME_ALIGNMENT_BYTES == 0,
+    "the smallest file is a whole number of sectors": FILE_SIZE_MIN_BYTES % SECTOR_SIZE_BYTES == 0,
+    "the first frame lies past the header, on a sector": FILE_HEADER_SIZE_BYTES <= DATA_START_BYTES
+                                                         and DATA_START_BYTES % SECTOR_SIZE_BYTES == 0,
+    "the smallest file holds a frame and a sector past its data start": FILE_SIZE_MIN_BYTES
+        > DATA_START_BYTES + FRAME_HEADER_SIZE_BYTES + SECTOR_SIZE_BYTES,
     "array('Q') holds u64 and array('I') u32": array("Q").itemsize == 8 and array("I").itemsize == 4,
     "the default buffer is within its bounds": BUFFER_SIZE_DEFAULT_BYTES >= BUFFER_SIZE_MIN_BYTES,
     "the default flush window is within its bound": BUFFER_TIMEOUT_DEFAULT_US <= BUFFER_TIMEOUT_US_MAX,

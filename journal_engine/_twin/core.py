@@ -12,7 +12,7 @@ import time
 from ..errors import (DuplicateRecordError, JournalClosedError, JournalFailedError, JournalIOError, RecordTooLargeError,
                       StoreFullError, UnknownRecordError, UnknownTransactionError)
 from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, SYNC_MODE_NAMES,
-                      UNSYNCED_OPEN_FILES_MAX)
+                      UNSYNCED_OPEN_FILES_MAX, check_id)
 from .codec import encode_frame, encode_group_head, frame_size, pad_frame
 from ..group_commit import BatchGathering
 from ..record_format import GROUP_BODY, GROUP_MEMBER, RecordKind
@@ -179,46 +179,46 @@ class JournalCore:
     # ----- public record API ------------------------------------------------------------
     def add(self, record_id: int, record_type: int, body, *, sync=None) -> None:
         self._check_writable()
-        _check_id(record_id)
+        check_id(record_id)
         if record_id in self._live:
             raise DuplicateRecordError(f"record {record_id} is already live; update or delete it first")
         self._append(RecordKind.ADD, record_type, record_id, 0, body, sync)
 
     def update(self, record_id: int, record_type: int, body, *, sync=None) -> None:
         self._check_writable()
-        _check_id(record_id)
+        check_id(record_id)
         if record_id not in self._live:
             raise UnknownRecordError(f"cannot update record {record_id}: no live record has that id")
         self._append(RecordKind.UPDATE, record_type, record_id, 0, body, sync)
 
     def delete(self, record_id: int, *, sync=None) -> None:
         self._check_writable()
-        _check_id(record_id)
+        check_id(record_id)
         if record_id not in self._live:
             raise UnknownRecordError(f"cannot delete record {record_id}: no live record has that id")
         self._append(RecordKind.DELETE, 0, record_id, 0, b"", sync)
 
     def add_tx(self, tx_id: int, record_id: int, record_type: int, body) -> None:
         self._check_writable()
-        _check_id(tx_id)
-        _check_id(record_id)
+        check_id(tx_id)
+        check_id(record_id)
         self._append(RecordKind.ADD_TX, record_type, record_id, tx_id, body, False)
 
     def update_tx(self, tx_id: int, record_id: int, record_type: int, body) -> None:
         self._check_writable()
-        _check_id(tx_id)
+        check_id(tx_id)
         self._check_tx_target(tx_id, record_id, "update")
         self._append(RecordKind.UPDATE_TX, record_type, record_id, tx_id, body, False)
 
     def delete_tx(self, tx_id: int, record_id: int) -> None:
         self._check_writable()
-        _check_id(tx_id)
+        check_id(tx_id)
         self._check_tx_target(tx_id, record_id, "delete")
         self._append(RecordKind.DELETE_TX, 0, record_id, tx_id, b"", False)
 
     def prepare(self, tx_id: int, xid, *, sync=None) -> None:
         self._check_writable()
-        _check_id(tx_id)
+        check_id(tx_id)
         tx = self._pending_tx.get(tx_id)
         if tx is None:
             raise UnknownTransactionError(f"cannot prepare transaction {tx_id}: it has no records")
@@ -231,7 +231,7 @@ class JournalCore:
 
     def commit(self, tx_id: int, *, sync=None) -> None:
         self._check_writable()
-        _check_id(tx_id)
+        check_id(tx_id)
         tx = self._pending_tx.get(tx_id)
         if tx is None:
             raise UnknownTransactionError(f"cannot commit transaction {tx_id}: it has no records")
@@ -239,7 +239,7 @@ class JournalCore:
 
     def rollback(self, tx_id: int, *, sync=None) -> None:
         self._check_writable()
-        _check_id(tx_id)
+        check_id(tx_id)
         if tx_id not in self._pending_tx:
             raise UnknownTransactionError(f"cannot roll back transaction {tx_id}: it has no records")
         self._append(RecordKind.ROLLBACK, 0, 0, tx_id, b"", self._tx_sync(sync))
@@ -403,7 +403,7 @@ class JournalCore:
         changed: dict[int, bool] = {}       # record id -> live after the group's records so far
         total = 0
         for kind, record_id, user_type, body in records:
-            _check_id(record_id)
+            check_id(record_id)
             live = changed.get(record_id)
             if live is None:
                 live = record_id in self._live
@@ -688,10 +688,6 @@ class JournalCore:
         del self._buf[:end - self._buf_start]
         self._buf_start = end
         self.written_bytes = max(self.written_bytes, target)
-
-def _check_id(value: int) -> None:
-    if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:
-        raise OverflowError(f"{value} is out of range for a u64 id")
 
 
 def _fdatasync_path(path) -> None:

@@ -348,35 +348,41 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min"
 
 
-def run(options: Options, console=None) -> dict:
-    """Runs the matrix, prints the table, writes the JSON and the plots asked for; returns the document."""
+def run(options: Options, console=None, out=None) -> dict:
+    """Runs the matrix, prints the table on ``out`` (default: stdout), writes the JSON and the plots asked
+    for; returns the document. The files are written even when printing the table fails (a reader of
+    stdout gone away: ``journal-engine bench | head``); that error is raised after them."""
     from rich.console import Console
 
     from . import report
     console = console or Console(stderr=True)
     document = Runner(options, console).run()
-    out = Console()
-    if not out.is_terminal:   # a file or a pipe: no terminal width to fit, keep the table's rows whole
-        out = Console(width=160)
-    report.print_tables(document, out)
-    if options.json_path is not None:
-        report.write_json(document, options.json_path)
-        console.print(f"JSON written to {options.json_path}")
-    if options.doc_path is not None:
-        report.update_doc(document, options.doc_path)
-        console.print(f"tables written into {options.doc_path}")
-    if options.plot_dir is not None:
-        from . import plots
-        for path in plots.write_plots(document, options.plot_dir):
-            console.print(f"plot written to {path}")
+    if out is None:
+        out = Console()
+        if not out.is_terminal:   # a file or a pipe: no terminal width to fit, keep the table's rows whole
+            out = Console(width=160)
+    try:
+        report.print_tables(document, out)
+    finally:
+        if options.json_path is not None:
+            report.write_json(document, options.json_path)
+            console.print(f"JSON written to {options.json_path}")
+        if options.doc_path is not None:
+            report.update_doc(document, options.doc_path)
+            console.print(f"tables written into {options.doc_path}")
+        if options.plot_dir is not None:
+            from . import plots
+            for path in plots.write_plots(document, options.plot_dir):
+                console.print(f"plot written to {path}")
     return document
 
 
 SERVED_ONLY = ("targets", "rounds", "seconds", "messages", "producers", "warm_up", "celery", "celery_tasks")
 
 
-def main(args) -> int:
-    """The `journal-engine bench` subcommand (cli.py builds the parser with add_arguments)."""
+def main(args, out=None) -> int:
+    """The `journal-engine bench` subcommand (cli.py builds the parser with add_arguments); ``out``: the
+    console of the tables (cli's, whose closed pipe ends the command quietly)."""
     import sys
     directory = Path(args.dir) if args.dir else default_directory()
     if args.served:
@@ -387,7 +393,7 @@ def main(args) -> int:
             print(f"journal-engine bench: error: {error}", file=sys.stderr)
             return 2
         try:
-            served_runner.run(options)
+            served_runner.run(options, out=out)
         except KeyboardInterrupt:
             print("journal-engine bench: interrupted; the broker running then was stopped", file=sys.stderr)
             return 130
@@ -402,7 +408,7 @@ def main(args) -> int:
                       plot_dir=Path(args.plot) if args.plot else None,
                       keep=args.keep, progress=not args.no_progress,
                       doc_path=Path(args.doc) if args.doc else None)
-    run(options)
+    run(options, out=out)
     return 0
 
 

@@ -287,23 +287,28 @@ class ServedRunner:
         return results
 
 
-def run(options: Options, console=None) -> dict:
-    """Runs the served bench, prints the tables, writes the JSON and the PNG asked for; returns the document."""
+def run(options: Options, console=None, out=None) -> dict:
+    """Runs the served bench, prints the tables on ``out`` (default: stdout), writes the JSON and the PNG
+    asked for; returns the document. The files are written even when printing the tables fails (a reader
+    of stdout gone away); that error is raised after them."""
     from rich.console import Console
 
     from . import served_report
     console = console or Console(stderr=True)
     document = ServedRunner(options, console).run()
-    out = Console()
-    if not out.is_terminal:
-        out = Console(width=160)
-    served_report.print_tables(document, out)
-    if options.json_path is not None:
-        served_report.write_json(document, options.json_path)
-        console.print(f"JSON written to {options.json_path}")
-    if options.plot_path is not None:
-        path = served_report.write_plot(document, options.plot_path)
-        console.print(f"plot written to {path}")
+    if out is None:
+        out = Console()
+        if not out.is_terminal:
+            out = Console(width=160)
+    try:
+        served_report.print_tables(document, out)
+    finally:
+        if options.json_path is not None:
+            served_report.write_json(document, options.json_path)
+            console.print(f"JSON written to {options.json_path}")
+        if options.plot_path is not None:
+            path = served_report.write_plot(document, options.plot_path)
+            console.print(f"plot written to {path}")
     return document
 
 

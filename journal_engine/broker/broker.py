@@ -41,7 +41,8 @@ from typing import Any
 
 from ..errors import ConfigError, JournalClosedError, MessageStateError, QueueExistsError, UnknownQueueError
 from ..message_store.message_store import MessageStore
-from ..limits import ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, REDRIVES_MAX_DEFAULT
+from ..limits import (ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, MAX_REDELIVERY_RECORDS_DEFAULT,
+                      REDRIVES_MAX_DEFAULT)
 from ..limits import check_max_redelivery_records as check_cap
 from .artemis.address_settings import AddressSettings, AddressSettingsRepository
 from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
@@ -104,7 +105,8 @@ class Broker:
     """
 
     def __init__(self, directory: str | os.PathLike | None = None, *, clock: Clock | None = None,
-                 max_redelivery_records: int = 10, persist_delivery_count_before_delivery: bool = False,
+                 max_redelivery_records: int = MAX_REDELIVERY_RECORDS_DEFAULT,
+                 persist_delivery_count_before_delivery: bool = False,
                  store: str = "journal", dialect: str = "artemis", config: Any = None,
                  rng: random.Random | None = None, sync: str = "group", jms_queue_names: bool = False,
                  store_options: dict | None = None, qpid_context: Mapping | None = None,
@@ -145,18 +147,19 @@ class Broker:
                                       hint="set the virtual host's defaults in one place only")
                 self._qpid_context = parsed.qpid_context
             settings = parsed.address_settings
-            dialect = merged_switch("dialect", dialect, "artemis", parsed.dialect, parsed.source)
-            max_redelivery_records = merged_switch(
-                "max_redelivery_records", max_redelivery_records, 10, parsed.max_redelivery_records, parsed.source)
-            persist_delivery_count_before_delivery = merged_switch(
-                "persist_delivery_count_before_delivery", persist_delivery_count_before_delivery, False,
-                parsed.persist_delivery_count_before_delivery, parsed.source)
-            message_expiry_scan_period = merged_switch(
-                "message_expiry_scan_period", message_expiry_scan_period, SCAN_PERIOD_MS_DEFAULT,
-                parsed.message_expiry_scan_period, parsed.source)
-            address_queue_scan_period = merged_switch(
-                "address_queue_scan_period", address_queue_scan_period, SCAN_PERIOD_MS_DEFAULT,
-                parsed.address_queue_scan_period, parsed.source)
+
+            def merged(name: str, argument: Any, default: Any) -> Any:
+                """The switch ``name`` as the file sets it, unless the argument sets it otherwise."""
+                return merged_switch(name, argument, default, getattr(parsed, name), parsed.source)
+            dialect = merged("dialect", dialect, "artemis")
+            max_redelivery_records = merged("max_redelivery_records", max_redelivery_records,
+                                            MAX_REDELIVERY_RECORDS_DEFAULT)
+            persist_delivery_count_before_delivery = merged("persist_delivery_count_before_delivery",
+                                                            persist_delivery_count_before_delivery, False)
+            message_expiry_scan_period = merged("message_expiry_scan_period", message_expiry_scan_period,
+                                                SCAN_PERIOD_MS_DEFAULT)
+            address_queue_scan_period = merged("address_queue_scan_period", address_queue_scan_period,
+                                               SCAN_PERIOD_MS_DEFAULT)
         expiry_grid_ms = message_expiry_scan_period     # how often the expiry scan may run
         scan_time = None
         if classic_config is not None:

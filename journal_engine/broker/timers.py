@@ -16,13 +16,15 @@ import threading
 import weakref
 from collections.abc import Callable
 
+from ..limits import I64_MAX
 from .queue import READY, SCHEDULED, QueueState, Reference
 
 __all__ = ["DeliveryTimers", "PeriodicScan", "BackgroundScanner", "NEVER_MS", "SCAN_PERIOD_MS_DEFAULT"]
 
 #: a time no scan reaches (Java's Long.MAX_VALUE, past any epoch ms)
-NEVER_MS = (1 << 63) - 1
-#: Artemis's DEFAULT_MESSAGE_EXPIRY_SCAN_PERIOD and DEFAULT_ADDRESS_QUEUE_SCAN_PERIOD (ms)
+NEVER_MS = I64_MAX
+#: Artemis's DEFAULT_MESSAGE_EXPIRY_SCAN_PERIOD and DEFAULT_ADDRESS_QUEUE_SCAN_PERIOD (ms); Classic's
+#: BaseDestination.EXPIRE_MESSAGE_PERIOD is the same 30 s (classic.config.EXPIRE_MESSAGES_PERIOD_MS_DEFAULT)
 SCAN_PERIOD_MS_DEFAULT = 30_000
 
 

@@ -50,13 +50,15 @@ def end_quietly_on_closed_pipe() -> int:
     return 0
 
 
-def stdout() -> Console:
-    """The console of results: tables keep their columns when piped (no 80-column squeeze)."""
+def stdout(*, markup: bool = False, highlight: bool = False) -> Console:
+    """The console of results: tables keep their columns when piped (no 80-column squeeze). Markup is off
+    unless asked for: paths, reasons and record fields are data, and "[...]" in them is not a style tag
+    (`bench` styles its own tables)."""
     out = sys.stdout        # looked up at each call: click's test runner swaps it (get_text_stream is deprecated)
-    # markup off: paths, reasons and record fields are data, and "[...]" in them is not a style tag
-    console = ResultConsole(file=out, highlight=False, soft_wrap=False, markup=False)
+    console = ResultConsole(file=out, highlight=highlight, soft_wrap=False, markup=markup)
     if not console.is_terminal:
-        console = ResultConsole(file=out, highlight=False, width=_WIDTH_WHEN_PIPED, color_system=None, markup=False)
+        console = ResultConsole(file=out, highlight=highlight, width=_WIDTH_WHEN_PIPED, color_system=None,
+                                markup=markup)
     return console
 
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from ..errors import CorruptRecordError
 from ..limits import COMPACT_MIN_FILES_DEFAULT, COMPACT_PERCENTAGE_DEFAULT
 from ..record_format import REPLACEABLE_TYPES, FrameCheck, RecordKind, RecordType
+from ..journal.format import HEADER_FLAG_COMPACTED
 from ..journal.journal import compaction_due
 from ..journal.recovery import analyze
 from ..journal.segment_files import list_directory
@@ -121,7 +122,7 @@ def print_command(directory: str, as_json: bool, kinds, types, id_min, id_max, a
                 advance()
                 if not as_json:
                     click.echo(f"# {data.path}: file id {data.header.file_id}, sequence {data.header.sequence}"
-                               + (" (compacted)" if data.header.flags & 1 else ""))
+                               + (" (compacted)" if data.header.flags & HEADER_FLAG_COMPACTED else ""))
                 for offset, check, kind, user_type, record_id, tx_id, body in frames:
                     if check != FrameCheck.VALID:      # damage (a clean end is no row)
                         label = FrameCheck(check).name

@@ -12,7 +12,7 @@ import sys
 import click
 
 from ..limits import SERVED_CONNECTIONS_MAX
-from .console import EXIT_DAMAGE, EXIT_USAGE, fail_line
+from .console import EXIT_DAMAGE, EXIT_USAGE, fail_line, stdout
 from .damage import Damage, damage_status
 
 __all__ = ["COMMANDS"]
@@ -37,7 +37,9 @@ def bench_command(arguments) -> int:
     parser = argparse.ArgumentParser(prog="journal-engine bench", description=bench_command.help)
     runner.add_arguments(parser)
     parsed = _parse(parser, arguments)
-    return parsed if isinstance(parsed, int) else runner.main(parsed)
+    # the tables go through the command line's console: a reader gone away (`| head`) ends the command
+    # quietly with status 0, as every printing command does, instead of rich's own exit with 1
+    return parsed if isinstance(parsed, int) else runner.main(parsed, out=stdout(markup=True, highlight=True))
 
 
 def _crash_test_parser() -> argparse.ArgumentParser:

@@ -86,7 +86,8 @@ class JournalWorkload:
         self.live_set.discard(record_id)
         return record_id
 
-    def _put_live(self, record_id: int) -> None:
+    def put_live(self, record_id: int) -> None:
+        """The record joins the pool of live records the workload updates and deletes."""
         self.live.append(record_id)
         self.live_set.add(record_id)
 
@@ -99,7 +100,7 @@ class JournalWorkload:
         sync = self._sync_flag()
         seq = self.intent("add", record_id, record_type, size, sync)
         self.journal.add(record_id, record_type, make_body(record_id, seq, size), sync=sync)
-        self._put_live(record_id)
+        self.put_live(record_id)
         if self._durable(sync):
             self.ack(seq)
 
@@ -112,7 +113,7 @@ class JournalWorkload:
         sync = self._sync_flag()
         seq = self.intent("upd", record_id, record_type, size, sync)
         self.journal.update(record_id, record_type, make_body(record_id, seq, size), sync=sync)
-        self._put_live(record_id)
+        self.put_live(record_id)
         if self._durable(sync):
             self.ack(seq)
 
@@ -193,7 +194,7 @@ class JournalWorkload:
                                    for kind, record_id, record_type, size in members], sync=sync)
         for kind, record_id, _type, _size in members:
             if kind != "del":
-                self._put_live(record_id)
+                self.put_live(record_id)
         if self._durable(sync):
             self.ack(seq)
 
@@ -212,7 +213,7 @@ class JournalWorkload:
             last[record_id] = kind
         for record_id in first:
             if (last[record_id] != "delete") if how == "cmt" else (first[record_id] != "add"):
-                self._put_live(record_id)
+                self.put_live(record_id)
         if self._durable(sync, tx_end=True):
             self.ack(seq)
 
@@ -265,7 +266,7 @@ def start_workload(journal, result, rng: random.Random, mode: str, first_seq: in
     if report.corrupt or report.anomalies:
         work.emit(f"W damage reported at the worker's load: {report.corrupt!r} {report.anomalies!r}")
     for record_id in result.records:
-        work._put_live(record_id)
+        work.put_live(record_id)
     for tx in result.prepared:
         # records a prepared transaction touches stay out of the pool until it is resolved
         ops = []

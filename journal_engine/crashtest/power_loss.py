@@ -225,7 +225,7 @@ class DiskModel:
     def pending_pieces(self, sector: int) -> list[tuple]:
         """Every pending write cut at `sector` boundaries: (inode number, serial, offset, bytes)."""
         pieces = []
-        for inode in self._reachable():
+        for inode in self.reachable():
             for serial, offset, data in inode.pending:
                 if data is None:
                     continue
@@ -237,7 +237,8 @@ class DiskModel:
                     pos = cut
         return pieces
 
-    def _reachable(self) -> list[_Inode]:
+    def reachable(self) -> list[_Inode]:
+        """Every inode a name points at, durably or by a pending create (each once)."""
         seen = {}
         for inode in list(self.durable_names.values()) + [p[3] for p in self.pending_names if p[1] == "create"]:
             seen[inode.number] = inode
@@ -312,7 +313,7 @@ def crash_states(disk: DiskModel, rng: random.Random, wanted: int) -> list[Crash
         states.append(CrashState("names-lost", kept, None))
     fine = disk.pending_pieces(SECTOR_SIZES[0])
     coarse = disk.pending_pieces(SECTOR_SIZES[1])
-    writes = [(inode.number, serial) for inode in disk._reachable() for serial, _o, data in inode.pending
+    writes = [(inode.number, serial) for inode in disk.reachable() for serial, _o, data in inode.pending
               if data is not None]
     for count in range(1, len(writes)):        # a prefix of the writes, in the order they were made
         keep = set(sorted(writes, key=lambda w: w[1])[:count])

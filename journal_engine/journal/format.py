@@ -34,6 +34,9 @@ CHECKPOINT_FILE = "journal.jck"      # every data file's columns, saved at a cle
 DATA_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jej$")
 FREE_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jef$")
 COMPACT_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jec$")
+#: every file of records a journal may hold (data, free, compaction output), as a glob: a directory with
+#: any of them holds a journal (message_store.interface.stored_backend)
+FILES_GLOB = "journal-*.je[jfc]"
 
 
 def data_name(file_id: int) -> str:

@@ -69,6 +69,8 @@ import glob
 import os
 from typing import Any, Protocol, runtime_checkable
 
+from ..journal.format import FILES_GLOB
+
 
 @runtime_checkable
 class RecordStore(Protocol):
@@ -163,6 +165,6 @@ def stored_backend(directory) -> str | None:
     path = os.fspath(directory)
     if os.path.exists(os.path.join(path, "data.mdb")):
         return "lmdb"
-    if glob.glob(os.path.join(glob.escape(path), "journal-*.je[jfc]")):
+    if glob.glob(os.path.join(glob.escape(path), FILES_GLOB)):
         return "journal"
     return None

@@ -67,6 +67,7 @@ import os
 import struct
 import threading
 import time
+from typing import Any, Callable
 
 try:
     import lmdb
@@ -91,7 +92,7 @@ from ..errors import (
 from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, LMDB_BATCH_HARD_LIMIT_FACTOR,
                       LMDB_BODY_BYTES_MAX, LMDB_FULL_DISK_RETRY_S, LMDB_FULL_DISK_SLACK_BYTES,
                       LMDB_MAP_SIZE_DEFAULT_BYTES, LMDB_MAP_SIZE_MAX_DEFAULT_BYTES, LMDB_MAP_SIZE_MIN_BYTES,
-                      RECORD_TYPE_MAX, SYNC_MODE_DEFAULT, U64_MAX)
+                      RECORD_TYPE_MAX, SYNC_MODE_DEFAULT, U64_MAX, check_id)
 from ..record_format import RecordKind
 from ..journal.directory_lock import DirectoryLock
 from ..journal.durability import rename_durably, unlink
@@ -120,11 +121,6 @@ _ADD, _UPDATE, _DELETE, _PREPARE, _FORGET_PREPARED = 1, 2, 3, 4, 5
 # transaction record kinds (as the journal's PreparedTransaction names them)
 _TX_ADD, _TX_UPDATE, _TX_DELETE = 1, 2, 3
 _TX_KIND_NAMES = {_TX_ADD: "add", _TX_UPDATE: "update", _TX_DELETE: "delete"}
-
-
-def _check_id(value: int) -> None:
-    if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:
-        raise OverflowError(f"{value} is out of range for a u64 id")
 
 
 def _check_type(record_type: int) -> None:
@@ -436,7 +432,7 @@ class LmdbRecordStore(StoreLifecycle):
     def _checked_body(self, record_id: int, record_type: int, body) -> bytes:
         """An add's or update's arguments checked, its body as bytes, room made in the batch."""
         if not 0 <= record_id <= U64_MAX:
-            _check_id(record_id)
+            check_id(record_id)
         if not 0 <= record_type <= RECORD_TYPE_MAX:
             _check_type(record_type)
         data = body if type(body) is bytes and len(body) <= LMDB_BODY_BYTES_MAX else _as_body(body)
@@ -473,7 +469,7 @@ class LmdbRecordStore(StoreLifecycle):
 
     def delete(self, record_id: int, *, sync: bool | None = None) -> None:
         """Remove a live record and all its updates."""
-        _check_id(record_id)
+        check_id(record_id)
         self._make_room()
         with self._lock:
             self._check_writable()
@@ -491,7 +487,7 @@ class LmdbRecordStore(StoreLifecycle):
         prepared = []
         for kind, record_id, record_type, body in records:
             if kind == RecordKind.DELETE:
-                _check_id(record_id)
+                check_id(record_id)
                 prepared.append((kind, record_id, 0, b""))
             elif kind in (RecordKind.ADD, RecordKind.UPDATE):
                 prepared.append((kind, record_id, record_type, self._checked_body(record_id, record_type, body)))
@@ -544,8 +540,8 @@ class LmdbRecordStore(StoreLifecycle):
         self._tx_record(tx_id, _TX_DELETE, record_id, 0, b"")
 
     def _tx_record(self, tx_id: int, kind: int, record_id: int, record_type: int, body) -> None:
-        _check_id(tx_id)
-        _check_id(record_id)
+        check_id(tx_id)
+        check_id(record_id)
         _check_type(record_type)
         data = _as_body(body)
         with self._lock:
@@ -565,7 +561,7 @@ class LmdbRecordStore(StoreLifecycle):
 
     def prepare(self, tx_id: int, xid, *, sync: bool | None = None) -> None:
         """Write the transaction's records with its xid (two-phase commit): load() returns it."""
-        _check_id(tx_id)
+        check_id(tx_id)
         xid_bytes = bytes(xid)
         self._make_room()
         with self._lock:
@@ -582,7 +578,7 @@ class LmdbRecordStore(StoreLifecycle):
 
     def commit(self, tx_id: int, *, sync: bool | None = None) -> None:
         """Apply the transaction's records; one LMDB write transaction holds all of them."""
-        _check_id(tx_id)
+        check_id(tx_id)
         self._make_room()
         with self._lock:
             self._check_writable()
@@ -614,7 +610,7 @@ class LmdbRecordStore(StoreLifecycle):
 
     def rollback(self, tx_id: int, *, sync: bool | None = None) -> None:
         """Drop the transaction's records (nothing of an unprepared transaction was written)."""
-        _check_id(tx_id)
+        check_id(tx_id)
         with self._lock:
             self._check_writable()
             transaction = self._pending_tx.pop(tx_id, None)
@@ -653,7 +649,7 @@ class LmdbRecordStore(StoreLifecycle):
         writes are pending that costs a commit (a durable one in "group" and "always" modes).
         committed_only=True reads the last committed state and never waits for the writer. Works
         before load() too: a reader that wants a few records need not read them all."""
-        _check_id(record_id)
+        check_id(record_id)
         if self._state == "closed":
             raise JournalClosedError("the store is closed")
         if not committed_only and self.written_bytes < self.appended_bytes:
@@ -962,7 +958,7 @@ class LmdbRecordStore(StoreLifecycle):
                 raise
 
     def _read(self):
-        return _ReadTransaction(self)
+        return _ReadTransaction(self._begin_read, self._leave_read)
 
     def _enter_read(self) -> None:
         """Count a reader in (waiting while the map is being resized)."""
@@ -1010,20 +1006,22 @@ class LmdbRecordStore(StoreLifecycle):
 
 
 class _ReadTransaction:
-    """An LMDB read transaction that holds off a map resize while it is open (and waits for one)."""
+    """An LMDB read transaction that holds off a map resize while it is open (and waits for one): the
+    store hands over how it begins one and how it lets a reader go (``_begin_read``, ``_leave_read``)."""
 
-    __slots__ = ("store", "txn")
+    __slots__ = ("begin", "leave", "txn")
 
-    def __init__(self, store: LmdbRecordStore) -> None:
-        self.store = store
+    def __init__(self, begin: Callable[[], Any], leave: Callable[[], None]) -> None:
+        self.begin = begin
+        self.leave = leave
         self.txn = None
 
     def __enter__(self):
-        self.txn = self.store._begin_read()
+        self.txn = self.begin()
         return self.txn
 
     def __exit__(self, *exc) -> None:
         try:
             self.txn.abort()
         finally:
-            self.store._leave_read()
+            self.leave()

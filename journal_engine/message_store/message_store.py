@@ -345,7 +345,8 @@ class MessageStore:
                 self._message_queues = MessageQueues()     # a table per message: freed now, not by the collector
                 self._release_directory()
 
-    def _check_loaded(self) -> None:
+    def check_loaded(self) -> None:
+        """JournalClosedError unless the store is open and loaded (what every write and read needs)."""
         if self._state != "loaded":
             raise JournalClosedError("the message store is closed" if self._state == "closed"
                                      else "the message store is not loaded; call load() after opening")
@@ -486,7 +487,7 @@ class MessageStore:
         for the disk unless sync=False or sync="none"; written out to the operating system at once
         either way, so that a killed process never keeps messages sent to the queue and loses the
         queue (the message journal writes out, and syncs a full file, on its own schedule)."""
-        self._check_loaded()
+        self.check_loaded()
         if queue_id == ID_COUNTER_RECORD_ID:
             raise ValueError(f"queue id {queue_id} is the bindings journal's ID counter; queues take ids below it")
         body = encode_queue(name, address, routing_type=routing_type, filter=filter, arguments=arguments,
@@ -504,7 +505,7 @@ class MessageStore:
         journal, type 24, as Artemis's BatchingIDGenerator keeps it), so that no restart hands out
         one of them again, also after the messages that had them are deleted and compacted away.
         Durable when it returns, unless the sync mode is "none" (then written out)."""
-        self._check_loaded()
+        self.check_loaded()
         body = encode_id_counter(below)
         with self._lock:
             if self._id_counter_stored:
@@ -518,7 +519,7 @@ class MessageStore:
         """Replace a stored queue's queue-declare ``arguments`` (None or {}: none). The binding is
         rewritten in one bindings transaction (its delete and its new add), so a crash leaves the old
         binding or the new one, never none."""
-        self._check_loaded()
+        self.check_loaded()
         with self._lock:
             stored = self._queues.get(queue_id)
             if stored is None:
@@ -536,7 +537,7 @@ class MessageStore:
     def delete_queue(self, queue_id: int, *, sync: bool | None = None) -> int:
         """Remove a queue binding, acknowledging its live references first (messages left without
         any reference are deleted). Returns how many references were acknowledged."""
-        self._check_loaded()
+        self.check_loaded()
         with self._lock:
             if queue_id not in self._queues:
                 raise UnknownRecordError(f"queue {queue_id} is not stored")
@@ -563,7 +564,7 @@ class MessageStore:
                       durable: bool = True, expiration: int = 0, routing_type: str | None = None,
                       sync: bool | None = None) -> None:
         """Record a message (ADD_MESSAGE, 45). A broker following Artemis stores durable messages only."""
-        self._check_loaded()
+        self.check_loaded()
         data = encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
                               routing_type=routing_type)
         with self._lock:
@@ -575,7 +576,7 @@ class MessageStore:
 
     def store_reference(self, queue_id: int, message_id: int, *, sync: bool | None = None) -> None:
         """Record that a queue holds the message (ADD_REF, 32); its delivery count starts at 0."""
-        self._check_loaded()
+        self.check_loaded()
         with self._lock:
             if queue_id not in self._queues:
                 raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
@@ -592,7 +593,7 @@ class MessageStore:
     def store_acknowledge(self, queue_id: int, message_id: int, *, sync: bool | None = None) -> None:
         """Record an acknowledgement (ACKNOWLEDGE_REF, 33); the reference is no longer live.
         The message stays until delete_message() (Artemis deletes it when no reference is left)."""
-        self._check_loaded()
+        self.check_loaded()
         with self._lock:
             self._acknowledge_locked(queue_id, message_id)
         self._wait(self._journal, sync)
@@ -607,7 +608,7 @@ class MessageStore:
 
     def delete_message(self, message_id: int, *, sync: bool | None = None) -> None:
         """Delete a message and whatever references it still has (Artemis: not synced)."""
-        self._check_loaded()
+        self.check_loaded()
         with self._lock:
             self._delete_locked(message_id)
         self._wait(self._journal, sync)
@@ -640,7 +641,7 @@ class MessageStore:
         cancel/rollback: False (nothing written) when the count equals the last persisted one or
         max_redelivery_records >= 0 and the count exceeds it."""
         if self._state != "loaded":
-            self._check_loaded()
+            self.check_loaded()
         return self._writer.update_delivery_count(queue_id, message_id, delivery_count, sync)
 
     def update_delivery_count_after_cancel(self, queue_id: int, message_id: int, delivery_count: int) -> bool:
@@ -659,7 +660,7 @@ class MessageStore:
         """Persist a reference's scheduled redelivery time (SET_SCHEDULED_DELIVERY_TIME, 36, absolute
         epoch ms): False when max_redelivery_records >= 0 and delivery_count exceeds it."""
         if self._state != "loaded":
-            self._check_loaded()
+            self.check_loaded()
         return self._writer.update_scheduled_delivery_time(queue_id, message_id, scheduled_ms, delivery_count,
                                                            sync)
 
@@ -669,19 +670,19 @@ class MessageStore:
         update_scheduled_delivery_time (each under its rule) written as one group, so a crash keeps
         both records or neither. Returns how many were written (0..2)."""
         if self._state != "loaded":
-            self._check_loaded()
+            self.check_loaded()
         return self._writer.update_redelivery(queue_id, message_id, delivery_count, scheduled_ms, sync)
 
     def update_delivery_counts(self, queue_ids, message_ids, delivery_counts, *, sync: bool | None = None) -> int:
         """Batch of update_delivery_count (sequences or arrays of equal length); one wait at the end.
         Every reference is checked first, so an unknown one writes nothing. Returns records written."""
-        self._check_loaded()
+        self.check_loaded()
         return self._writer.update_delivery_counts(queue_ids, message_ids, delivery_counts, sync)
 
     def update_scheduled_delivery_times(self, queue_ids, message_ids, scheduled_times, delivery_counts, *,
                                         sync: bool | None = None) -> int:
         """Batch of update_scheduled_delivery_time; returns records written."""
-        self._check_loaded()
+        self.check_loaded()
         return self._writer.update_scheduled_delivery_times(queue_ids, message_ids, scheduled_times,
                                                             delivery_counts, sync)
 
@@ -700,7 +701,7 @@ class MessageStore:
         if not self.persist_delivery_count_before_delivery:
             return False
         if self._state != "loaded":
-            self._check_loaded()
+            self.check_loaded()
         cap = self.max_redelivery_records
         if cap >= 0 and delivery_count > cap:
             return False          # Artemis writes nothing above the cap, so there is nothing to wait for
@@ -722,7 +723,7 @@ class MessageStore:
         """before_delivery for many references at once: one write-out (or one sync) for the batch."""
         if not self.persist_delivery_count_before_delivery:
             return 0
-        self._check_loaded()
+        self.check_loaded()
         written = self._writer.update_delivery_counts(queue_ids, message_ids, delivery_counts, False)
         if self.strict_delivery_sync:
             self._journal.sync()
@@ -732,7 +733,7 @@ class MessageStore:
 
     def persisted_delivery_count(self, queue_id: int, message_id: int) -> int:
         """The reference's last persisted delivery count (restored at load, then kept by the writers)."""
-        self._check_loaded()
+        self.check_loaded()
         return self._writer.persisted_count(queue_id, message_id)
 
     # ----- the asyncio face ---------------------------------------------------------------------------
@@ -742,7 +743,7 @@ class MessageStore:
     # LMDB backend the wait runs sync() on the loop's default executor instead.
     async def sync_async(self) -> None:
         """``sync()`` for coroutines: returns once everything written before the call is durable."""
-        self._check_loaded()
+        self.check_loaded()
         await self._bindings.sync_async()       # as sync(): no reference durable before its queue
         await self._journal.sync_async()
 
@@ -769,32 +770,32 @@ class MessageStore:
     def sync(self) -> None:
         """Return once everything written before the call is durable (both journals): the bindings
         first, so that no reference becomes durable before the queue it names."""
-        self._check_loaded()
+        self.check_loaded()
         self._bindings.sync()
         self._journal.sync()
 
     def flush(self) -> None:
         """Return once everything written before the call survives a killed process (not a power cut)."""
-        self._check_loaded()
+        self.check_loaded()
         self._bindings.flush()
         self._journal.flush()
 
     def compact(self) -> None:
         """Compact the message journal now: only the latest 34 and 36 per reference survive."""
-        self._check_loaded()
+        self.check_loaded()
         self._journal.compact()
 
     def record_count(self, record_type: int) -> int:
         """Records of a user record type (34, 36, ...) held for live records and not yet compacted away
         (type 21 counts queue bindings). Reads the journal files: for inspection and tests."""
-        self._check_loaded()
+        self.check_loaded()
         journal = self._bindings if record_type == RecordType.QUEUE_BINDING_RECORD else self._journal
         return journal.record_type_counts().get(int(record_type), 0)
 
     def stats(self) -> dict:
         """Counters for inspection: the store's queues, messages and references and each record
         store's own ``stats()``. JournalClosedError unless loaded."""
-        self._check_loaded()
+        self.check_loaded()
         return {
             "directory": self.directory,
             "backend": self.backend,
@@ -818,7 +819,7 @@ class MessageStore:
         the dead-letter address, UPDATE_TX 33 for the original, COMMIT) and so does a transacted
         session. Nothing is written until the first record; an empty transaction touches no file.
         """
-        self._check_loaded()
+        self.check_loaded()
         return StoreTransaction(self, next(_TRANSACTION_IDS))
 
     # ----- the broker's hot path: one call (one lock, one encode) per send and per acknowledgement ----------
@@ -829,7 +830,7 @@ class MessageStore:
         (ADD_MESSAGE 45, then an ADD_REF 32 per queue) for a fraction of the Python overhead. Every
         queue is checked before anything is written."""
         if self._state != "loaded":
-            self._check_loaded()
+            self.check_loaded()
         head = None     # the message record's bytes before the body, when it has no properties
         if not properties and type(body) is bytes and type(expiration) is int and expiration == 0:   # cached path
             head = cached_message_head(address, durable, routing_type)
@@ -900,6 +901,56 @@ class MessageStore:
                 self._writer.remove_reference(queue_id, message_id)
                 self._message_queues.remove(message_id, queue_id)
 
+    # ----- a StoreTransaction's records, checked against this store's books under its lock ---------------
+    def append_message_tx(self, tx_id: int, message_id: int, data: bytes, pending_messages: set) -> None:
+        """ADD_TX of an encoded message (45) for a StoreTransaction, the message then among
+        ``pending_messages`` (the transaction's own); DuplicateRecordError when it is stored or pending."""
+        with self._lock:
+            if message_id in self._message_queues or message_id in pending_messages:
+                raise DuplicateRecordError(f"message {message_id} is already stored")
+            self._journal.add_tx(tx_id, message_id, RecordType.ADD_MESSAGE, data)
+            pending_messages.add(message_id)
+
+    def append_reference_tx(self, tx_id: int, queue_id: int, message_id: int, pending_messages: set,
+                            pending_references: dict) -> None:
+        """UPDATE_TX ADD_REF (32) for a StoreTransaction, the reference then among ``pending_references``:
+        the queue must be stored, the message stored or pending, the reference neither live nor pending."""
+        key = (queue_id, message_id)
+        with self._lock:
+            if queue_id not in self._queues:
+                raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
+            if message_id not in self._message_queues and message_id not in pending_messages:
+                raise UnknownRecordError(f"message {message_id} is not stored; store_message() it first")
+            if self._message_queues.holds(message_id, queue_id) or key in pending_references:
+                raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
+            self._journal.update_tx(tx_id, message_id, RecordType.ADD_REF, encode_queue_id(queue_id))
+            pending_references[key] = None
+
+    def append_acknowledge_tx(self, tx_id: int, queue_id: int, message_id: int, pending_references: dict,
+                              acknowledgements: dict) -> None:
+        """UPDATE_TX ACKNOWLEDGE_REF (33) for a StoreTransaction of a reference live or pending in it, then
+        among its ``acknowledgements``; DuplicateRecordError when the transaction acknowledged it already."""
+        key = (queue_id, message_id)
+        with self._lock:
+            live = self._message_queues.holds(message_id, queue_id) or key in pending_references
+            if not live:
+                raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
+            if key in acknowledgements:
+                raise DuplicateRecordError(f"the reference of message {message_id} on queue {queue_id} is already "
+                                           f"acknowledged in transaction {tx_id}")
+            self._journal.update_tx(tx_id, message_id, RecordType.ACKNOWLEDGE_REF, encode_queue_id(queue_id))
+            acknowledgements[key] = None
+
+    def append_scheduled_time_tx(self, tx_id: int, queue_id: int, message_id: int, scheduled_ms: int,
+                                 pending_references: dict) -> None:
+        """UPDATE_TX SET_SCHEDULED_DELIVERY_TIME (36) for a StoreTransaction, of a reference live or pending
+        in it."""
+        with self._lock:
+            if not (self._message_queues.holds(message_id, queue_id) or (queue_id, message_id) in pending_references):
+                raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
+            self._journal.update_tx(tx_id, message_id, RecordType.SET_SCHEDULED_DELIVERY_TIME,
+                                    encode_scheduled_time(queue_id, scheduled_ms))
+
     def rollback_transaction(self, tx_id: int) -> None:
         """A StoreTransaction's ROLLBACK appended (its records never touched the books)."""
         with self._lock:
@@ -916,7 +967,7 @@ class MessageStore:
         """store_acknowledge, then delete_message when it was the message's last live reference (what
         Artemis does on an acknowledgement: ACKNOWLEDGE_REF 33, then DELETE). True if it deleted."""
         if self._state != "loaded":
-            self._check_loaded()
+            self.check_loaded()
         journal = self._journal
         lock = self._lock
         lock.acquire()
@@ -974,66 +1025,35 @@ class StoreTransaction:
     def _check_open(self) -> None:
         if self.state != "open":
             raise JournalError(f"transaction {self.tx_id} is already {self.state}")
-        self.store._check_loaded()
+        self.store.check_loaded()
 
     def store_message(self, message_id: int, address: str, body, *, properties: dict | None = None,
                       durable: bool = True, expiration: int = 0, routing_type: str | None = None) -> None:
         """ADD_TX of a message (45)."""
         self._check_open()
-        store = self.store
         data = encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
                               routing_type=routing_type)
-        with store._lock:
-            if message_id in store._message_queues or message_id in self._messages:
-                raise DuplicateRecordError(f"message {message_id} is already stored")
-            store._journal.add_tx(self.tx_id, message_id, RecordType.ADD_MESSAGE, data)
-            self._messages.add(message_id)
-            self.records += 1
+        self.store.append_message_tx(self.tx_id, message_id, data, self._messages)
+        self.records += 1
 
     def store_reference(self, queue_id: int, message_id: int) -> None:
         """UPDATE_TX ADD_REF (32): the queue holds the message once the transaction commits."""
         self._check_open()
-        store = self.store
-        key = (queue_id, message_id)
-        with store._lock:
-            if queue_id not in store._queues:
-                raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
-            if message_id not in store._message_queues and message_id not in self._messages:
-                raise UnknownRecordError(f"message {message_id} is not stored; store_message() it first")
-            if store._message_queues.holds(message_id, queue_id) or key in self._references:
-                raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
-            store._journal.update_tx(self.tx_id, message_id, RecordType.ADD_REF, encode_queue_id(queue_id))
-            self._references[key] = None
-            self.records += 1
+        self.store.append_reference_tx(self.tx_id, queue_id, message_id, self._messages, self._references)
+        self.records += 1
 
     def store_acknowledge(self, queue_id: int, message_id: int) -> None:
         """UPDATE_TX ACKNOWLEDGE_REF (33) of a live reference."""
         self._check_open()
-        store = self.store
-        key = (queue_id, message_id)
-        with store._lock:
-            live = store._message_queues.holds(message_id, queue_id) or key in self._references
-            if not live:
-                raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
-            if key in self._acknowledgements:
-                raise DuplicateRecordError(f"the reference of message {message_id} on queue {queue_id} is already "
-                                           f"acknowledged in transaction {self.tx_id}")
-            store._journal.update_tx(self.tx_id, message_id, RecordType.ACKNOWLEDGE_REF, encode_queue_id(queue_id))
-            self._acknowledgements[key] = None
-            self.records += 1
+        self.store.append_acknowledge_tx(self.tx_id, queue_id, message_id, self._references, self._acknowledgements)
+        self.records += 1
 
     def update_scheduled_delivery_time(self, queue_id: int, message_id: int, scheduled_ms: int) -> None:
         """UPDATE_TX SET_SCHEDULED_DELIVERY_TIME (36) of a message sent with a delivery time. Artemis's
         transactional variant is not capped by max_redelivery_records."""
         self._check_open()
-        store = self.store
-        key = (queue_id, message_id)
-        with store._lock:
-            if not (store._message_queues.holds(message_id, queue_id) or key in self._references):
-                raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
-            store._journal.update_tx(self.tx_id, message_id, RecordType.SET_SCHEDULED_DELIVERY_TIME,
-                                     encode_scheduled_time(queue_id, scheduled_ms))
-            self.records += 1
+        self.store.append_scheduled_time_tx(self.tx_id, queue_id, message_id, scheduled_ms, self._references)
+        self.records += 1
 
     def commit(self, *, sync: bool | None = None) -> None:
         """Append COMMIT and apply the transaction to the store's live references.

@@ -287,6 +287,6 @@ def single_row(columns=COLUMNS, **values) -> pa.RecordBatch:
                                       schema=pa.schema([pa.field(column.name, column.arrow_type) for column in columns]))
 
 
-_KIND_NAMES = text_array([RecordKind(code).name if code in RecordKind._value2member_map_ else None
-                          for code in range(256)])
+_KIND_NAME_OF = {int(kind): kind.name for kind in RecordKind}
+_KIND_NAMES = text_array([_KIND_NAME_OF.get(code) for code in range(256)])
 _ROUTING = text_array([ROUTING_NAMES.get(code) for code in range(256)])

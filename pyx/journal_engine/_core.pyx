@@ -11,7 +11,7 @@ pwrite + fdatasync on the same disk (docs/internals/format.md).
 Appends run entirely with the GIL held and never release it, so the GIL is the
 append lock. Write-out and sync release the GIL; one thread at a time holds the
 I/O baton, and every thread waiting for durability is served by the holder's
-single fdatasync (group commit). The Python twin is journal_engine.journal.core.
+single fdatasync (group commit). The Python twin is journal_engine._twin.core.
 """
 import os
 

@@ -2,7 +2,7 @@
 """Compiled scan decoder and replay: journal files -> live records.
 
 One decoder serves recovery, compaction and the tools, so the format has a
-single reader. The Python twin is journal_engine.journal.replay; the rules are
+single reader. The Python twin is journal_engine._twin.replay; the rules are
 the table in docs/internals/recovery.md.
 """
 cimport cython
@@ -43,10 +43,17 @@ cdef extern from "bus_guard.h":
     int je_bus_patch_register(const void *start, size_t length, int *cut, int fd)
     void je_bus_patch_remove(int slot)
     int je_bus_flag(const int *cut) nogil
+    int JE_PATCHED_MAX
 
 import os
 from journal_engine.errors import FileChangedError
+from journal_engine.limits import CHECKPOINTS_MAPPED_MAX as _CHECKPOINTS_MAPPED_MAX
 from journal_engine.limits import SCAN_DIRECT_ROWS_MAX as _SCAN_DIRECT_ROWS_MAX
+
+# the SIGBUS handler's table of patched regions is compiled in; limits.py states its size
+if JE_PATCHED_MAX != _CHECKPOINTS_MAPPED_MAX:
+    raise ImportError(f"journal_engine._replay was built with {JE_PATCHED_MAX} checkpoint mappings (bus_guard.h), "
+                      f"limits.CHECKPOINTS_MAPPED_MAX is {_CHECKPOINTS_MAPPED_MAX}: rebuild it (pip install -e .)")
 
 cdef Py_ssize_t SCAN_DIRECT_ROWS_MAX = _SCAN_DIRECT_ROWS_MAX
 
@@ -165,7 +172,8 @@ cdef class CheckpointMapping:
         self._fd = os.dup(fd)
         self._slot = je_bus_patch_register(self._base, <size_t>size, &self._cut, self._fd)
         if self._slot < 0:
-            raise OSError(0, "too many checkpoints mapped at once (bus_guard.h, JE_PATCHED_MAX)", path)
+            raise OSError(0, f"too many checkpoints mapped at once (limits.CHECKPOINTS_MAPPED_MAX, "
+                             f"{_CHECKPOINTS_MAPPED_MAX})", path)
         if len(trailer) != 8 or size < 8:
             raise ValueError("a checkpoint's trailer is 8 bytes, at its end")
         memcpy(&self._trailer, PyBytes_AS_STRING(trailer), 8)

@@ -49,7 +49,8 @@ static int je_bus_installed = 0;
  * faulting page (MAP_FIXED) and setting the region's flag; the access then completes, reading zeros,
  * and the region's owner checks the flag after every read it hands out (je_bus_flag), so zeros are
  * never taken for data. Regions are registered and removed with the GIL held; the handler only
- * reads the table. */
+ * reads the table. Its size is journal_engine/limits.py's CHECKPOINTS_MAPPED_MAX (a test holds the two
+ * to the same number). */
 #define JE_PATCHED_MAX 64
 struct je_patched_region { uintptr_t start; size_t length; int *cut; int fd; };
 static struct je_patched_region je_patched[JE_PATCHED_MAX];

@@ -6,24 +6,12 @@ import threading
 import time
 
 import pytest
+from broker_time import NOW
 
-from journal_engine import (AddressSettings, Broker, ConfigError, JournalClosedError, ManualClock, MessageStateError,
+from journal_engine import (AddressSettings, Broker, ConfigError, Consumer, JournalClosedError, MessageStateError,
                             MessageStore, QueueExistsError, RecordType, SelectorError, UnknownQueueError)
 
-NOW = 1_700_000_000_000
 SMALL = {"file_size": 256 * 1024}
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(NOW)
-
-
-@pytest.fixture
-def broker(clock):
-    b = Broker(clock=clock)
-    yield b
-    b.close()
 
 
 @pytest.fixture
@@ -316,8 +304,9 @@ def test_manual_clock_advance_wakes_a_receiver_waiting_on_another_thread(broker,
     assert got and got[0].delivery_count == 2
 
 
-def test_closing_a_consumer_wakes_its_waiting_receive():
-    broker = Broker()
+def _waiting_receive(broker: Broker) -> tuple[Consumer, threading.Thread, list]:
+    """A consumer of a new empty queue "q", a thread waiting in its receive(None) for good, and the list
+    that gets the JournalClosedError which ends that wait."""
     broker.create_queue("q")
     consumer = broker.create_consumer("q")
     errors = []
@@ -330,6 +319,12 @@ def test_closing_a_consumer_wakes_its_waiting_receive():
     waiter = threading.Thread(target=wait)
     waiter.start()
     time.sleep(0.05)
+    return consumer, waiter, errors
+
+
+def test_closing_a_consumer_wakes_its_waiting_receive():
+    broker = Broker()
+    consumer, waiter, errors = _waiting_receive(broker)
     consumer.close()
     waiter.join(5)
     assert errors and not waiter.is_alive()
@@ -338,18 +333,7 @@ def test_closing_a_consumer_wakes_its_waiting_receive():
 
 def test_closing_the_broker_wakes_a_waiting_receiver():
     broker = Broker()
-    broker.create_queue("q")
-    consumer = broker.create_consumer("q")
-    errors = []
-
-    def wait():
-        try:
-            consumer.receive(None)
-        except JournalClosedError as exc:
-            errors.append(exc)
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    time.sleep(0.05)
+    _consumer, waiter, errors = _waiting_receive(broker)
     broker.close()
     waiter.join(5)
     assert errors

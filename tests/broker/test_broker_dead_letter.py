@@ -6,28 +6,16 @@ from __future__ import annotations
 import re
 
 import pytest
+from broker_time import NOW
 
-from journal_engine import AddressSettings, Broker, ManualClock, MessageStore
+from journal_engine import AddressSettings, Broker, MessageStore
 from journal_engine.broker.dead_letter import DEAD_LETTER_REASONS, DeadLetterReason, decode_history, make_copy
 from journal_engine.broker.dialects import DIALECTS
 from journal_engine.broker.message import MessageData
 from journal_engine.cli import main as cli_main
 
-NOW = 1_700_000_000_000
 SCAN = 30_000        # Artemis's message-expiry-scan-period: the expiry reaper runs every 30 s
 SMALL = {"file_size": 256 * 1024}
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(NOW)
-
-
-@pytest.fixture
-def broker(clock):
-    b = Broker(clock=clock)
-    yield b
-    b.close()
 
 
 def fail(consumer, times):

@@ -6,16 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from broker_time import NOW
 
 from journal_engine import AddressSettings, Broker, ManualClock, RecordType
 from scripted_random import ScriptedRandom
-
-NOW = 1_700_000_000_000
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(NOW)
 
 
 def make_broker(clock, directory=None, **options):

@@ -6,11 +6,11 @@ import json
 import re
 
 import pytest
+from broker_time import NOW
 
-from journal_engine import AddressSettings, Broker, ConfigError, ManualClock, SelectorError, UnknownQueueError
+from journal_engine import AddressSettings, Broker, ConfigError, SelectorError, UnknownQueueError
 from journal_engine.cli import main as cli_main
 
-NOW = 1_700_000_000_000
 SMALL = {"file_size": 256 * 1024}
 
 
@@ -25,11 +25,6 @@ def dead_letter_some(broker, clock, count=3, attempts=2):
         consumer.rollback(consumer.receive(0))
     consumer.close()
     return ids
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(NOW)
 
 
 def test_redrive_moves_every_dead_letter_back_with_its_audit_trail(tmp_path, clock):

@@ -3,16 +3,11 @@ redelivery path for every message delivered in the session; what reaches the sto
 from __future__ import annotations
 
 import pytest
+from broker_time import NOW
 
-from journal_engine import AddressSettings, Broker, ManualClock, MessageStateError, RecordType
+from journal_engine import AddressSettings, Broker, MessageStateError, RecordType
 
-NOW = 1_700_000_000_000
 SMALL = {"file_size": 256 * 1024}
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(NOW)
 
 
 @pytest.fixture

@@ -5,20 +5,33 @@ value, raised before anything is written to the directory.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from journal_engine import (
+    AddressSettings,
+    AddressSettingsRepository,
+    Broker,
     ConfigError,
     Journal,
     JournalError,
+    ManualClock,
     RecordTooLargeError,
+    SelectorError,
     limits,
 )
 from journal_engine._impl import encode_frame
+from journal_engine.broker.selector import Selector
 from journal_engine.limits import (
+    ADDRESS_SETTINGS_CACHE_ENTRIES_MAX,
     BUFFER_SIZE_MIN_BYTES,
+    CHECKPOINTS_MAPPED_MAX,
     BUFFER_TIMEOUT_US_MAX,
     COMPACT_PERCENTAGE_MAX,
     COMPACT_UPDATE_FACTOR,
@@ -28,13 +41,19 @@ from journal_engine.limits import (
     FILE_SIZE_MIN_BYTES,
     FRAME_ALIGNMENT_BYTES,
     FRAME_HEADER_SIZE_BYTES,
+    LMDB_BODY_BYTES_MAX,
     MIN_FILES_MIN,
+    NAME_LENGTH_MAX,
     RECORD_ID_MAX,
     RECORD_TYPE_MAX,
+    REDELIVERY_DELAYS_LENGTH_MAX,
     SECTOR_SIZE_BYTES,
+    SELECTOR_LENGTH_MAX,
     TX_ID_MAX,
     max_body_bytes,
 )
+from journal_engine.message_store.lmdb_store import LmdbRecordStore
+from locations import ROOT
 
 SMALL = FILE_SIZE_MIN_BYTES
 
@@ -140,6 +159,15 @@ def test_limits_relate_as_the_format_needs():
         biggest = max_body_bytes(size)
         assert DATA_START_BYTES + FRAME_HEADER_SIZE_BYTES + biggest == size
         assert biggest % FRAME_ALIGNMENT_BYTES == 0   # the largest frame has no padding
+
+
+def test_a_broken_relation_between_the_limits_refuses_the_import_even_under_python_dash_o():
+    source = Path(limits.__file__).read_text(encoding="utf-8")
+    broken = source.replace("FRAME_HEADER_SIZE_BYTES = 32", "FRAME_HEADER_SIZE_BYTES = 36", 1)
+    assert broken != source
+    code = compile(broken, limits.__file__, "exec", optimize=2)      # as python -O compiles it: no asserts
+    with pytest.raises(ImportError, match="the frame header is 8-byte aligned"):
+        exec(code, {"__name__": "journal_engine.limits"})
 
 
 @pytest.mark.parametrize("body_len", list(range(3 * FRAME_ALIGNMENT_BYTES + 1)) + [4093, 4096])
@@ -289,3 +317,115 @@ def test_compact_min_files_zero_turns_automatic_compaction_off(open_journal):
     journal.close()
     journal, loaded = open_journal(file_size=SMALL)
     assert sorted(loaded.records) == [1, 3]
+
+
+# ----- the broker's and the LMDB store's maxima ----------------------------------------------------------
+
+def test_a_name_of_the_maximum_length_is_kept_and_one_longer_is_refused(tmp_path):
+    name = "n" * NAME_LENGTH_MAX
+    options = {"file_size": 4 * SMALL}          # a frame of the longest name fits in a file
+    broker = Broker(tmp_path / "broker", clock=ManualClock(0), store_options=options)
+    broker.create_queue(name, address=name)
+    broker.send(name, b"to the longest name")
+    for too_long in ({"name": name + "n"}, {"name": "q", "address": name + "n"}):
+        with pytest.raises(ConfigError, match=f"longer than {NAME_LENGTH_MAX} characters"):
+            broker.create_queue(**too_long)
+    broker.close()
+    broker = Broker(tmp_path / "broker", clock=ManualClock(0), store_options=options)
+    assert broker.queue_names() == [name] and broker.queue(name).address == name
+    assert broker.create_consumer(name).receive(0).body == b"to the longest name"
+    broker.close()
+
+
+def test_a_selector_of_the_maximum_length_filters_and_one_longer_is_refused():
+    head = "colour = '"
+    colour = "x" * (SELECTOR_LENGTH_MAX - len(head) - 1)
+    at_max = head + colour + "'"
+    assert len(at_max) == SELECTOR_LENGTH_MAX
+    broker = Broker(clock=ManualClock(0))
+    broker.create_queue("q", filter=at_max)
+    broker.send("q", b"other", properties={"colour": "y"})
+    broker.send("q", b"match", properties={"colour": colour})
+    assert broker.create_consumer("q").receive(0).body == b"match"
+    with pytest.raises(SelectorError, match=f"longer than {SELECTOR_LENGTH_MAX} characters") as info:
+        Selector(at_max + " ")
+    assert isinstance(info.value, ConfigError)
+    broker.close()
+
+
+def test_redelivery_delays_of_the_maximum_length_are_kept_and_one_more_is_refused():
+    delays = list(range(REDELIVERY_DELAYS_LENGTH_MAX))
+    settings = AddressSettings(redelivery_delays=delays)
+    assert settings.redelivery_delays == tuple(delays)
+    with pytest.raises(ConfigError, match=f"at most {REDELIVERY_DELAYS_LENGTH_MAX} entries") as info:
+        AddressSettings(redelivery_delays=[*delays, 0])
+    assert info.value.field == "redelivery_delays"
+
+
+def test_an_lmdb_body_of_the_maximum_size_is_accepted_and_one_byte_more_is_refused(tmp_path):
+    """Accepted into a transaction that is then rolled back: the check is the limit, and writing 4 GiB is
+    not this test's job (bytes(n) is zeros the kernel maps lazily: neither body costs memory)."""
+    store = LmdbRecordStore(tmp_path / "lmdb")
+    store.load()
+    store.add_tx(1, 1, 1, bytes(LMDB_BODY_BYTES_MAX))
+    too_large = bytes(LMDB_BODY_BYTES_MAX + 1)
+    with pytest.raises(RecordTooLargeError, match=str(LMDB_BODY_BYTES_MAX)):
+        store.add(2, 1, too_large)
+    with pytest.raises(RecordTooLargeError, match=str(LMDB_BODY_BYTES_MAX)):
+        store.add_tx(3, 3, 1, too_large)
+    del too_large
+    store.rollback(1)
+    store.close()
+    store = LmdbRecordStore(tmp_path / "lmdb")
+    assert store.load().records == {}
+    store.close()
+
+
+def test_the_address_settings_cache_holds_its_maximum_and_starts_over_one_past_it():
+    """Past ADDRESS_SETTINGS_CACHE_ENTRIES_MAX nothing is refused (addresses are unbounded): the cache
+    starts over, so it never holds more than that many merged settings."""
+    repository = AddressSettingsRepository()
+    repository.add("a.#", AddressSettings(max_delivery_attempts=3))
+    addresses = [f"a.{n}" for n in range(ADDRESS_SETTINGS_CACHE_ENTRIES_MAX + 1)]
+    for address in addresses[:-1]:
+        assert repository.get(address).max_delivery_attempts == 3
+    assert all(repository.cached(address) is not None for address in addresses[:-1])
+    repository.get(addresses[-1])
+    assert repository.cached(addresses[-1]) is not None
+    assert not any(repository.cached(address) is not None for address in addresses[:-1])
+
+
+# ----- the compiled core's table of mapped checkpoints ----------------------------------------------------
+
+def test_the_sigbus_guards_table_has_the_size_limits_gives_it():
+    header = (ROOT / "pyx" / "journal_engine" / "bus_guard.h").read_text(encoding="utf-8")
+    sizes = re.findall(r"^#define JE_PATCHED_MAX (\d+)$", header, re.MULTILINE)
+    assert sizes == [str(CHECKPOINTS_MAPPED_MAX)]
+
+
+MAP_CHECKPOINTS = """
+import os, sys
+from journal_engine._replay import CheckpointMapping
+from journal_engine.limits import CHECKPOINTS_MAPPED_MAX
+path = sys.argv[1]
+with open(path, "wb") as handle:
+    handle.write(bytes(4096))
+fd = os.open(path, os.O_RDONLY)
+held = [CheckpointMapping(fd, 4096, path, bytes(8)) for _ in range(CHECKPOINTS_MAPPED_MAX)]
+try:
+    CheckpointMapping(fd, 4096, path, bytes(8))
+except OSError as refused:
+    print(len(held), refused)
+"""
+
+
+def test_the_compiled_core_maps_the_maximum_of_checkpoints_and_refuses_one_more(tmp_path):
+    """In a child process of its own, where no other checkpoint is mapped (the compiled module is imported
+    by name: the twin maps no checkpoint, and a twin run has the compiled core built beside it)."""
+    if importlib.util.find_spec("journal_engine._replay") is None:
+        pytest.fail("the compiled core is not built")
+    env = {key: value for key, value in os.environ.items() if key != "JOURNAL_ENGINE_IMPLEMENTATION"}
+    done = subprocess.run([sys.executable, "-c", MAP_CHECKPOINTS, str(tmp_path / "checkpoint")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{CHECKPOINTS_MAPPED_MAX} ") and "CHECKPOINTS_MAPPED_MAX" in done.stdout

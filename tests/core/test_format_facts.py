@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from fnmatch import fnmatchcase
 
 import pytest
 
 from journal_engine import record_format
 from journal_engine._impl import encode_group
 from journal_engine._twin import codec as twin_codec, record_writer as twin_record_writer
+from journal_engine.journal import format as journal_format
 
 
 def test_a_module_built_from_another_record_format_refuses_to_import_even_under_python_dash_o():
@@ -53,3 +55,11 @@ def test_the_twin_writer_takes_its_body_layouts_from_record_format(name, layout)
 def test_the_twin_codec_has_no_frame_layout_of_its_own():
     assert not any(isinstance(value, type(record_format.FRAME_HEADER)) and value.size == 32
                    for value in vars(twin_codec).values() if value is not record_format.FRAME_HEADER)
+
+
+def test_the_glob_of_a_journals_files_matches_its_data_free_and_compaction_files_only():
+    for name in (journal_format.data_name(1), journal_format.free_name(2), journal_format.compact_name(3)):
+        assert fnmatchcase(name, journal_format.FILES_GLOB), name
+    for name in (journal_format.LOCK_FILE, journal_format.CHECKPOINT_FILE, journal_format.CONTROL_FILE,
+                 journal_format.data_name(1) + journal_format.TMP_SUFFIX):
+        assert not fnmatchcase(name, journal_format.FILES_GLOB), name

@@ -2,6 +2,7 @@
 prints ends quietly with exit status 0 (docs/cli.md), never 1 (damage) or a traceback."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,13 +26,28 @@ def broker_directory(tmp_path_factory):
     return directory
 
 
-@pytest.mark.parametrize("command", PRINTING_COMMANDS, ids=" ".join)
-def test_a_closed_pipe_ends_the_command_quietly_with_status_0(broker_directory, command):
+def run_into_a_closed_pipe(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess:
     reader, writer = os.pipe()
     os.close(reader)                # the reader is gone before the first line, as `| head -0` would be
     try:
-        done = subprocess.run([sys.executable, "-c", RUN_CLI, *command, str(broker_directory)],
-                              stdout=writer, stderr=subprocess.PIPE, text=True, timeout=60)
+        return subprocess.run([sys.executable, "-c", RUN_CLI, *argv], stdout=writer, stderr=subprocess.PIPE,
+                              text=True, timeout=timeout_s)
     finally:
         os.close(writer)
+
+
+@pytest.mark.parametrize("command", PRINTING_COMMANDS, ids=" ".join)
+def test_a_closed_pipe_ends_the_command_quietly_with_status_0(broker_directory, command):
+    done = run_into_a_closed_pipe([*command, str(broker_directory)], 60)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_bench_ends_quietly_with_status_0_on_a_closed_pipe_and_still_writes_its_json(tmp_path):
+    """`journal-engine bench ... | head`: its progress lines go to stderr as ever, its tables meet the closed
+    pipe, and the JSON it was asked for is written all the same (the hidden --tiny matrix, seconds long)."""
+    report = tmp_path / "bench.json"
+    done = run_into_a_closed_pipe(["bench", "--tiny", "--no-progress", "--dir", str(tmp_path / "data"),
+                                   "--json", str(report)], 600)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Broken pipe" not in done.stderr, done.stderr
+    assert json.loads(report.read_text())["matrix"] == "tiny"

@@ -108,6 +108,15 @@ def test_print_json_lines_parse_and_filter_by_kind_type_id_and_address(broker_di
     assert all(r["journal"] == "messages" for r in dla)
 
 
+def test_print_marks_the_files_a_compaction_wrote(broker_dir, capsys):
+    _, before, _ = run(capsys, "print", broker_dir)
+    assert "(compacted)" not in before
+    assert run(capsys, "compact", broker_dir)[0] == 0
+    _, after, _ = run(capsys, "print", broker_dir)
+    file_lines = [line for line in after.splitlines() if line.startswith("# ")]
+    assert any(line.endswith(" (compacted)") for line in file_lines), file_lines
+
+
 def test_print_rejects_an_unknown_record_type_with_the_choices(broker_dir, capsys):
     code, _, err = run(capsys, "print", broker_dir, "--type", "NOPE")
     assert code == 2 and "ADD_MESSAGE" in err and "Traceback" not in err

@@ -12,14 +12,16 @@ from dataclasses import dataclass, field
 
 from ...errors import ConfigError
 from ...limits import JAVA_LONG_MAX, JAVA_LONG_MIN
+from ..timers import SCAN_PERIOD_MS_DEFAULT
 from .destinations import ClassicDestination, ClassicDestinationMap
 from .plugins import DiscardingDLQPlugin, RedeliveryPlugin
 from .dead_letter_strategy import DeadLetterStrategy, SharedDeadLetterStrategy
 
 __all__ = ["ClassicBrokerConfig", "EXPIRE_MESSAGES_PERIOD_MS_DEFAULT"]
 
-#: BaseDestination.EXPIRE_MESSAGE_PERIOD: a policy entry's expireMessagesPeriod when it sets none (ms)
-EXPIRE_MESSAGES_PERIOD_MS_DEFAULT = 30_000
+#: BaseDestination.EXPIRE_MESSAGE_PERIOD: a policy entry's expireMessagesPeriod when it sets none (ms), the
+#: 30 s of Artemis's scans
+EXPIRE_MESSAGES_PERIOD_MS_DEFAULT = SCAN_PERIOD_MS_DEFAULT
 
 
 @dataclass
