@@ -1,9 +1,11 @@
 """The Celery app of tests/integrations/test_celery_worker.py: broker_url on a `journal-engine serve-stomp`
-server (JOURNAL_ENGINE_BROKER_URL), its worker started with `celery -A celery_app worker` in a child
-process. Each task appends one line to CELERY_RUNS_FILE when it runs: "<task> <key> <redelivered>",
-so that the test counts runs across worker processes, including one that was SIGKILLed."""
+server (JOURNAL_ENGINE_BROKER_URL; the transport's options, as JSON, in JOURNAL_ENGINE_TRANSPORT_OPTIONS),
+its worker started with `celery -A celery_app worker` in a child process. Each task appends one line to
+CELERY_RUNS_FILE when it runs: "<task> <key> <redelivered>", so that the test counts runs across worker
+processes, including one that was SIGKILLed."""
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -18,6 +20,8 @@ app.conf.update(
     worker_enable_remote_control=False,     # no pidbox queue per worker: the tests do not use it
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
+    # the transport's options (publish_window, ack_window), as JSON, for a test that sets them
+    broker_transport_options=json.loads(os.environ.get("JOURNAL_ENGINE_TRANSPORT_OPTIONS", "{}")),
 )
 
 

@@ -293,3 +293,177 @@ def test_a_damaged_exchange_table_is_refused_naming_its_path(tmp_path):
     with pytest.raises(CorruptRecordError, match=EXCHANGES_FILE) as raised:
         ExchangeTable(str(tmp_path))
     assert raised.value.hint
+
+
+# ------------------------------------------------------------------ confirmations and prefetch
+class SilentServer:
+    """A STOMP server that answers CONNECT and then reads every frame and answers none: no RECEIPT
+    ever comes. ``frames()`` lists the commands read and whether each asked for a receipt;
+    ``drop()`` closes the connection, as a server that dies does."""
+
+    def __init__(self) -> None:
+        import socket
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._read = b""
+        self._connection = None
+        self._accepted = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self._connection, _ = self._listener.accept()
+        self._accepted.set()
+        while True:
+            try:
+                data = self._connection.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            if not self._read:
+                self._connection.sendall(b"CONNECTED\nversion:1.1\n\n\x00")
+            self._read += data
+
+    def frames(self) -> list[tuple[str, bool]]:
+        frames = [frame.lstrip(b"\n") for frame in self._read.split(b"\x00")[1:-1]]   # less the CONNECT
+        return [(frame.split(b"\n", 1)[0].decode(), b"\nreceipt:" in frame) for frame in frames]
+
+    def drop(self) -> None:
+        import socket
+        self._accepted.wait(READ_TIMEOUT_S)
+        self._connection.shutdown(socket.SHUT_RDWR)     # the FIN now (a close alone waits for the reading thread)
+        self._connection.close()
+        self._listener.close()
+
+
+def test_a_publish_returns_before_its_receipt_and_a_lost_one_is_raised_by_the_next_call():
+    """publish_window=3: two publishes return with no RECEIPT come (the first asked for one, the second
+    did not: one awaited receipt covers both); the connection lost, the next publish raises
+    UnconfirmedPublishError naming them, not a connection error kombu would retry (a retry would
+    send only the publish at hand)."""
+    from journal_engine.integrations.kombu import UnconfirmedPublishError
+    silent = SilentServer()
+    connection = kombu.Connection(f"journal-engine://127.0.0.1:{silent.port}", transport_options={"publish_window": 3})
+    producer = kombu.Producer(connection.default_channel)
+    started = time.monotonic()
+    producer.publish({"n": 1}, routing_key="work", correlation_id="first")
+    producer.publish({"n": 2}, routing_key="work", correlation_id="second")
+    assert time.monotonic() - started < 5.0
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    while len(silent.frames()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert silent.frames() == [("SEND", True), ("SEND", False)]
+    silent.drop()
+    with pytest.raises(UnconfirmedPublishError, match=r"publish\(es\) not confirmed durable") as raised:
+        producer.publish({"n": 3}, routing_key="work", correlation_id="third")
+    # the third is named too when it was written before the loss was seen (it filled the window, and
+    # its wait for the RECEIPT found the connection's end); else it was not sent
+    assert raised.value.unconfirmed in (["(default)/work (first)", "(default)/work (second)"],
+                                        ["(default)/work (first)", "(default)/work (second)", "(default)/work (third)"])
+    assert not isinstance(raised.value, ConnectionError)
+    connection.collect()
+
+
+def test_a_connection_released_with_publishes_unconfirmed_raises_them():
+    """kombu closes a connection's default channel ignoring its errors: the release raises them."""
+    from journal_engine.integrations.kombu import UnconfirmedPublishError
+    silent = SilentServer()
+    connection = kombu.Connection(f"journal-engine://127.0.0.1:{silent.port}")
+    kombu.Producer(connection.default_channel).publish({"n": 1}, routing_key="work", correlation_id="only")
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    while not silent.frames() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    silent.drop()
+    with pytest.raises(UnconfirmedPublishError, match=r"1 publish\(es\)") as raised:
+        connection.release()
+    assert raised.value.unconfirmed == ["(default)/work (only)"]
+
+
+def test_publish_window_one_waits_for_each_receipt():
+    """publish_window=1: each publish asks for its RECEIPT and waits for it, as before the window; the
+    connection lost while it waits, it raises UnconfirmedPublishError."""
+    from journal_engine.integrations.kombu import UnconfirmedPublishError
+    silent = SilentServer()
+    connection = kombu.Connection(f"journal-engine://127.0.0.1:{silent.port}", transport_options={"publish_window": 1})
+    producer = kombu.Producer(connection.default_channel)
+    raised: queue.Queue = queue.Queue()
+
+    def publish() -> None:
+        try:
+            producer.publish({"n": 1}, routing_key="work", correlation_id="waited")
+            raised.put(None)
+        except Exception as error:      # noqa: BLE001  (handed to the test's thread)
+            raised.put(error)
+
+    threading.Thread(target=publish, daemon=True).start()
+    with pytest.raises(queue.Empty):
+        raised.get(timeout=0.5)         # no RECEIPT: it waits
+    silent.drop()
+    error = raised.get(timeout=READ_TIMEOUT_S)
+    assert isinstance(error, UnconfirmedPublishError) and error.unconfirmed == ["(default)/work (waited)"], error
+    connection.collect()
+    listening = SilentServer()
+    with pytest.raises(ValueError, match="publish_window must be a whole number of at least 1"):
+        kombu.Connection(f"journal-engine://127.0.0.1:{listening.port}",
+                         transport_options={"publish_window": 0}).connect()
+    listening.drop()
+
+
+def test_publishes_are_confirmed_before_the_connection_closes_and_all_arrive(tmp_path):
+    """200 publishes pipelined, the connection released: every one is in the queue afterwards."""
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    try:
+        with kombu.Connection(url(server)) as connection:
+            producer = kombu.Producer(connection.default_channel)
+            for index in range(200):
+                producer.publish({"n": index}, routing_key="many")
+        with kombu.Connection(url(server)) as connection:
+            assert connection.default_channel.queue_declare("many", passive=True).message_count == 200
+    finally:
+        server.stop()
+
+
+def test_the_prefetch_count_is_what_the_server_hands_a_consumer_before_its_acks(tmp_path):
+    """basic_qos(prefetch_count=3): the server hands the consumer three messages unacknowledged and
+    keeps the rest for any consumer. A new count while consuming subscribes again with it: that many
+    more come, beside the three the replaced subscription holds until they are settled."""
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    try:
+        with kombu.Connection(url(server)) as connection:
+            producer = kombu.Producer(connection.default_channel)
+            for index in range(10):
+                producer.publish({"n": index}, routing_key="prefetched")
+        with kombu.Connection(url(server)) as first, kombu.Connection(url(server)) as second:
+            held = []
+            channel = first.channel()
+            channel.basic_qos(0, 3, False)
+            consumer = kombu.Consumer(channel, [kombu.Queue("prefetched")], callbacks=[lambda body, m: held.append(m)])
+            consumer.consume()
+            deadline = time.monotonic() + READ_TIMEOUT_S
+            while len(held) < 3 and time.monotonic() < deadline:
+                try:
+                    first.drain_events(timeout=0.2)
+                except TimeoutError:
+                    pass
+            with pytest.raises(TimeoutError):
+                first.drain_events(timeout=0.3)         # three held, none acknowledged: no fourth
+            assert [message.payload["n"] for message in held] == [0, 1, 2]
+            taken = kombu.Queue("prefetched", no_declare=True)(second.default_channel).get()
+            assert taken is not None and taken.payload == {"n": 3}     # not held by the first consumer
+            taken.ack()
+            channel.basic_qos(0, 5, False)              # five more for the first consumer
+            while len(held) < 8 and time.monotonic() < deadline:
+                try:
+                    first.drain_events(timeout=0.2)
+                except TimeoutError:
+                    pass
+            assert [message.payload["n"] for message in held] == [0, 1, 2, 4, 5, 6, 7, 8]
+            for message in held:
+                message.ack()
+            consumer.cancel()
+            channel.close()
+        with kombu.Connection(url(server)) as connection:
+            # 10 published, 9 acknowledged
+            assert connection.default_channel.queue_declare("prefetched", passive=True).message_count == 1
+    finally:
+        server.stop()
