@@ -178,7 +178,7 @@ def test_an_idle_worker_stops_at_once(tmp_path):
     """SIGTERM to an idle worker: it took 7.5-8.4 s (issue 40), then about 4 s: Celery's loop waited in
     drain_events(timeout=2.0) through the signal, and once more after it (the transport had no event loop
     support); now the worker's event loop is woken by the signal. The bound is generous for a loaded
-    machine; quiet, the stop takes about 0.3 s."""
+    machine; quiet, the stop takes about 0.2 s."""
     server = Server(tmp_path / "store", tmp_path / "server.log")
     runs = tmp_path / "runs"
     worker = Worker(server.port, runs, tmp_path / "worker.log", "only")
