@@ -467,3 +467,71 @@ def test_the_prefetch_count_is_what_the_server_hands_a_consumer_before_its_acks(
             assert connection.default_channel.queue_declare("prefetched", passive=True).message_count == 1
     finally:
         server.stop()
+
+
+def test_a_wait_for_messages_ends_at_once_when_a_celery_worker_stops(tmp_path):
+    """Celery's blocking loop (eventlet, gevent) calls drain_events(timeout=2.0), and once more after
+    it decided to stop: the transport's receiver of Celery's worker_shutting_down ends such a wait at
+    once, and later ones within a few hundredths of a second."""
+    from journal_engine.integrations.kombu import _stop_waiting
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    try:
+        with kombu.Connection(url(server)) as connection:
+            consumer = kombu.Consumer(connection.default_channel, [kombu.Queue("idle")], callbacks=[])
+            consumer.consume()
+            ended = queue.Queue()
+
+            def drain() -> None:
+                started = time.monotonic()
+                try:
+                    connection.drain_events(timeout=20)
+                except TimeoutError:
+                    ended.put(time.monotonic() - started)
+
+            threading.Thread(target=drain, daemon=True).start()
+            time.sleep(0.3)                     # waiting in select
+            _stop_waiting()
+            assert ended.get(timeout=READ_TIMEOUT_S) < 5.0
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                connection.drain_events(timeout=20)
+            assert time.monotonic() - started < 5.0
+            consumer.cancel()
+    finally:
+        server.stop()
+
+
+# A producer that publishes and exits without releasing its connection (as Celery's producer pool
+# keeps one): the transport confirms its publishes at the interpreter's exit.
+EXITING_PRODUCER = """
+import sys, kombu
+import journal_engine.integrations.kombu
+connection = kombu.Connection(sys.argv[1])
+kombu.Producer(connection.default_channel).publish({"n": 1}, routing_key="at-exit", correlation_id="last")
+print("published", flush=True)
+"""
+
+
+def run_exiting_producer(port: int, during=None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    child = subprocess.Popen([sys.executable, "-c", EXITING_PRODUCER, f"journal-engine://127.0.0.1:{port}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+    assert child.stdout.readline().strip() == b"published"
+    if during is not None:
+        during()
+    out, err = child.communicate(timeout=READ_TIMEOUT_S * 3)
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
+
+def test_a_producer_exiting_without_a_release_has_its_publishes_confirmed_or_said(tmp_path):
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    try:
+        done = run_exiting_producer(server.port)
+        assert done.returncode == 0 and done.stderr == b"", done.stderr
+        with kombu.Connection(url(server)) as connection:
+            assert connection.default_channel.queue_declare("at-exit", passive=True).message_count == 1
+    finally:
+        server.stop()
+    silent = SilentServer()
+    done = run_exiting_producer(silent.port, during=silent.drop)     # lost before any RECEIPT
+    assert b"1 publish(es) not confirmed durable" in done.stderr and b"at-exit (last)" in done.stderr, done.stderr
