@@ -187,8 +187,8 @@ class _Link:
         """Write the frame ``build(receipt id or None)`` makes, numbered; return (its number, the receipt
         id it asks for). ``receipt``: "always", "never", or "unless-awaited" (only when no receipt is
         awaited already). ``sent(number, receipt id)`` runs with ``_changed`` held before the frame is
-        written, so that its RECEIPT finds it counted. ConnectionError when the connection is lost or the write
-        fails (then it is lost)."""
+        written, so that its RECEIPT finds it counted. ConnectionError when the connection is lost or the
+        write fails (then it is lost)."""
         with self._write_lock:
             with self._changed:
                 self._check_locked()
@@ -249,12 +249,16 @@ class _Link:
     # ------------------------------------------------------------- reading
     def wait(self, done: Callable[[], bool], deadline: float | None, *, interruptible: bool = False) -> None:
         """With ``_changed`` held: read frames, or wait for the reader's, until ``done()``, the deadline
-        (None: none), a lost connection, or (``interruptible``) :meth:`interrupt`. A deadline passed
-        without ``done()`` loses the connection unless ``interruptible`` (a take's timeout is no fault)."""
+        (None: none), or a lost connection. A deadline passed without ``done()`` loses the connection
+        unless ``interruptible`` (a take's timeout is no fault); an ``interruptible`` wait, once
+        :meth:`interrupt` was called (whoever reads is woken), lasts at most _STOPPING_WAIT_S more."""
         while not done():
-            if self.lost is not None or (interruptible and self.stopping and deadline is None):
+            if self.lost is not None:
                 return
-            left = None if deadline is None else deadline - time.monotonic()
+            now = time.monotonic()
+            if interruptible and self.stopping and (deadline is None or deadline > now + _STOPPING_WAIT_S):
+                deadline = now + _STOPPING_WAIT_S
+            left = None if deadline is None else deadline - now
             if left is not None and left <= 0:
                 if not interruptible:
                     self._broken_locked(f"no RECEIPT within {KOMBU_REPLY_TIMEOUT_S} s")
@@ -273,8 +277,6 @@ class _Link:
             if why_lost is not None:
                 self._broken_locked(why_lost)
             self._changed.notify_all()          # what came may be another's; or another may read now
-            if interruptible and self.stopping and not frames:
-                return
 
     def _read(self, timeout_s: float | None) -> tuple[list, str | None, bool]:
         """The frames one read brings (none when ``timeout_s`` passed first or :meth:`interrupt` woke
@@ -340,8 +342,6 @@ class _Link:
                     self._poll_locked()
                     arrived()
             else:
-                if self.stopping:
-                    deadline = time.monotonic() + min(_STOPPING_WAIT_S, timeout_s or _STOPPING_WAIT_S)
                 self.wait(arrived, deadline, interruptible=True)
             if found:
                 return found[0]
