@@ -113,7 +113,7 @@ class _Link:
     """One STOMP connection to the server.
 
     **Reading.** The thread that needs a frame reads the socket (one at a time: the reader; others
-    wait on ``_changed``) and sorts what comes: a MESSAGE to the inbox, a RECEIPT to the request
+    wait on ``changed``) and sorts what comes: a MESSAGE to the inbox, a RECEIPT to the request
     waiting for its headers and to the confirmations, an ERROR to the request it names (the server
     then closes the connection). No thread of its own; every wait has a deadline; a lost connection
     wakes them all.
@@ -128,9 +128,11 @@ class _Link:
 
     def __init__(self, host: str, port: int, connect_timeout_s: float | None, login: str | None = None,
                  passcode: str | None = None) -> None:
-        self._changed = threading.Condition(threading.Lock())
+        # guards the link's state and the confirmation state of its channels (Channel uses it too);
+        # waited on by the threads that wait while another reads
+        self.changed = threading.Condition(threading.Lock())
         self._write_lock = threading.Lock()     # held around numbering a frame and writing it: in order
-        self._reading = False                   # a thread is reading the socket (without _changed held)
+        self._reading = False                   # a thread is reading the socket (without changed held)
         self._requests: set[str] = set()        # receipt ids whose RECEIPT headers a request() awaits
         self._replies: dict[str, dict] = {}     # receipt id -> RECEIPT headers, for request()
         self._refused: dict[str, str] = {}      # receipt id -> the ERROR's message, for request()
@@ -186,11 +188,11 @@ class _Link:
               sent: Callable[[int, str | None], None] | None = None) -> tuple[int, str | None]:
         """Write the frame ``build(receipt id or None)`` makes, numbered; return (its number, the receipt
         id it asks for). ``receipt``: "always", "never", or "unless-awaited" (only when no receipt is
-        awaited already). ``sent(number, receipt id)`` runs with ``_changed`` held before the frame is
+        awaited already). ``sent(number, receipt id)`` runs with ``changed`` held before the frame is
         written, so that its RECEIPT finds it counted. ConnectionError when the connection is lost or the
         write fails (then it is lost)."""
         with self._write_lock:
-            with self._changed:
+            with self.changed:
                 self._check_locked()
                 number = self.sent + 1
                 receipt_id = None
@@ -215,7 +217,7 @@ class _Link:
         again); ConnectionError when the connection is lost first, or no RECEIPT comes in
         KOMBU_REPLY_TIMEOUT_S."""
         _, receipt = self.write(build, receipt="always", sent=lambda _, receipt: self._requests.add(receipt))
-        with self._changed:
+        with self.changed:
             try:
                 self.wait(lambda: receipt in self._replies or receipt in self._refused,
                           time.monotonic() + KOMBU_REPLY_TIMEOUT_S)
@@ -228,14 +230,14 @@ class _Link:
                 self._requests.discard(receipt)
 
     def confirm(self, number: int, deadline: float) -> None:
-        """With ``_changed`` held: wait until frame ``number`` is confirmed (the connection lost, or the
+        """With ``changed`` held: wait until frame ``number`` is confirmed (the connection lost, or the
         deadline passed: then it is lost). Asks for a RECEIPT (an empty transaction's ABORT) when none
         awaited would cover it."""
         if self.confirmed >= number or self.lost is not None:
             return
         awaited = self._receipt_numbers.get(self._awaited) if self._awaited is not None else None
         if awaited is None or awaited < number:
-            self._changed.release()
+            self.changed.release()
             try:
                 self.write(lambda receipt: b"BEGIN\ntransaction:confirm-%s\n\n\x00"
                                            b"ABORT\ntransaction:confirm-%s\nreceipt:%s\n\n\x00"
@@ -243,12 +245,12 @@ class _Link:
             except ConnectionError:
                 pass
             finally:
-                self._changed.acquire()
+                self.changed.acquire()
         self.wait(lambda: self.confirmed >= number, deadline)
 
     # ------------------------------------------------------------- reading
     def wait(self, done: Callable[[], bool], deadline: float | None, *, interruptible: bool = False) -> None:
-        """With ``_changed`` held: read frames, or wait for the reader's, until ``done()``, the deadline
+        """With ``changed`` held: read frames, or wait for the reader's, until ``done()``, the deadline
         (None: none), or a lost connection. A deadline passed without ``done()`` loses the connection
         unless ``interruptible`` (a take's timeout is no fault); an ``interruptible`` wait, once
         :meth:`interrupt` was called (whoever reads is woken), lasts at most _STOPPING_WAIT_S more."""
@@ -264,19 +266,19 @@ class _Link:
                     self._broken_locked(f"no RECEIPT within {KOMBU_REPLY_TIMEOUT_S} s")
                 return
             if self._reading:
-                self._changed.wait(left)
+                self.changed.wait(left)
                 continue
             self._reading = True
-            self._changed.release()
+            self.changed.release()
             try:
                 frames, why_lost, _ = self._read(left)
             finally:
-                self._changed.acquire()
+                self.changed.acquire()
                 self._reading = False
             self._sort(frames)
             if why_lost is not None:
                 self._broken_locked(why_lost)
-            self._changed.notify_all()          # what came may be another's; or another may read now
+            self.changed.notify_all()          # what came may be another's; or another may read now
 
     def _read(self, timeout_s: float | None) -> tuple[list, str | None, bool]:
         """The frames one read brings (none when ``timeout_s`` passed first or :meth:`interrupt` woke
@@ -336,7 +338,7 @@ class _Link:
                     return True
             return False
 
-        with self._changed:
+        with self.changed:
             if timeout_s == 0:
                 if not arrived():
                     self._poll_locked()
@@ -349,32 +351,32 @@ class _Link:
             return None
 
     def _poll_locked(self) -> None:
-        """With ``_changed`` held: sort what the socket holds now, without waiting (unless another
+        """With ``changed`` held: sort what the socket holds now, without waiting (unless another
         thread is reading it: that one sorts it)."""
         while self.lost is None and not self._reading:
             self._reading = True
-            self._changed.release()
+            self.changed.release()
             try:
                 frames, why_lost, read = self._read(0)
             finally:
-                self._changed.acquire()
+                self.changed.acquire()
                 self._reading = False
             self._sort(frames)
             if why_lost is not None:
                 self._broken_locked(why_lost)
-            self._changed.notify_all()
+            self.changed.notify_all()
             if not read:
                 return
 
     def pop_message(self):
         """The oldest MESSAGE read, as (subscription id, frame), or None; reads nothing."""
-        with self._changed:
+        with self.changed:
             return self._inbox.popleft() if self._inbox else None
 
     def read_available(self) -> None:
         """Sort what the socket holds now (an event loop found it readable). ConnectionError when the
         connection is lost: what it delivered is the server's to deliver again."""
-        with self._changed:
+        with self.changed:
             self._poll_locked()
             self._check_locked()
 
@@ -406,16 +408,16 @@ class _Link:
         self.wake()
 
     def broken(self, why: str) -> None:
-        with self._changed:
+        with self.changed:
             self._broken_locked(why)
 
     def _broken_locked(self, why: str) -> None:
         if self.lost is None:
             self.lost = why
-        self._changed.notify_all()
+        self.changed.notify_all()
 
     def check(self) -> None:
-        with self._changed:
+        with self.changed:
             self._check_locked()
 
     def _check_locked(self) -> None:
@@ -442,10 +444,10 @@ class _Link:
 
     def confirm_all(self, timeout_s: float) -> list[str]:
         """Wait for a RECEIPT covering every frame written (at exit); the publishes not confirmed."""
-        with self._changed:
+        with self.changed:
             if self.lost is None:
                 self.confirm(self.sent, time.monotonic() + timeout_s)
-            return [what for channel in list(self.channels) for what in channel._unconfirmed_publishes_of(self)]
+            return [what for channel in list(self.channels) for what in channel.unconfirmed_publishes_of(self)]
 
 
 # the links open in this process: a stopping Celery worker interrupts their waits; at exit, their
@@ -567,7 +569,7 @@ class Channel(virtual.Channel):
         return link
 
     # ------------------------------------------------------------- confirmations
-    def _unconfirmed_publishes_of(self, link: _Link) -> list[str]:
+    def unconfirmed_publishes_of(self, link: _Link) -> list[str]:
         """With the link's lock held: the publishes not confirmed (those that failed included)."""
         _drop_confirmed(self._publishes, link.confirmed)
         return [*self._failed, *(what for _, what in self._publishes)]
@@ -593,7 +595,7 @@ class Channel(virtual.Channel):
         if link is None:
             self._check_failed_locked(None)
             return
-        with link._changed:
+        with link.changed:
             self._check_failed_locked(link)
 
     def _send_pipelined(self, build: Callable[[str | None], bytes], what: str) -> None:
@@ -603,7 +605,7 @@ class Channel(virtual.Channel):
         (UnconfirmedPublishError) instead of writing, and ConnectionError for a lost connection."""
         link = self._link
         pending = self._publishes if what else self._settlements
-        with link._changed:
+        with link.changed:
             self._check_failed_locked(link)
             full = len(pending) + 1 >= (self.publish_window if what else self.ack_window)
 
@@ -617,7 +619,7 @@ class Channel(virtual.Channel):
             self._check_failed()
             raise
         if full:
-            with link._changed:
+            with link.changed:
                 link.wait(lambda: link.confirmed >= number, time.monotonic() + KOMBU_REPLY_TIMEOUT_S)
                 self._check_failed_locked(link)
 
@@ -626,7 +628,7 @@ class Channel(virtual.Channel):
         failed (UnconfirmedPublishError)."""
         link = self.connection.link if self.connection is not None else None
         if link is not None:
-            with link._changed:
+            with link.changed:
                 last = max(self._publishes[-1][0] if self._publishes else 0,
                            self._settlements[-1][0] if self._settlements else 0)
                 if last:
