@@ -17,8 +17,9 @@ disk: that message must never come back, across the kill or not), and then with 
 no client got an ERROR frame.
 
 ``flow="kombu"`` runs the same flow through kombu's API on the journal-engine transport (no kill):
-``Producer.publish`` to the queue's name (it returns after the RECEIPT), ``message.ack()`` (after
-the ACK's RECEIPT).
+``Producer.publish`` to the queue's name and ``message.ack()``: with the transport's default windows
+each returns once written, and the connection's release waits for every RECEIPT (a refused or lost
+one raises there).
 
 Connections are threads, not processes: the clients' CPU is part of what a run measures (the
 result carries this process's CPU seconds beside the wall time).
