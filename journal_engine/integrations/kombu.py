@@ -268,17 +268,7 @@ class _Link:
             if self._reading:
                 self.changed.wait(left)
                 continue
-            self._reading = True
-            self.changed.release()
-            try:
-                frames, why_lost, _ = self._read(left)
-            finally:
-                self.changed.acquire()
-                self._reading = False
-            self._sort(frames)
-            if why_lost is not None:
-                self._broken_locked(why_lost)
-            self.changed.notify_all()          # what came may be another's; or another may read now
+            self._read_locked(left)
 
     def _read(self, timeout_s: float | None) -> tuple[list, str | None, bool]:
         """The frames one read brings (none when ``timeout_s`` passed first or :meth:`interrupt` woke
@@ -354,19 +344,24 @@ class _Link:
         """With ``changed`` held: sort what the socket holds now, without waiting (unless another
         thread is reading it: that one sorts it)."""
         while self.lost is None and not self._reading:
-            self._reading = True
-            self.changed.release()
-            try:
-                frames, why_lost, read = self._read(0)
-            finally:
-                self.changed.acquire()
-                self._reading = False
-            self._sort(frames)
-            if why_lost is not None:
-                self._broken_locked(why_lost)
-            self.changed.notify_all()
-            if not read:
+            if not self._read_locked(0):
                 return
+
+    def _read_locked(self, timeout_s: float | None) -> bool:
+        """With ``changed`` held and nobody reading: one read of the socket with ``changed`` released,
+        its frames sorted, the waiters woken; whether the read brought bytes."""
+        self._reading = True
+        self.changed.release()
+        try:
+            frames, why_lost, read = self._read(timeout_s)
+        finally:
+            self.changed.acquire()
+            self._reading = False
+        self._sort(frames)
+        if why_lost is not None:
+            self._broken_locked(why_lost)
+        self.changed.notify_all()          # what came may be another's; or another may read now
+        return read
 
     def pop_message(self):
         """The oldest MESSAGE read, as (subscription id, frame), or None; reads nothing."""
