@@ -226,11 +226,11 @@ class StompConnection(asyncio.Protocol):
 
     def _connect(self, frame: StompFrame) -> None:
         version = agreed_version(frame.headers)
-        if version != "1.0":
-            agreed_heart_beats(frame.headers)   # a malformed heart-beat is refused before the login is checked
+        # a malformed heart-beat is refused before the login is checked
+        beats = agreed_heart_beats(frame.headers) if version != "1.0" else None
         users = self._server.users
         if users is None:
-            self._connected(frame, version)
+            self._connected(version, beats)
             return
         # the scrypt derivation takes tens of milliseconds: on a thread of the loop's executor, so that
         # the other connections go on; this one reads nothing meanwhile
@@ -238,9 +238,9 @@ class StompConnection(asyncio.Protocol):
         self.transport.pause_reading()
         checked = asyncio.get_running_loop().run_in_executor(
             None, users.check, frame.headers.get("login"), frame.headers.get("passcode"))
-        checked.add_done_callback(lambda future: self._login_checked(future, frame, version))
+        checked.add_done_callback(lambda future: self._login_checked(future, frame, version, beats))
 
-    def _login_checked(self, future, frame: StompFrame, version: str) -> None:
+    def _login_checked(self, future, frame: StompFrame, version: str, beats: tuple | None) -> None:
         self._checking = False
         if self._closed:
             return
@@ -250,14 +250,15 @@ class StompConnection(asyncio.Protocol):
             self._refuse("login failed: the login or the passcode does not match", frame)
             self._close_delay_s = SERVED_LOGIN_FAILURE_DELAY_S
             return
-        self._connected(frame, version)
+        self._connected(version, beats)
         held_back, self._held_back = b"".join(self._held_back), []
         self.data_received(held_back)           # the frames that came with or after the CONNECT
 
-    def _connected(self, frame: StompFrame, version: str) -> None:
+    def _connected(self, version: str, beats: tuple[int, int, str] | None) -> None:
+        """CONNECTED, with the heart-beats ``agreed_heart_beats`` gave (None on STOMP 1.0)."""
         headers = {"server": _SERVER_NAME, "session": f"{id(self):x}"}
-        if version != "1.0":
-            server_sends, client_sends, offered = agreed_heart_beats(frame.headers)
+        if beats is not None:
+            server_sends, client_sends, offered = beats
             headers = {"version": version, "heart-beat": offered, **headers}
             self._start_heart_beats(server_sends, client_sends)
         self.version = version
