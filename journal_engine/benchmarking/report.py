@@ -28,6 +28,14 @@ def schema(file_name: str = SCHEMA_FILE) -> dict:
     return json.loads(resources.files(__package__).joinpath(file_name).read_text(encoding="utf-8"))
 
 
+def result_console():
+    """The rich console the tables go to: stdout; a file or a pipe has no terminal width to fit, so it
+    gets one wide enough to keep each row whole."""
+    from rich.console import Console
+    out = Console()
+    return out if out.is_terminal else Console(width=160)
+
+
 def write_json(document: dict, path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -358,9 +358,7 @@ def run(options: Options, console=None, out=None) -> dict:
     console = console or Console(stderr=True)
     document = Runner(options, console).run()
     if out is None:
-        out = Console()
-        if not out.is_terminal:   # a file or a pipe: no terminal width to fit, keep the table's rows whole
-            out = Console(width=160)
+        out = report.result_console()
     try:
         report.print_tables(document, out)
     finally:

@@ -293,13 +293,11 @@ def run(options: Options, console=None, out=None) -> dict:
     of stdout gone away); that error is raised after them."""
     from rich.console import Console
 
-    from . import served_report
+    from . import report, served_report
     console = console or Console(stderr=True)
     document = ServedRunner(options, console).run()
     if out is None:
-        out = Console()
-        if not out.is_terminal:
-            out = Console(width=160)
+        out = report.result_console()
     try:
         served_report.print_tables(document, out)
     finally:
