@@ -36,6 +36,22 @@ def result_console():
     return out if out.is_terminal else Console(width=160)
 
 
+def present(document: dict, console, out, print_tables, outputs) -> None:
+    """Print the tables on ``out`` (default: stdout), then write every file asked for: ``outputs`` holds
+    (path or None, writer(document, path) -> the paths written or None, what it is). The files are
+    written even when printing fails (a reader of stdout gone away: ``journal-engine bench | head``);
+    that error is raised after them."""
+    try:
+        print_tables(document, result_console() if out is None else out)
+    finally:
+        for path, write, what in outputs:
+            if path is None:
+                continue
+            written = write(document, path)
+            for each in written if isinstance(written, list) else [written or path]:
+                console.print(f"{what} written to {each}")
+
+
 def write_json(document: dict, path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

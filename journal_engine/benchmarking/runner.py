@@ -357,21 +357,15 @@ def run(options: Options, console=None, out=None) -> dict:
     from . import report
     console = console or Console(stderr=True)
     document = Runner(options, console).run()
-    if out is None:
-        out = report.result_console()
-    try:
-        report.print_tables(document, out)
-    finally:
-        if options.json_path is not None:
-            report.write_json(document, options.json_path)
-            console.print(f"JSON written to {options.json_path}")
-        if options.doc_path is not None:
-            report.update_doc(document, options.doc_path)
-            console.print(f"tables written into {options.doc_path}")
-        if options.plot_dir is not None:
-            from . import plots
-            for path in plots.write_plots(document, options.plot_dir):
-                console.print(f"plot written to {path}")
+
+    def write_plots(document: dict, directory) -> list:
+        from . import plots
+        return plots.write_plots(document, directory)
+
+    report.present(document, console, out, report.print_tables, [
+        (options.json_path, report.write_json, "JSON"),
+        (options.doc_path, report.update_doc, "tables"),
+        (options.plot_dir, write_plots, "plot")])
     return document
 
 

@@ -296,17 +296,9 @@ def run(options: Options, console=None, out=None) -> dict:
     from . import report, served_report
     console = console or Console(stderr=True)
     document = ServedRunner(options, console).run()
-    if out is None:
-        out = report.result_console()
-    try:
-        served_report.print_tables(document, out)
-    finally:
-        if options.json_path is not None:
-            served_report.write_json(document, options.json_path)
-            console.print(f"JSON written to {options.json_path}")
-        if options.plot_path is not None:
-            path = served_report.write_plot(document, options.plot_path)
-            console.print(f"plot written to {path}")
+    report.present(document, console, out, served_report.print_tables, [
+        (options.json_path, served_report.write_json, "JSON"),
+        (options.plot_path, served_report.write_plot, "plot")])
     return document
 
 

@@ -70,11 +70,12 @@ from coilmq.util.concurrency import synchronized
 from coilmq.util.frames import (ABORT, ACK, BEGIN, COMMIT, CONNECT, DISCONNECT, MESSAGE, NACK, SEND, STOMP_CMD,
                                 SUBSCRIBE, UNSUBSCRIBE, ConnectedFrame, ErrorFrame, Frame, ReceiptFrame)
 
-from .. import AddressSettings, Broker, ConfigError, JournalClosedError
+from .. import Broker, ConfigError, JournalClosedError
 from ..errors import JournalError
 from ..limits import (STOMP_ERROR_LINGER_S, STOMP_OUTBOX_BYTES_MAX, STOMP_READ_BYTES, STOMP_WATCH_WAIT_S,
                       STOMP_WRITE_TIMEOUT_S)
 from .exchanges import CONTROL_PREFIX, EXCHANGE_PREFIX, REQUEUE_HEADER, ROUTING_KEY_HEADER, ExchangeTable, answer_control
+from .server_rules import add_server_rules
 from .stomp_frames import FrameReader, StompFrameError, pack
 
 __all__ = ["JournalQueueStore", "DurableQueueManager", "make_store", "build_server", "serve",
@@ -186,12 +187,9 @@ class JournalQueueStore(QueueStore):
         self._queues: set[str] = set(self._broker.queue_names())
         self._exchanges = ExchangeTable(self.data_dir)     # kombu's exchanges and bindings (exchanges.py)
         try:
-            self._broker.address_settings.add("#", AddressSettings(
-                max_delivery_attempts=max_delivery_attempts, redelivery_delay=redelivery_delay_ms,
-                dead_letter_address=dead_letter_queue, expiry_address=dead_letter_queue))
+            add_server_rules(self._broker.address_settings, max_delivery_attempts=max_delivery_attempts,
+                             redelivery_delay_ms=redelivery_delay_ms, dead_letter_queue=dead_letter_queue)
             if dead_letter_queue is not None:
-                # the dead-letter queue keeps what reaches it: no limit, no dead-letter address of its own
-                self._broker.address_settings.add(dead_letter_queue, AddressSettings(max_delivery_attempts=-1))
                 self._ensure_queue(dead_letter_queue)
         except BaseException:
             self._broker.close()

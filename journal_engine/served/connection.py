@@ -33,7 +33,7 @@ import time
 from ..errors import JournalError
 from ..integrations.exchanges import CONTROL_PREFIX, EXCHANGE_PREFIX, REQUEUE_HEADER
 from ..integrations.stomp_frames import FrameReader, StompFrame, StompFrameError, header_value, pack
-from ..limits import (SERVED_CONNECTIONS_MAX, SERVED_HEARTBEAT_GRACE, SERVED_LOGIN_FAILURE_DELAY_S, SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX, SERVED_WRITE_BUFFER_HIGH_BYTES,
+from ..limits import (SERVED_HEARTBEAT_GRACE, SERVED_LOGIN_FAILURE_DELAY_S, SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX, SERVED_WRITE_BUFFER_HIGH_BYTES,
                       SERVED_WRITE_BUFFER_LOW_BYTES, STOMP_ERROR_LINGER_S, STOMP_WRITE_TIMEOUT_S)
 from .messages import message_frame
 from .stomp import CLIENT_COMMANDS, ProtocolError, agreed_heart_beats, agreed_version

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 
-from ..broker import AddressSettings, Broker
+from ..broker import Broker
 from ..errors import ConfigError
 from ..limits import SERVED_STORE_BUFFER_TIMEOUT_US
 from ..integrations.exchanges import ROUTING_KEY_HEADER, ExchangeTable, answer_control
+from ..integrations.server_rules import add_server_rules
 from .messages import ORIGINAL_ADDRESS_PROPERTIES, expiration_of, properties_of
 
 __all__ = ["Destinations", "DEFAULT_DEAD_LETTER_QUEUE", "DEFAULT_MAX_DELIVERY_ATTEMPTS"]
@@ -50,11 +51,9 @@ class Destinations:
         try:
             self._queues: set[str] = set(self.broker.queue_names())
             self.exchanges = ExchangeTable(self.data_dir)
-            self.broker.address_settings.add("#", AddressSettings(
-                max_delivery_attempts=max_delivery_attempts, redelivery_delay=redelivery_delay_ms,
-                dead_letter_address=dead_letter_queue, expiry_address=dead_letter_queue))
+            add_server_rules(self.broker.address_settings, max_delivery_attempts=max_delivery_attempts,
+                             redelivery_delay_ms=redelivery_delay_ms, dead_letter_queue=dead_letter_queue)
             if dead_letter_queue is not None:
-                self.broker.address_settings.add(dead_letter_queue, AddressSettings(max_delivery_attempts=-1))
                 self.ensure_queue(dead_letter_queue)
         except BaseException:
             self.broker.close()
