@@ -29,7 +29,7 @@ import pytest
 from workload import BODY, Rounds, close_and_check
 
 from journal_engine import Journal, MessageStore
-from journal_engine.message_store.lmdb_store import LmdbRecordStore
+from journal_engine.storage.lmdb.store import LmdbRecordStore
 
 BACKENDS = ["journal", "lmdb"]
 USER_TYPE = 1

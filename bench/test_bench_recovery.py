@@ -32,9 +32,9 @@ from workload import BODY, KEY
 
 from journal_engine import Broker, Journal
 from journal_engine._impl import crc32c
-from journal_engine.journal import checkpoint as checkpoints
-from journal_engine.journal.format import CHECKPOINT_FILE
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage.journal import checkpoint as checkpoints
+from journal_engine.storage.journal.format import CHECKPOINT_FILE
+from journal_engine.storage.journal.segment_files import list_directory
 
 RECORDS = int(os.environ.get("JOURNAL_BENCH_RECOVERY_RECORDS", 1_000_000))
 PAIRS = int(os.environ.get("JOURNAL_BENCH_RECOVERY_PAIRS", 7))

@@ -40,8 +40,8 @@ import pytest
 from journal_engine import Journal
 from journal_engine._impl import scan_frames
 from journal_engine.record_format import RecordType, decode_store_body, encode_message, encode_queue_id
-from journal_engine.journal.format import stamp_of
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage.journal.format import stamp_of
+from journal_engine.storage.journal.segment_files import list_directory
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 

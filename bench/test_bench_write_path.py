@@ -320,7 +320,7 @@ def test_group_mode_durable_lag_with_a_busy_thread(benchmark, case_dir):
 BROKER_ROUND = """
 import resource, sys, time
 from journal_engine import Broker
-from journal_engine.journal.journal import Journal
+from journal_engine.storage.journal.journal import Journal
 Journal._flusher_without_gil = sys.argv[3] == "without-gil"
 broker = Broker(sys.argv[1], store_options={"file_size": 64 * 1024 * 1024})
 broker.create_queue("bench")

@@ -8,7 +8,8 @@ from .errors import (ConfigError, CorruptRecordError, DuplicateRecordError, File
                      IncompatibleFormatError, JournalClosedError, JournalError, JournalFailedError, JournalLockedError,
                      RecordTooLargeError, StoreFullError, UnknownRecordError, UnknownTransactionError)
 from .record_format import RecordKind
-from .journal.journal import Journal, LoadReport, LoadResult, PreparedTransaction, TransactionRecord
+from .storage.journal.journal import Journal
+from .storage.protocol import LoadReport, LoadResult, PreparedTransaction, TransactionRecord
 from .message_store import MessageStore, RecordType, RecoveredReference, RecoveredState, StoredMessage, StoredQueue
 from .broker.selector import Selector, SelectorError
 from .broker.artemis.address_settings import AddressSettings, AddressSettingsRepository, HierarchicalRepository

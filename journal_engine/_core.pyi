@@ -22,8 +22,8 @@ from _typeshed import ReadableBuffer, StrPath
 from typing_extensions import Self, disjoint_base
 
 from journal_engine._livemap import LiveMap
+from journal_engine.storage.sync_mode import SyncMode
 
-SYNC_MODES: dict[str, int]
 """Sync mode name ("always", "group", "none") -> the core's mode number."""
 
 @disjoint_base
@@ -109,8 +109,8 @@ class JournalCore(RecordSink):
     def live_bytes(self) -> int:
         """Bytes of frames that live records occupy (adds and their updates)."""
 
-    # ----- set-up by the journal (journal/journal.py), not for users ---------------------------
-    def _core_configure(self, mode: str, buffer_size: int, max_frame: int, replaceable: Iterable[int],
+    # ----- set-up by the journal (storage/journal/journal.py), not for users ---------------------------
+    def _core_configure(self, mode: SyncMode, buffer_size: int, max_frame: int, replaceable: Iterable[int],
                         gather_us: int = 500) -> None:
         """Set the sync mode, the append buffer (``buffer_size`` bytes, allocated once, plus room for
         the largest frame of ``max_frame`` bytes), the replaceable user record types (0..255) and the

@@ -21,7 +21,7 @@ from typing_extensions import disjoint_base
 from ._core import RecordSink
 
 class _RecordStore(Protocol):
-    """What the writer uses of a record store (message_store/interface.py's RecordStore): a Journal, whose
+    """What the writer uses of a record store (storage/protocol.py's RecordStore): a Journal, whose
     core it appends into directly, or any other store (LMDB), written through these methods."""
 
     def add(self, record_id: int, record_type: int, body: bytes, *, sync: bool | None = None) -> None: ...

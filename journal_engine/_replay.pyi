@@ -250,7 +250,7 @@ GAP_REASONS: dict[int, str]
 
 GUARDS_MAPPED_READS: bool
 """True where scan_columns reads a mapped file under a SIGBUS guard (a file cut short meanwhile raises
-FileChangedError); journal/scan.py maps files only where it holds, and reads them otherwise."""
+FileChangedError); storage/journal/scan.py maps files only where it holds, and reads them otherwise."""
 
 def scan_columns(buffer: ReadableBuffer, stamp: int, start: int, copy: bool = True, groups: bool = True) -> FrameColumns:
     """Decode every frame of one file from ``start`` into a :class:`FrameColumns`: the one parser
@@ -263,10 +263,10 @@ def scan_frames(buffer: ReadableBuffer, stamp: int, start: int) -> list[
     and the other fields None. Ends where data ends."""
 
 def image_size(count: int) -> int:
-    """The bytes of the image of ``count`` rows' columns (journal/checkpoint.py)."""
+    """The bytes of the image of ``count`` rows' columns (storage/journal/checkpoint.py)."""
 
 def columns_image(cols: FrameColumns) -> bytes:
-    """One file's columns as the bytes a checkpoint holds: their image (journal/checkpoint.py)."""
+    """One file's columns as the bytes a checkpoint holds: their image (storage/journal/checkpoint.py)."""
 
 def file_checksum(data: MappedFile) -> int:
     """The CRC32C of every byte of a mapped file, under the SIGBUS guard (FileChangedError when cut)."""

@@ -161,7 +161,7 @@ BINDINGS_FILE_SIZE_MAX_BYTES = 1024 * 1024     # the bindings journal's files: q
 # the delivery-count shadow's entries: 1 MiB of them, one journal write-out per 32k dispatches
 SHADOW_ENTRIES_DEFAULT = 32 * 1024
 
-# checkpoints (journal/checkpoint.py) the compiled core holds mapped at once: each is a patched region of
+# checkpoints (storage/journal/checkpoint.py) the compiled core holds mapped at once: each is a patched region of
 # its SIGBUS handler, whose table has this many slots (JE_PATCHED_MAX in pyx/journal_engine/bus_guard.h,
 # which a test holds to this); one more is refused with an OSError naming it
 CHECKPOINTS_MAPPED_MAX = 64

@@ -3,7 +3,7 @@ numbers), the bodies they carry, the replaceable types, and the delivery-count s
 
 A leaf: it imports only errors and limits, so the compiled core, the twins, both stores and the tools
 take every format fact from here (the compiled modules check their own constants against it when
-they are imported). File-level facts (names, the file header) are in journal/format.py.
+they are imported). File-level facts (names, the file header) are in storage/journal/format.py.
 
 Record ids and bodies (all integers little-endian, as in the rest of the journal format):
 

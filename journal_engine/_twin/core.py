@@ -11,15 +11,14 @@ import time
 
 from ..errors import (DuplicateRecordError, JournalClosedError, JournalFailedError, JournalIOError, RecordTooLargeError,
                       StoreFullError, UnknownRecordError, UnknownTransactionError)
-from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, SYNC_MODE_NAMES,
+from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES,
                       UNSYNCED_OPEN_FILES_MAX, check_id)
 from .codec import encode_frame, encode_group_head, frame_size, pad_frame
-from ..group_commit import BatchGathering
+from ..storage.group_commit import BatchGathering
+from ..storage.sync_mode import SyncMode
 from ..record_format import GROUP_BODY, GROUP_MEMBER, RecordKind
 from .livemap import LiveMap
 
-MODE_NONE, MODE_GROUP, MODE_ALWAYS = 0, 1, 2
-SYNC_MODES = dict(zip(SYNC_MODE_NAMES, (MODE_ALWAYS, MODE_GROUP, MODE_NONE)))
 FLUSHER_IDLE, FLUSHER_TIMING, FLUSHER_URGENT = 0, 1, 2
 _TX_KINDS = (RecordKind.ADD_TX, RecordKind.UPDATE_TX, RecordKind.DELETE_TX)
 
@@ -68,7 +67,7 @@ class JournalCore:
 
     def __init__(self) -> None:
         self._active: Segment | None = None
-        self._mode = MODE_GROUP
+        self._sync_mode = SyncMode.named("group")     # until _core_configure
         self.appended_bytes = 0
         self.written_bytes = 0
         self.durable_bytes = 0
@@ -105,9 +104,9 @@ class JournalCore:
         self._sync_trace_capacity = 0
 
     # ----- set-up by the Python layer -------------------------------------------------
-    def _core_configure(self, mode: str, buffer_size: int, max_frame: int, replaceable,
+    def _core_configure(self, mode: SyncMode, buffer_size: int, max_frame: int, replaceable,
                         gather_us: int = BUFFER_TIMEOUT_DEFAULT_US) -> None:
-        self._mode = SYNC_MODES[mode]
+        self._sync_mode = mode
         self._gathering.window_us = gather_us
         self._buffer_size = buffer_size
         self._max_frame = max_frame
@@ -254,7 +253,7 @@ class JournalCore:
 
     # ----- internals ------------------------------------------------------------------------
     def _tx_sync(self, sync):
-        return True if sync is None and self._mode != MODE_NONE else sync
+        return self._sync_mode.boundary_waits(sync)
 
     def _check_tx_target(self, tx_id: int, record_id: int, action: str) -> None:
         if record_id in self._live:
@@ -451,14 +450,13 @@ class JournalCore:
                 self._live.remove(record_id)
 
     def _after_append(self, sync, buffered: int) -> None:
-        wait = (self._mode == MODE_ALWAYS) if sync is None else bool(sync)
-        if wait:
+        if self._sync_mode.record_waits(sync):
             with self._lock:
                 self._gathering.join()
                 target = self.appended_bytes
             self._wait_for(target, True)
             return
-        if self._mode == MODE_GROUP:
+        if self._sync_mode.flushes_in_background:
             if self._flusher_state == FLUSHER_IDLE:
                 self._flusher_state = FLUSHER_TIMING
                 self._kick(False)

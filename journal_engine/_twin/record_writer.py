@@ -18,6 +18,7 @@ import threading
 
 from ..errors import DuplicateRecordError, UnknownRecordError
 from ..limits import U32_MAX, U64_MAX, check_max_redelivery_records, u32_array, u64_array
+from ..storage.sync_mode import SyncMode
 from ..record_format import DELIVERY_COUNT_BODY, QUEUE_ID_BODY, SCHEDULED_TIME_BODY, RecordKind, RecordType
 
 ADD_MESSAGE = int(RecordType.ADD_MESSAGE)
@@ -55,7 +56,7 @@ class RecordWriter:
         check_max_redelivery_records(max_redelivery_records)
         self._journal = journal
         self.max_redelivery_records = max_redelivery_records
-        self._always = getattr(journal, "sync_mode", "group") == "always"
+        self._sync_mode = SyncMode.named(getattr(journal, "sync_mode", "group"))
         self._persisted: dict[tuple[int, int], int] = {}   # (queue id, message id) -> last persisted count
         self.delivery_count_records_written = 0
         self.scheduled_time_records_written = 0
@@ -310,5 +311,5 @@ class RecordWriter:
                 raise UnknownRecordError.of_reference(queue_id, message_id)
 
     def _finish_batch(self, written: int, sync) -> None:
-        if written and (sync if sync is not None else self._always):
+        if written and self._sync_mode.record_waits(sync):
             self._journal.sync()

@@ -14,7 +14,7 @@ from ..record_format import FRAME_HEADER, GROUP_BODY, GROUP_MEMBER, GROUP_MEMBER
 from .livemap import LiveMap
 
 #: what a reader reports of damage (a FrameCheck other than VALID) followed by valid frames
-#: Python cannot survive a SIGBUS: journal/scan.py reads files into owned bytes for the twin, never maps them
+#: Python cannot survive a SIGBUS: storage/journal/scan.py reads files into owned bytes for the twin, never maps them
 GUARDS_MAPPED_READS = False
 
 GAP_REASONS = {
@@ -29,7 +29,7 @@ Body = bytes
 
 
 class MappedFile:
-    """The compiled core maps a data file for its body views; the twin never does (journal/scan.py
+    """The compiled core maps a data file for its body views; the twin never does (storage/journal/scan.py
     reads the file into memory for it), so making one is a bug."""
 
     def __init__(self, fd: int, size: int, path, key) -> None:

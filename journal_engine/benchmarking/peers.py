@@ -439,7 +439,7 @@ class LmdbRecordStoreAppend(AppendStore):
         return f'LmdbRecordStore(sync="{mode}"), add() per record, sync=True on the last of each commit'
 
     def open(self, directory, cell):
-        from ..message_store.lmdb_store import LmdbRecordStore
+        from ..storage.lmdb.store import LmdbRecordStore
         store = LmdbRecordStore(directory, sync="group" if cell.sync == SYNC_DURABLE else "none",
                                 map_size=max(1 << 30, cell.records * cell.record_bytes * 4))
         store.load()
@@ -705,7 +705,7 @@ class LmdbRecordStoreRecovery(RecoveryStore):
     settings = "LmdbRecordStore(directory).load(): every live record with its body"
 
     def fill(self, directory, cell, body):
-        from ..message_store.lmdb_store import LmdbRecordStore
+        from ..storage.lmdb.store import LmdbRecordStore
         store = LmdbRecordStore(directory, sync="none", map_size=max(1 << 30, cell.records * cell.record_bytes * 4))
         try:
             store.load()
@@ -716,7 +716,7 @@ class LmdbRecordStoreRecovery(RecoveryStore):
             store.close()
 
     def recover(self, directory):
-        from ..message_store.lmdb_store import LmdbRecordStore
+        from ..storage.lmdb.store import LmdbRecordStore
         store = LmdbRecordStore(directory, sync="none")
         try:
             return len(store.load().records)

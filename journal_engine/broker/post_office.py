@@ -261,7 +261,7 @@ class PostOffice:
             tx = store.transaction()
             try:
                 self.store_new(data, targets, scheduled_time, tx)
-                tx.commit(sync=store.sync_mode == "always")
+                tx.commit(sync=store.sync_mode.records_wait)
             except BaseException:
                 if tx.state == "open":
                     tx.rollback(sync=False)

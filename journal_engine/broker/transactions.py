@@ -65,7 +65,7 @@ class Transactions:
                 post_office.remove(ref, NORMAL, False)
             session.clear_acks()
             store = post_office.store
-        if wrote and store.sync_mode != "none":
+        if wrote and store.sync_mode.boundaries_wait:
             store.sync()        # outside the lock: the commit is durable when commit() returns
 
     def rollback(self, session: Session) -> None:

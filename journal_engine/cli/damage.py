@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import CorruptRecordError
-from ..journal.recovery import LoadReport
+from ..storage.protocol import LoadReport
 from .console import EXIT_DAMAGE, EXIT_OK, fail_line
 
 __all__ = ["Damage", "TORN_TAIL_PROBLEM", "damage_in", "damage_status", "report_damage"]

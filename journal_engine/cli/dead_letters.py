@@ -150,7 +150,7 @@ def redrive_command(directory: str, from_queue: str, to_queue, selector, limit, 
     transaction, each with its audit trail (_JE_REDRIVE_COUNT, _JE_REDRIVE_TIME, _JE_REDRIVE_SOURCE).
     Refused while a broker holds the directory (exit status 4)."""
     target = _store_target(directory)
-    with Broker(target.path, store=target.backend, dialect=dialect) as broker:
+    with Broker(target.path, store=target.backend.name, dialect=dialect) as broker:
         _check_queue(directory, from_queue, broker.queue_names())
         result = broker.redrive(from_queue, to_queue=to_queue, filter=selector, limit=limit,
                                 max_redrives=max_redrives)

@@ -13,10 +13,9 @@ from rich.table import Table
 from ..errors import CorruptRecordError
 from ..limits import COMPACT_MIN_FILES_DEFAULT, COMPACT_PERCENTAGE_DEFAULT
 from ..record_format import REPLACEABLE_TYPES, FrameCheck, RecordKind, RecordType
-from ..journal.format import HEADER_FLAG_COMPACTED
-from ..journal.journal import compaction_due
-from ..journal.recovery import analyze
-from ..journal.segment_files import list_directory
+from ..storage.journal.format import HEADER_FLAG_COMPACTED
+from ..storage.journal.journal import compaction_due
+from ..storage.journal.recovery import analyze
 from .console import EXIT_DAMAGE, EXIT_OK, emit_json, emit_json_line, progress, stdout
 from .damage import Damage, damage_in, damage_status
 from .records import (BODY_KINDS, RecordFilter, decode_fields, json_value, kind_name, parse_kind, parse_type,
@@ -33,15 +32,14 @@ def _replaceable(part: Part) -> dict:
     return REPLACEABLE_TYPES if part.name == "messages" else {}
 
 
-def _lmdb_records(part: Part):
-    """Live records of an LMDB record store, opened read-only."""
-    from ..message_store.lmdb_store import LmdbRecordStore
-    with LmdbRecordStore(part.path, read_only=True) as store:
+def _loaded_records(part: Part):
+    """Live records and stats of a record store whose files hold no frames to decode, opened read-only."""
+    with part.backend.open(part.path, read_only=True) as store:
         return store.load(), store.stats()
 
 
 def _file_count(part: Part) -> int:
-    return len(list_directory(part.path, as_if_compacted=True).data) if part.backend == "journal" else 1
+    return part.backend.file_count(part.path)
 
 
 # ----- print -------------------------------------------------------------------------------------------
@@ -106,10 +104,10 @@ def print_command(directory: str, as_json: bool, kinds, types, id_min, id_max, a
     addresses: dict[int, str] = {}
     with progress("reading", sum(_file_count(part) for part in target.parts)) as advance:
         for part in target.parts:
-            if part.backend == "lmdb":
-                loaded, _stats = _lmdb_records(part)
+            if not part.backend.frames:
+                loaded, _stats = _loaded_records(part)
                 if not as_json:
-                    click.echo(f"# {part.path}: LMDB store, {len(loaded.records)} live records")
+                    click.echo(f"# {part.path}: {part.backend.description}, {len(loaded.records)} live records")
                 for record_id, info in sorted(loaded.records.items()):
                     _print_record(part, part.path, None, RecordKind.ADD, info.record_type, record_id, 0, info.body,
                                   addresses, selection, as_json, shown_bytes)
@@ -169,7 +167,7 @@ def _journal_stats(part: Part) -> dict:
                   f"{written - live_bytes} bytes")
     else:
         advice = f"no compaction needed (live data is {live_percent:.0f}% of the written bytes)"
-    return {"journal": part.name, "path": part.path, "backend": "journal",
+    return {"journal": part.name, "path": part.path, "backend": part.backend.name,
             "data_files": len(analysis.listing.data), "free_files": len(analysis.listing.free),
             "file_size": file_size, "bytes_on_disk": on_disk, "written_bytes": written, "live_bytes": live_bytes,
             "dead_bytes": max(0, written - live_bytes), "live_records": len(state.records),
@@ -179,18 +177,19 @@ def _journal_stats(part: Part) -> dict:
             "damage": [place.as_dict() for place in damage_in(part.name, analysis.report)]}
 
 
-def _lmdb_stats(part: Part) -> dict:
-    loaded, stats = _lmdb_records(part)
+def _records_stats(part: Part) -> dict:
+    """stats of a record store whose files hold no frames: its live records, counted by type."""
+    loaded, stats = _loaded_records(part)
     live_types: Counter = Counter()
     for record in loaded.records.values():
         live_types[type_name(record.record_type)] += 1
         for update_type, _body in record.updates:
             live_types[type_name(update_type)] += 1
-    return {"journal": part.name, "path": part.path, "backend": "lmdb", "data_files": 1,
+    return {"journal": part.name, "path": part.path, "backend": part.backend.name, "data_files": 1,
             "used_bytes": stats["used_bytes"], "map_size": stats["map_size"], "live_records": len(loaded.records),
             "open_transactions": len(loaded.prepared), "live_records_by_type": dict(live_types),
             "records_by_type": dict(live_types), "compaction_due": False,
-            "advice": "no compaction: LMDB reuses freed pages and overwrites delivery counts in place",
+            "advice": part.backend.compaction_note,
             "damage": []}       # an LMDB store that does not read raises instead (exit status 1)
 
 
@@ -203,15 +202,15 @@ def stats_command(directory: str, as_json: bool) -> int:
     parts = []
     with progress("reading", len(target.parts)) as advance:
         for part in target.parts:
-            parts.append(_journal_stats(part) if part.backend == "journal" else _lmdb_stats(part))
+            parts.append(_journal_stats(part) if part.backend.frames else _records_stats(part))
             advance()
-    document = {"directory": target.path, "store": target.store, "backend": target.backend, "journals": parts}
+    document = {"directory": target.path, "store": target.store, "backend": target.backend.name, "journals": parts}
     damage = [Damage(**place) for part in parts for place in part["damage"]]
     if as_json:
         emit_json(document)
         return _stats_status(target.path, damage)
     console = stdout()
-    table = Table(title=f"{target.path} ({'message store, ' if target.store else ''}{target.backend})")
+    table = Table(title=f"{target.path} ({'message store, ' if target.store else ''}{target.backend.name})")
     for column in ("journal", "files", "on disk", "written", "live bytes", "dead bytes", "live records"):
         table.add_column(column, justify="left" if column == "journal" else "right")
     for part in parts:
@@ -244,9 +243,9 @@ def _stats_status(directory: str, damage: list) -> int:
 
 def verify_part(part: Part, problems: list, notes: list) -> dict:
     """Problems (damage) and notes (what recovery will do) of one record store."""
-    if part.backend == "lmdb":
+    if not part.backend.frames:
         try:
-            loaded, _stats = _lmdb_records(part)
+            loaded, _stats = _loaded_records(part)
         except CorruptRecordError as exc:
             problems.append(Damage.of_error(part.name, exc, part.path).as_dict())
             return {"journal": part.name, "files": 1, "records": 0}

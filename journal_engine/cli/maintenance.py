@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from ..errors import CorruptRecordError
-from ..journal.journal import Journal
+from ..storage.journal.journal import Journal
 from ..message_store.message_store import MessageStore
 from .console import EXIT_OK, emit_json, stdout
 from .damage import Damage, report_damage
@@ -52,9 +52,9 @@ def compact_command(directory: str, as_json: bool) -> int:
     """Compact the journal(s) of DIRECTORY now (refused while another process holds them, exit status 4,
     and when they are damaged, exit status 1)."""
     target = locate(directory)          # never creates a mistyped directory
-    if target.backend == "lmdb":
+    if not target.backend.compacts:
         _refuse_damage(target)
-        message = "LMDB stores need no compaction: LMDB reuses freed pages and overwrites delivery counts in place"
+        message = target.backend.compaction_note
         if as_json:
             emit_json({"directory": target.path, "compacted": False, "reason": message})
         else:

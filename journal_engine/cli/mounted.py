@@ -12,6 +12,7 @@ import sys
 import click
 
 from ..limits import SERVED_CONNECTIONS_MAX
+from ..storage.backends import BACKENDS, DEFAULT_BACKEND
 from .console import EXIT_DAMAGE, EXIT_USAGE, fail_line, stdout
 from .damage import Damage, damage_status
 
@@ -76,7 +77,7 @@ def crash_test_command(arguments) -> int:
 @click.option("--port", type=int, default=61613, show_default=True, help="0: any free port (the first line printed tells)")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="an address beyond loopback (127.0.0.0/8, ::1) needs --users or --allow-anonymous")
-@click.option("--backend", type=click.Choice(["journal", "lmdb"]), default="journal", show_default=True)
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default=DEFAULT_BACKEND, show_default=True)
 @click.option("--sync", type=click.Choice(["group", "always", "none"]), default="group", show_default=True)
 @click.option("--max-delivery-attempts", type=int, default=10, show_default=True, help="-1: unlimited")
 @click.option("--dead-letter-queue", default="/queue/DLQ", show_default=True,

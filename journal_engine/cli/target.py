@@ -4,7 +4,7 @@ A directory is one of: a journal (``journal-*.jej`` files), an LMDB record store
 or a message store / broker directory (``messages/`` and ``bindings/``, each a journal or an LMDB
 store, as ``Broker(dir)`` and ``MessageStore(dir)`` write them). Every reader here opens what it
 reads read-only (``Journal(read_only=True)``, ``MessageStore(read_only=True)``, the recovery
-analysis, the columnar decoder of journal/scan.py): an inspection never writes, truncates, rolls
+analysis, the columnar decoder of storage/journal/scan.py): an inspection never writes, truncates, rolls
 back or creates anything (an LMDB store is read under a shared directory lock, or, beside its
 writer, through LMDB's reader table: docs/cli.md, "Read-only by construction").
 """
@@ -17,9 +17,10 @@ from typing import Iterator
 
 from ..errors import JournalError, JournalIOError
 from ..record_format import FrameCheck
-from ..journal.scan import scan_directory
-from ..journal.segment_files import DataFile
-from ..message_store.interface import stored_backend
+from ..storage.journal.scan import scan_directory
+from ..storage.journal.segment_files import DataFile
+from ..storage.backends import backend_of
+from ..storage.protocol import Backend
 from ..message_store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY, MessageStore
 
 __all__ = ["Target", "NoJournalError", "locate", "journal_frames"]
@@ -37,11 +38,12 @@ class NoJournalError(JournalError):
 
 @dataclass(frozen=True)
 class Part:
-    """One record store of a target: its name ("journal", "messages", "bindings"), path and backend."""
+    """One record store of a target: its name ("journal", "messages", "bindings"), path and backend
+    (storage/backends.py: what its files let a tool read)."""
 
     name: str
     path: str
-    backend: str        # "journal" or "lmdb"
+    backend: Backend
 
 
 @dataclass(frozen=True)
@@ -53,12 +55,12 @@ class Target:
     store: bool
 
     @property
-    def backend(self) -> str:
+    def backend(self) -> Backend:
         return self.parts[0].backend
 
     def open_store(self) -> MessageStore:
         """The message store, read-only (its load() changes nothing)."""
-        return MessageStore(self.path, backend=self.backend, read_only=True)
+        return MessageStore(self.path, backend=self.backend.name, read_only=True)
 
 
 def _check_directory(path: str) -> None:
@@ -89,7 +91,7 @@ def locate(path: str) -> Target:
     when it cannot be read."""
     path = os.fspath(path)
     _check_directory(path)
-    backend = stored_backend(path)
+    backend = backend_of(path)
     if backend is not None:
         return Target(path, (Part("journal", path, backend),), store=False)
     parts = []
@@ -97,7 +99,7 @@ def locate(path: str) -> Target:
         sub = os.path.join(path, name)
         if os.path.isdir(sub):
             _check_directory(sub)
-            sub_backend = stored_backend(sub)
+            sub_backend = backend_of(sub)
             if sub_backend is not None:
                 parts.append(Part(name, sub, sub_backend))
     if not parts:
@@ -109,7 +111,7 @@ def locate(path: str) -> Target:
 
 def journal_frames(directory: str) -> Iterator[tuple[DataFile, list]]:
     """Each data file of a journal directory in replay order with its frames, decoded by the one
-    columnar decoder (journal/scan.py): (offset, FrameCheck, kind, user record type, record id,
+    columnar decoder (storage/journal/scan.py): (offset, FrameCheck, kind, user record type, record id,
     tx id, body) each, and a last INVALID row where a torn write ends the valid data. Read-only:
     the listing reads an interrupted compaction as finished and removes nothing."""
     for scan in scan_directory(directory):

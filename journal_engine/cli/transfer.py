@@ -35,7 +35,7 @@ from .._impl import crc32c
 from ..errors import CorruptRecordError, JournalError
 from ..limits import BINDINGS_FILE_SIZE_MAX_BYTES, EXPORT_HEADER_LINE_BYTES_MAX
 from ..record_format import REPLACEABLE_TYPES
-from ..journal.journal import Journal
+from ..storage.backends import BACKENDS, backend_named
 from ..message_store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY
 from .console import EXIT_OK, progress, stdout
 from .damage import Damage, damage_in, damage_status
@@ -99,13 +99,9 @@ def _trailer(header_line: str, row_lines: list[str]) -> dict:
 
 
 def _load_read_only(part: Part):
-    if part.backend == "lmdb":
-        from ..message_store.lmdb_store import LmdbRecordStore
-        with LmdbRecordStore(part.path, read_only=True) as store:
-            return store.load(copy=True)
     replaceable = REPLACEABLE_TYPES if part.name == MESSAGES_DIRECTORY else None
-    with Journal(part.path, read_only=True, replaceable_types=replaceable) as journal:
-        return journal.load(copy=True)      # owned bytes: a live writer may recycle a file under a view
+    with part.backend.open(part.path, read_only=True, replaceable_types=replaceable) as store:
+        return store.load(copy=True)      # owned bytes: a live writer may recycle a file under a view
 
 
 def export_rows(directory: str) -> tuple[dict, list, list[Damage]]:
@@ -113,7 +109,7 @@ def export_rows(directory: str) -> tuple[dict, list, list[Damage]]:
     that could be read, and where the files are damaged (what the rows may lack)."""
     target = locate(directory)
     header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "layout": "store" if target.store else "journal",
-              "backend": target.backend}
+              "backend": target.backend.name}
     rows = []
     damage: list[Damage] = []
     with progress("exporting", len(target.parts)) as advance:
@@ -309,17 +305,14 @@ def export_command(directory: str, file_format: str, output, allow_damage: bool)
 
 def _open_record_store(path: str, name: str, backend: str):
     replaceable = REPLACEABLE_TYPES if name == MESSAGES_DIRECTORY else None
-    if backend == "lmdb":
-        from ..message_store.lmdb_store import LmdbRecordStore
-        return LmdbRecordStore(path, replaceable_types=replaceable, sync="none")
     file_size = {"file_size": BINDINGS_FILE_SIZE_MAX_BYTES} if name == BINDINGS_DIRECTORY else {}
-    return Journal(path, replaceable_types=replaceable, sync="none", **file_size)
+    return backend_named(backend).open(path, replaceable_types=replaceable, sync="none", **file_size)
 
 
 @click.command("import")
 @click.argument("export_file", type=click.Path(exists=True, dir_okay=False, path_type=str))
 @click.argument("directory", type=click.Path(file_okay=False, path_type=str))
-@click.option("--backend", type=click.Choice(["journal", "lmdb"]), help="default: the exported directory's")
+@click.option("--backend", type=click.Choice(list(BACKENDS)), help="default: the exported directory's")
 def import_command(export_file: str, directory: str, backend) -> int:
     """Write the records of EXPORT_FILE into a new DIRECTORY (which must not exist or be empty), once its
     trailer agrees with its rows: an export cut short or changed is refused (exit status 1)."""

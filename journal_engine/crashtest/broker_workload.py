@@ -63,7 +63,7 @@ def open_broker(directory: str, sync: str, strict: bool, clock_ms: int, store: s
     broker = Broker(directory, clock=WallClock() if wall_clock else ManualClock(clock_ms), max_redelivery_records=-1,
                     sync=sync,
                     persist_delivery_count_before_delivery=strict, store=store,
-                    store_options={"file_size": FILE_SIZE} if store == "journal" else None)
+                    store_options={"file_size": FILE_SIZE})     # small files where the backend has files
     broker.address_settings.add(QUEUE, AddressSettings(
         redelivery_delay=100, redelivery_delay_multiplier=2.0, max_redelivery_delay=800,
         max_delivery_attempts=MAX_DELIVERY_ATTEMPTS, dead_letter_address=DEAD_LETTER_ADDRESS))

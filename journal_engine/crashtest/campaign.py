@@ -63,14 +63,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..journal import durability
-from ..journal.journal import Journal
+from ..storage import durability
+from ..storage.journal.journal import Journal
 from . import broker_workload, checkpoint_attack, children, fault_workload, outside, power_loss
 from . import scratch as scratch_module
 from .checker import matching_prefix, recover_and_check
 from .journal_workload import FILE_SIZE
 from .model import Model, foreign_bodies, recovered_view
-from .stores import BUILT_IN
+from .stores import BUILT_IN, DEFAULT_STORE
 
 MODES = ("always", "group", "none")
 SIZES = {   # kills, crash-point hits per point, io errors per point, bit flips, truncation journals;
@@ -217,7 +217,7 @@ class Report:
 
     def reproduce(self) -> str:
         size = "" if self.size == "quick" else f" --{self.size}"
-        store = "" if self.store == "journal" else f" --store {self.store}"
+        store = "" if self.store == DEFAULT_STORE else f" --store {self.store}"
         return f"journal-engine crash-test{size}{store} --seed {self.seed}"
 
     def as_dict(self) -> dict:
@@ -615,7 +615,7 @@ class Campaign:
         directory = str(self.scratch / f"broker-{chain}")
         # the chains take the backends in turn (the journal, LMDB), and the flavours in turn: one client
         # on a manual clock, or several (consumer threads, transacted sessions, closes) on the wall clock
-        backends = BUILT_IN if self.store == "journal" else (self.store,)
+        backends = BUILT_IN if self.store == DEFAULT_STORE else (self.store,)
         store = backends[chain % len(backends)]
         concurrent = (chain // len(backends)) % 2 == 1
         state = {"previous": {"queue": {}, "dead": {}},
@@ -796,7 +796,7 @@ class Campaign:
         """Runs in which `journal-engine print / stats / verify / export / dlq list` inspect the
         workload's directory while it writes: the journal and the LMDB store, a record store and a
         broker directory in turn."""
-        backends = BUILT_IN if self.store == "journal" else (self.store,)
+        backends = BUILT_IN if self.store == DEFAULT_STORE else (self.store,)
         for n in range(first, first + count):
             store = backends[n % len(backends)]
             broker = (n // len(backends)) % 2 == 1
@@ -843,7 +843,7 @@ class Campaign:
         if why:
             self.report.skipped["full-disk"] = why
             return
-        targets = [target for target in FULL_DISK_TARGETS if self.store == "journal" or self.store in target]
+        targets = [target for target in FULL_DISK_TARGETS if self.store == DEFAULT_STORE or self.store in target]
         found: dict = {"runs": 0, "store_full": 0, "runs_on": {}, "store_full_on": {}}
         try:
             for run in range(self.plan["full_disks"]):

@@ -18,9 +18,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..journal.journal import Journal
 from .model import Model, durable_ids, foreign_bodies, group_members, model_view, recovered_view, split_groups
-from .stores import open_store
+from .stores import built_in, open_store
 
 
 @dataclass
@@ -113,9 +112,11 @@ def repeatable_and_tidy(directory: str, recovered: tuple, context: str, reopen) 
 
 
 def _open(store: str, directory: str, file_size: int):
-    if store == "journal":
-        return Journal(directory, file_size=file_size, compact_min_files=0)
-    return open_store(store, directory, "always", for_recovery=True)
+    """The store recovered as a writer opens it, with automatic compaction off (a user's factory as it is)."""
+    backend = built_in(store)
+    if backend is None:
+        return open_store(store, directory, "always", for_recovery=True)
+    return backend.open(directory, sync="always", file_size=file_size, compact_min_files=0)
 
 
 def _missing_acknowledged(model: Model, acked_ops: list, recovered_records: dict) -> list:

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import FileChangedError, JournalError
-from ..journal import checkpoint as checkpoints
-from ..journal.format import CHECKPOINT_FILE
-from ..journal.journal import Journal
+from ..storage.journal import checkpoint as checkpoints
+from ..storage.journal.format import CHECKPOINT_FILE
+from ..storage.journal.journal import Journal
 from ..record_format import RecordKind
 
 FILE_SIZE = 64 * 1024          # small files: several of them, each entry and image small

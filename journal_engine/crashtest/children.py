@@ -25,7 +25,7 @@ import time
 import traceback
 from typing import Callable
 
-from ..journal import durability
+from ..storage import durability
 
 _PR_SET_PDEATHSIG = 1
 PARENT_ENV = "JOURNAL_ENGINE_CRASH_TEST_PARENT"     # a pid the workload is to die with

@@ -40,7 +40,7 @@ from .checker import recover_and_check
 from .children import bound_to_parent, die_with_parent_as_told
 from .journal_workload import start_workload
 from .model import Model
-from .stores import FILE_SIZE, open_store
+from .stores import FILE_SIZE, built_in, open_store
 
 MODES = ("always", "group", "none")
 # kind -> (libfiu failure point, errno it fails with (0: not an error), probability per call)
@@ -53,12 +53,13 @@ FAULTS = {
     "short-pwrite": ("posix/io/rw/pwrite/reduce", 0, 0.3),
     "writev-eio": ("posix/io/rw/writev", errnos.EIO, 0.3),
 }
-GATHERED = {"writev-eio"}     # faults in gathered writes, which the journal never makes (LMDB does)
+GATHERED = {"writev-eio"}     # faults in gathered writes, which only a backend with gathered_writes makes
 
 
 def fault_kinds(store: str) -> list[str]:
     """The faults a campaign injects into `store`: every one, but none the store's writes never meet."""
-    return sorted(set(FAULTS) - (GATHERED if store == "journal" else set()))
+    backend = built_in(store)
+    return sorted(set(FAULTS) - (GATHERED if backend is not None and not backend.gathered_writes else set()))
 CALLS_PER_CYCLE = 200
 
 

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..journal.format import DATA_NAME
+from ..storage.journal.format import DATA_NAME
 
 OUTSIDE_FILE_ACTIONS = ("truncate", "overwrite", "delete")
 SECOND_OPENER_VARIANTS = ("lock held", "lock file removed", "other backend")
@@ -40,8 +40,8 @@ INSPECTION_TIMEOUT_S = 120
 def frame_bounds(directory: str) -> list:
     """(path, start, end) of every valid frame of every data file of a journal: where damage is placed."""
     from .._impl import scan_frames
-    from ..journal.format import stamp_of
-    from ..journal.segment_files import list_directory
+    from ..storage.journal.format import stamp_of
+    from ..storage.journal.segment_files import list_directory
     bounds = []
     for data in list_directory(directory).data:
         raw = Path(data.path).read_bytes()
@@ -104,10 +104,10 @@ def second_open(store: str, directory: str, variant: str) -> str:
     """Open `directory` a second time as `variant` says, from this process, while another holds it:
     "" when refused as it must be, else what happened (the opener is closed at once)."""
     from ..errors import JournalError
-    from .stores import lock_file, open_store
+    from .stores import BUILT_IN, lock_file, open_store
     if variant == "other backend":
         from .broker_workload import open_broker
-        other = "lmdb" if store == "journal" else "journal"
+        other = next(name for name in BUILT_IN if name != store)
         opener = lambda: open_broker(directory, "always", False, 0, other)     # noqa: E731
     else:
         if variant == "lock file removed":

@@ -44,11 +44,10 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
-from ..journal.journal import Journal
 from .checker import repeatable_and_tidy
 from .children import bound_to_parent
 from .model import Model, foreign_bodies, group_members, model_view, recovered_view, split_groups
-from .stores import FILE_SIZE, VOLATILE_FILES, open_store
+from .stores import FILE_SIZE, built_in, open_store, volatile_files
 
 SECTOR_SIZES = (512, 4096)
 _HEAD = struct.Struct("<IiQQII")
@@ -569,7 +568,7 @@ def replay(log_path: str, directory: str, scratch: str, *, seed: int, points: in
     logging.disable(logging.ERROR)    # recovery logs each torn tail it meets: thousands here, all expected
     warnings.simplefilter("ignore", RuntimeWarning)
     entries = read_log(log_path)
-    unseen = sorted(mapped_files(entries, directory) - set(VOLATILE_FILES.get(store, ())))
+    unseen = sorted(mapped_files(entries, directory) - set(volatile_files(store)))
     if unseen:
         return ReplayResult(not_applicable=f"store {store!r} writes {', '.join(unseen)} through a shared "
                                            f"writable mapping, whose writes no system-call log sees")
@@ -624,20 +623,22 @@ def replay(log_path: str, directory: str, scratch: str, *, seed: int, points: in
 
 
 class _Recovery:
-    """How a state is recovered: the journal with a read-only load (the analysis a writing load makes,
-    nothing written, so one directory serves every state) and with a writing load; another store
-    only by opening it (on a copy of the state: opening may write)."""
+    """How a state is recovered: a backend whose read-only load is the analysis a writing load makes
+    (``read_only_recovers``: the journal) with a read-only load, nothing written, so one directory serves
+    every state, and with a writing load; another store only by opening it (on a copy of the state:
+    opening may write)."""
 
     def __init__(self, store: str) -> None:
         self.store = store
-        self.read_only = store == "journal"
+        self.backend = built_in(store)
+        self.read_only = self.backend is not None and self.backend.read_only_recovers
 
     def open(self, directory: str, *, read_only: bool):
-        if self.store != "journal":
+        if not self.read_only:
             return open_store(self.store, directory, "always", for_recovery=True)
         if read_only:
-            return Journal(directory, read_only=True)
-        return Journal(directory, file_size=FILE_SIZE, compact_min_files=0)
+            return self.backend.open(directory, read_only=True)
+        return self.backend.open(directory, file_size=FILE_SIZE, compact_min_files=0)
 
 
 def _check_state(directory: str, allowed: Allowed, context: str, result: ReplayResult, recover: _Recovery, *,

@@ -18,7 +18,7 @@ import os
 from typing import Protocol
 
 from ..errors import ConfigError, CorruptRecordError
-from ..journal import durability
+from ..storage import durability
 from ..wildcard import matches
 
 __all__ = ["ExchangeTable", "ControlQueues", "answer_control", "EXCHANGE_TYPES", "QUEUE_PREFIX", "EXCHANGE_PREFIX", "CONTROL_PREFIX",

@@ -52,7 +52,7 @@ from .._impl import crc32c
 from ..errors import FileChangedError, IncompatibleFormatError
 from ..record_format import (SHADOW_ENTRY, SHADOW_ENTRY_BYTES, SHADOW_HEADER, SHADOW_HEADER_BYTES, SHADOW_MAGIC,
                              SHADOW_VERSION)
-from ..journal import durability
+from ..storage import durability
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,10 @@ from ..limits import (BINDINGS_FILE_SIZE_MAX_BYTES, BUFFER_SIZE_DEFAULT_BYTES, B
 from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordKind, RecordType, StoredMessage, StoredQueue,
                              decode_id_counter, decode_queue, encode_id_counter, encode_message,
                              encode_plain_message, encode_queue, encode_queue_id, encode_scheduled_time)
-from ..journal.directory_lock import DirectoryLock
-from ..journal.journal import Journal
+from ..storage.directory_lock import DirectoryLock
+from ..storage.backends import BACKENDS as STORAGE_BACKENDS, open_record_store
+from ..storage.protocol import RecordStore
+from ..storage.sync_mode import SyncMode
 from .delivery_shadow import FILE_NAME as SHADOW_FILE_NAME
 from .delivery_shadow import DeliveryShadow
 from .delivery_shadow import boot_id as shadow_boot_id
@@ -48,7 +50,7 @@ MESSAGES_DIRECTORY = "messages"
 BINDINGS_DIRECTORY = "bindings"
 #: the bindings journal's record id of the ID counter: the one id no queue is ever given
 ID_COUNTER_RECORD_ID = U64_MAX
-BACKENDS = ("journal", "lmdb")
+BACKENDS = tuple(STORAGE_BACKENDS)     # the record-store backends by name (storage/backends.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +246,7 @@ class MessageStore:
         self.max_redelivery_records = max_redelivery_records
         self.persist_delivery_count_before_delivery = persist_delivery_count_before_delivery
         self.strict_delivery_sync = strict_delivery_sync
-        self.sync_mode = sync
+        self.sync_mode = SyncMode.named(sync)
         self._clock = clock
         options = dict(min_files=min_files, sync=sync, buffer_timeout_us=buffer_timeout_us,
                        buffer_size=buffer_size, compact_min_files=compact_min_files,
@@ -265,7 +267,8 @@ class MessageStore:
         except BaseException:
             self._release_directory()
             raise
-        self._writer = _impl.RecordWriter(self._journal, max_redelivery_records)
+        self._writer = _impl.RecordWriter(self._message_records, max_redelivery_records)
+        self._records_sync = SyncMode.named(self._message_records.sync_mode)   # "does a write wait?"
         self._lock = threading.Lock()          # the Python-side bookkeeping below; the writer needs none
         self._shadow: DeliveryShadow | None = None     # strict mode: dispatch counts in shared memory
         # the journal's appended_bytes after the last reference added: a count put in the shadow must
@@ -277,36 +280,18 @@ class MessageStore:
         self._state = "new"
 
     def _open_record_stores(self, backend: str, file_size: int, options: dict) -> None:
-        """``messages/`` and ``bindings/``, each a record store of `backend` (the directory is locked)."""
-        if backend == "lmdb":
-            # the same two record stores (message_store/interface.py) on LMDB; the record writer reaches it
-            # through the protocol (the journal's core it writes into directly)
-            from .lmdb_store import LmdbRecordStore
-            lmdb_options = {name: options[name] for name in ("sync", "buffer_timeout_us", "buffer_size",
-                                                             "read_only")}
-            self._journal = LmdbRecordStore(os.path.join(self.directory, MESSAGES_DIRECTORY),
-                                            replaceable_types=REPLACEABLE_TYPES, **lmdb_options)
-            try:
-                self._bindings = LmdbRecordStore(os.path.join(self.directory, BINDINGS_DIRECTORY), **lmdb_options)
-            except BaseException:
-                self._journal.close()
-                raise
-        else:
-            from .interface import stored_backend
-            for sub in (MESSAGES_DIRECTORY, BINDINGS_DIRECTORY):
-                if stored_backend(os.path.join(self.directory, sub)) == "lmdb":   # the journal would ignore it
-                    from ..errors import IncompatibleFormatError
-                    raise IncompatibleFormatError("the store directory holds an LMDB store",
-                                                  path=os.path.join(self.directory, sub), hint='open it with '
-                                                  'backend="lmdb"')
-            self._journal = Journal(os.path.join(self.directory, MESSAGES_DIRECTORY), file_size=file_size,
-                                    replaceable_types=REPLACEABLE_TYPES, **options)
-            try:
-                self._bindings = Journal(os.path.join(self.directory, BINDINGS_DIRECTORY),
-                                         file_size=min(file_size, BINDINGS_FILE_SIZE_MAX_BYTES), **options)
-            except BaseException:
-                self._journal.close()
-                raise
+        """``messages/`` and ``bindings/``, each a record store of `backend` (the directory is locked);
+        the bindings' files are kept small (a backend without files ignores ``file_size``)."""
+        messages = os.path.join(self.directory, MESSAGES_DIRECTORY)
+        bindings = os.path.join(self.directory, BINDINGS_DIRECTORY)
+        self._message_records = open_record_store(backend, messages, replaceable_types=REPLACEABLE_TYPES,
+                                                  file_size=file_size, **options)
+        try:
+            self._bindings = open_record_store(backend, bindings, file_size=min(file_size, BINDINGS_FILE_SIZE_MAX_BYTES),
+                                               **options)
+        except BaseException:
+            self._message_records.close()
+            raise
 
     def _release_directory(self) -> None:
         if self._directory_lock is not None:
@@ -332,8 +317,8 @@ class MessageStore:
         self._state = "closed"
         durable = False
         try:
-            self._journal.close()
-            durable = self._journal.durable_bytes >= self._journal.appended_bytes   # its final sync worked
+            self._message_records.close()
+            durable = self._message_records.durable_bytes >= self._message_records.appended_bytes   # its final sync worked
         finally:
             try:
                 self._bindings.close()
@@ -354,9 +339,10 @@ class MessageStore:
     def _now_ms(self) -> int:
         return self._clock.now_ms() if self._clock is not None else _wall_clock_ms()
 
-    def _wait(self, journal: Journal, sync) -> None:
-        """Wait for durability when asked, or when the journal's mode is "always"."""
-        if sync if sync is not None else journal.sync_mode == "always":
+    @staticmethod
+    def _wait(journal: RecordStore, sync) -> None:
+        """Wait for durability when asked, or when the journal's mode has a record wait."""
+        if SyncMode.named(journal.sync_mode).record_waits(sync):
             journal.sync()
 
     def _settle_bindings(self, sync: bool) -> None:
@@ -383,7 +369,7 @@ class MessageStore:
         now = self._now_ms() if now_ms is None else now_ms
         state = RecoveredState()
         bindings_path = self._bindings.directory
-        messages_path = self._journal.directory
+        messages_path = self._message_records.directory
         bindings = self._bindings.load()
         state.reports["bindings"] = bindings.report
         for queue_id, rec in bindings.records.items():
@@ -408,7 +394,7 @@ class MessageStore:
 
         # an inspection keeps owned bytes: beside a live writer, which may recycle a compacted file
         # under a view, a view would read the file's next life
-        loaded = self._journal.load(copy=self.read_only)
+        loaded = self._message_records.load(copy=self.read_only)
         state.reports["messages"] = loaded.report
         if loaded.prepared:
             state.anomalies.append(f"{len(loaded.prepared)} prepared transactions in the message journal; "
@@ -434,7 +420,7 @@ class MessageStore:
             restored.append((queue_id, message_id, journal_count))
         self._message_queues = MessageQueues(recovery.one_queue, recovery.several_queues)
         if not self.read_only:
-            self._journal.add_pin_releaser(_pin_releaser(recovery.bodies))
+            self._message_records.add_pin_releaser(_pin_releaser(recovery.bodies))
         restored_batches = [(queue_id, columns.message_ids, columns.delivery_counts)
                             for queue_id, columns in recovery.references.items() if len(columns)]
         if state.unknown_queue_references:
@@ -460,11 +446,11 @@ class MessageStore:
         for queue_id, _row, message_id, count in from_shadow:  # into the journal, durably, before the
             self._writer.update_delivery_count(queue_id, message_id, count, False)     # shadow starts over
         if from_shadow:
-            self._journal.sync()
+            self._message_records.sync()
         state.counts_from_shadow = len(from_shadow)
         if self.persist_delivery_count_before_delivery and not self.strict_delivery_sync and this_boot is not None:
             try:
-                self._shadow = DeliveryShadow(shadow_path, self._journal.flush, this_boot=this_boot)
+                self._shadow = DeliveryShadow(shadow_path, self._message_records.flush, this_boot=this_boot)
             except OSError as exc:      # no room (StoreFullError), or no shared mappings on this file system
                 log.warning("no delivery-count shadow (%s): each dispatch writes the journal out instead", exc)
             else:
@@ -472,9 +458,9 @@ class MessageStore:
         else:
             void_shadow(shadow_path)
         for message_id in unreferenced:
-            self._journal.delete(message_id, sync=False)
+            self._message_records.delete(message_id, sync=False)
         if unreferenced:
-            self._wait(self._journal, None)
+            self._wait(self._message_records, None)
         state.deleted_messages = unreferenced
         return state
 
@@ -498,7 +484,7 @@ class MessageStore:
             self._bindings.add(queue_id, RecordType.QUEUE_BINDING_RECORD, body, sync=False)
             self._queues[queue_id] = StoredQueue(queue_id, name, address, routing_type, filter, arguments or None,
                                                  auto_created, auto_delete)
-        self._settle_bindings(sync if sync is not None else self.sync_mode != "none")
+        self._settle_bindings(self.sync_mode.boundary_waits(sync))
 
     def reserve_message_ids(self, below: int) -> None:
         """Record that message ids below ``below`` may be handed out (the ID counter of the bindings
@@ -513,7 +499,7 @@ class MessageStore:
             else:
                 self._bindings.add(ID_COUNTER_RECORD_ID, RecordType.ID_COUNTER, body, sync=False)
                 self._id_counter_stored = True
-        self._settle_bindings(self.sync_mode != "none")
+        self._settle_bindings(self.sync_mode.boundaries_wait)
 
     def update_queue_arguments(self, queue_id: int, arguments: dict | None, *, sync: bool | None = None) -> None:
         """Replace a stored queue's queue-declare ``arguments`` (None or {}: none). The binding is
@@ -532,7 +518,7 @@ class MessageStore:
             self._bindings.add_tx(tx_id, queue_id, RecordType.QUEUE_BINDING_RECORD, body)
             self._bindings.commit(tx_id, sync=False)
             self._queues[queue_id] = replaced(stored, arguments=dict(arguments) if arguments else None)
-        self._wait(self._bindings, sync if sync is not None else self.sync_mode != "none")
+        self._wait(self._bindings, self.sync_mode.boundary_waits(sync))
 
     def delete_queue(self, queue_id: int, *, sync: bool | None = None) -> int:
         """Remove a queue binding, acknowledging its live references first (messages left without
@@ -550,8 +536,8 @@ class MessageStore:
             self._bindings.delete(queue_id, sync=False)
             del self._queues[queue_id]
         if acked:
-            self._wait(self._journal, sync)
-        self._wait(self._bindings, sync if sync is not None else self.sync_mode != "none")
+            self._wait(self._message_records, sync)
+        self._wait(self._bindings, self.sync_mode.boundary_waits(sync))
         return acked
 
     def queues(self) -> dict:
@@ -570,9 +556,9 @@ class MessageStore:
         with self._lock:
             if message_id in self._message_queues:
                 raise DuplicateRecordError(f"message {message_id} is already stored")
-            self._journal.add(message_id, RecordType.ADD_MESSAGE, data, sync=False)
+            self._message_records.add(message_id, RecordType.ADD_MESSAGE, data, sync=False)
             self._message_queues.add_message(message_id)
-        self._wait(self._journal, sync)
+        self._wait(self._message_records, sync)
 
     def store_reference(self, queue_id: int, message_id: int, *, sync: bool | None = None) -> None:
         """Record that a queue holds the message (ADD_REF, 32); its delivery count starts at 0."""
@@ -584,11 +570,11 @@ class MessageStore:
                 raise UnknownRecordError(f"message {message_id} is not stored; store_message() it first")
             if self._message_queues.holds(message_id, queue_id):
                 raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
-            self._journal.update(message_id, RecordType.ADD_REF, encode_queue_id(queue_id), sync=False)
+            self._message_records.update(message_id, RecordType.ADD_REF, encode_queue_id(queue_id), sync=False)
             self._writer.add_reference(queue_id, message_id, 0)
             self._message_queues.add(message_id, queue_id)
-            self._referenced_upto = self._journal.appended_bytes
-        self._wait(self._journal, sync)
+            self._referenced_upto = self._message_records.appended_bytes
+        self._wait(self._message_records, sync)
 
     def store_acknowledge(self, queue_id: int, message_id: int, *, sync: bool | None = None) -> None:
         """Record an acknowledgement (ACKNOWLEDGE_REF, 33); the reference is no longer live.
@@ -596,13 +582,13 @@ class MessageStore:
         self.check_loaded()
         with self._lock:
             self._acknowledge_locked(queue_id, message_id)
-        self._wait(self._journal, sync)
+        self._wait(self._message_records, sync)
 
     def _acknowledge_locked(self, queue_id: int, message_id: int) -> int:
         """ACKNOWLEDGE_REF of a live reference; how many live references the message has left."""
         if not self._message_queues.holds(message_id, queue_id):
             raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
-        self._journal.update(message_id, RecordType.ACKNOWLEDGE_REF, encode_queue_id(queue_id), sync=False)
+        self._message_records.update(message_id, RecordType.ACKNOWLEDGE_REF, encode_queue_id(queue_id), sync=False)
         self._writer.remove_reference(queue_id, message_id)
         return self._message_queues.remove(message_id, queue_id)
 
@@ -611,13 +597,13 @@ class MessageStore:
         self.check_loaded()
         with self._lock:
             self._delete_locked(message_id)
-        self._wait(self._journal, sync)
+        self._wait(self._message_records, sync)
 
     def _delete_locked(self, message_id: int) -> None:
         queue_ids = self._message_queues.queues(message_id)
         if queue_ids is None:
             raise UnknownRecordError(f"message {message_id} is not stored")
-        self._journal.delete(message_id, sync=False)
+        self._message_records.delete(message_id, sync=False)
         for queue_id in queue_ids:
             self._writer.remove_reference(queue_id, message_id)
         self._message_queues.delete(message_id)
@@ -706,17 +692,17 @@ class MessageStore:
         if cap >= 0 and delivery_count > cap:
             return False          # Artemis writes nothing above the cap, so there is nothing to wait for
         if self._shadow is not None:        # the count into the shadow's page cache: no system call
-            if self._journal.written_bytes < self._referenced_upto:
+            if self._message_records.written_bytes < self._referenced_upto:
                 # ...unless a reference added since the last write-out is still in this process's
                 # buffer: a killed process would lose the message it counts, delivered or not
-                self._journal.flush()
+                self._message_records.flush()
             return self._writer.record_dispatch(queue_id, message_id, delivery_count)
         written = self._writer.update_delivery_count(queue_id, message_id, delivery_count, False)
         # also when unchanged: the record that persisted this count may still be in the write buffer
         if self.strict_delivery_sync:
-            self._journal.sync()
+            self._message_records.sync()
         else:
-            self._journal.flush()
+            self._message_records.flush()
         return written
 
     def before_delivery_batch(self, queue_ids, message_ids, delivery_counts) -> int:
@@ -726,9 +712,9 @@ class MessageStore:
         self.check_loaded()
         written = self._writer.update_delivery_counts(queue_ids, message_ids, delivery_counts, False)
         if self.strict_delivery_sync:
-            self._journal.sync()
+            self._message_records.sync()
         else:
-            self._journal.flush()       # one write for the batch: the shadow would not save much here
+            self._message_records.flush()       # one write for the batch: the shadow would not save much here
         return written
 
     def persisted_delivery_count(self, queue_id: int, message_id: int) -> int:
@@ -739,31 +725,31 @@ class MessageStore:
     # ----- the asyncio face ---------------------------------------------------------------------------
     # Each write below happens at once (as its synchronous form with sync=False), then the coroutine
     # waits, without blocking its event loop, until it is durable: the journal's flusher resolves the
-    # waiting coroutines of each loop with one hand-over per sync (journal/durable_futures.py). On the
+    # waiting coroutines of each loop with one hand-over per sync (storage/journal/durable_futures.py). On the
     # LMDB backend the wait runs sync() on the loop's default executor instead.
     async def sync_async(self) -> None:
         """``sync()`` for coroutines: returns once everything written before the call is durable."""
         self.check_loaded()
         await self._bindings.sync_async()       # as sync(): no reference durable before its queue
-        await self._journal.sync_async()
+        await self._message_records.sync_async()
 
     async def store_message_references_async(self, message_id: int, address: str, body, queue_ids,
                                              **options) -> None:
         """``store_message_references()``, returning once the message and its references are durable."""
         self.store_message_references(message_id, address, body, queue_ids, sync=False, **options)
-        await self._journal.sync_async()
+        await self._message_records.sync_async()
 
     async def acknowledge_async(self, queue_id: int, message_id: int) -> bool:
         """``acknowledge()``, returning once the acknowledgement is durable."""
         deleted = self.acknowledge(queue_id, message_id, sync=False)
-        await self._journal.sync_async()
+        await self._message_records.sync_async()
         return deleted
 
     async def update_redelivery_async(self, queue_id: int, message_id: int, delivery_count: int,
                                       scheduled_ms: int) -> int:
         """``update_redelivery()``, returning once its records are durable."""
         written = self.update_redelivery(queue_id, message_id, delivery_count, scheduled_ms, sync=False)
-        await self._journal.sync_async()
+        await self._message_records.sync_async()
         return written
 
     # ----- durability and inspection -------------------------------------------------------------------
@@ -772,24 +758,24 @@ class MessageStore:
         first, so that no reference becomes durable before the queue it names."""
         self.check_loaded()
         self._bindings.sync()
-        self._journal.sync()
+        self._message_records.sync()
 
     def flush(self) -> None:
         """Return once everything written before the call survives a killed process (not a power cut)."""
         self.check_loaded()
         self._bindings.flush()
-        self._journal.flush()
+        self._message_records.flush()
 
     def compact(self) -> None:
         """Compact the message journal now: only the latest 34 and 36 per reference survive."""
         self.check_loaded()
-        self._journal.compact()
+        self._message_records.compact()
 
     def record_count(self, record_type: int) -> int:
         """Records of a user record type (34, 36, ...) held for live records and not yet compacted away
         (type 21 counts queue bindings). Reads the journal files: for inspection and tests."""
         self.check_loaded()
-        journal = self._bindings if record_type == RecordType.QUEUE_BINDING_RECORD else self._journal
+        journal = self._bindings if record_type == RecordType.QUEUE_BINDING_RECORD else self._message_records
         return journal.record_type_counts().get(int(record_type), 0)
 
     def stats(self) -> dict:
@@ -807,7 +793,7 @@ class MessageStore:
             "live_references": len(self._writer),
             "delivery_count_records_written": self._writer.delivery_count_records_written,
             "scheduled_time_records_written": self._writer.scheduled_time_records_written,
-            "messages_journal": self._journal.stats(),
+            "messages_journal": self._message_records.stats(),
             "bindings_journal": self._bindings.stats(),
         }
 
@@ -837,7 +823,7 @@ class MessageStore:
         data = None
         if head is None:
             data = encode_plain_message(address, body, properties, durable, expiration, routing_type)
-        journal = self._journal
+        records = self._message_records
         lock = self._lock
         lock.acquire()      # not `with`: on this hot path the with-statement costs twice acquire+release
         try:
@@ -854,11 +840,11 @@ class MessageStore:
                     else:
                         self._writer.store_message_reference(message_id, queue_id, data)
                 except BaseException:
-                    if journal.is_live(message_id):
+                    if records.is_live(message_id):
                         message_queues.add_message(message_id)    # the message record went in, its reference not
                     raise
                 message_queues.add_message_on(message_id, queue_id)
-                self._referenced_upto = journal.appended_bytes
+                self._referenced_upto = records.appended_bytes
             else:
                 stored_queues = self._queues
                 for queue_id in queue_ids:
@@ -870,33 +856,33 @@ class MessageStore:
                 if data is None:
                     data = encode_plain_message(address, body, properties, durable, expiration, routing_type)
                 # the message and its references as one group: a crash keeps the send whole or not at all
-                journal.append_group([(_ADD, message_id, _ADD_MESSAGE, data)]
+                records.append_group([(_ADD, message_id, _ADD_MESSAGE, data)]
                                      + [(_UPDATE, message_id, _ADD_REF, _QUEUE_ID_BYTES(queue_id))
                                         for queue_id in queue_ids], sync=False)
                 message_queues.add_message(message_id, list(queue_ids))
                 writer = self._writer
                 for queue_id in queue_ids:
                     writer.add_reference(queue_id, message_id, 0)
-                self._referenced_upto = journal.appended_bytes
+                self._referenced_upto = records.appended_bytes
         finally:
             lock.release()
-        if sync or (sync is None and journal.sync_mode == "always"):
-            journal.sync()
+        if self._records_sync.record_waits(sync):
+            records.sync()
 
     def commit_transaction(self, tx_id: int, messages, references, acknowledgements) -> None:
         """A StoreTransaction's COMMIT appended, and what it makes true in this store's books: its messages
         stored, its references live (`references`: (queue id, message id) pairs), its acknowledged
         references gone. The caller then settles the boundary's sync (``end_transaction``)."""
-        journal = self._journal
+        records = self._message_records
         with self._lock:
-            journal.commit(tx_id, sync=False)
+            records.commit(tx_id, sync=False)
             for message_id in messages:
                 self._message_queues.add_message(message_id)
             for queue_id, message_id in references:
                 self._writer.add_reference(queue_id, message_id, 0)
                 self._message_queues.add(message_id, queue_id)
             if references:
-                self._referenced_upto = journal.appended_bytes
+                self._referenced_upto = records.appended_bytes
             for queue_id, message_id in acknowledgements:
                 self._writer.remove_reference(queue_id, message_id)
                 self._message_queues.remove(message_id, queue_id)
@@ -908,7 +894,7 @@ class MessageStore:
         with self._lock:
             if message_id in self._message_queues or message_id in pending_messages:
                 raise DuplicateRecordError(f"message {message_id} is already stored")
-            self._journal.add_tx(tx_id, message_id, RecordType.ADD_MESSAGE, data)
+            self._message_records.add_tx(tx_id, message_id, RecordType.ADD_MESSAGE, data)
             pending_messages.add(message_id)
 
     def append_reference_tx(self, tx_id: int, queue_id: int, message_id: int, pending_messages: set,
@@ -923,7 +909,7 @@ class MessageStore:
                 raise UnknownRecordError(f"message {message_id} is not stored; store_message() it first")
             if self._message_queues.holds(message_id, queue_id) or key in pending_references:
                 raise DuplicateRecordError(f"message {message_id} already has a live reference on queue {queue_id}")
-            self._journal.update_tx(tx_id, message_id, RecordType.ADD_REF, encode_queue_id(queue_id))
+            self._message_records.update_tx(tx_id, message_id, RecordType.ADD_REF, encode_queue_id(queue_id))
             pending_references[key] = None
 
     def append_acknowledge_tx(self, tx_id: int, queue_id: int, message_id: int, pending_references: dict,
@@ -938,7 +924,7 @@ class MessageStore:
             if key in acknowledgements:
                 raise DuplicateRecordError(f"the reference of message {message_id} on queue {queue_id} is already "
                                            f"acknowledged in transaction {tx_id}")
-            self._journal.update_tx(tx_id, message_id, RecordType.ACKNOWLEDGE_REF, encode_queue_id(queue_id))
+            self._message_records.update_tx(tx_id, message_id, RecordType.ACKNOWLEDGE_REF, encode_queue_id(queue_id))
             acknowledgements[key] = None
 
     def append_scheduled_time_tx(self, tx_id: int, queue_id: int, message_id: int, scheduled_ms: int,
@@ -948,27 +934,27 @@ class MessageStore:
         with self._lock:
             if not (self._message_queues.holds(message_id, queue_id) or (queue_id, message_id) in pending_references):
                 raise UnknownRecordError(f"no live reference of message {message_id} on queue {queue_id}")
-            self._journal.update_tx(tx_id, message_id, RecordType.SET_SCHEDULED_DELIVERY_TIME,
+            self._message_records.update_tx(tx_id, message_id, RecordType.SET_SCHEDULED_DELIVERY_TIME,
                                     encode_scheduled_time(queue_id, scheduled_ms))
 
     def rollback_transaction(self, tx_id: int) -> None:
         """A StoreTransaction's ROLLBACK appended (its records never touched the books)."""
         with self._lock:
-            self._journal.rollback(tx_id, sync=False)
+            self._message_records.rollback(tx_id, sync=False)
 
     def end_transaction(self, sync: bool | None, *, committed: bool) -> None:
         """The sync of a transaction boundary: sync=None follows the journal's rule (a commit waits unless
         the mode is "none", a rollback only in "always"); True waits, False does not."""
-        mode = self._journal.sync_mode
-        if sync if sync is not None else (mode != "none" if committed else mode == "always"):
-            self._journal.sync()
+        mode = self._records_sync
+        if mode.boundary_waits(sync) if committed else mode.record_waits(sync):
+            self._message_records.sync()
 
     def acknowledge(self, queue_id: int, message_id: int, *, sync: bool | None = None) -> bool:
         """store_acknowledge, then delete_message when it was the message's last live reference (what
         Artemis does on an acknowledgement: ACKNOWLEDGE_REF 33, then DELETE). True if it deleted."""
         if self._state != "loaded":
             self.check_loaded()
-        journal = self._journal
+        records = self._message_records
         lock = self._lock
         lock.acquire()
         try:
@@ -984,8 +970,8 @@ class MessageStore:
                 message_queues.remove(message_id, queue_id)
         finally:
             lock.release()
-        if sync or (sync is None and journal.sync_mode == "always"):
-            journal.sync()
+        if self._records_sync.record_waits(sync):
+            records.sync()
         return deleted
 
 

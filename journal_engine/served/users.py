@@ -26,7 +26,7 @@ import secrets
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..journal import durability
+from ..storage import durability
 
 __all__ = ["Users", "add_user", "derive", "SCRYPT_N", "SCRYPT_R", "SCRYPT_P"]
 

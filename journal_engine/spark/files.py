@@ -2,7 +2,7 @@
 
 A path without a scheme, or a ``file://`` URI, is a local directory, read by the journal package's own
 readers (mapped files, a committed compaction read as finished, a file renamed meanwhile read again:
-journal/scan.py). Any other URI -- ``s3://`` (``s3a://``, ``s3n://``: Hadoop's names for it), ``gs://``,
+storage/journal/scan.py). Any other URI -- ``s3://`` (``s3a://``, ``s3n://``: Hadoop's names for it), ``gs://``,
 ``hdfs://`` -- is opened with the file system the Arrow stack already has (``pyarrow.fs.FileSystem.
 from_uri``: credentials and endpoint as pyarrow takes them, from the environment or the URI's query) and
 its journal files are read where they lie, each whole into memory, then decoded by the same columnar
@@ -18,11 +18,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .._impl import scan_columns
 from ..errors import ConfigError, CorruptRecordError, FileChangedError
-from ..journal.format import CONTROL_FILE, DATA_NAME, stamp_of
-from ..journal.scan import FileScan, read_while_live, scan_data_file
-from ..journal.segment_files import DataFile, data_file_of, list_directory, read_header, vanished
+from ..storage.journal.format import CONTROL_FILE, DATA_NAME, stamp_of
+from ..storage.journal.scan import FileScan, read_while_live, scan_data_file
+from ..storage.journal.segment_files import DataFile, data_file_of, list_directory, read_header, vanished
 from ..limits import FILE_HEADER_SIZE_BYTES
-from ..message_store.interface import stored_backend
+from ..storage.directory_kind import stored_backend
 
 T = TypeVar("T")
 #: Hadoop's names of S3, which pyarrow calls s3

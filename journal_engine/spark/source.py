@@ -40,11 +40,11 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from ..errors import ConfigError, CorruptRecordError, FileVanishedError
 from ..record_format import FrameCheck
-from ..journal.journal import Journal
-from ..journal.recovery import (DAMAGED_END_REASON, TORN_TAIL_REASON, classify_end, cut_short_reason,
+from ..storage.backends import backend_named
+from ..storage.journal.recovery import (DAMAGED_END_REASON, TORN_TAIL_REASON, classify_end, cut_short_reason,
                                 gap_reason)
-from ..journal.scan import FileScan
-from ..journal.segment_files import DataFile
+from ..storage.journal.scan import FileScan
+from ..storage.journal.segment_files import DataFile
 from . import columns as arrow_columns
 from .files import files_of, find_stores
 
@@ -177,7 +177,7 @@ class JournalReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         found: list[InputPartition] = []
         for directory, backend in self.stores:
-            if self.live or backend != "journal":
+            if self.live or not backend_named(backend).frames:
                 if "://" in directory:
                     raise ConfigError("live", "true", "a journal in object storage is read file by file; live=true "
                                                       "loads a journal from a local path",
@@ -302,12 +302,8 @@ class JournalReader(DataSourceReader):
     def _read_live(self, partition: LiveStore):
         directory = partition.directory
         try:
-            if partition.backend == "lmdb":
-                from ..message_store.lmdb_store import LmdbRecordStore    # lmdb: only where an LMDB store is read
-                opened = LmdbRecordStore(directory, read_only=True)      # beside a writer: LMDB's reader table
-            else:
-                opened = Journal(directory, read_only=True)              # read only: no lock, nothing written
-            with opened:
+            # read only: nothing written (a journal takes no lock; LMDB joins a writer's reader table)
+            with backend_named(partition.backend).open(directory, read_only=True) as opened:
                 # owned bytes: beside a live writer, which may recycle a compacted file under a view
                 loaded = opened.load(copy=True)
         except CorruptRecordError as damaged:       # load() refuses the store (a file whose header does not decode)

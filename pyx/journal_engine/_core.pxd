@@ -37,7 +37,11 @@ cdef class RecordSink:
 
 cdef class JournalCore(RecordSink):
     cdef Segment _active
-    cdef int _mode
+    # the sync mode's answers (storage/sync_mode.py), asked once by _core_configure
+    cdef bint _records_wait             # a record with sync=None waits for the disk
+    cdef bint _boundaries_wait          # a transaction boundary with sync=None waits
+    cdef bint _flushes_in_background    # "group": the flusher syncs what did not wait
+    cdef bint _syncs                    # anything syncs on its own (not "none")
     cdef readonly uint64_t appended_bytes
     cdef readonly uint64_t written_bytes
     cdef readonly uint64_t durable_bytes

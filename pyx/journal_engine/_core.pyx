@@ -76,7 +76,7 @@ from journal_engine.errors import (
     JournalClosedError, JournalFailedError, JournalIOError, UnknownRecordError, DuplicateRecordError,
     UnknownTransactionError, RecordTooLargeError, StoreFullError,
 )
-from journal_engine.limits import (BUFFER_SIZE_DEFAULT_BYTES, SECTOR_SIZE_BYTES, SYNC_MODE_NAMES,
+from journal_engine.limits import (BUFFER_SIZE_DEFAULT_BYTES, SECTOR_SIZE_BYTES,
                                    UNSYNCED_OPEN_FILES_MAX)
 
 DEF SECTOR = 4096
@@ -88,11 +88,6 @@ if SECTOR != SECTOR_SIZE_BYTES:       # an if, not an assert: python -O must not
     raise ImportError(f"journal_engine._core was built for {SECTOR}-byte sectors, limits says "
                       f"{SECTOR_SIZE_BYTES}: rebuild it (pip install -e .)")
 
-cdef enum SyncMode:
-    MODE_NONE = 0
-    MODE_GROUP = 1
-    MODE_ALWAYS = 2
-
 # the background flusher of group mode: idle (nothing unsynced), timing (syncs within
 # buffer_timeout_us), urgent (more than buffer_size unsynced: sync now)
 cdef enum FlusherState:
@@ -100,7 +95,6 @@ cdef enum FlusherState:
     FLUSHER_TIMING = 1
     FLUSHER_URGENT = 2
 
-SYNC_MODES = dict(zip(SYNC_MODE_NAMES, (MODE_ALWAYS, MODE_GROUP, MODE_NONE)))
 
 
 cdef unsigned char _ZERO_HEADER[FRAME_HEADER_SIZE]    # zero-initialised: what a file switch writes after the last frame
@@ -193,9 +187,10 @@ cdef inline void _deadline_in(timespec *deadline, long long nanoseconds) noexcep
     deadline.tv_nsec = <long>(nanoseconds % 1000000000)
 
 
-cdef inline bint _wants_wait(int mode, object sync):
+cdef inline bint _wants_wait(bint by_default, object sync):
+    """SyncMode.record_waits and boundary_waits (storage/sync_mode.py) with the mode's answer cached in C."""
     if sync is None:
-        return mode == MODE_ALWAYS
+        return by_default
     return sync is True or bool(sync)
 
 
@@ -242,7 +237,10 @@ cdef class JournalCore(RecordSink):
         self._replaceable = frozenset()
         self._ready = False
         self._flusher_state = FLUSHER_IDLE
-        self._mode = MODE_GROUP
+        self._records_wait = False               # "group" until _core_configure
+        self._boundaries_wait = True
+        self._flushes_in_background = True
+        self._syncs = True
         self._buffer_size = BUFFER_SIZE_DEFAULT_BYTES
         self._buf = NULL
         self._sync_trace = NULL
@@ -259,9 +257,12 @@ cdef class JournalCore(RecordSink):
         pthread_mutex_destroy(&self._mutex)
 
     # ----- set-up by the Python layer -------------------------------------------------
-    def _core_configure(self, str mode, Py_ssize_t buffer_size, Py_ssize_t max_frame, replaceable,
+    def _core_configure(self, mode, Py_ssize_t buffer_size, Py_ssize_t max_frame, replaceable,
                         Py_ssize_t gather_us=500):
-        self._mode = SYNC_MODES[mode]
+        self._records_wait = mode.records_wait
+        self._boundaries_wait = mode.boundaries_wait
+        self._flushes_in_background = mode.flushes_in_background
+        self._syncs = mode.syncs
         self._gather_us = gather_us
         self._buffer_size = buffer_size
         self._max_frame = max_frame
@@ -463,8 +464,7 @@ cdef class JournalCore(RecordSink):
 
     # ----- internals ------------------------------------------------------------------------
     def _tx_sync(self, sync):
-        # transaction boundaries sync unless the mode is "none" (Artemis: journal-sync-transactional)
-        return True if sync is None and self._mode != MODE_NONE else sync
+        return _wants_wait(self._boundaries_wait, sync)
 
     def _check_tx_target(self, uint64_t tx_id, uint64_t record_id, str action):
         if self._live.contains(record_id):
@@ -646,14 +646,14 @@ cdef class JournalCore(RecordSink):
 
     cdef int _after_append(self, object sync) except -1:
         cdef Py_ssize_t buffered = self._active.position - self._buf_start
-        if _wants_wait(self._mode, sync):
+        if _wants_wait(self._records_wait, sync):
             self._sync_requests += 1
             if self._gathering and self._sync_requests >= self._last_batch:
                 pthread_mutex_lock(&self._mutex)       # see _notify: no GIL round trip
                 pthread_cond_signal(&self._gathered)
                 pthread_mutex_unlock(&self._mutex)
             return self._wait_for(self.appended_bytes, True)
-        if self._mode == MODE_GROUP:
+        if self._flushes_in_background:
             if self._flusher_state == FLUSHER_IDLE:
                 self._flusher_state = FLUSHER_TIMING
                 self._kick(False)
@@ -1164,7 +1164,7 @@ cdef class JournalCore(RecordSink):
         if end > start:
             seg.write_at(self._buf + (start - self._buf_start), end - start, start, keep_gil_up_to)
             self.write_count += 1
-            if self._mode == MODE_NONE:
+            if not self._syncs:
                 # nothing syncs as it goes: start the write-back now, so that the sync of a file
                 # switch (which makes the full file durable) finds most of it on the disk already
                 with nogil:

@@ -37,6 +37,7 @@ import time
 from journal_engine.errors import DuplicateRecordError, UnknownRecordError
 from journal_engine.limits import check_max_redelivery_records, u32_array, u64_array
 from journal_engine import record_format as _format
+from journal_engine.storage.sync_mode import SyncMode
 
 je_crc32c_init()
 
@@ -166,7 +167,7 @@ cdef class RecordWriter:
     cdef readonly long long max_redelivery_records
     cdef readonly unsigned long long delivery_count_records_written
     cdef readonly unsigned long long scheduled_time_records_written
-    cdef bint _always
+    cdef object _sync_mode           # the store's SyncMode: does a batch's sync=None wait?
     cdef RefSlot *_slots
     cdef Py_ssize_t _capacity       # a power of two
     cdef Py_ssize_t _used
@@ -194,14 +195,14 @@ cdef class RecordWriter:
         self._capacity = 0
 
     def __init__(self, store not None, max_redelivery_records=10):
-        """`store`: a record store (message_store/interface.py). The journal's frames are appended straight
+        """`store`: a record store (storage/protocol.py). The journal's frames are appended straight
         into its core's buffer; any other store (LMDB) gets the same records through the protocol's
         add / update / delete / is_live, so both backends share this writer and its rules."""
         check_max_redelivery_records(max_redelivery_records)
         self._store = store
         self._sink = store if isinstance(store, RecordSink) else ProtocolSink(store)
         self.max_redelivery_records = max_redelivery_records
-        self._always = getattr(store, "sync_mode", "group") == "always"
+        self._sync_mode = SyncMode.named(getattr(store, "sync_mode", "group"))
         self._allocate(INITIAL_CAPACITY)
 
     def __dealloc__(self):
@@ -853,6 +854,6 @@ cdef class RecordWriter:
         return slot
 
     cdef int _finish_batch(self, Py_ssize_t written, object sync) except -1:
-        if written and (bool(sync) if sync is not None else self._always):
+        if written and self._sync_mode.record_waits(sync):
             self._store.sync()
         return 0

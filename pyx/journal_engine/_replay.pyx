@@ -58,7 +58,7 @@ if JE_PATCHED_MAX != _CHECKPOINTS_MAPPED_MAX:
 cdef Py_ssize_t SCAN_DIRECT_ROWS_MAX = _SCAN_DIRECT_ROWS_MAX
 
 #: scan_columns reads a mapped file under a SIGBUS guard: a file another process cuts short during
-#: the scan is a FileChangedError, not a dead interpreter (journal/scan.py maps only where this holds)
+#: the scan is a FileChangedError, not a dead interpreter (storage/journal/scan.py maps only where this holds)
 GUARDS_MAPPED_READS = je_bus_install() == 0
 
 cdef array.array _LONGS = array.array("q")
@@ -77,7 +77,7 @@ GAP_REASONS = {
 # ----- bodies as views into mapped files ----------------------------------------------------------------
 
 # (st_dev, st_ino) -> how many MappedFile objects map that file now: the pins the file pool reads
-# (journal/segment_files.py) before it recycles a file, so no view ever sees a recycled file's new life
+# (storage/journal/segment_files.py) before it recycles a file, so no view ever sees a recycled file's new life
 cdef dict _pins = {}
 
 
@@ -1712,7 +1712,7 @@ def scan_frames(buffer, uint32_t stamp, Py_ssize_t start):
     return out
 
 
-# ----- a file's columns in a checkpoint (journal/checkpoint.py) --------------------------------------------
+# ----- a file's columns in a checkpoint (storage/journal/checkpoint.py) --------------------------------------------
 
 # A file's columns as a checkpoint holds them (its "image"), native byte order, no padding: offset,
 # size and body_offsets (one more row) as int64, record_id and tx_id as uint64, then check, kind and

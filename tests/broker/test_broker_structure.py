@@ -93,7 +93,7 @@ def test_no_module_touches_another_objects_underscore_fields():
     the products), read as code: strings and comments that name ``journal_engine._impl`` are no reach."""
     offenders = []
     paths = sorted(PACKAGE_DIR.rglob("*.py"))
-    assert {"broker/classic/dead_letters.py", "message_store/message_store.py", "journal/journal.py"} <= {
+    assert {"broker/classic/dead_letters.py", "message_store/message_store.py", "storage/journal/journal.py"} <= {
         str(path.relative_to(PACKAGE_DIR)) for path in paths}
     for path in paths:
         name = str(path.relative_to(PACKAGE_DIR))

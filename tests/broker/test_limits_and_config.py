@@ -52,7 +52,7 @@ from journal_engine.limits import (
     TX_ID_MAX,
     max_body_bytes,
 )
-from journal_engine.message_store.lmdb_store import LmdbRecordStore
+from journal_engine.storage.lmdb.store import LmdbRecordStore
 from locations import ROOT
 
 SMALL = FILE_SIZE_MIN_BYTES

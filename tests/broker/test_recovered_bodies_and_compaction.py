@@ -11,7 +11,7 @@ import tracemalloc
 
 from journal_engine import Broker
 from journal_engine._impl import IMPLEMENTATION
-from journal_engine.journal.scan import pinned
+from journal_engine.storage.journal.scan import pinned
 
 SMALL = {"file_size": 256 * 1024}
 COUNT = 600
@@ -19,7 +19,7 @@ COUNT = 600
 
 def _deleted_but_mapped(directory) -> list[str]:
     """Lines of this process's mappings that name a deleted data file under `directory` (the checkpoint
-    a load took stays mapped, its name removed, until the close or a compaction: journal/checkpoint.py)."""
+    a load took stays mapped, its name removed, until the close or a compaction: storage/journal/checkpoint.py)."""
     with open("/proc/self/maps") as maps:
         return [line.strip() for line in maps if str(directory) in line and ".jej (deleted)" in line]
 

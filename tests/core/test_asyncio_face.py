@@ -1,5 +1,5 @@
 """The asyncio face: coroutines append and are resumed once their records are durable, resolved by
-the journal's flusher with one hand-over per sync and event loop (journal/durable_futures.py)."""
+the journal's flusher with one hand-over per sync and event loop (storage/journal/durable_futures.py)."""
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,4 @@
-"""The checkpoint (journal/checkpoint.py): a clean close saves every data file's columns, and the next
+"""The checkpoint (storage/journal/checkpoint.py): a clean close saves every data file's columns, and the next
 load uses them for each file whose bytes still CRC32C to what they were, instead of decoding every
 frame. Whatever happened to the files or the checkpoint in between, that load returns exactly what a
 load that decodes every file returns -- the reference here is a read-only load, which never uses a
@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from journal_engine import IMPLEMENTATION, Broker, Journal
 from journal_engine._impl import crc32c, image_size
-from journal_engine.journal import checkpoint as checkpoints
-from journal_engine.journal.format import CHECKPOINT_FILE
+from journal_engine.storage.journal import checkpoint as checkpoints
+from journal_engine.storage.journal.format import CHECKPOINT_FILE
 from journal_engine.record_format import RecordKind
 
 SMALL = 64 * 1024
@@ -412,8 +412,8 @@ def test_a_broker_restarts_through_the_checkpoint_with_every_message(tmp_path):
 
 
 def test_the_saved_columns_are_the_columns_a_decode_makes(tmp_path):
-    from journal_engine.journal.scan import scan_data_file
-    from journal_engine.journal.segment_files import list_directory
+    from journal_engine.storage.journal.scan import scan_data_file
+    from journal_engine.storage.journal.segment_files import list_directory
     _write_mixed(tmp_path)
     checkpoint = checkpoints.take(str(tmp_path))
     compared = 0

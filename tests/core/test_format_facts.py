@@ -12,7 +12,7 @@ import pytest
 from journal_engine import record_format
 from journal_engine._impl import encode_group
 from journal_engine._twin import codec as twin_codec, record_writer as twin_record_writer
-from journal_engine.journal import format as journal_format
+from journal_engine.storage.journal import format as journal_format
 
 
 def test_a_module_built_from_another_record_format_refuses_to_import_even_under_python_dash_o():

@@ -1,4 +1,4 @@
-"""The Python group commit's leader rule (journal_engine/group_commit.py), shared by the twin
+"""The Python group commit's leader rule (journal_engine/storage/group_commit.py), shared by the twin
 core and the LMDB store, and the one record writer both message-store backends use."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from journal_engine import MessageStore, _impl
-from journal_engine.group_commit import BatchGathering
+from journal_engine.storage.group_commit import BatchGathering
 
 
 #: a window no test waits out: a leader that returns at all did not wait for it (no bound on how fast)

@@ -16,7 +16,7 @@ from journal_engine import Journal
 from journal_engine._impl import encode_frame, encode_group, scan_columns
 from journal_engine.limits import SECTOR_SIZE_BYTES
 from journal_engine.record_format import FrameCheck, RecordKind
-from journal_engine.journal.scan import scan_directory
+from journal_engine.storage.journal.scan import scan_directory
 from locations import GOLDEN
 
 ADD, UPDATE, DELETE = RecordKind.ADD, RecordKind.UPDATE, RecordKind.DELETE
@@ -186,7 +186,7 @@ def test_format_version_2_journal_is_continued_in_a_new_version_3_file(tmp_path)
     """A version-2 reader would misread group frames, so they never go into a version-2 file."""
     import shutil
 
-    from journal_engine.journal.format import FORMAT_VERSION
+    from journal_engine.storage.journal.format import FORMAT_VERSION
     golden = GOLDEN / "format-v2"
     shutil.copytree(golden, tmp_path / "j")
     with Journal(tmp_path / "j", file_size=64 * 1024, sync="none", min_files=2) as journal:
@@ -242,8 +242,8 @@ def test_a_replay_scan_counts_group_frames_instead_of_making_rows(tmp_path):
     those, the groups counted, in the compiled core and the twin alike; load() reports every frame read."""
     from journal_engine import _replay
     from journal_engine._twin import replay as twin_replay
-    from journal_engine.journal.format import stamp_of
-    from journal_engine.journal.segment_files import list_directory
+    from journal_engine.storage.journal.format import stamp_of
+    from journal_engine.storage.journal.segment_files import list_directory
     with Journal(tmp_path, sync="none") as journal:
         journal.load()
         for index in range(1, 200):

@@ -15,7 +15,7 @@ import pytest
 from journal_engine import RecordKind, UnknownRecordError, UnknownTransactionError
 from journal_engine._impl import crc32c, scan_frames
 from journal_engine.limits import FILE_HEADER_SIZE_BYTES
-from journal_engine.journal.format import DATA_NAME, FileHeader, stamp_of
+from journal_engine.storage.journal.format import DATA_NAME, FileHeader, stamp_of
 
 SMALL = 64 * 1024
 

@@ -26,7 +26,7 @@ from journal_ops import data_files, model_of
 from journal_engine import _codec
 from journal_engine.limits import max_body_bytes
 from journal_engine._twin import codec as twin_codec
-from journal_engine.journal.format import FORMAT_VERSION, READABLE_FORMAT_VERSIONS
+from journal_engine.storage.journal.format import FORMAT_VERSION, READABLE_FORMAT_VERSIONS
 from journal_engine.record_format import RecordKind
 from locations import GOLDEN as GOLDEN_DIR, HELPERS
 

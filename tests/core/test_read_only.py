@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from journal_engine import Journal, JournalClosedError, JournalError
-from journal_engine.journal import durability
+from journal_engine.storage import durability
 
 from read_only_journals import FILE_SIZE, build, snapshot, tear_tail
 

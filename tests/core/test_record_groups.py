@@ -20,7 +20,7 @@ from journal_engine import (AddressSettings, Broker, ClassicBrokerConfig, Classi
                             MessageStore)
 from journal_engine.errors import DuplicateRecordError, RecordTooLargeError, UnknownRecordError
 from journal_engine.record_format import RecordKind
-from journal_engine.journal.format import FREE_SUFFIX, TMP_SUFFIX
+from journal_engine.storage.journal.format import FREE_SUFFIX, TMP_SUFFIX
 from journal_engine.message_store.message_store import StoreTransaction
 
 import group_worker  # noqa: E402

@@ -17,9 +17,9 @@ import pytest
 
 from journal_engine import (CorruptRecordError, IncompatibleFormatError, Journal, RecordKind)
 from journal_engine._impl import crc32c, encode_frame, scan_frames
-from journal_engine.journal.format import FileHeader, stamp_of
+from journal_engine.storage.journal.format import FileHeader, stamp_of
 from journal_engine.record_format import FrameCheck
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage.journal.segment_files import list_directory
 from journal_engine.limits import DATA_START_BYTES
 
 import crash_worker

@@ -17,9 +17,9 @@ from journal_engine import Journal
 from journal_engine._impl import IMPLEMENTATION, scan_columns
 from journal_engine._twin import replay as twin_replay
 from journal_engine.record_format import FrameCheck, RecordKind
-from journal_engine.journal.format import stamp_of
-from journal_engine.journal.scan import scan_directory, scan_file
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage.journal.format import stamp_of
+from journal_engine.storage.journal.scan import scan_directory, scan_file
+from journal_engine.storage.journal.segment_files import list_directory
 
 SMALL = 64 * 1024
 COLUMNS = ("offset", "size", "check", "kind", "record_type", "record_id", "tx_id", "body_offsets")
@@ -294,7 +294,7 @@ def test_files_are_decoded_on_several_threads_only_when_there_are_enough_bytes(t
                                                                               threads_wanted):
     """A pool of threads costs more than it saves on a small journal (the crash harness loads
     thousands of them): below SCAN_THREADS_MIN_BYTES recovery decodes on its own thread."""
-    from journal_engine.journal import scan
+    from journal_engine.storage.journal import scan
     pools = []
     real_pool = scan.ThreadPoolExecutor
     monkeypatch.setattr(scan.os, "cpu_count", lambda: 2)

@@ -22,7 +22,7 @@ from journal_engine import (
 )
 from journal_engine._impl import crc32c
 from journal_engine.limits import FILE_HEADER_SIZE_BYTES
-from journal_engine.journal.format import DATA_NAME, FORMAT_VERSION, MAGIC
+from journal_engine.storage.journal.format import DATA_NAME, FORMAT_VERSION, MAGIC
 
 SMALL = 64 * 1024
 FOREIGN_ID_NAME = "journal-00000000000000f1.jej"   # no journal of these tests reaches file id 0xf1

@@ -111,7 +111,7 @@ from journal_engine.crashtest import broker_workload
 broker = broker_workload.open_broker(sys.argv[1], "none", False, 1_000_000)
 for _ in range(4):
     broker.send(broker_workload.QUEUE, broker_workload.body_of(broker.stats()["next_message_id"]))
-broker.store._journal.sync()
+broker.store._message_records.sync()
 os.kill(os.getpid(), signal.SIGKILL)
 """
 

@@ -16,7 +16,7 @@ import warnings
 import pytest
 
 from journal_engine import CorruptRecordError, Journal
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage.journal.segment_files import list_directory
 
 FILE_SIZE = 64 * 1024
 RECORDS = 39

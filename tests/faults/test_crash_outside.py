@@ -15,7 +15,7 @@ import tempfile
 from journal_engine.crashtest import Campaign, broker_workload, campaign as campaign_module, command, outside
 from journal_engine.crashtest.campaign import _run_workload
 from journal_engine.crashtest.model import Model
-from journal_engine.journal import recovery
+from journal_engine.storage.journal import recovery
 
 EXIT_INCOMPLETE = 5
 

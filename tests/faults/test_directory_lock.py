@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from journal_engine import Journal, JournalLockedError, MessageStore, limits
-from journal_engine.journal.format import LOCK_FILE as JOURNAL_LOCK_FILE
-from journal_engine.message_store.interface import stored_backend
+from journal_engine.storage.journal.format import LOCK_FILE as JOURNAL_LOCK_FILE
+from journal_engine.storage.directory_kind import stored_backend
 from locations import HELPERS
 
-lmdb_store = pytest.importorskip("journal_engine.message_store.lmdb_store", reason="the LMDB backend needs pip install lmdb")
+lmdb_store = pytest.importorskip("journal_engine.storage.lmdb.store", reason="the LMDB backend needs pip install lmdb")
 LmdbRecordStore = lmdb_store.LmdbRecordStore
 
 WORKER = str(HELPERS / "directory_lock_worker.py")
@@ -205,7 +205,7 @@ def test_a_writer_does_not_start_under_an_inspection_of_an_idle_lmdb_store(tmp_p
         store.add(1, 1, b"kept")
     inspection = subprocess.Popen([sys.executable, "-c", (
         "import sys\n"
-        "from journal_engine.message_store.lmdb_store import LmdbRecordStore\n"
+        "from journal_engine.storage.lmdb.store import LmdbRecordStore\n"
         "store = LmdbRecordStore(sys.argv[1], read_only=True)\n"
         "store.load()\n"
         "print('reading', flush=True)\n"

@@ -51,10 +51,10 @@ _CUT_MID_READ = """
     import mmap, subprocess, sys
     from journal_engine import FileChangedError
     from journal_engine._impl import scan_columns
-    from journal_engine.journal import checkpoint as checkpoints
-    from journal_engine.journal.format import stamp_of
-    from journal_engine.journal.scan import _map_pinned
-    from journal_engine.journal.segment_files import list_directory
+    from journal_engine.storage.journal import checkpoint as checkpoints
+    from journal_engine.storage.journal.format import stamp_of
+    from journal_engine.storage.journal.scan import _map_pinned
+    from journal_engine.storage.journal.segment_files import list_directory
     taken = checkpoints.take(sys.argv[1])
     data = list_directory(sys.argv[1]).data[0]
     with open(data.path, "rb") as handle:
@@ -91,8 +91,8 @@ def test_a_file_cut_after_it_was_listed_raises_file_changed_error_naming_it(big_
     result = run_child("""
         import subprocess, sys
         from journal_engine import FileChangedError
-        from journal_engine.journal.scan import scan_data_file
-        from journal_engine.journal.segment_files import list_directory
+        from journal_engine.storage.journal.scan import scan_data_file
+        from journal_engine.storage.journal.segment_files import list_directory
         data = list_directory(sys.argv[1]).data[0]
         subprocess.run(["truncate", "-s", "1048576", data.path], check=True)
         try:

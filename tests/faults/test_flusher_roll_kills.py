@@ -22,7 +22,7 @@ import time
 import pytest
 
 from journal_engine import Journal
-from journal_engine.journal.recovery import analyze
+from journal_engine.storage.journal.recovery import analyze
 
 KILLS = int(os.environ.get("JOURNAL_ENGINE_ROLL_KILLS", "6"))
 FILE_SIZE = 64 * 1024

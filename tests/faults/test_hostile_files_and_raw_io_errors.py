@@ -20,9 +20,9 @@ import pytest
 from journal_engine import Broker, CorruptRecordError, Journal, JournalError, MessageStore, RecordKind
 from journal_engine._impl import crc32c, encode_frame, scan_frames
 from journal_engine.limits import DATA_START_BYTES, FILE_ID_MAX, SECTOR_SIZE_BYTES
-from journal_engine.journal import durability
-from journal_engine.journal.format import FileHeader, data_name, stamp_of
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage import durability
+from journal_engine.storage.journal.format import FileHeader, data_name, stamp_of
+from journal_engine.storage.journal.segment_files import list_directory
 from locations import HELPERS
 
 HERE = HELPERS
@@ -66,8 +66,8 @@ LOAD_AND_SCAN = """
     import mmap, sys
     from journal_engine import Journal
     from journal_engine._impl import scan_frames
-    from journal_engine.journal.format import stamp_of
-    from journal_engine.journal.segment_files import list_directory
+    from journal_engine.storage.journal.format import stamp_of
+    from journal_engine.storage.journal.segment_files import list_directory
     directory = sys.argv[1]
     for data in list_directory(directory).data:
         with open(data.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from journal_engine import Journal
-from journal_engine.journal.format import FREE_SUFFIX
+from journal_engine.storage.journal.format import FREE_SUFFIX
 from journal_engine.record_format import RecordKind
 
 FILE_SIZE = 256 * 1024

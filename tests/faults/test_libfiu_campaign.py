@@ -15,7 +15,7 @@ import pytest
 
 from journal_engine import Journal
 from journal_engine.crashtest import fault_workload
-from journal_engine.journal import durability
+from journal_engine.storage import durability
 
 FIU = shutil.which("fiu-run")
 needs_fiu = pytest.mark.skipif(not FIU, reason="libfiu's fiu-run is not installed (Debian: fiu-utils)")

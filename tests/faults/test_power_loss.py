@@ -153,7 +153,7 @@ def test_a_write_made_while_a_sync_runs_is_not_covered_by_it(tmp_path):
 
 # ----- another store: LMDB (pages by pwrite and writev, fdatasync, the meta page through O_DSYNC) -----
 LMDB_AS_IT_WAS = '''
-from journal_engine.message_store import lmdb_store
+from journal_engine.storage.lmdb import store as lmdb_store
 
 
 def open_store(directory, sync):

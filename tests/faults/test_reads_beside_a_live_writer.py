@@ -14,9 +14,9 @@ import pytest
 
 from journal_engine import FileVanishedError, Journal, JournalLockedError
 from journal_engine.limits import LIVE_READ_ATTEMPTS_MAX
-from journal_engine.journal.format import free_name
-from journal_engine.journal.scan import read_while_live, scan_data_files
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage.journal.format import free_name
+from journal_engine.storage.journal.scan import read_while_live, scan_data_files
+from journal_engine.storage.journal.segment_files import list_directory
 
 FILE_SIZE = 64 * 1024
 
@@ -112,8 +112,8 @@ def test_inspections_beside_a_compacting_writer_exit_0_1_or_4_never_3(tmp_path, 
 def test_a_compaction_control_file_that_vanished_is_read_again_not_an_io_error(tmp_path):
     """The writer finishes its swap and deletes compaction.ctl between the view's look for it and its
     read (the crash harness's live-inspect saw `print` exit 3 there): the view lists again."""
-    from journal_engine.journal.format import CONTROL_FILE
-    from journal_engine.journal.segment_files import read_compaction_plan
+    from journal_engine.storage.journal.format import CONTROL_FILE
+    from journal_engine.storage.journal.segment_files import read_compaction_plan
     with pytest.raises(FileVanishedError) as gone:
         read_compaction_plan(str(tmp_path / CONTROL_FILE))
     assert gone.value.path.endswith(CONTROL_FILE)

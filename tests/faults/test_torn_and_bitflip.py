@@ -23,11 +23,11 @@ import journal_engine
 from journal_engine import CorruptRecordError, Journal, RecordKind
 from journal_engine._impl import scan_frames
 from journal_engine.limits import DATA_START_BYTES
-from journal_engine.journal.format import HEADER_FLAG_RECYCLED, stamp_of
+from journal_engine.storage.journal.format import HEADER_FLAG_RECYCLED, stamp_of
 from journal_engine.crashtest import power_loss
 from journal_engine.crashtest.power_loss import OP_MARK, OP_OPEN, OP_SYNC_BEGIN, OP_SYNC_END, OP_WRITE
 from journal_engine.record_format import FrameCheck
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage.journal.segment_files import list_directory
 
 pytestmark = pytest.mark.filterwarnings("ignore:journal damage:RuntimeWarning")
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE.parent / "helpers"))   # tests/helpers/, for journal
 
 from journal_ops import apply_ops, data_files
 
-from journal_engine.journal.format import FORMAT_VERSION
+from journal_engine.storage.journal.format import FORMAT_VERSION
 
 # one pinned journal per format version; this script writes (or checks) the current version's,
 # and the older ones stay as they are: tests/core/test_parity.py loads every one of them

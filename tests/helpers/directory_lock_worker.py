@@ -15,7 +15,7 @@ import os
 import sys
 
 from journal_engine import Broker, Journal, JournalLockedError, MessageStore
-from journal_engine.message_store.lmdb_store import LmdbRecordStore
+from journal_engine.storage.lmdb.store import LmdbRecordStore
 
 RECORD_TYPE = 7
 QUEUE = "q"

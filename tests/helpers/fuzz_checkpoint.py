@@ -1,4 +1,4 @@
-"""A coverage-guided fuzz target (atheris) for the checkpoint's reader (journal/checkpoint.py and the
+"""A coverage-guided fuzz target (atheris) for the checkpoint's reader (storage/journal/checkpoint.py and the
 compiled checks of its images).
 
 One journal is written and closed cleanly at start (journal_engine.crashtest.checkpoint_attack's
@@ -24,8 +24,8 @@ import atheris
 with atheris.instrument_imports():
     from journal_engine import Journal, JournalError
     from journal_engine.crashtest import checkpoint_attack as attacks
-    from journal_engine.journal import checkpoint as checkpoints
-    from journal_engine.journal.format import CHECKPOINT_FILE
+    from journal_engine.storage.journal import checkpoint as checkpoints
+    from journal_engine.storage.journal.format import CHECKPOINT_FILE
 
 # where the journals go: JOURNAL_ENGINE_FUZZ_SCRATCH (the test gives its tmp_path), else a new temporary
 # directory, removed at the end unless the fuzzer ends the process first

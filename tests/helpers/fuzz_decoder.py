@@ -22,7 +22,7 @@ with atheris.instrument_imports():
     from journal_engine import Journal, JournalError
     from journal_engine._impl import ReplayState, crc32c, encode_frame, encode_group, scan_frames
     from journal_engine.record_format import RecordKind
-    from journal_engine.journal.format import FileHeader, data_name, stamp_of
+    from journal_engine.storage.journal.format import FileHeader, data_name, stamp_of
 
 FILE_SIZE = 64 * 1024
 SCRATCH = tempfile.mkdtemp(prefix="journal-engine-fuzz-")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from journal_engine import Journal, RecordKind
 from journal_engine._impl import encode_frame, scan_frames
-from journal_engine.journal.format import stamp_of
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage.journal.format import stamp_of
+from journal_engine.storage.journal.segment_files import list_directory
 
 FILE_SIZE = 64 * 1024
 

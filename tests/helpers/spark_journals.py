@@ -15,8 +15,8 @@ from pathlib import Path
 from journal_engine import AddressSettings, Broker, Journal, ManualClock
 from journal_engine._impl import scan_frames
 from journal_engine.record_format import RecordKind
-from journal_engine.journal.format import stamp_of
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage.journal.format import stamp_of
+from journal_engine.storage.journal.segment_files import list_directory
 
 NOW = 1_700_000_000_000
 REDELIVERY_DELAY_MS = 1000

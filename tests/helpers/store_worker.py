@@ -53,7 +53,7 @@ import threading
 import time
 
 from journal_engine import Journal, MessageStore
-from journal_engine.message_store.lmdb_store import LmdbRecordStore
+from journal_engine.storage.lmdb.store import LmdbRecordStore
 
 BACKENDS = ("journal", "lmdb")
 FILE_SIZE = 256 * 1024

@@ -107,7 +107,7 @@ def test_bench_summary(spark, tmp_path):
 def test_live_bytes_of_an_lmdb_store_are_its_live_records_bodies(spark, tmp_path):
     """An LMDB store holds only live records (no frames): every byte is live. Before, segment_bytes summed
     the frame sizes, null there, and reported live_bytes = 0 (every record dead) and no used bytes."""
-    from journal_engine.message_store.lmdb_store import LmdbRecordStore
+    from journal_engine.storage.lmdb.store import LmdbRecordStore
     directory = tmp_path / "broker"
     write_broker(directory, store="lmdb")
     rows = {row.path: row for row in analytics.segment_bytes(

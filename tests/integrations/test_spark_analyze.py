@@ -13,7 +13,7 @@ from spark_journals import POISON_BODY, python_rows, write_broker, write_journal
 
 from journal_engine.cli import main as cli_main
 from journal_engine.errors import ConfigError
-from journal_engine.journal.recovery import analyze
+from journal_engine.storage.journal.recovery import analyze
 from journal_engine.spark import environment, register
 
 

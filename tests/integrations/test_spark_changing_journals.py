@@ -83,7 +83,7 @@ def test_a_live_read_of_a_journal_with_a_bad_header_is_a_damage_row(spark, tmp_p
 
 
 def test_an_lmdb_store_reads_as_its_live_records_with_the_message_store_columns(spark, tmp_path):
-    from journal_engine.message_store.lmdb_store import LmdbRecordStore
+    from journal_engine.storage.lmdb.store import LmdbRecordStore
     lmdb_broker, journal_broker = tmp_path / "lmdb", tmp_path / "journal"
     write_broker(lmdb_broker, store="lmdb")
     write_broker(journal_broker)

@@ -19,8 +19,8 @@ from journal_engine import Journal
 from journal_engine._twin.message_columns import property_text
 from journal_engine.errors import CorruptRecordError
 from journal_engine.record_format import RecordType, StoredMessage, StoredQueue, decode_store_body
-from journal_engine.journal.recovery import TORN_TAIL_REASON, analyze
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage.journal.recovery import TORN_TAIL_REASON, analyze
+from journal_engine.storage.journal.segment_files import list_directory
 
 pytestmark = pytest.mark.spark
 

@@ -1,11 +1,13 @@
 """The floors of the package, checked from the source (docs/architecture.md):
 
-* the compiled core (pyx/) imports only the leaves (errors, limits, record_format, group_commit) and other
+* the compiled core (pyx/) imports only the leaves (errors, limits, record_format, storage.group_commit, storage.sync_mode) and other
   compiled modules — never its Python twin, never a module above it;
 * the twins (journal_engine/_twin/) import only the leaves and each other;
 * the leaves import only each other;
-* data flows one way: broker -> message_store -> journal, never back, and the broker never reaches the
-  journal;
+* data flows one way: broker -> message_store -> storage (the protocol and the shared parts) -> the backends
+  (storage/journal/, storage/lmdb/) -> files, never back, and the broker never reaches storage;
+* each backend imports the storage floor and never the other backend; the floor's shared modules import
+  no backend (only ``storage.directory_kind``, which tells them apart by their files, names both);
 * inside the broker, four floors (journal_engine/broker/__init__.py): artemis/ <- the common model <- the
   seed systems (classic/, qpid/, hornetq/) and config/ <- the engine; no floor imports one above it;
 * there is no import cycle anywhere in journal_engine, counting imports inside functions and under
@@ -24,7 +26,9 @@ pytestmark = pytest.mark.same_on_both   # read from the source
 
 PACKAGE = ROOT / "journal_engine"
 PYX = ROOT / "pyx" / "journal_engine"
-LEAVES = {"journal_engine.errors", "journal_engine.limits", "journal_engine.record_format", "journal_engine.group_commit"}
+LEAVES = {"journal_engine.errors", "journal_engine.limits", "journal_engine.record_format", "journal_engine.storage.group_commit",
+          "journal_engine.storage.sync_mode",
+          "journal_engine.storage"}
 
 
 def module_name(path: Path) -> str:
@@ -103,7 +107,7 @@ GRAPH = {name: (compiled_imports(name, path) if path.suffix == ".pyx" else pytho
 def test_the_graph_sees_the_whole_package():
     assert {"journal_engine._codec", "journal_engine._core", "journal_engine._replay",
             "journal_engine._record_writer"} <= set(compiled_modules())
-    assert "journal_engine.broker.broker" in GRAPH and "journal_engine.journal.journal" in GRAPH
+    assert "journal_engine.broker.broker" in GRAPH and "journal_engine.storage.journal.journal" in GRAPH
     assert "journal_engine.errors" in GRAPH["journal_engine._core"]
 
 
@@ -126,8 +130,8 @@ def test_leaves_import_only_leaves():
 
 
 @pytest.mark.parametrize("lower, upper", [
-    ("journal_engine.journal", "journal_engine.message_store"),
-    ("journal_engine.journal", "journal_engine.broker"),
+    ("journal_engine.storage", "journal_engine.message_store"),
+    ("journal_engine.storage", "journal_engine.broker"),
     ("journal_engine.message_store", "journal_engine.broker"),
 ])
 def test_data_flows_one_way(lower, upper):
@@ -138,13 +142,38 @@ def test_data_flows_one_way(lower, upper):
 
 
 def test_the_broker_reaches_storage_only_through_the_store():
-    """docs/architecture.md: the broker imports the leaves, message_store/ and _impl (never journal/ nor a compiled
+    """docs/architecture.md: the broker imports the leaves, message_store/ and _impl (never storage/ nor a compiled
     or twin module directly)."""
     for name, imports in GRAPH.items():
         if name.startswith("journal_engine.broker"):
-            wrong = sorted(i for i in imports if i.startswith("journal_engine.journal")
+            wrong = sorted(i for i in imports if i.startswith("journal_engine.storage")
                            or i.startswith("journal_engine._") and i != "journal_engine._impl")
             assert not wrong, f"{name} reaches below the store: {wrong}"
+
+
+BACKENDS = ("journal_engine.storage.journal", "journal_engine.storage.lmdb")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_backend_never_imports_the_other(backend):
+    (other,) = (b for b in BACKENDS if b != backend)
+    modules = [name for name in GRAPH if name.startswith(backend + ".") or name == backend]
+    assert modules, f"no modules under {backend}"
+    for name in modules:
+        wrong = sorted(i for i in GRAPH[name] if i == other or i.startswith(other + "."))
+        assert not wrong, f"{name} imports the other backend: {wrong}"
+
+
+def test_the_storage_floor_imports_no_backend():
+    """storage/'s shared modules (protocol, durability, directory_lock, lifecycle, group_commit) stand under both
+    backends; only directory_kind, which tells the backends' files apart, and the registry of backends name them."""
+    naming_both = {"journal_engine.storage.directory_kind", "journal_engine.storage.backends"}
+    floor = [name for name in GRAPH if name.startswith("journal_engine.storage.")
+             and not name.startswith(BACKENDS) and name not in naming_both]
+    assert {"journal_engine.storage.protocol", "journal_engine.storage.durability"} <= set(floor)
+    for name in floor:
+        wrong = sorted(i for i in GRAPH[name] if i.startswith(BACKENDS))
+        assert not wrong, f"{name} (the shared floor) imports a backend: {wrong}"
 
 
 def test_no_import_cycle():

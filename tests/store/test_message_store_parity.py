@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 import journal_engine
 from journal_engine import DuplicateRecordError, Journal, UnknownRecordError
 from journal_engine._impl import scan_frames
-from journal_engine.journal.format import stamp_of
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage.journal.format import stamp_of
+from journal_engine.storage.journal.segment_files import list_directory
 from journal_engine._twin import record_writer
 from journal_engine.message_store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY
 from locations import HELPERS

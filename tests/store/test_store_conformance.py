@@ -1,6 +1,6 @@
 """One conformance suite for every storage backend: each test body runs on the journal and on LMDB.
 
-Part 1, the record store (message_store/interface.py): Journal and LmdbRecordStore alike — records,
+Part 1, the record store (storage/protocol.py): Journal and LmdbRecordStore alike — records,
 updates, replaceable updates, deletes, transactions, two-phase commit, sync and flush, locking,
 recovery after reopen and after SIGKILL.
 
@@ -58,8 +58,9 @@ from journal_engine import (
 from journal_engine.errors import IncompatibleFormatError
 from journal_engine import record_format as records
 from journal_engine.message_store import delivery_shadow
-from journal_engine.message_store.interface import RECORD_STORE_METHODS, RECORD_STORE_POSITIONS, RecordStore, stored_backend
-from journal_engine.message_store.lmdb_store import LmdbRecordStore
+from journal_engine.storage.directory_kind import stored_backend
+from journal_engine.storage.protocol import RECORD_STORE_METHODS, RECORD_STORE_POSITIONS, RecordStore
+from journal_engine.storage.lmdb.store import LmdbRecordStore
 from journal_engine.message_store.message_store import BINDINGS_DIRECTORY, MESSAGES_DIRECTORY
 from locations import HELPERS
 

@@ -16,7 +16,7 @@ import pytest
 
 from journal_engine import AddressSettings, Broker, Journal, ManualClock, __version__, demo
 from journal_engine.cli import main
-from journal_engine.journal.segment_files import list_directory
+from journal_engine.storage.journal.segment_files import list_directory
 from locations import ROOT
 
 NOW = 1_700_000_000_000

@@ -11,8 +11,9 @@ import sys
 import pytest
 
 from journal_engine.crashtest import Campaign
-from journal_engine.journal import durability, recovery
-from journal_engine.journal import journal as journal_module
+from journal_engine.storage import durability
+from journal_engine.storage.journal import recovery
+from journal_engine.storage.journal import journal as journal_module
 
 
 def test_a_smoke_campaign_runs_every_fault_mode_and_finds_no_violation(tmp_path):
@@ -36,7 +37,7 @@ def test_the_checkpoint_attack_catches_a_forged_checkpoint_put_back_by_a_refused
     """A refused load that puts back whatever it took, as before the fix: the forged checkpoint outlives
     the load, which the attack's judge must call a violation (and the fixed one does not)."""
     from journal_engine.crashtest import checkpoint_attack
-    from journal_engine.journal import checkpoint as checkpoints
+    from journal_engine.storage.journal import checkpoint as checkpoints
     pristine = str(tmp_path / "pristine")
     checkpoint_attack.write_pristine(pristine, seed=2)
     with open(os.path.join(pristine, "journal.jck"), "rb") as handle:
@@ -137,7 +138,7 @@ def test_the_command_crashes_a_user_store_given_by_import_path(tmp_path):
 
 
 MAPPING_STORE = '''
-from journal_engine.message_store.lmdb_store import LmdbRecordStore
+from journal_engine.storage.lmdb.store import LmdbRecordStore
 
 
 def open_store(directory, sync):      # LMDB maps its lock file shared and writable

@@ -12,68 +12,30 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 
-from .._impl import IMPLEMENTATION, JournalCore, Segment
-from ..errors import ConfigError, FileChangedError, JournalClosedError, JournalError, JournalIOError
-from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, COMPACT_MIN_FILES_DEFAULT,
+from ..._impl import IMPLEMENTATION, JournalCore, Segment
+from ...errors import ConfigError, FileChangedError, JournalClosedError, JournalError, JournalIOError
+from ...limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, COMPACT_MIN_FILES_DEFAULT,
                       COMPACT_PERCENTAGE_DEFAULT, COMPACT_PERCENTAGE_MAX, COMPACT_UPDATE_FACTOR,
                       FILE_SIZE_DEFAULT_BYTES, FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES, MIN_FILES_DEFAULT,
                       MIN_FILES_MIN, SECTOR_SIZE_BYTES, SYNC_MODE_DEFAULT, max_frame_bytes)
 from ..group_commit import check_durability_settings
-from . import checkpoint as checkpoints, compactor, durability
+from ..sync_mode import SyncMode
+from .. import durability
+from . import checkpoint as checkpoints, compactor
 from .format import FORMAT_VERSION, LOCK_FILE, FileHeader
-from ..record_format import RecordKind
-from .recovery import LoadReport, analyze, cut_short
+from ...record_format import RecordKind
+from .recovery import analyze, cut_short
+from ..protocol import LoadResult, PreparedTransaction, TransactionRecord
 from .scan import pinned
-from .directory_lock import DirectoryLock
+from ..directory_lock import DirectoryLock
 from .durable_futures import DurableFutures
 from .segment_files import DataFile, FilePool
-from .store_lifecycle import StoreLifecycle
+from ..lifecycle import StoreLifecycle
 
-log = logging.getLogger("journal_engine.journal")
+log = logging.getLogger("journal_engine.storage.journal")
 
-
-
-@dataclass
-class TransactionRecord:
-    """One record of a prepared transaction."""
-
-    kind: str            # "add", "update" or "delete"
-    record_id: int
-    record_type: int
-    body: bytes
-
-
-@dataclass
-class PreparedTransaction:
-    """A transaction prepared (two-phase commit) and neither committed nor rolled back when the
-    journal was last closed: ``load()`` returns it for the caller to commit or roll back by tx_id.
-
-    ``records`` is a list of ``TransactionRecord`` in append order.
-    """
-
-    tx_id: int
-    xid: bytes
-    records: list
-
-
-@dataclass
-class LoadResult:
-    """What ``Journal.load()`` recovered.
-
-    ``records``: a read-only mapping {record id: RecordInfo} of the live records (``.record_id``,
-    ``.record_type``, ``.body``, ``.updates`` as (record type, body) in append order), in the order
-    they were added; the compiled core makes each RecordInfo when it is looked at, from buffers the
-    result owns (a fresh object each time; the twin keeps a dict); ``prepared``: the
-    ``PreparedTransaction`` list; ``report``: a ``LoadReport`` (``.torn_tail_truncated``,
-    ``.corrupt`` as (path, offset, reason), ``.files_read``, ``.rolled_back``, ``.duration_s``).
-    """
-
-    records: Mapping
-    prepared: list
-    report: LoadReport
 
 
 _TX_KIND_NAMES = {RecordKind.ADD_TX: "add", RecordKind.UPDATE_TX: "update", RecordKind.DELETE_TX: "delete"}
@@ -195,7 +157,7 @@ class Journal(JournalCore, StoreLifecycle):
         self.directory = os.fspath(directory)
         self.file_size = file_size
         self.min_files = min_files
-        self.sync_mode = sync
+        self.sync_mode = SyncMode.named(sync)
         self.buffer_timeout_us = buffer_timeout_us
         self.buffer_size = buffer_size
         self.compact_min_files = compact_min_files
@@ -204,7 +166,7 @@ class Journal(JournalCore, StoreLifecycle):
         self.pool_files = min_files if pool_files is None else pool_files
         # record type -> how many leading body bytes name what the update replaces (e.g. a queue id)
         self.replaceable_types = dict(replaceable_types or {})
-        self._core_configure(sync, buffer_size, max_frame_bytes(file_size), self.replaceable_types,
+        self._core_configure(self.sync_mode, buffer_size, max_frame_bytes(file_size), self.replaceable_types,
                              buffer_timeout_us)
         self._state = "new"
         self._data_files: list[DataFile] = []
@@ -278,7 +240,7 @@ class Journal(JournalCore, StoreLifecycle):
             return self._load_read_only(started, copy)
         compactor.recover(self.directory)
         # the checkpoint of the last clean close, taken (its name removed) whether or not this load uses
-        # it: the appends to come make it stale, and a crash must find none (journal/checkpoint.py)
+        # it: the appends to come make it stale, and a crash must find none (storage/journal/checkpoint.py)
         checkpoint = checkpoints.take(self.directory)
         try:
             analysis = analyze(self.directory, self.replaceable_types, remove_temporary=True, copy=copy,
@@ -350,7 +312,7 @@ class Journal(JournalCore, StoreLifecycle):
             # there would be misread by that version's reader): appends go to a new file
             self._core_force_roll(lambda: self._next_segment(0))
         self._pool.start()
-        if self.sync_mode == "group":
+        if self.sync_mode.flushes_in_background:
             self._start_flusher()
         report.duration_s = time.perf_counter() - started
         for path, offset, reason in report.corrupt:
@@ -435,7 +397,7 @@ class Journal(JournalCore, StoreLifecycle):
     # ----- the asyncio face ------------------------------------------------------------------------
     # Each call appends at once, as its synchronous twin with sync=False does, then waits without
     # blocking the event loop until what it appended is durable, in every sync mode: the flusher
-    # thread syncs and resolves the futures (journal/durable_futures.py). Call them from coroutines
+    # thread syncs and resolves the futures (storage/journal/durable_futures.py). Call them from coroutines
     # of any number of event loops, beside threads using the synchronous API.
 
     async def add_async(self, record_id: int, record_type: int, body) -> None:
@@ -661,7 +623,7 @@ class Journal(JournalCore, StoreLifecycle):
         second a 1.5 GB written). A checkpoint that cannot be saved is logged, not raised: the next
         load decodes every file. Call it once the appending threads are done:
         an append racing it raises ``JournalClosedError``. A journal the program leaves open is closed
-        at interpreter exit, by an ``atexit`` hook (journal/store_lifecycle.py), checkpoint included.
+        at interpreter exit, by an ``atexit`` hook (storage/lifecycle.py), checkpoint included.
         """
         if self._state == "closed":
             return
@@ -697,7 +659,7 @@ class Journal(JournalCore, StoreLifecycle):
                 self._directory_lock.release()
 
     def _save_checkpoint(self) -> None:
-        """A clean close saves every data file's columns for the next load (journal/checkpoint.py). A
+        """A clean close saves every data file's columns for the next load (storage/journal/checkpoint.py). A
         failure only costs the next load a decode of every file: it is logged, never raised."""
         try:
             self._directory_lock.check()

@@ -16,14 +16,14 @@ import stat
 import threading
 from dataclasses import dataclass, field
 
-from .._impl import Segment, crc32c
-from ..errors import CorruptRecordError, FileVanishedError, StoreFullError
-from ..limits import FILE_HEADER_SIZE_BYTES, FILE_ID_MAX, FRAME_HEADER_SIZE_BYTES
-from . import durability
+from ..._impl import Segment, crc32c
+from ...errors import CorruptRecordError, FileVanishedError, StoreFullError
+from ...limits import FILE_HEADER_SIZE_BYTES, FILE_ID_MAX, FRAME_HEADER_SIZE_BYTES
+from .. import durability
 from .format import (COMPACT_NAME, CONTROL_FILE, DATA_NAME, FREE_NAME, HEADER_FLAG_FRESH, HEADER_FLAG_RECYCLED, TMP_SUFFIX,
                      FileHeader, data_name, free_name)
 
-log = logging.getLogger("journal_engine.journal")
+log = logging.getLogger("journal_engine.storage.journal")
 
 
 @dataclass

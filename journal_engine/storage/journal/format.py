@@ -5,8 +5,8 @@ import re
 import struct
 from dataclasses import dataclass
 
-from ..errors import CorruptRecordError, IncompatibleFormatError
-from ..limits import (DATA_START_BYTES, FILE_HEADER_SIZE_BYTES, FILE_ID_MAX, FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES,
+from ...errors import CorruptRecordError, IncompatibleFormatError
+from ...limits import (DATA_START_BYTES, FILE_HEADER_SIZE_BYTES, FILE_ID_MAX, FILE_SIZE_MAX_BYTES, FILE_SIZE_MIN_BYTES,
                       SECTOR_SIZE_BYTES)
 
 MAGIC = b"\x89JEJRNL\n"
@@ -30,12 +30,12 @@ COMPACT_SUFFIX = ".jec"
 TMP_SUFFIX = ".tmp"
 CONTROL_FILE = "compaction.ctl"
 LOCK_FILE = "journal.lock"
-CHECKPOINT_FILE = "journal.jck"      # every data file's columns, saved at a clean close (journal/checkpoint.py)
+CHECKPOINT_FILE = "journal.jck"      # every data file's columns, saved at a clean close (storage/journal/checkpoint.py)
 DATA_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jej$")
 FREE_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jef$")
 COMPACT_NAME = re.compile(r"^journal-([0-9a-f]{16})\.jec$")
 #: every file of records a journal may hold (data, free, compaction output), as a glob: a directory with
-#: any of them holds a journal (message_store.interface.stored_backend)
+#: any of them holds a journal (storage/directory_kind.py)
 FILES_GLOB = "journal-*.je[jfc]"
 
 

@@ -1,6 +1,6 @@
 """The checkpoint: every data file's columns, saved at a clean close, so the next load need not decode.
 
-A load decodes every frame of every file into columns (journal/scan.py) and replays them. A clean
+A load decodes every frame of every file into columns (storage/journal/scan.py) and replays them. A clean
 close writes what that decoding would give -- each data file's columns as a replay reads them, where
 its frames end, and the CRC32C of every byte of the file -- into one file, ``CHECKPOINT_FILE``
 (docs/internals/format.md, "The checkpoint"). The next writing ``load()`` takes it: it maps it and
@@ -31,16 +31,16 @@ import os
 import struct
 from typing import Callable, Iterable
 
-from .._impl import CheckpointMapping, FrameColumns, checkpointed_columns, crc32c, image_is_sound, image_size
-from ..errors import JournalError
-from ..limits import FILE_SIZE_MAX_BYTES, FRAME_ALIGNMENT_BYTES
-from ..record_format import FrameCheck
-from . import durability
+from ..._impl import CheckpointMapping, FrameColumns, checkpointed_columns, crc32c, image_is_sound, image_size
+from ...errors import JournalError
+from ...limits import FILE_SIZE_MAX_BYTES, FRAME_ALIGNMENT_BYTES
+from ...record_format import FrameCheck
+from .. import durability
 from .format import CHECKPOINT_FILE, stamp_of
 from .scan import ColumnsImage, SavedColumns, image_of, in_threads
 from .segment_files import DataFile
 
-log = logging.getLogger("journal_engine.journal")
+log = logging.getLogger("journal_engine.storage.journal")
 
 MAGIC = b"\x89JECKPT\n"
 VERSION = 2     # 2: the trailer

@@ -1,11 +1,11 @@
-"""LmdbRecordStore: the record-store interface (message_store/interface.py) on one LMDB environment.
+"""LmdbRecordStore: the record-store interface (storage/protocol.py) on one LMDB environment.
 
 For users who want random reads of stored records, or who already run LMDB; the journal
 stays the default (docs/backends.md says when to pick which).
 
 Layout: a directory holds one LMDB environment (``data.mdb``, ``lock.mdb``) with five
 named databases, and ``store.lock`` (the holder's process id; the flock is on the directory itself,
-journal/directory_lock.py: one LmdbRecordStore per directory, across processes, because the
+storage/directory_lock.py: one LmdbRecordStore per directory, across processes, because the
 live-record table the writes are checked against is in memory).
 Keys are big-endian so LMDB's byte order is numeric order.
 
@@ -74,8 +74,8 @@ try:
 except ImportError as exc:          # an optional dependency: only this backend needs it
     raise ImportError(f"the LMDB record store needs the lmdb package ({exc}); pip install lmdb") from exc
 
-from .._impl import RecordInfo
-from ..errors import (
+from ..._impl import RecordInfo
+from ...errors import (
     ConfigError,
     CorruptRecordError,
     DuplicateRecordError,
@@ -89,25 +89,22 @@ from ..errors import (
     UnknownRecordError,
     UnknownTransactionError,
 )
-from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, LMDB_BATCH_HARD_LIMIT_FACTOR,
+from ...limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, LMDB_BATCH_HARD_LIMIT_FACTOR,
                       LMDB_BODY_BYTES_MAX, LMDB_FULL_DISK_RETRY_S, LMDB_FULL_DISK_SLACK_BYTES,
                       LMDB_MAP_SIZE_DEFAULT_BYTES, LMDB_MAP_SIZE_MAX_DEFAULT_BYTES, LMDB_MAP_SIZE_MIN_BYTES,
                       RECORD_TYPE_MAX, SYNC_MODE_DEFAULT, U64_MAX, check_id)
-from ..record_format import RecordKind
-from ..journal.directory_lock import DirectoryLock
-from ..journal.durability import rename_durably, unlink
-from ..journal.journal import LoadResult, PreparedTransaction, TransactionRecord
-from ..journal.recovery import LoadReport
-from ..journal.store_lifecycle import StoreLifecycle
+from ...record_format import RecordKind
+from ..directory_lock import DirectoryLock
+from ..durability import rename_durably, unlink
+from ..protocol import LoadReport, LoadResult, PreparedTransaction, TransactionRecord
+from ..lifecycle import StoreLifecycle
 from ..group_commit import BatchGathering, check_durability_settings
-from .interface import stored_backend
+from ..sync_mode import SyncMode
+from ..directory_kind import stored_backend
+from .format import DATA_FILE, FORMAT_TAG, LOCK_FILE, NEW_DATA_FILE
 
 log = logging.getLogger("journal_engine.message_store.lmdb")
 
-LOCK_FILE = "store.lock"
-DATA_FILE = "data.mdb"                          # LMDB's names in a directory environment
-NEW_DATA_FILE = "data.mdb.new"                  # a new environment until it is synced and renamed (below)
-FORMAT_TAG = b"journal_engine.lmdb-record-store/1"
 _ENTRY_OVERHEAD_BYTES = 17                      # key and type bytes counted per record in the byte counters
 
 _ID = struct.Struct(">Q")
@@ -131,7 +128,7 @@ def _check_type(record_type: int) -> None:
 def _as_body(body) -> bytes:
     data = body if type(body) is bytes else bytes(body)
     if len(data) > LMDB_BODY_BYTES_MAX:
-        from ..errors import RecordTooLargeError
+        from ...errors import RecordTooLargeError
         raise RecordTooLargeError(f"a record body of {len(data)} bytes is larger than {LMDB_BODY_BYTES_MAX}")
     return data
 
@@ -203,7 +200,7 @@ class _Transaction:
 
 
 class LmdbRecordStore(StoreLifecycle):
-    """A record store (message_store/interface.py) in one LMDB environment, with group commit."""
+    """A record store (storage/protocol.py) in one LMDB environment, with group commit."""
 
     def __init__(self, directory, *, sync: str = SYNC_MODE_DEFAULT, replaceable_types: dict | None = None,
                  map_size: int = LMDB_MAP_SIZE_DEFAULT_BYTES, map_size_max: int = LMDB_MAP_SIZE_MAX_DEFAULT_BYTES,
@@ -225,7 +222,7 @@ class LmdbRecordStore(StoreLifecycle):
                 raise ConfigError("replaceable_types", replaceable_types,
                                   "must map record types (0..255) to key lengths (>= 0)")
         self.directory = os.fspath(directory)
-        self.sync_mode = sync
+        self.sync_mode = SyncMode.named(sync)
         self.replaceable_types = replaceable
         self.map_size_max = map_size_max
         self.buffer_timeout_us = buffer_timeout_us
@@ -257,8 +254,7 @@ class LmdbRecordStore(StoreLifecycle):
         self._resizing = False
         self._gate_lock = threading.Lock()                  # readers against a map resize
         # the batch size at which an appender commits it itself (see _make_room)
-        self._batch_limit = buffer_size if sync == "none" else buffer_size * LMDB_BATCH_HARD_LIMIT_FACTOR
-        self._wait_by_default = sync == "always"            # sync=None waits for the disk
+        self._batch_limit = buffer_size * LMDB_BATCH_HARD_LIMIT_FACTOR if self.sync_mode.syncs else buffer_size
         self._gate = threading.Condition(self._gate_lock)
 
         self.read_only = bool(read_only)
@@ -268,7 +264,7 @@ class LmdbRecordStore(StoreLifecycle):
                                      path=self.directory, hint="check the path; read_only=True creates nothing")
         else:
             os.makedirs(self.directory, exist_ok=True)
-        # the one lock of the directory (journal/directory_lock.py), before anything is read or created.
+        # the one lock of the directory (storage/directory_lock.py), before anything is read or created.
         # An inspection takes it shared: while it holds it no writer starts, and LMDB is read without
         # its lock file (lock.mdb, which every locking reader writes); when a writer holds it, LMDB is
         # read through its reader table (a slot in lock.mdb, nothing else written): a consistent
@@ -292,7 +288,7 @@ class LmdbRecordStore(StoreLifecycle):
             raise IncompatibleFormatError(
                 "the directory holds journal files, not an LMDB store", path=self.directory,
                 hint='open it with backend="journal" (or Journal), or give the LMDB store an empty directory')
-        durable = sync != "none"     # "none": data pages synced at each commit, the meta page at sync()
+        durable = self.sync_mode.syncs     # "none": data pages synced at each commit, the meta page at sync()
         reader_table = not self.read_only or self._writer_present is not None
         try:
             if not self.read_only and not os.path.exists(os.path.join(self.directory, DATA_FILE)):
@@ -422,7 +418,7 @@ class LmdbRecordStore(StoreLifecycle):
         if tag is None:
             self._write_batch([], initialize=True)
         self._state = "loaded"
-        if self.sync_mode == "group":
+        if self.sync_mode.flushes_in_background:
             self._flusher = threading.Thread(target=self._run_flusher, name="lmdb-store-flusher", daemon=True)
             self._flusher.start()
         report.duration_s = time.perf_counter() - started
@@ -450,7 +446,7 @@ class LmdbRecordStore(StoreLifecycle):
                 raise DuplicateRecordError(f"record {record_id} is already live; update or delete it first")
             self._live.add(record_id)
             target = self._append_locked((_ADD, record_id, record_type, data), len(data))
-        if sync is not None or self._wait_by_default or self._batch_bytes > self.buffer_size:
+        if sync is not None or self.sync_mode.records_wait or self._batch_bytes > self.buffer_size:
             self._after_append(target, sync)
 
     def update(self, record_id: int, record_type: int, body, *, sync: bool | None = None) -> None:
@@ -464,7 +460,7 @@ class LmdbRecordStore(StoreLifecycle):
             sequence = self._next_sequence
             self._next_sequence = sequence + 1
             target = self._append_locked((_UPDATE, record_id, record_type, data, sequence), len(data))
-        if sync is not None or self._wait_by_default or self._batch_bytes > self.buffer_size:
+        if sync is not None or self.sync_mode.records_wait or self._batch_bytes > self.buffer_size:
             self._after_append(target, sync)
 
     def delete(self, record_id: int, *, sync: bool | None = None) -> None:
@@ -728,7 +724,7 @@ class LmdbRecordStore(StoreLifecycle):
                                      hint="reopen the store; every commit before the failure is recovered")
 
     def _tx_sync(self, sync):
-        return True if sync is None and self.sync_mode != "none" else sync
+        return self.sync_mode.boundary_waits(sync)
 
     def _append_locked(self, op: tuple, body_bytes: int) -> int:
         size = body_bytes + _ENTRY_OVERHEAD_BYTES
@@ -755,10 +751,9 @@ class LmdbRecordStore(StoreLifecycle):
             self._commit_to(self.appended_bytes, durable=False)
 
     def _after_append(self, target: int, sync) -> None:
-        wait = (self.sync_mode == "always") if sync is None else bool(sync)
-        if wait:
+        if self.sync_mode.record_waits(sync):
             self._commit_to(target, durable=True)
-        elif self.sync_mode == "group" and self._batch_bytes > self.buffer_size and not self._urgent:
+        elif self.sync_mode.flushes_in_background and self._batch_bytes > self.buffer_size and not self._urgent:
             with self._lock:
                 self._urgent = True
                 self._wake_flusher.notify()
@@ -771,8 +766,8 @@ class LmdbRecordStore(StoreLifecycle):
         Gathering (group mode, as the journal's leader does): a leader first waits, at most
         buffer_timeout_us, until as many waiters have records in the batch as the last commit
         served, so concurrent callers share one commit instead of trickling into the next."""
-        env_syncs = self.sync_mode != "none"
-        gathering = gather and durable and self.sync_mode == "group"
+        env_syncs = self.sync_mode.syncs
+        gathering = gather and durable and self.sync_mode.flushes_in_background
         counted = False
         while True:
             with self._lock:

@@ -23,15 +23,15 @@ import json
 import logging
 import os
 
-from .._impl import ReplayState, crc32c, encode_frame
-from ..errors import CorruptRecordError, JournalError
-from . import durability
+from ..._impl import ReplayState, crc32c, encode_frame
+from ...errors import CorruptRecordError, JournalError
+from .. import durability
 from .format import COMPACT_NAME, CONTROL_FILE, DATA_NAME, HEADER_FLAG_COMPACTED, HEADER_FLAG_FRESH, FileHeader, compact_name, data_name, free_name, stamp_of
-from ..record_format import FrameCheck, RecordKind
+from ...record_format import FrameCheck, RecordKind
 from .recovery import damage_of_followed_file, replay_data_file
 from .segment_files import DataFile, read_compaction_plan, read_header
 
-log = logging.getLogger("journal_engine.journal")
+log = logging.getLogger("journal_engine.storage.journal")
 
 
 def recover(directory: str, reclaim=None) -> bool:

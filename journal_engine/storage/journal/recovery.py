@@ -8,35 +8,15 @@ print them. One decoder serves both.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .._impl import GAP_REASONS, ReplayState
-from ..limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
-from .format import CONTROL_FILE, HEADER_FLAG_RECYCLED, stamp_of
-from ..record_format import FrameCheck
+from ..._impl import GAP_REASONS, ReplayState
+from ...limits import FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES
+from .format import CONTROL_FILE, HEADER_FLAG_RECYCLED
+from ...record_format import FrameCheck
 from .scan import cut_short, read_while_live, scan_data_file, scan_data_files_in_order
 from .segment_files import Listing, list_directory
-
-
-@dataclass
-class LoadReport:
-    torn_tail_truncated: bool = False
-    torn_tail: tuple | None = None                   # (path, offset) where the torn tail began
-    corrupt: list = field(default_factory=list)      # (path, offset, reason)
-    anomalies: list = field(default_factory=list)    # (path, offset, reason)
-    files_read: int = 0
-    records_read: int = 0
-    rolled_back: list = field(default_factory=list)  # tx ids rolled back because they never completed
-    # read-only loads: what a writing load would do but did not (transactions it would roll back)
-    incomplete_transactions: list = field(default_factory=list)
-    duration_s: float = 0.0
-    # data files whose columns came from the checkpoint of the last clean close (their bytes checked
-    # whole against it) instead of a decode of every frame: the same records and report either way
-    checkpointed_files: int = 0
-
-    @property
-    def clean(self) -> bool:
-        return not (self.torn_tail_truncated or self.torn_tail or self.corrupt)
+from ..protocol import LoadReport
 
 
 @dataclass

@@ -13,15 +13,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import ConfigError
-from .limits import BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_US_MAX, SYNC_MODE_NAMES
+from ..errors import ConfigError
+from ..limits import BUFFER_SIZE_MIN_BYTES, BUFFER_TIMEOUT_US_MAX
+from .sync_mode import SyncMode
 
 
 def check_durability_settings(sync: str, buffer_timeout_us: int, buffer_size: int) -> None:
     """ConfigError unless the sync mode and the group commit's window and buffer are valid: the
     settings every record store with group commit takes (the journal's and the LMDB store's)."""
-    if sync not in SYNC_MODE_NAMES:
-        raise ConfigError("sync", sync, f"must be one of {', '.join(SYNC_MODE_NAMES)}")
+    SyncMode.named(sync)
     if not isinstance(buffer_timeout_us, int) or not 0 <= buffer_timeout_us <= BUFFER_TIMEOUT_US_MAX:
         raise ConfigError("buffer_timeout_us", buffer_timeout_us, f"must be within 0..{BUFFER_TIMEOUT_US_MAX}")
     if not isinstance(buffer_size, int) or buffer_size < BUFFER_SIZE_MIN_BYTES:

@@ -21,11 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, TypeVar
 
-from .._impl import (GUARDS_MAPPED_READS, FrameColumns, MappedFile, columns_image, crc32c, file_checksum, is_pinned,
+from ..._impl import (GUARDS_MAPPED_READS, FrameColumns, MappedFile, columns_image, crc32c, file_checksum, is_pinned,
                      scan_columns)
-from ..errors import FileChangedError, FileVanishedError, JournalLockedError
-from ..limits import LIVE_READ_ATTEMPTS_MAX, SCAN_THREADS_MAX, SCAN_THREADS_MIN_BYTES
-from . import durability
+from ...errors import FileChangedError, FileVanishedError, JournalLockedError
+from ...limits import LIVE_READ_ATTEMPTS_MAX, SCAN_THREADS_MAX, SCAN_THREADS_MIN_BYTES
+from .. import durability
 from .format import FileHeader, stamp_of
 from .segment_files import DataFile, list_directory, read_header, vanished
 
@@ -83,7 +83,7 @@ def pinned(path: str) -> bool:
 
 
 #: what a checkpoint gives a scan for one file: ``saved(view)`` -> the columns it saved of the file
-#: whose bytes `view` holds, or None when they no longer match (journal/checkpoint.py)
+#: whose bytes `view` holds, or None when they no longer match (storage/journal/checkpoint.py)
 SavedColumns = Callable[[object], Optional[FrameColumns]]
 
 

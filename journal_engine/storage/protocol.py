@@ -4,7 +4,7 @@
 nothing else of them; any class with these methods can stand behind it. Two implement it:
 
 * `journal_engine.Journal` (the segmented journal, docs/internals/format.md), as it is;
-* `journal_engine.message_store.lmdb_store.LmdbRecordStore` (one LMDB environment per store).
+* `journal_engine.storage.lmdb.store.LmdbRecordStore` (one LMDB environment per store).
 
 The conformance suite (tests/store/test_store_conformance.py) runs one body per behaviour on both.
 
@@ -65,11 +65,73 @@ store refusing writes (JournalFailedError) until it is reopened.
 """
 from __future__ import annotations
 
-import glob
-import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..journal.format import FILES_GLOB
+
+
+@dataclass
+class LoadReport:
+    """How a ``load()`` went: what it found at the ends of data, what it read and rolled back."""
+
+    torn_tail_truncated: bool = False
+    torn_tail: tuple | None = None                   # (path, offset) where the torn tail began
+    corrupt: list = field(default_factory=list)      # (path, offset, reason)
+    anomalies: list = field(default_factory=list)    # (path, offset, reason)
+    files_read: int = 0
+    records_read: int = 0
+    rolled_back: list = field(default_factory=list)  # tx ids rolled back because they never completed
+    # read-only loads: what a writing load would do but did not (transactions it would roll back)
+    incomplete_transactions: list = field(default_factory=list)
+    duration_s: float = 0.0
+    # data files whose columns came from the checkpoint of the last clean close (their bytes checked
+    # whole against it) instead of a decode of every frame: the same records and report either way
+    checkpointed_files: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return not (self.torn_tail_truncated or self.torn_tail or self.corrupt)
+
+
+@dataclass
+class TransactionRecord:
+    """One record of a prepared transaction."""
+
+    kind: str            # "add", "update" or "delete"
+    record_id: int
+    record_type: int
+    body: bytes
+
+
+@dataclass
+class PreparedTransaction:
+    """A transaction prepared (two-phase commit) and neither committed nor rolled back when the
+    journal was last closed: ``load()`` returns it for the caller to commit or roll back by tx_id.
+
+    ``records`` is a list of ``TransactionRecord`` in append order.
+    """
+
+    tx_id: int
+    xid: bytes
+    records: list
+
+
+@dataclass
+class LoadResult:
+    """What ``Journal.load()`` recovered.
+
+    ``records``: a read-only mapping {record id: RecordInfo} of the live records (``.record_id``,
+    ``.record_type``, ``.body``, ``.updates`` as (record type, body) in append order), in the order
+    they were added; the compiled core makes each RecordInfo when it is looked at, from buffers the
+    result owns (a fresh object each time; the twin keeps a dict); ``prepared``: the
+    ``PreparedTransaction`` list; ``report``: a ``LoadReport`` (``.torn_tail_truncated``,
+    ``.corrupt`` as (path, offset, reason), ``.files_read``, ``.rolled_back``, ``.duration_s``).
+    """
+
+    records: Mapping
+    prepared: list
+    report: LoadReport
 
 
 @runtime_checkable
@@ -158,13 +220,26 @@ RECORD_STORE_METHODS = ("load", "add", "update", "delete", "append_group", "add_
 RECORD_STORE_POSITIONS = ("appended_bytes", "written_bytes", "durable_bytes")
 
 
-def stored_backend(directory) -> str | None:
-    """Which backend wrote the record store in `directory`: "journal", "lmdb", or None (empty or
-    absent). Each backend ignores the other's files, so a store opened with the wrong backend would
-    look empty; MessageStore and LmdbRecordStore check this first."""
-    path = os.fspath(directory)
-    if os.path.exists(os.path.join(path, "data.mdb")):
-        return "lmdb"
-    if glob.glob(os.path.join(glob.escape(path), FILES_GLOB)):
-        return "journal"
-    return None
+@runtime_checkable
+class Backend(Protocol):
+    """A backend as the tools see it (storage/backends.py lists them): what it is called, how to open
+    it, which files it keeps and what its files let a tool read, so that no tool asks for a backend by
+    name. ``storage/journal/backend.py`` and ``storage/lmdb/backend.py`` implement it."""
+
+    name: str                       # what users write: MessageStore(backend=...), --backend, --store
+    description: str                # "a journal", "an LMDB store": for messages
+    lock_file: str                  # the file a writer holds: a second opener is refused
+    volatile_files: tuple[str, ...]     # files holding no data (locks, reader tables): a power cut's leftovers there do not matter
+    frames: bool                    # its files hold frames the columnar decoder reads (print, stats, verify, Spark)
+    compacts: bool                  # compaction reclaims space (else ``compaction_note`` says why not)
+    compaction_note: str
+    gathered_writes: bool           # it writes with writev (fault injection into gathered writes meets it)
+    read_only_recovers: bool        # a read-only load reports what a writing load would recover, writing nothing
+
+    def open(self, directory: str, *, replaceable_types: dict | None = None, sync: str = "group",
+             read_only: bool = False, **tuning: Any) -> RecordStore:
+        """A store of this backend on `directory`; `tuning` names the other backend's options too (a
+        message store's ``file_size``, say), and each backend takes those it has and ignores the rest."""
+
+    def file_count(self, directory: str) -> int:
+        """How many files a full read of the store goes through (a progress bar's total)."""
