@@ -277,7 +277,7 @@ def test_a_store_voids_its_shadow_at_close_and_when_reopened_without_the_strict_
     with MessageStore(directory, persist_delivery_count_before_delivery=True, sync="none") as store:
         assert store.load().references[1][0].delivery_count == 1
         store.before_delivery(1, 1, 2)
-        store._journal._core_fail(OSError(5, "simulated: the process dies here"))   # no clean close
+        store._message_records._core_fail(OSError(5, "simulated: the process dies here"))   # no clean close
     assert read_counts(shadow) == {(1, 1): 2}
     with MessageStore(directory) as store:            # default mode: the count is taken, the shadow voided
         state = store.load()
@@ -295,7 +295,7 @@ def test_a_count_lowered_by_a_close_outlives_a_killed_process_through_the_shadow
         dispatch_one(store)
         store.sync()
         assert store.update_delivery_count_after_cancel(1, 1, 0) is True   # no flusher syncs it in mode none
-        store._journal._core_fail(OSError(5, "simulated: the process dies here"))   # no clean close
+        store._message_records._core_fail(OSError(5, "simulated: the process dies here"))   # no clean close
     assert read_counts(shadow) == {(1, 1): 0}
     with MessageStore(directory, persist_delivery_count_before_delivery=True) as store:
         state = store.load()
@@ -319,6 +319,6 @@ def test_without_a_shadow_each_dispatch_writes_the_journal_out(tmp_path, monkeyp
         store.store_message(1, "q", b"m")
         store.store_reference(1, 1)
         assert store.before_delivery(1, 1, 1) is True
-        journal = store._journal
+        journal = store._message_records
         assert journal.written_bytes == journal.appended_bytes       # with the OS: survives a kill
         assert not os.path.exists(os.path.join(store.directory, delivery_shadow.FILE_NAME))

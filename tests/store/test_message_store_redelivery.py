@@ -28,7 +28,7 @@ def test_update_factor_triggers_compaction_of_count_records(tmp_path):
         rounds = 5000                       # 20000 records of 48 bytes: about 15 files of 64 KiB
         for count in range(1, rounds + 1):
             store.update_delivery_counts(queues, messages, [count] * 4)
-        journal = store._journal
+        journal = store._message_records
         if journal._compaction_thread is not None:
             journal._compaction_thread.join()
         # compact_percentage=0 turns rule (a) off: only the update factor can have started these

@@ -788,7 +788,7 @@ def test_batch_with_sync_waits_once_for_the_disk(open_store):
     for message_id in range(1, 101):
         store.store_message(message_id, "a", b"x")
         store.store_reference(1, message_id)
-    records_store = store._journal
+    records_store = store._message_records
     syncs = records_store.stats()["syncs"]
     assert store.update_delivery_counts([1] * 100, range(1, 101), [1] * 100, sync=True) == 100
     assert records_store.stats()["syncs"] == syncs + 1
@@ -807,7 +807,7 @@ def test_before_delivery_does_nothing_without_the_strict_mode(open_store):
 def test_strict_mode_puts_the_count_in_the_shadow_without_a_write_or_a_sync(open_store):
     store, _ = open_store(sync="none", persist_delivery_count_before_delivery=True)
     _one_message(store)
-    records_store = store._journal
+    records_store = store._message_records
     records_store.flush()           # the message is with the OS already: its dispatch needs no write
     syncs, written = records_store.stats()["syncs"], records_store.written_bytes
     assert store.before_delivery(1, 1, 1) is True
@@ -824,7 +824,7 @@ def test_strict_delivery_sync_waits_for_the_disk(open_store):
                           strict_delivery_sync=True)
     _one_message(store)
     assert store.before_delivery(1, 1, 1) is True
-    assert store._journal.durable_bytes == store._journal.appended_bytes
+    assert store._message_records.durable_bytes == store._message_records.appended_bytes
 
 
 def test_strict_dispatchers_share_syncs(open_store):
@@ -837,7 +837,7 @@ def test_strict_dispatchers_share_syncs(open_store):
         store.store_message(message_id, "a", b"x")
         store.store_reference(1, message_id)
     store.sync()
-    syncs = store._journal.stats()["syncs"]
+    syncs = store._message_records.stats()["syncs"]
     start = threading.Barrier(threads_n)
 
     def dispatcher(first):
@@ -850,7 +850,7 @@ def test_strict_dispatchers_share_syncs(open_store):
         worker.start()
     for worker in workers:
         worker.join()
-    used = store._journal.stats()["syncs"] - syncs
+    used = store._message_records.stats()["syncs"] - syncs
     assert 1 <= used < threads_n * per_thread
     assert store.record_count(COUNT) == threads_n * per_thread
 
