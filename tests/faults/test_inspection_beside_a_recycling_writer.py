@@ -17,6 +17,7 @@ import pytest
 
 import journal_engine
 from journal_engine import MessageStore
+from journal_engine.storage.backends import backend_named
 
 pytestmark = pytest.mark.skipif(journal_engine.IMPLEMENTATION != "cython",
                                 reason="needs the compiled core (the twin's loads always copy)")
@@ -84,7 +85,7 @@ def test_an_export_read_keeps_its_bodies_when_the_writer_recycles_their_files(tm
     from journal_engine.cli.transfer import _load_read_only
     directory = str(tmp_path / "store")
     _store_old_messages(directory)
-    loaded = _load_read_only(Part("messages", os.path.join(directory, "messages"), "journal"))
+    loaded = _load_read_only(Part("messages", os.path.join(directory, "messages"), backend_named("journal")))
     before = {record_id: bytes(info.body) for record_id, info in loaded.records.items()}
     _recycle_in_another_process(directory)
     after = {record_id: bytes(info.body) for record_id, info in loaded.records.items()}
