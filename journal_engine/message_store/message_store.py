@@ -268,7 +268,8 @@ class MessageStore:
             self._release_directory()
             raise
         self._writer = _impl.RecordWriter(self._message_records, max_redelivery_records)
-        self._records_sync = SyncMode.named(self._message_records.sync_mode)   # "does a write wait?"
+        self._records_sync = SyncMode.named(self._message_records.sync_mode)
+        self._record_waits = self._records_sync.record_waits     # "does this write wait?", bound once: hot path
         self._lock = threading.Lock()          # the Python-side bookkeeping below; the writer needs none
         self._shadow: DeliveryShadow | None = None     # strict mode: dispatch counts in shared memory
         # the journal's appended_bytes after the last reference added: a count put in the shadow must
@@ -866,7 +867,7 @@ class MessageStore:
                 self._referenced_upto = records.appended_bytes
         finally:
             lock.release()
-        if self._records_sync.record_waits(sync):
+        if self._record_waits(sync):
             records.sync()
 
     def commit_transaction(self, tx_id: int, messages, references, acknowledgements) -> None:
@@ -970,7 +971,7 @@ class MessageStore:
                 message_queues.remove(message_id, queue_id)
         finally:
             lock.release()
-        if self._records_sync.record_waits(sync):
+        if self._record_waits(sync):
             records.sync()
         return deleted
 
