@@ -3,19 +3,8 @@
 For users who want random reads of stored records, or who already run LMDB; the journal
 stays the default (docs/backends.md says when to pick which).
 
-Layout: a directory holds one LMDB environment (``data.mdb``, ``lock.mdb``) with five
-named databases, and ``store.lock`` (the holder's process id; the flock is on the directory itself,
-storage/directory_lock.py: one LmdbRecordStore per directory, across processes, because the
-live-record table the writes are checked against is in memory).
-Keys are big-endian so LMDB's byte order is numeric order.
-
-| database   | key                                   | value                                   |
-|------------|---------------------------------------|-----------------------------------------|
-| records    | record id u64                         | record type u8, body                    |
-| updates    | record id u64, sequence u64           | record type u8, body (append order)     |
-| slots      | record id u64, record type u8, key    | sequence u64 of the live replaceable update |
-| prepared   | tx id u64                             | a prepared transaction (see _encode_prepared) |
-| meta       | b"format", b"next_sequence"           | FORMAT_TAG, u64                         |
+The layout on disk (files, databases, keys) is format.py's; a prepared transaction's encoding,
+prepared.py's.
 
 Replaceable updates (``replaceable_types={type: key_bytes}``) are overwritten in place:
 a new one deletes the update its slot points at and takes a new sequence number, so the
@@ -64,7 +53,6 @@ import asyncio
 import errno
 import logging
 import os
-import struct
 import threading
 import time
 from typing import Any, Callable
@@ -77,7 +65,6 @@ except ImportError as exc:          # an optional dependency: only this backend 
 from ..._impl import RecordInfo
 from ...errors import (
     ConfigError,
-    CorruptRecordError,
     DuplicateRecordError,
     IncompatibleFormatError,
     JournalClosedError,
@@ -101,25 +88,14 @@ from ..lifecycle import StoreLifecycle
 from ..group_commit import BatchGathering, check_durability_settings
 from ..sync_mode import SyncMode
 from ..directory_kind import stored_backend
-from .format import DATA_FILE, FORMAT_TAG, LOCK_FILE, NEW_DATA_FILE
+from .format import (DATA_FILE, DATABASES, ENTRY_OVERHEAD_BYTES, FORMAT_KEY, FORMAT_TAG, LOCK_FILE, NEW_DATA_FILE,
+                     NEXT_SEQUENCE_KEY, RECORD_ID, RECORD_ID_SEQUENCE)
+from .prepared import TX_ADD, TX_DELETE, TX_KIND_NAMES, TX_UPDATE, decode_prepared, encode_prepared
 
 log = logging.getLogger("journal_engine.message_store.lmdb")
 
-_ENTRY_OVERHEAD_BYTES = 17                      # key and type bytes counted per record in the byte counters
-
-_ID = struct.Struct(">Q")
-_ID_SEQ = struct.Struct(">QQ")
-_U32 = struct.Struct("<I")
-_TX_OP = struct.Struct("<BQBI")                  # kind, record id, record type, body length
-_DATABASES = (b"records", b"updates", b"slots", b"prepared", b"meta")
-
 # batch operations
 _ADD, _UPDATE, _DELETE, _PREPARE, _FORGET_PREPARED = 1, 2, 3, 4, 5
-# transaction record kinds (as the journal's PreparedTransaction names them)
-_TX_ADD, _TX_UPDATE, _TX_DELETE = 1, 2, 3
-_TX_KIND_NAMES = {_TX_ADD: "add", _TX_UPDATE: "update", _TX_DELETE: "delete"}
-
-
 def _check_type(record_type: int) -> None:
     if not 0 <= record_type <= RECORD_TYPE_MAX:
         raise ValueError(f"record_type={record_type}: must be within 0..{RECORD_TYPE_MAX}")
@@ -133,40 +109,6 @@ def _as_body(body) -> bytes:
     return data
 
 
-def _encode_prepared(xid: bytes, ops: list) -> bytes:
-    """xid length u32, xid, record count u32, then per record: kind u8, id u64, type u8, body length u32, body."""
-    parts = [_U32.pack(len(xid)), xid, _U32.pack(len(ops))]
-    for kind, record_id, record_type, body in ops:
-        parts.append(_TX_OP.pack(kind, record_id, record_type, len(body)))
-        parts.append(body)
-    return b"".join(parts)
-
-
-def _decode_prepared(tx_id: int, data: bytes, path: str) -> tuple[bytes, list]:
-    try:
-        (xid_len,) = _U32.unpack_from(data, 0)
-        position = 4 + xid_len
-        xid = data[4:position]
-        (count,) = _U32.unpack_from(data, position)
-        position += 4
-        ops = []
-        for _ in range(count):
-            kind, record_id, record_type, length = _TX_OP.unpack_from(data, position)
-            position += _TX_OP.size
-            body = data[position:position + length]
-            if len(body) != length or kind not in _TX_KIND_NAMES:
-                raise ValueError("truncated record")
-            position += length
-            ops.append((kind, record_id, record_type, body))
-        if position != len(data) or len(xid) != xid_len:
-            raise ValueError("unexpected bytes")
-    except (struct.error, ValueError) as exc:
-        raise CorruptRecordError(f"prepared transaction {tx_id} does not decode ({exc})", path=path,
-                                 field="prepared", hint="the LMDB store was written by another program") from None
-    return xid, ops
-
-
-
 def _create_environment(directory: str, map_size: int) -> None:
     """Make a new, empty environment durably: built as ``data.mdb.new`` (with its databases), synced,
     then renamed to ``data.mdb`` and the directory synced. LMDB writes a new file's meta pages
@@ -178,10 +120,10 @@ def _create_environment(directory: str, map_size: int) -> None:
     for leftover in (new_path, new_path + "-lock"):
         unlink(leftover, missing_ok=True)
     try:
-        env = lmdb.open(new_path, map_size=map_size, subdir=False, max_dbs=len(_DATABASES), sync=True,
+        env = lmdb.open(new_path, map_size=map_size, subdir=False, max_dbs=len(DATABASES), sync=True,
                         metasync=True, writemap=False, meminit=False, lock=False)
         try:
-            for name in _DATABASES:
+            for name in DATABASES:
                 env.open_db(name)
             env.sync(True)
         finally:
@@ -293,7 +235,7 @@ class LmdbRecordStore(StoreLifecycle):
         try:
             if not self.read_only and not os.path.exists(os.path.join(self.directory, DATA_FILE)):
                 _create_environment(self.directory, map_size)
-            self._env = lmdb.open(self.directory, map_size=map_size, subdir=True, max_dbs=len(_DATABASES),
+            self._env = lmdb.open(self.directory, map_size=map_size, subdir=True, max_dbs=len(DATABASES),
                                   sync=True, metasync=durable, writemap=False, meminit=False,
                                   max_readers=max_readers, lock=reader_table, readonly=self.read_only,
                                   create=not self.read_only)
@@ -305,22 +247,22 @@ class LmdbRecordStore(StoreLifecycle):
             if self._writer_present is not None:
                 raise self._refused_beside_writer(exc) from None
             raise IncompatibleFormatError(f"not an LMDB environment this store can open: {exc}",
-                                          path=os.path.join(self.directory, "data.mdb"),
+                                          path=os.path.join(self.directory, DATA_FILE),
                                           hint="the LMDB store needs its own directory") from None
         try:
             if self._writer_present is not None:
                 self._env.reader_check()        # slots left by killed inspections pin pages the writer would reuse
             with self._read() as txn:           # the main database holds only the names of ours
-                strangers = [key for key, _value in txn.cursor() if key not in _DATABASES]
+                strangers = [key for key, _value in txn.cursor() if key not in DATABASES]
             if strangers:
                 raise lmdb.IncompatibleError(f"keys of another program in the main database: {strangers[:3]}")
             (self._records, self._updates, self._slots, self._prepared, self._meta) = (
-                self._env.open_db(name) for name in _DATABASES)
+                self._env.open_db(name) for name in DATABASES)
         except lmdb.Error as exc:
             self._env.close()
             self._release_lock_file()
             raise IncompatibleFormatError(f"the LMDB environment does not hold this store's databases: {exc}",
-                                          path=os.path.join(self.directory, "data.mdb"),
+                                          path=os.path.join(self.directory, DATA_FILE),
                                           hint="the LMDB store needs its own directory") from None
 
     def _refused_beside_writer(self, cause: BaseException) -> JournalLockedError:
@@ -367,11 +309,11 @@ class LmdbRecordStore(StoreLifecycle):
                                else "the store is closed")
         started = time.perf_counter()
         report = LoadReport(files_read=1)
-        data_path = os.path.join(self.directory, "data.mdb")
+        data_path = os.path.join(self.directory, DATA_FILE)
         records: dict[int, RecordInfo] = {}
         prepared = []
         with self._read() as txn:
-            tag = txn.get(b"format", db=self._meta)
+            tag = txn.get(FORMAT_KEY, db=self._meta)
             if tag is not None and tag != FORMAT_TAG:
                 raise IncompatibleFormatError(f"the LMDB store was written as {tag!r}, this version reads "
                                               f"{FORMAT_TAG!r}", path=data_path, field="meta/format",
@@ -380,8 +322,8 @@ class LmdbRecordStore(StoreLifecycle):
                 raise IncompatibleFormatError("the LMDB environment holds records but no format tag",
                                               path=data_path, field="meta/format",
                                               hint="the LMDB store needs its own directory")
-            next_sequence = txn.get(b"next_sequence", db=self._meta)
-            self._next_sequence = _ID.unpack(next_sequence)[0] if next_sequence is not None else 0
+            next_sequence = txn.get(NEXT_SEQUENCE_KEY, db=self._meta)
+            self._next_sequence = RECORD_ID.unpack(next_sequence)[0] if next_sequence is not None else 0
             from_bytes = int.from_bytes
             heads = {}
             for key, value in txn.cursor(db=self._records).iternext():
@@ -402,13 +344,13 @@ class LmdbRecordStore(StoreLifecycle):
                                          f"{count} updates of record {record_id}, which is not live; ignored"))
             for key, value in txn.cursor(db=self._prepared).iternext():
                 tx_id = from_bytes(key, "big")
-                xid, ops = _decode_prepared(tx_id, value, data_path)
+                xid, ops = decode_prepared(tx_id, value, data_path)
                 transaction = _Transaction()
                 transaction.ops = ops
                 transaction.xid = xid
                 self._pending_tx[tx_id] = transaction
                 prepared.append(PreparedTransaction(tx_id, xid, [
-                    TransactionRecord(_TX_KIND_NAMES[kind], record_id, record_type, body)
+                    TransactionRecord(TX_KIND_NAMES[kind], record_id, record_type, body)
                     for kind, record_id, record_type, body in ops]))
         self._live = set(records)
         if self.read_only:
@@ -525,15 +467,15 @@ class LmdbRecordStore(StoreLifecycle):
 
     def add_tx(self, tx_id: int, record_id: int, record_type: int, body) -> None:
         """Add a record when the transaction commits (kept in memory until then)."""
-        self._tx_record(tx_id, _TX_ADD, record_id, record_type, body)
+        self._tx_record(tx_id, TX_ADD, record_id, record_type, body)
 
     def update_tx(self, tx_id: int, record_id: int, record_type: int, body) -> None:
         """Update a live record (or one this transaction adds) when the transaction commits."""
-        self._tx_record(tx_id, _TX_UPDATE, record_id, record_type, body)
+        self._tx_record(tx_id, TX_UPDATE, record_id, record_type, body)
 
     def delete_tx(self, tx_id: int, record_id: int) -> None:
         """Delete a live record (or one this transaction adds) when the transaction commits."""
-        self._tx_record(tx_id, _TX_DELETE, record_id, 0, b"")
+        self._tx_record(tx_id, TX_DELETE, record_id, 0, b"")
 
     def _tx_record(self, tx_id: int, kind: int, record_id: int, record_type: int, body) -> None:
         check_id(tx_id)
@@ -545,10 +487,10 @@ class LmdbRecordStore(StoreLifecycle):
             transaction = self._pending_tx.get(tx_id)
             if transaction is not None and transaction.xid is not None:
                 raise UnknownTransactionError(f"transaction {tx_id} is prepared; commit or roll it back")
-            if kind != _TX_ADD and record_id not in self._live and not (
-                    transaction is not None and any(op[0] == _TX_ADD and op[1] == record_id
+            if kind != TX_ADD and record_id not in self._live and not (
+                    transaction is not None and any(op[0] == TX_ADD and op[1] == record_id
                                                     for op in transaction.ops)):
-                action = "update" if kind == _TX_UPDATE else "delete"
+                action = "update" if kind == TX_UPDATE else "delete"
                 raise UnknownRecordError(
                     f"cannot {action} record {record_id} in transaction {tx_id}: no live record has that id")
             if transaction is None:
@@ -567,7 +509,7 @@ class LmdbRecordStore(StoreLifecycle):
                 raise UnknownTransactionError(f"cannot prepare transaction {tx_id}: it has no records")
             if transaction.xid is not None:
                 raise UnknownTransactionError(f"transaction {tx_id} is already prepared")
-            encoded = _encode_prepared(xid_bytes, transaction.ops)
+            encoded = encode_prepared(xid_bytes, transaction.ops)
             transaction.xid = xid_bytes
             target = self._append_locked((_PREPARE, tx_id, encoded), len(encoded))
         self._after_append(target, self._tx_sync(sync))
@@ -585,14 +527,14 @@ class LmdbRecordStore(StoreLifecycle):
             ops = []
             size = 0
             for kind, record_id, record_type, body in transaction.ops:
-                if kind == _TX_ADD:
+                if kind == TX_ADD:
                     if record_id in live:          # an add over a live id replaces it, as a replay would
                         ops.append((_DELETE, record_id))
                     live.add(record_id)
                     ops.append((_ADD, record_id, record_type, body))
                 elif record_id not in live:
                     continue                       # deleted meanwhile: nothing to update or delete
-                elif kind == _TX_UPDATE:
+                elif kind == TX_UPDATE:
                     ops.append((_UPDATE, record_id, record_type, body, self._next_sequence))
                     self._next_sequence += 1
                 else:
@@ -650,7 +592,7 @@ class LmdbRecordStore(StoreLifecycle):
             raise JournalClosedError("the store is closed")
         if not committed_only and self.written_bytes < self.appended_bytes:
             self._commit_to(self.appended_bytes, durable=False)
-        key = _ID.pack(record_id)
+        key = RECORD_ID.pack(record_id)
         with self._read() as txn:
             head = txn.get(key, db=self._records)
             if head is None:
@@ -727,7 +669,7 @@ class LmdbRecordStore(StoreLifecycle):
         return self.sync_mode.boundary_waits(sync)
 
     def _append_locked(self, op: tuple, body_bytes: int) -> int:
-        size = body_bytes + _ENTRY_OVERHEAD_BYTES
+        size = body_bytes + ENTRY_OVERHEAD_BYTES
         if not self._batch:
             self._wake_flusher.notify()
         self._batch.append(op)
@@ -736,7 +678,7 @@ class LmdbRecordStore(StoreLifecycle):
         return self.appended_bytes
 
     def _append_many_locked(self, ops: list, body_bytes: int) -> int:
-        size = body_bytes + _ENTRY_OVERHEAD_BYTES * len(ops)
+        size = body_bytes + ENTRY_OVERHEAD_BYTES * len(ops)
         if ops and not self._batch:
             self._wake_flusher.notify()
         self._batch.extend(ops)
@@ -805,7 +747,7 @@ class LmdbRecordStore(StoreLifecycle):
             except StoreFullError:
                 with self._lock:            # nothing was committed: the records wait for room
                     self._batch[:0] = ops
-                    self._batch_bytes += sum(_ENTRY_OVERHEAD_BYTES + self._op_body_bytes(op) for op in ops)
+                    self._batch_bytes += sum(ENTRY_OVERHEAD_BYTES + self._op_body_bytes(op) for op in ops)
                 raise
             except lmdb.Error as exc:
                 failure = JournalFailedError(f"LMDB failed in {self.directory}: {exc}",
@@ -841,10 +783,10 @@ class LmdbRecordStore(StoreLifecycle):
             try:
                 with self._env.begin(write=True) as txn:
                     if initialize:
-                        txn.put(b"format", FORMAT_TAG, db=self._meta)
+                        txn.put(FORMAT_KEY, FORMAT_TAG, db=self._meta)
                     next_sequence = self._apply(txn, ops)
                     if next_sequence is not None:
-                        txn.put(b"next_sequence", _ID.pack(next_sequence), db=self._meta)
+                        txn.put(NEXT_SEQUENCE_KEY, RECORD_ID.pack(next_sequence), db=self._meta)
                 self.commit_count += 1
                 return
             except lmdb.MapFullError:
@@ -869,15 +811,15 @@ class LmdbRecordStore(StoreLifecycle):
             stats = os.statvfs(self.directory)
         except OSError:
             return False
-        needed = 2 * sum(_ENTRY_OVERHEAD_BYTES + self._op_body_bytes(op) for op in ops) + LMDB_FULL_DISK_SLACK_BYTES
+        needed = 2 * sum(ENTRY_OVERHEAD_BYTES + self._op_body_bytes(op) for op in ops) + LMDB_FULL_DISK_SLACK_BYTES
         return stats.f_bavail * stats.f_frsize < needed
 
     def _apply(self, txn, ops: list) -> int | None:
         """Write the batch's operations into an open write transaction; returns the next sequence number."""
         records, updates, slots, prepared = self._records, self._updates, self._slots, self._prepared
         replaceable = self.replaceable_types
-        pack_id = _ID.pack
-        pack_id_seq = _ID_SEQ.pack
+        pack_id = RECORD_ID.pack
+        pack_id_seq = RECORD_ID_SEQUENCE.pack
         put = txn.put
         last_sequence = None
         for op in ops:
