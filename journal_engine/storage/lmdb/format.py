@@ -22,7 +22,7 @@ import struct
 LOCK_FILE = "store.lock"
 DATA_FILE = "data.mdb"                          # LMDB's names in a directory environment
 READER_TABLE_FILE = "lock.mdb"
-NEW_DATA_FILE = "data.mdb.new"                  # a new environment until it is synced and renamed (store.py)
+NEW_DATA_FILE = "data.mdb.new"                  # a new environment until it is synced and renamed (environment.py)
 FORMAT_TAG = b"journal_engine.lmdb-record-store/1"
 
 #: the named databases, in the order the store unpacks their handles
