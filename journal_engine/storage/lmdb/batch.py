@@ -52,13 +52,13 @@ class GroupCommitter:
     def __init__(self, lock: threading.Lock, environment: Environment, *, sync_mode: SyncMode,
                  replaceable_types: dict[int, int], buffer_size: int, buffer_timeout_us: int) -> None:
         self._lock = lock
+        self._done = threading.Condition(lock)         # commits finished, the write baton released
+        self._wake_flusher = threading.Condition(lock)
         self._env = environment
         self._sync_mode = sync_mode
         self._replaceable_types = replaceable_types
         self._buffer_size = buffer_size
-        self._buffer_timeout_us = buffer_timeout_us
-        self._done = threading.Condition(lock)         # commits finished, the write baton released
-        self._wake_flusher = threading.Condition(lock)
+        self._flush_timeout_s = buffer_timeout_us / 1e6     # the flusher's window after a batch's first record
         self._ops: list = []
         #: bytes of the operations batched, not yet taken by a commit
         self.pending_bytes = 0
@@ -311,7 +311,7 @@ class GroupCommitter:
     # ----- the group-commit flusher --------------------------------------------------------------------
     def _run_flusher(self) -> None:
         """Commits the batch within buffer_timeout_us of its first record (at once when urgent)."""
-        timeout_s = self._buffer_timeout_us / 1e6
+        timeout_s = self._flush_timeout_s
         while True:
             with self._lock:
                 while self._running and not self._ops and self.failure is None:

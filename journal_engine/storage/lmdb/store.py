@@ -30,6 +30,7 @@ import errno
 import os
 import threading
 import time
+from operator import attrgetter
 
 from ..._impl import RecordInfo
 from ...errors import (
@@ -542,31 +543,13 @@ class LmdbRecordStore(StoreLifecycle):
                 "last_txnid": info["last_txnid"],
             }
 
-    # ----- the counters (the group commit's and the map's) ---------------------------------------------------
-    @property
-    def appended_bytes(self) -> int:
-        return self._commits.appended_bytes
-
-    @property
-    def written_bytes(self) -> int:
-        """Committed to LMDB: survives a killed process."""
-        return self._commits.written_bytes
-
-    @property
-    def durable_bytes(self) -> int:
-        return self._commits.durable_bytes
-
-    @property
-    def commit_count(self) -> int:
-        return self._commits.commit_count
-
-    @property
-    def sync_count(self) -> int:
-        return self._commits.sync_count
-
-    @property
-    def map_resize_count(self) -> int:
-        return self._env.map_resize_count
+    # ----- the counters: the group commit's (appended >= written, committed, >= durable) and the map's -------
+    appended_bytes = property(attrgetter("_commits.appended_bytes"))
+    written_bytes = property(attrgetter("_commits.written_bytes"))
+    durable_bytes = property(attrgetter("_commits.durable_bytes"))
+    commit_count = property(attrgetter("_commits.commit_count"))
+    sync_count = property(attrgetter("_commits.sync_count"))
+    map_resize_count = property(attrgetter("_env.map_resize_count"))
 
     # ----- writability ---------------------------------------------------------------------------------------
     def _check_writable(self) -> None:
