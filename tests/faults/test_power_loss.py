@@ -153,13 +153,14 @@ def test_a_write_made_while_a_sync_runs_is_not_covered_by_it(tmp_path):
 
 # ----- another store: LMDB (pages by pwrite and writev, fdatasync, the meta page through O_DSYNC) -----
 LMDB_AS_IT_WAS = '''
-from journal_engine.storage.lmdb import store as lmdb_store
+from journal_engine.storage.lmdb import environment
+from journal_engine.storage.lmdb.store import LmdbRecordStore
 
 
 def open_store(directory, sync):
     """The LMDB store as it was: data.mdb made by LMDB in place."""
-    lmdb_store._create_environment = lambda directory, map_size: None
-    return lmdb_store.LmdbRecordStore(directory, sync=sync)
+    environment.create_environment = lambda directory, map_size: None
+    return LmdbRecordStore(directory, sync=sync)
 '''
 
 

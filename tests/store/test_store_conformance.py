@@ -1420,11 +1420,11 @@ def test_lmdb_readers_never_block_the_writer(tmp_path):
     store = LmdbRecordStore(tmp_path / "l", sync="always")
     store.load()
     store.add(1, 1, b"before")
-    with store._read() as snapshot:                 # a long read transaction stays open ...
+    with store._env.read() as snapshot:             # a long read transaction stays open ...
         for record_id in range(2, 50):              # ... while the writer commits, durably, 48 times
             store.add(record_id, 1, b"after")
-        assert snapshot.get((50 - 1).to_bytes(8, "big"), db=store._records) is None   # its snapshot
-        assert snapshot.get((1).to_bytes(8, "big"), db=store._records) == b"\x01before"
+        assert snapshot.get((50 - 1).to_bytes(8, "big"), db=store._env.records) is None   # its snapshot
+        assert snapshot.get((1).to_bytes(8, "big"), db=store._env.records) == b"\x01before"
     assert store.get(49).body == b"after"
     store.close()
 
