@@ -23,11 +23,11 @@ from ..storage.journal.scan import FileScan, read_while_live, scan_data_file
 from ..storage.journal.segment_files import DataFile, data_file_of, list_directory, read_header, vanished
 from ..limits import FILE_HEADER_SIZE_BYTES
 from ..storage.directory_kind import stored_backend
+from ..storage.lmdb.format import DATA_FILE as LMDB_DATA_FILE
 
 T = TypeVar("T")
 #: Hadoop's names of S3, which pyarrow calls s3
 _S3_SCHEMES = {"s3a": "s3", "s3n": "s3"}
-LMDB_DATA = "data.mdb"
 
 
 def local_path(path: str) -> str | None:
@@ -174,7 +174,7 @@ def _find_remote_stores(uri: str) -> list[tuple[str, str]]:
     import pyarrow.fs
     top = ArrowFiles(uri)
     names = top.names()
-    if LMDB_DATA in names:
+    if LMDB_DATA_FILE in names:
         raise ConfigError("path", top.location, "an LMDB store is read from a local path only",
                           hint="copy it to a file system the executors mount")
     if any(DATA_NAME.match(name) for name in names):
