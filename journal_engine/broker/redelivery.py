@@ -38,7 +38,7 @@ from .classic.dead_letters import DLQ_DELIVERY_FAILURE_CAUSE, ClassicDeadLetters
 from .classic.policy import ClassicRedeliveryPolicy, poison_cause
 from .dead_letter import DeadLetterReason, DeadLetters
 from .post_office import PostOffice
-from .queue import DELIVERING, READY, Reference
+from .queue import DELIVERING, Reference
 
 __all__ = ["Redelivery", "redelivery_delay_ms", "CONSUMER_ROLLBACK", "SESSION_ROLLBACK"]
 
@@ -121,10 +121,10 @@ class Redelivery:
                 return
         except BaseException:
             if ref.state == DELIVERING:     # the store failed: the message stays, deliverable again
-                ref.state = READY
+                ref.back_to_ready()
                 queue.add_sorted(ref)
             raise
-        ref.state = READY                   # back at once, in message order
+        ref.back_to_ready()                 # back at once, in message order
         queue.add_sorted(ref)
         if ref.data.expiration:
             self._post_office.timers.watch_expiry(ref)
