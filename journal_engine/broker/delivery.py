@@ -251,7 +251,7 @@ class Delivery:
         if ref is None or ref.delivery is not message or ref.state != DELIVERING:
             self._owned(consumer, message, "rolled back")       # raises, saying why
         ref.leave_consumer()
-        self._redelivery.cancel(ref, self._clock.now_ms(), delay_ms, policy=policy)
+        self._redelivery.cancel(ref, self._clock.now_ms(), delay_ms, policy)
 
     def close_consumer(self, consumer: Consumer) -> None:
         """Close ``consumer`` (see Consumer.close)."""

@@ -106,7 +106,7 @@ class Transactions:
             if classic and not include_delivering:      # the session closes: back as a closed consumer's
                 redelivery.cancel(ref, now, None, counted=False)
             else:
-                redelivery.cancel(ref, now, None, SESSION_ROLLBACK, policy=policy)
+                redelivery.cancel(ref, now, None, policy, SESSION_ROLLBACK)
 
     def close(self, session: Session) -> None:
         """See Session.close. Closing twice is harmless."""
