@@ -51,10 +51,26 @@ class Reference:
     delivery: Message | None
     failures: list[tuple[int, str]] | None
     def __init__(self, data: MessageData, queue: Any, delivery_count: int = 0) -> None: ...
+    def dispatch(self) -> None:
+        """READY -> DELIVERING: the delivery count up by one."""
+    def undo_dispatch(self) -> None:
+        """DELIVERING -> READY: a dispatch taken back (the delivery count down by one)."""
     def leave_consumer(self) -> None:
         """No longer held by a consumer: its queue counts one delivering reference less."""
+    def back_to_ready(self) -> None:
+        """-> READY: back in its queue at once."""
+    def schedule(self) -> None:
+        """-> SCHEDULED: in the timer heap until due."""
+    def fall_due(self) -> None:
+        """SCHEDULED -> READY: its time came."""
+    def acknowledge_in_transaction(self) -> None:
+        """DELIVERING -> ACKED_IN_TX."""
+    def back_to_delivering(self) -> None:
+        """ACKED_IN_TX -> DELIVERING: held by its consumer again (a STOMP ABORT)."""
     def undo_transacted_ack(self) -> None:
         """An acknowledgement in a transaction that rolled back."""
+    def leave_queue(self) -> None:
+        """-> DONE: gone for good, standing for no delivery."""
     def record_failure(self, now_ms: int, reason: str) -> None:
         """Note a failed delivery."""
 

@@ -109,17 +109,60 @@ class Reference:
         self.delivery = None          # the Message of the current delivery (identity proves ownership)
         self.failures: list[tuple[int, str]] | None = None   # (time ms, reason) of each failed delivery seen
 
+    # The state changes only through these methods, named for the transitions the broker's modules make.
+    # They change the reference alone: the queue's counts of delivering and scheduled references are its
+    # caller's to keep (read and written there as a slot, the cheapest way), but for leave_consumer's.
+    def dispatch(self) -> None:
+        """READY -> DELIVERING: handed to a consumer; the delivery count goes up by one (the first
+        delivery has count 1)."""
+        self.delivery_count += 1
+        self.state = DELIVERING
+
+    def undo_dispatch(self) -> None:
+        """DELIVERING -> READY: a dispatch taken back before the message was handed out (the store
+        refused its count); the caller puts the reference back in its queue."""
+        self.delivery_count -= 1
+        self.state = READY
+
     def leave_consumer(self) -> None:
         """The reference is no longer held by a consumer (a rollback, a close, a session rolled back): its
         queue counts one delivering reference less. Its state is the caller's next decision."""
         self.delivery = None
         self.queue.delivering -= 1
 
+    def back_to_ready(self) -> None:
+        """-> READY: back in its queue's deque at once (the caller puts it there)."""
+        self.state = READY
+
+    def schedule(self) -> None:
+        """-> SCHEDULED: in the broker's timer heap until due."""
+        self.state = SCHEDULED
+
+    def fall_due(self) -> None:
+        """SCHEDULED -> READY: its time came (the timers put it at the head of its queue)."""
+        self.state = READY
+
+    def acknowledge_in_transaction(self) -> None:
+        """DELIVERING -> ACKED_IN_TX: acknowledged in a session's open transaction, still counted as
+        delivering until the commit."""
+        self.state = ACKED_IN_TX
+
+    def back_to_delivering(self) -> None:
+        """ACKED_IN_TX -> DELIVERING: the transaction's acknowledgement undone; its consumer holds it,
+        undecided, again (Classic's STOMP ABORT)."""
+        self.state = DELIVERING
+
     def undo_transacted_ack(self) -> None:
         """An acknowledgement in a transaction that rolled back: the reference was delivering when it
         was acknowledged, and leaves its consumer as a failed delivery."""
-        self.state = DELIVERING
+        self.back_to_delivering()
         self.leave_consumer()
+
+    def leave_queue(self) -> None:
+        """-> DONE: gone for good (acknowledged, dead-lettered, expired, dropped, its queue deleted); it
+        stands for no delivery any more."""
+        self.state = DONE
+        self.delivery = None
 
     def record_failure(self, now_ms: int, reason: str) -> None:
         """Note a failed delivery, for the history a dead-letter copy carries."""

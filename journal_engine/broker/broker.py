@@ -45,6 +45,7 @@ from ..limits import (ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, MAX
                       REDRIVES_MAX_DEFAULT)
 from ..limits import check_max_redelivery_records as check_cap
 from .artemis.address_settings import AddressSettings, AddressSettingsRepository
+from .artemis.redelivery_rules import ArtemisRedeliveryRules
 from .arguments import ROUTING_TYPES, STORE_BACKENDS, SYNC_MODES, check_name, check_time, checked_properties
 from .config.safe_xml import check_scan_period
 from .config.systems import load as load_config, merged_switch
@@ -53,6 +54,7 @@ from .classic.dead_letters import ClassicDeadLetters
 from .classic.config import ClassicBrokerConfig
 from .classic.expiry_scans import DestinationExpiryScans
 from .classic.policy import ClassicRedeliveryPolicy
+from .classic.redelivery_rules import ClassicRedeliveryRules, ConsumerPolicyRules
 from .consumer import Consumer
 from .dead_letter import DeadLetters
 from .dialects import dialect_named
@@ -64,8 +66,9 @@ from .post_office import PostOffice
 from .qpid.queue_policy import (DLQ_ENABLED_ARGUMENT, MAXIMUM_DELIVERY_COUNT_ARGUMENT, QpidQueuePolicy,
                                 QpidVirtualHostContext, dead_letter_exchange_name, dead_letter_queue_name,
                                 storable_arguments)
+from .qpid.redelivery_rules import QpidRedeliveryRules
 from .queue import READY, QueueInfo, QueueState
-from .redelivery import Redelivery
+from .redelivery import BrokerRedeliveryRules, Redelivery
 from .selector import Selector
 from .redrive import Redrive, RedriveResult, check_redrive_arguments
 from .session import CLIENT_DEFAULT, ClientDefault, Session
@@ -187,12 +190,17 @@ class Broker:
         self._timers = DeliveryTimers(wake_waiters=not self._manual_clock, watch_expiry=expiry_grid_ms > 0,
                                       scan_time=scan_time)
         self._post_office = PostOffice(self._store, self._timers, self._gate.lock, settings)
+        # the seed system whose dead-letter path and redelivery rules the broker follows, picked once
+        rules: BrokerRedeliveryRules
         if classic_config is not None:
             self._dead_letters = ClassicDeadLetters(self._post_office, self._dialect, classic_config, rng)
+            rules = ClassicRedeliveryRules(self._dead_letters)
         else:
             self._dead_letters = DeadLetters(self._post_office, self._dialect)
+            rules = ArtemisRedeliveryRules(self._post_office, self._dead_letters, rng)
         self.classic_config = classic_config
-        self._redelivery = Redelivery(self._post_office, self._dead_letters, rng)
+        self._qpid_rules = QpidRedeliveryRules(self._dead_letters)     # a Qpid queue's own
+        self._redelivery = Redelivery(self._post_office, rules, ConsumerPolicyRules(self._dead_letters, rng))
         self._redrive = Redrive(self._post_office, self._dialect)
         if self._store is not None:
             try:
@@ -201,13 +209,13 @@ class Broker:
                 for stored in recovered.queues.values():   # Qpid's rules, kept with their bindings
                     if stored.arguments or self._qpid_context is not None:
                         self._post_office.queues_by_id[stored.queue_id].set_qpid_policy(
-                            self._qpid_policy(stored.arguments))
+                            self._qpid_policy(stored.arguments), self._qpid_rules)
             except BaseException:
                 self._store.close()
                 raise
         self._delivery = Delivery(self._gate, clock, self._post_office, self._dead_letters, self._redelivery,
                                   strict=self._store is not None and persist_delivery_count_before_delivery,
-                                  manual_clock=self._manual_clock, close_keeps_count=classic_config is not None,
+                                  manual_clock=self._manual_clock, close_keeps_count=rules.close_keeps_count,
                                   expiry_scan=PeriodicScan(expiry_grid_ms, clock.now_ms()),
                                   queue_scan=PeriodicScan(address_queue_scan_period, clock.now_ms()))
         self._transactions = Transactions(self._gate, clock, self._post_office, self._redelivery, self._delivery)
@@ -318,8 +326,8 @@ class Broker:
                 dead = self._post_office.create_queue(dlq, dead_letter_exchange_name(queue.name), "anycast", None,
                                                       queue.durable, arguments=arguments)
                 if arguments is not None:
-                    dead.set_qpid_policy(QpidQueuePolicy.from_arguments(arguments))
-        queue.set_qpid_policy(qpid_policy)
+                    dead.set_qpid_policy(QpidQueuePolicy.from_arguments(arguments), self._qpid_rules)
+        queue.set_qpid_policy(qpid_policy, self._qpid_rules)
 
     def delete_queue(self, name: str) -> int:
         """Delete a queue and its messages; returns how many messages it held.

@@ -36,6 +36,11 @@ dead-letter queue without the broker's log (docs/cli.md lists the names):
 * ``_JE_ORIG_DELIVERY_COUNT``: the original reference's delivery count at that moment;
 * ``_JE_DELIVERY_HISTORY``: a JSON list of ``{"time": ms, "reason": ...}``, one per failed delivery
   this broker saw of the reference (attempts before a restart count in the delivery count only).
+
+A poison ack (a consumer whose ClassicRedeliveryPolicy gave up on a message) goes to the address
+settings' dead-letter address with its cause recorded on the message as ``dlqDeliveryFailureCause``,
+as Artemis's OpenWire AMQConsumer does; a broker run with Classic's rules has its own path
+(``classic.dead_letters``).
 """
 from __future__ import annotations
 
@@ -53,7 +58,7 @@ from .queue import EXPIRED, KILLED, NORMAL, AddressState, QueueState, Reference
 __all__ = ["ROUTING_TYPE_CODES", "DeadLetterReason", "DEAD_LETTER_REASONS",
            "DEAD_LETTER_REASON", "DEAD_LETTER_TIME", "DEAD_LETTER_COUNT", "ORIG_DELIVERY_COUNT", "DELIVERY_HISTORY",
            "encode_history", "decode_history", "add_account", "make_copy", "resource_queue_name", "origin_filter",
-           "DeadLetters", "log_drop", "KILLED", "EXPIRED", "NORMAL"]
+           "DeadLetters", "log_drop", "KILLED", "EXPIRED", "NORMAL", "DLQ_DELIVERY_FAILURE_CAUSE"]
 
 #: dropped messages are logged here (WARNING), as Artemis logs them
 log = logging.getLogger("journal_engine.broker")
@@ -81,6 +86,8 @@ DEAD_LETTER_TIME = "_JE_DEAD_LETTER_TIME"
 DEAD_LETTER_COUNT = "_JE_DEAD_LETTER_COUNT"
 ORIG_DELIVERY_COUNT = "_JE_ORIG_DELIVERY_COUNT"
 DELIVERY_HISTORY = "_JE_DELIVERY_HISTORY"
+#: why a poison ack gave up on a message (ActiveMQ's property, on Classic's DLQ copy and on Artemis's OpenWire)
+DLQ_DELIVERY_FAILURE_CAUSE = "dlqDeliveryFailureCause"
 
 
 def encode_history(failures: Iterable[tuple[int, str]]) -> str:
@@ -207,6 +214,15 @@ class DeadLetters:
         else:
             log_drop("AMQ222150", ref.data, queue.name, reason, "no dead-letter address is configured")
         self._post_office.drop(ref, KILLED)
+
+    def poison(self, ref: Reference, cause: str | None, now: int) -> None:
+        """A poison ack of a reference that has just left its consumer: to the address settings'
+        dead-letter address (reason poison-ack), ``cause`` (when given) recorded on the message itself
+        as Artemis's OpenWire AMQConsumer records it."""
+        if cause is not None:
+            ref.data.set_property(DLQ_DELIVERY_FAILURE_CAUSE, cause)
+        settings = self._post_office.address_settings.get(ref.queue.address)
+        self.dead_letter(ref, settings, now, DeadLetterReason.POISON_ACK)
 
     def no_route(self, data: MessageData, settings: AddressSettings, now: int
                  ) -> tuple[MessageData, list[QueueState]] | None:

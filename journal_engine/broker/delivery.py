@@ -156,8 +156,7 @@ class Delivery:
                                 ready.appendleft(ref)       # the store failed: it stays where it was
                             raise
                         continue
-                ref.delivery_count += 1     # the dispatch: the count goes up first
-                ref.state = DELIVERING
+                ref.dispatch()              # the count goes up first
                 queue.delivering += 1
                 if self._strict:
                     self._count_before_delivery(ref)
@@ -194,8 +193,7 @@ class Delivery:
             try:
                 self._store.before_delivery(queue.queue_id, data.message_id, ref.delivery_count)
             except BaseException:
-                ref.delivery_count -= 1
-                ref.state = READY
+                ref.undo_dispatch()
                 queue.delivering -= 1
                 queue.add_sorted(ref)
                 raise
@@ -239,7 +237,7 @@ class Delivery:
             if data.durable_refs and queue.durable:
                 session.transaction(self._store).store_acknowledge(queue.queue_id, data.message_id)
             session.record_ack(ref, consumer)
-            ref.state = ACKED_IN_TX
+            ref.acknowledge_in_transaction()
             return
         self._post_office.remove(ref, NORMAL, True)
         ref.queue.delivering -= 1
@@ -253,7 +251,7 @@ class Delivery:
         if ref is None or ref.delivery is not message or ref.state != DELIVERING:
             self._owned(consumer, message, "rolled back")       # raises, saying why
         ref.leave_consumer()
-        self._redelivery.cancel(ref, self._clock.now_ms(), delay_ms, policy=policy)
+        self._redelivery.cancel(ref, self._clock.now_ms(), delay_ms, policy)
 
     def close_consumer(self, consumer: Consumer) -> None:
         """Close ``consumer`` (see Consumer.close)."""

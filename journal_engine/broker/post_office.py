@@ -23,7 +23,7 @@ from ..limits import MESSAGE_ID_BLOCK
 from ..message_store.message_store import MessageStore, RecoveredReferences
 from .artemis.address_settings import AddressSettingsRepository
 from .message import MessageData
-from .queue import DONE, KILLED, NORMAL, READY, AddressState, AutoDelete, QueueState, Reference
+from .queue import KILLED, NORMAL, READY, AddressState, AutoDelete, QueueState, Reference
 from .timers import DeliveryTimers
 
 __all__ = ["PostOffice"]
@@ -215,7 +215,7 @@ class PostOffice:
         if self.store is not None and queue.durable:
             self.store.delete_queue(queue.queue_id)
         for ref in live:
-            ref.state = DONE
+            ref.leave_queue()
             data = ref.data
             if data.durable_refs and queue.durable:
                 data.durable_refs -= 1
@@ -322,8 +322,7 @@ class PostOffice:
             elif data.durable_refs == 1:
                 self.store.delete_message(data.message_id)
             data.durable_refs -= 1
-        ref.state = DONE
-        ref.delivery = None
+        ref.leave_queue()
         queue.count -= 1
         if reason is NORMAL:
             queue.messages_acknowledged += 1

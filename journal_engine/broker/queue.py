@@ -43,7 +43,7 @@ class QueueState:
                  "auto_created", "ready", "count", "scheduled", "delivering", "consumers", "waiters", "condition",
                  "messages_added", "messages_acknowledged", "messages_killed", "messages_expired",
                  "messages_dropped", "pending_sends", "deleted", "id_list", "qpid_policy",
-                 "auto_delete", "consumer_removed_ms", "swept", "created_ms")
+                 "redelivery_rules", "auto_delete", "consumer_removed_ms", "swept", "created_ms")
 
     def __init__(self, name: str, queue_id: int, address: str, routing_type: str, filter: str | None,
                  durable: bool, lock: threading.Lock, *, auto_created: bool = False,
@@ -73,6 +73,7 @@ class QueueState:
         self.deleted = False
         self.id_list = [queue_id]       # what the store's send call takes for this queue alone
         self.qpid_policy = None         # a qpid.QpidQueuePolicy: Qpid's maximum delivery count and DLQ rule
+        self.redelivery_rules = None    # rules of its own for failed deliveries (Qpid's), before any other
         self.auto_delete = auto_delete  # an AutoDelete when the queue goes once unused (Artemis, queue_reaper)
         self.created_ms = created_ms    # made, or recovered, then (epoch ms): the skip-usage-check delay's start
         self.consumer_removed_ms = -1   # when its last consumer went away (-1: never had one that did)
@@ -90,9 +91,12 @@ class QueueState:
         other, so only this frees them at once. Recovered references not made yet are dropped unmade."""
         self.ready = deque()
 
-    def set_qpid_policy(self, policy) -> None:
-        """Qpid's maximum delivery count and DLQ rule for this queue (a qpid.QpidQueuePolicy, or None)."""
+    def set_qpid_policy(self, policy, rules) -> None:
+        """Qpid's maximum delivery count and DLQ rule for this queue (a qpid.QpidQueuePolicy, or None),
+        and the redelivery rules that apply it (the broker's qpid.QpidRedeliveryRules): the queue's own
+        while it has a policy, none without."""
         self.qpid_policy = policy
+        self.redelivery_rules = rules if policy is not None else None
 
     def accepts(self, data: MessageData) -> bool:
         """Does the queue's filter take this message?"""

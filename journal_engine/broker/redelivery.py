@@ -1,12 +1,18 @@
-"""Redelivery: what a failed delivery leads to, as Artemis's QueueImpl.checkRedelivery decides it (and,
-where a queue or a consumer says so, as Qpid Broker-J or ActiveMQ Classic do).
+"""Redelivery: what a failed delivery leads to. A reference comes back from its consumer (a rollback,
+a session rolled back or closed); a redelivery-rules object decides: it dead-letters the reference (or
+drops it, or poison-acks it) itself, or names the delay before the reference is delivered again. With a
+delay the reference is scheduled at now + delay, released to the HEAD of its queue by the timers when
+due; without one it goes back at once, in message order (addSorted). Why a module of its own: every
+path that returns a reference takes it back the same way, here; what the rules are is the seed
+systems' (artemis/, classic/, qpid/ ``redelivery_rules``).
 
-A reference comes back from its consumer (a rollback, a session rolled back or closed). When
-max_delivery_attempts > 0 and its delivery count reached it, the reference is dead-lettered; else the
-redelivery delay of its queue's address applies (or the caller's override): with a delay the reference
-is scheduled at now + delay, released to the HEAD of its queue by the timers when due; without one it
-goes back at once, in message order (addSorted). Why a module of its own: the delay computation and
-the schedule are one decision, taken the same way for every path that returns a reference.
+Which rules apply, first match:
+
+1. the queue's own (``queue.redelivery_rules``): a Qpid queue's maximum delivery count and alternate;
+2. the consumer's ClassicRedeliveryPolicy, when it has one (``classic.redelivery_rules``:
+   ``ConsumerPolicyRules``);
+3. the broker's, picked once when it is made: Artemis's address settings (QueueImpl.checkRedelivery),
+   or, for a broker run with a Classic activemq.xml, Classic's poison ack at once.
 
 What reaches the store is one unit per outcome, so a crash keeps the rollback whole or not at all:
 back at once, the count (UPDATE_DELIVERY_COUNT 34); scheduled, the count and the time (36) as one
@@ -14,75 +20,65 @@ record group (``post_office.schedule_again``); dead-lettered or dropped, the mov
 the acknowledgement alone. Artemis persists the count before it dead-letters, and a crash between
 the two leaves the message counted up in its queue, neither where it was nor moved; here the count
 goes with the reference into the dead-letter copy (``_JE_ORIG_DELIVERY_COUNT``).
-
-Three other rules replace the address settings' when they apply (written the same way):
-
-* a Qpid queue (``queue.qpid_policy``, from its queue-declare arguments, ``qpid``): at the maximum
-  delivery count the message goes to the queue's alternate destination (``<queue>_DLE`` with the DLQ
-  enabled; keeping its id; ``DeadLetters.route_keeping_id``), or is discarded without one; below it,
-  back at once;
-* a consumer with a ClassicRedeliveryPolicy: the message's redelivery counter becomes its delivery
-  count; past the policy's maximum a poison ack (cause: ``classic_policy.poison_cause``), else back
-  after the policy's delay for that counter;
-* a broker run with a Classic activemq.xml: any other failure is a poison ack at once. A poison ack
-  goes down Classic's dead-letter path (``classic``); on an Artemis broker, to the address settings'
-  dead-letter address, the cause recorded on the message as ``dlqDeliveryFailureCause`` (Artemis's
-  OpenWire AMQConsumer does the same).
 """
 from __future__ import annotations
 
-import random
+from typing import Any, Protocol
 
-from .artemis.address_settings import AddressSettings
-from .classic.dead_letters import DLQ_DELIVERY_FAILURE_CAUSE, ClassicDeadLetters
-from .classic.policy import ClassicRedeliveryPolicy, poison_cause
-from .dead_letter import DeadLetterReason, DeadLetters
 from .post_office import PostOffice
-from .queue import DELIVERING, READY, Reference
+from .queue import DELIVERING, Reference
 
-__all__ = ["Redelivery", "redelivery_delay_ms", "CONSUMER_ROLLBACK", "SESSION_ROLLBACK"]
+__all__ = ["Redelivery", "RedeliveryRules", "BrokerRedeliveryRules", "CONSUMER_ROLLBACK", "SESSION_ROLLBACK"]
 
 # why a delivery failed, as a dead-letter copy's delivery history names it
 CONSUMER_ROLLBACK = "rollback"                  # Consumer.rollback
 SESSION_ROLLBACK = "session-rollback"           # a transacted session rolled back (or closed uncommitted)
 
 
-def redelivery_delay_ms(settings: AddressSettings, delivery_count: int, override: int | None,
-                        rng: random.Random) -> int:
-    """Milliseconds before a failed delivery is delivered again: ``override`` (a consumer's
-    rollback(delay_ms=...)) when given, capped by the address's ``max_rollback_delay`` when that is set
-    (>= 0); else the address's delay for this delivery count (collision avoidance drawn from ``rng``),
-    0 for none."""
-    if override is not None:
-        cap = settings.max_rollback_delay
-        return override if cap < 0 or override <= cap else cap
-    if settings.redelivery_delay > 0 or settings.redelivery_delays:
-        return settings.redelivery_delay_for(delivery_count, rng)
-    return 0
+class RedeliveryRules(Protocol):
+    """Decides a failed delivery of a reference that has just left its consumer (state DELIVERING)."""
+
+    def settle(self, ref: Reference, now: int, delay_override: int | None, counted: bool,
+               policy: Any) -> int | None:
+        """None when the rules dead-lettered, dropped or poison-acked the reference; else the delay
+        (ms) before it is delivered again, 0 for at once. ``delay_override``: the rollback's own delay,
+        or None; ``counted=False``: handed back by a consumer that went away, its count already lowered
+        (or kept, by Classic's rules); ``policy``: the consumer's ClassicRedeliveryPolicy, or None."""
+        ...
+
+
+class BrokerRedeliveryRules(RedeliveryRules, Protocol):
+    """The rules of a broker as a whole (Artemis's or Classic's), with the two session behaviours that
+    go with them."""
+
+    #: does a closing consumer's message keep its delivery count (Classic), or have it taken back (Artemis)?
+    close_keeps_count: bool
+    #: do sessions follow ActiveMQ Classic's rules (transactions.py)?
+    by_classic_rules: bool
 
 
 class Redelivery:
-    """Takes back failed deliveries for the broker (see the module docstring).
+    """Takes back failed deliveries for the broker (see the module docstring): ``rules`` are the
+    broker's, ``consumer_policy_rules`` apply a consumer's ClassicRedeliveryPolicy.
 
     Not thread-safe on its own: every method runs with the broker's lock held.
     """
 
-    __slots__ = ("_post_office", "_dead_letters", "_rng", "_classic")
+    __slots__ = ("_post_office", "_rules", "_consumer_policy_rules")
 
-    def __init__(self, post_office: PostOffice, dead_letters: DeadLetters, rng: random.Random) -> None:
+    def __init__(self, post_office: PostOffice, rules: BrokerRedeliveryRules,
+                 consumer_policy_rules: RedeliveryRules) -> None:
         self._post_office = post_office
-        self._dead_letters = dead_letters
-        self._rng = rng
-        # Classic's dead-letter path when the broker runs with an activemq.xml
-        self._classic = dead_letters if isinstance(dead_letters, ClassicDeadLetters) else None
+        self._rules = rules
+        self._consumer_policy_rules = consumer_policy_rules
 
     @property
     def by_classic_rules(self) -> bool:
         """Does the broker run with ActiveMQ Classic's rules (an activemq.xml or a ClassicBrokerConfig)?"""
-        return self._classic is not None
+        return self._rules.by_classic_rules
 
-    def cancel(self, ref: Reference, now: int, delay_override: int | None, failure: str = CONSUMER_ROLLBACK, *,
-               counted: bool = True, policy: ClassicRedeliveryPolicy | None = None) -> None:
+    def cancel(self, ref: Reference, now: int, delay_override: int | None, policy: Any = None,
+               failure: str = CONSUMER_ROLLBACK, *, counted: bool = True) -> None:
         """A failed delivery of a reference that has just left its consumer (state DELIVERING, no longer
         counted as delivering by its queue): dead-lettered, scheduled or back in its queue. ``failure``
         names why, for the delivery history of a dead-letter copy; ``policy``: the consumer's
@@ -96,90 +92,38 @@ class Redelivery:
         consumer that goes away), and no delay does.
 
         When the store fails the error propagates and the reference stays deliverable (READY, in order).
+        (A consumer's rollback passes every argument by position: keywords cost the call its fast path.)
         """
         queue = ref.queue
         if counted:
             ref.record_failure(now, failure)
+        rules = queue.redelivery_rules      # the queue's own first, then the consumer's, then the broker's
+        if rules is None:
+            rules = self._rules if policy is None else self._consumer_policy_rules
         try:
-            if policy is None and queue.qpid_policy is None and self._classic is None:
-                # Artemis's checkRedelivery, by the queue's address settings
-                post_office = self._post_office
-                count = ref.delivery_count
-                repository = post_office.address_settings
-                cached = repository.cached          # an attribute, not a method: loaded first, then called
-                settings = cached(queue.address) or repository.get(queue.address)
-                max_attempts = settings.max_delivery_attempts
-                if max_attempts > 0 and count >= max_attempts:
-                    self._dead_letters.dead_letter(ref, settings, now)
-                    return
-                delay = redelivery_delay_ms(settings, count, delay_override, self._rng) if counted else 0
-                if delay > 0:
-                    post_office.schedule_again(ref, now + delay)
-                    return
-                self._persist_count(ref, counted)
-            elif self._by_other_rules(ref, now, delay_override, policy, counted):
+            delay = rules.settle(ref, now, delay_override, counted, policy)
+            if delay is None:
                 return
+            if delay > 0:
+                self._post_office.schedule_again(ref, now + delay)
+                return
+            data = ref.data
+            if data.durable_refs and queue.durable:
+                # the count of a stored reference going back at once (UPDATE_DELIVERY_COUNT 34; not
+                # counted: a count lowered by a close, under update_delivery_count_after_cancel's rule)
+                store = self._post_office.store
+                if counted:
+                    store.update_delivery_count(queue.queue_id, data.message_id, ref.delivery_count)
+                else:
+                    store.update_delivery_count_after_cancel(queue.queue_id, data.message_id, ref.delivery_count)
         except BaseException:
             if ref.state == DELIVERING:     # the store failed: the message stays, deliverable again
-                ref.state = READY
+                ref.back_to_ready()
                 queue.add_sorted(ref)
             raise
-        ref.state = READY                   # back at once, in message order
+        ref.back_to_ready()                 # back at once, in message order
         queue.add_sorted(ref)
-        if ref.data.expiration:
+        if data.expiration:
             self._post_office.timers.watch_expiry(ref)
         if queue.waiters:
             queue.condition.notify()
-
-    def _persist_count(self, ref: Reference, counted: bool) -> None:
-        """The delivery count of a stored reference that goes back at once (UPDATE_DELIVERY_COUNT 34;
-        ``counted=False``: a count lowered by a close, under update_delivery_count_after_cancel's rule)."""
-        data = ref.data
-        queue = ref.queue
-        if data.durable_refs and queue.durable:
-            store = self._post_office.store
-            if counted:
-                store.update_delivery_count(queue.queue_id, data.message_id, ref.delivery_count)
-            else:
-                store.update_delivery_count_after_cancel(queue.queue_id, data.message_id, ref.delivery_count)
-
-    def _by_other_rules(self, ref: Reference, now: int, delay_override: int | None,
-                        policy: ClassicRedeliveryPolicy | None, counted: bool) -> bool:
-        """Qpid's rule, a Classic consumer's policy or Classic's poison ack (module docstring): True when
-        the reference was dead-lettered, dropped or scheduled. Not ``counted`` (a consumer went away):
-        only Qpid's rule applies, to the lowered count."""
-        count = ref.delivery_count
-        qpid = ref.queue.qpid_policy
-        delay = delay_override or 0
-        if qpid is not None:
-            if qpid.reached(count):
-                self._dead_letters.route_keeping_id(ref, qpid.alternate_of(ref.queue.name), now, expired=False,
-                                                    system="Qpid Broker-J")
-                return True
-        elif not counted:
-            self._persist_count(ref, counted)
-            return False
-        elif policy is not None:
-            if policy.exceeded(count):
-                self._poison(ref, poison_cause(count, policy), now)
-                return True
-            if delay_override is None:
-                delay = policy.redelivery_delay_for(count, self._rng)
-        else:
-            self._poison(ref, None, now)
-            return True
-        if delay > 0:
-            self._post_office.schedule_again(ref, now + delay)
-            return True
-        self._persist_count(ref, counted)
-        return False
-
-    def _poison(self, ref: Reference, cause: str | None, now: int) -> None:
-        """A poison ack: Classic's dead-letter path, or (on an Artemis broker) the address settings'."""
-        if self._classic is not None:
-            self._classic.poison(ref, cause, now)
-            return
-        if cause is not None:       # Artemis's OpenWire poison ack records the cause on the message itself
-            ref.data.set_property(DLQ_DELIVERY_FAILURE_CAUSE, cause)
-        repository = self._post_office.address_settings
-        self._dead_letters.dead_letter(ref, repository.get(ref.queue.address), now, DeadLetterReason.POISON_ACK)

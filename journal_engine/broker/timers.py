@@ -68,7 +68,7 @@ class DeliveryTimers:
     def schedule(self, ref: Reference, due_ms: int) -> None:
         """Keep ``ref`` out of reach until ``due_ms`` (its state becomes SCHEDULED)."""
         queue = ref.queue
-        ref.state = SCHEDULED
+        ref.schedule()
         queue.scheduled += 1
         heapq.heappush(self._scheduled, (due_ms, next(self._tiebreak), ref))
         self.pending = True
@@ -102,7 +102,7 @@ class DeliveryTimers:
                 ref = heapq.heappop(heap)[2]
                 if ref.state != SCHEDULED:
                     continue
-                ref.state = READY
+                ref.fall_due()
                 ref.queue.scheduled -= 1
                 due.setdefault(ref.queue, []).append(ref)
             for queue, refs in due.items():

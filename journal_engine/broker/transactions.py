@@ -24,7 +24,7 @@ from .clock import Clock
 from .delivery import Delivery
 from .gate import Gate
 from .post_office import PostOffice
-from .queue import DELIVERING, NORMAL
+from .queue import NORMAL
 from .redelivery import SESSION_ROLLBACK, Redelivery
 from .session import Session
 
@@ -89,7 +89,7 @@ class Transactions:
         for ref, consumer in acked:
             policy = consumer.redelivery_policy
             if classic and policy is None and not consumer.closed:
-                ref.state = DELIVERING          # a STOMP ABORT: the acknowledgement undone, the message pending
+                ref.back_to_delivering()        # a STOMP ABORT: the acknowledgement undone, the message pending
                 consumer.restore(ref)
                 continue
             ref.undo_transacted_ack()
@@ -106,7 +106,7 @@ class Transactions:
             if classic and not include_delivering:      # the session closes: back as a closed consumer's
                 redelivery.cancel(ref, now, None, counted=False)
             else:
-                redelivery.cancel(ref, now, None, SESSION_ROLLBACK, policy=policy)
+                redelivery.cancel(ref, now, None, policy, SESSION_ROLLBACK)
 
     def close(self, session: Session) -> None:
         """See Session.close. Closing twice is harmless."""

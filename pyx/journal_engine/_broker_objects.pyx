@@ -97,18 +97,72 @@ cdef class Reference:
     def __init__(self, data, queue, delivery_count=0):
         _fill_reference(self, data, queue, delivery_count)
 
+    # The state changes only through these methods, named for the transitions the broker's modules make.
+    # They change the reference alone: the queue's counts of delivering and scheduled references are its
+    # caller's to keep (read and written there as a slot, the cheapest way), but for leave_consumer's.
+    @cython.binding(False)      # a method descriptor: the call Python specialises
+    def dispatch(self):
+        """READY -> DELIVERING: handed to a consumer; the delivery count goes up by one (the first
+        delivery has count 1)."""
+        self.delivery_count += 1
+        self.state = DELIVERING
+
+    @cython.binding(False)      # a method descriptor: the call Python specialises
+    def undo_dispatch(self):
+        """DELIVERING -> READY: a dispatch taken back before the message was handed out (the store
+        refused its count); the caller puts the reference back in its queue."""
+        self.delivery_count -= 1
+        self.state = READY
+
+    @cython.binding(False)      # a method descriptor: the call Python specialises
     def leave_consumer(self):
         """The reference is no longer held by a consumer (a rollback, a close, a session rolled back): its
         queue counts one delivering reference less. Its state is the caller's next decision."""
         self.delivery = None
         self.queue.delivering -= 1
 
+    @cython.binding(False)      # a method descriptor: the call Python specialises
+    def back_to_ready(self):
+        """-> READY: back in its queue's deque at once (the caller puts it there)."""
+        self.state = READY
+
+    @cython.binding(False)      # a method descriptor: the call Python specialises
+    def schedule(self):
+        """-> SCHEDULED: in the broker's timer heap until due."""
+        self.state = SCHEDULED
+
+    @cython.binding(False)      # a method descriptor: the call Python specialises
+    def fall_due(self):
+        """SCHEDULED -> READY: its time came (the timers put it at the head of its queue)."""
+        self.state = READY
+
+    @cython.binding(False)      # a method descriptor: the call Python specialises
+    def acknowledge_in_transaction(self):
+        """DELIVERING -> ACKED_IN_TX: acknowledged in a session's open transaction, still counted as
+        delivering until the commit."""
+        self.state = ACKED_IN_TX
+
+    @cython.binding(False)      # a method descriptor: the call Python specialises
+    def back_to_delivering(self):
+        """ACKED_IN_TX -> DELIVERING: the transaction's acknowledgement undone; its consumer holds it,
+        undecided, again (Classic's STOMP ABORT)."""
+        self.state = DELIVERING
+
+    @cython.binding(False)      # a method descriptor: the call Python specialises
     def undo_transacted_ack(self):
         """An acknowledgement in a transaction that rolled back: the reference was delivering when it
         was acknowledged, and leaves its consumer as a failed delivery."""
-        self.state = DELIVERING
+        self.back_to_delivering()
         self.leave_consumer()
 
+    @cython.binding(False)      # a method descriptor: the call Python specialises
+    def leave_queue(self):
+        """-> DONE: gone for good (acknowledged, dead-lettered, expired, dropped, its queue deleted); it
+        stands for no delivery any more."""
+        self.state = DONE
+        self.delivery = None
+
+    @cython.binding(False)      # a method descriptor: the call Python specialises
     def record_failure(self, now_ms, reason):
         """Note a failed delivery, for the history a dead-letter copy carries."""
         if self.failures is None:

@@ -127,3 +127,35 @@ def test_the_settings_cache_probe_answers_what_get_returned():
     assert repository.cached("a") is settings
     repository.add("a", journal_engine.AddressSettings(expiry_delay=5))
     assert repository.cached("a") is None and repository.get("a").expiry_delay == 5
+
+
+def _state_assignments(path: Path) -> list[int]:
+    """Lines of ``x.state = ...`` (or ``+=``, or a tuple target naming it) in a module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, ast.Attribute) and part.attr == "state":
+                    found.append(node.lineno)
+    return found
+
+
+def test_a_reference_changes_state_only_through_its_own_methods():
+    """Reference.state is written by the Reference alone (_broker_objects.pyx and its twin): the broker
+    calls the transition's method (dispatch, schedule, fall_due, leave_queue, ...)."""
+    offenders = [f"{path.relative_to(PACKAGE_DIR)}:{line}" for path in sorted(BROKER_DIR.rglob("*.py"))
+                 for line in _state_assignments(path)]
+    assert not offenders, offenders
+
+
+def test_redelivery_names_no_seed_system():
+    """redelivery.py takes a failed delivery back by the rules objects it is given: it imports no seed
+    system's module and asks no object its type (the systems' rules are in artemis/, classic/, qpid/)."""
+    path = BROKER_DIR / "redelivery.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not {module for module in imported if module.split(".")[0] in ("artemis", "classic", "qpid", "hornetq")}
+    calls = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert not calls & {"isinstance", "type"}

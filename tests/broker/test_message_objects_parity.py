@@ -104,3 +104,31 @@ def test_compiled_fields_are_member_descriptors_as_slots_are():
     ref.state, ref.delivery = _broker_objects.DONE, "message"
     assert (ref.data, ref.queue, ref.delivery_count, ref.state, ref.delivery, ref.failures) == \
         ("data", "queue", 5, _broker_objects.DONE, "message", None)
+
+
+def _transitions(impl) -> list:
+    """A Reference's state changes, through its own methods (leave_consumer keeps its queue's count)."""
+    queue = _Queue()
+    queue.delivering, queue.scheduled = 0, 0
+    ref = impl.Reference(impl.MessageData(1, "orders", b"", None, True, 0, None), queue)
+    seen = []
+
+    def note():
+        seen.append((ref.state, ref.delivery_count, ref.delivery, queue.delivering, queue.scheduled))
+    ref.dispatch(); note()
+    ref.undo_dispatch(); note()
+    ref.dispatch(); ref.delivery = "message"; ref.acknowledge_in_transaction(); note()
+    ref.back_to_delivering(); note()
+    ref.leave_consumer(); ref.back_to_ready(); note()
+    ref.schedule(); note()
+    ref.fall_due(); note()
+    ref.dispatch(); ref.delivery = "message"; ref.leave_queue(); note()
+    return seen
+
+
+def test_a_reference_moves_through_its_states_by_its_methods():
+    for impl in implementations():
+        assert _transitions(impl) == [
+            (impl.DELIVERING, 1, None, 0, 0), (impl.READY, 0, None, 0, 0), (impl.ACKED_IN_TX, 1, "message", 0, 0),
+            (impl.DELIVERING, 1, "message", 0, 0), (impl.READY, 1, None, -1, 0), (impl.SCHEDULED, 1, None, -1, 0),
+            (impl.READY, 1, None, -1, 0), (impl.DONE, 2, None, -1, 0)]

@@ -40,7 +40,8 @@ from .destinations import ClassicDestination, destination_of_queue
 from .plugins import REDELIVERY_DELAY_PROPERTY
 from .policy import expired_cause
 from ..artemis.dialect import Dialect
-from ..dead_letter import DeadLetterReason, DeadLetters, add_account, keeping_copy, log, log_drop
+from ..dead_letter import (DLQ_DELIVERY_FAILURE_CAUSE, DeadLetterReason, DeadLetters, add_account, keeping_copy, log,
+                           log_drop)
 from ..post_office import PostOffice
 from ..queue import EXPIRED, KILLED, AddressState, Reference
 
@@ -49,7 +50,6 @@ __all__ = ["ClassicDeadLetters", "ORIGINAL_DESTINATION", "ORIGINAL_EXPIRATION", 
 
 ORIGINAL_DESTINATION = "originalDestination"
 ORIGINAL_EXPIRATION = "originalExpiration"
-DLQ_DELIVERY_FAILURE_CAUSE = "dlqDeliveryFailureCause"
 ORIGINAL_DELIVERY_MODE = "originalDeliveryMode"
 
 
@@ -67,7 +67,8 @@ class ClassicDeadLetters(DeadLetters):
 
     # ------------------------------------------------------------------------------- entry points
     def poison(self, ref: Reference, cause: str | None, now: int) -> None:
-        """A poison ack of a reference that has just left its consumer."""
+        """A poison ack of a reference that has just left its consumer, down Classic's path (the
+        module docstring)."""
         destination = self._destination_of(ref)
         if not destination.is_queue and not ref.queue.durable:
             # TopicSubscription.acknowledge: a non-durable subscription's poison ack only updates its
