@@ -510,7 +510,7 @@ cdef class _Recovery:
         _queue_table(&self.queue_table, self.queue_index)
         return 0
 
-    cdef int message(self, Py_ssize_t i) except -1:
+    cdef inline int message(self, Py_ssize_t i) except -1:
         """Message ``i`` of the columns: its live references gathered per queue, or why it is left
         out (another record type, a record record_format rejects, no live reference)."""
         cdef uint64_t message_id = self.ids[i]
@@ -534,7 +534,7 @@ cdef class _Recovery:
         self._keep(i, message_id, n_live)
         return 0
 
-    cdef bint _expiration(self, Py_ssize_t i, uint64_t message_id, int64_t *expiration) except -1:
+    cdef inline bint _expiration(self, Py_ssize_t i, uint64_t message_id, int64_t *expiration) except -1:
         """Message ``i``'s expiration, parsed where its body lies (the one field recovery needs: no
         copy of the body); False when record_format rejects the body (its error goes to ``corrupt``)."""
         cdef MessageFields fields
@@ -551,7 +551,7 @@ cdef class _Recovery:
         expiration[0] = _format.decode_message(message_id, raw, path=self.path).expiration
         return True
 
-    cdef Py_ssize_t _live_references(self, Py_ssize_t i, uint64_t message_id) except -2:
+    cdef inline Py_ssize_t _live_references(self, Py_ssize_t i, uint64_t message_id) except -2:
         """Message ``i``'s updates replayed into ``live`` (ADD_REF, ACKNOWLEDGE_REF, delivery counts,
         scheduled times: the last in journal order wins): how many references are live, or -1 when
         record_format rejects an update (its error goes to ``corrupt``). Odd updates are anomalies."""
@@ -623,7 +623,7 @@ cdef class _Recovery:
                 self.live[k].scheduled_time = _u64(p + 8)
         return n_live
 
-    cdef int _gather(self, uint64_t message_id, Py_ssize_t n_live, int64_t expiration) except -1:
+    cdef inline int _gather(self, uint64_t message_id, Py_ssize_t n_live, int64_t expiration) except -1:
         """Each live reference of a message onto its queue's gathering (onto ``unknown_references`` when
         the bindings journal holds no such queue): a scheduled time at or before now becomes 0, a shadow
         count that differs from the journal's goes to ``from_shadow``."""
@@ -665,7 +665,7 @@ cdef class _Recovery:
             _put_u64(&gather[q].scheduled_times, scheduled)
         return 0
 
-    cdef int _keep(self, Py_ssize_t i, uint64_t message_id, Py_ssize_t n_live) except -1:
+    cdef inline int _keep(self, Py_ssize_t i, uint64_t message_id, Py_ssize_t n_live) except -1:
         """A message with live references, for the tables ``finish`` makes: its row, and its one queue
         (or its several). Its body stays in the journal's buffers, read at its delivery."""
         cdef Py_ssize_t j
