@@ -35,15 +35,17 @@ CORE_EXPORTS: dict[str, tuple[str, ...]] = {
                        "ReadyQueue", "Reference", "delivery_of", "ready_references", "recovered_datas"),
     "codec": ("check_frame", "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "encode_group"),
     "core": ("JournalCore", "Segment"),
+    "image": ("checkpointed_columns", "columns_image", "file_checksum", "image_is_sound", "image_size"),
     "livemap": ("LiveMap",),
-    "message_columns": ("ROUTING_NAMES", "MessageColumns", "MessageRecovery", "QueueReferences",
-                        "decode_message_columns", "decode_message_fields", "decode_messages_fields",
-                        "recover_messages", "release_from_collector"),
+    "message_columns": ("MessageColumns", "decode_message_columns"),
+    "message_recovery": ("MessageRecovery", "QueueReferences", "decode_message_fields", "decode_messages_fields",
+                         "recover_messages", "release_from_collector"),
     "record_writer": ("RecordWriter",),
-    "replay": ("GAP_REASONS", "GUARDS_MAPPED_READS", "Body", "CheckpointMapping", "FrameColumns", "MappedFile",
-               "RecordInfo", "ReplayState", "checkpointed_columns", "columns_image", "file_checksum",
-               "image_is_sound", "image_size", "is_pinned", "scan_columns", "scan_frames"),
+    "replay": ("RecordInfo", "ReplayState"),
+    "scan": ("GAP_REASONS", "GUARDS_MAPPED_READS", "Body", "CheckpointMapping", "FrameColumns", "MappedFile",
+             "is_pinned", "scan_columns", "scan_frames"),
     "stomp_codec": ("FrameReader", "StompFrame", "header_value", "message_frame_bytes", "UNESCAPED_COMMANDS"),
+    "store_body": ("ROUTING_NAMES",),
 }
 
 

@@ -17,8 +17,12 @@ OWN_ACCESSORS = {
     ("_twin/broker_objects.py", "data"): "the twin of _broker_objects.pyx, whose module functions read the C "
                                          "fields of its own classes (MessageData)",
     ("_twin/broker_objects.py", "message"): "the same: delivery_of() reads its own Message's fields",
-    ("_twin/replay.py", "cols"): "the twin of _replay.pyx, whose module functions read the C arrays of its own "
-                                 "FrameColumns",
+    ("_twin/scan.py", "cols"): "the twin of _scan.pyx, whose module functions read the C arrays of its own "
+                               "FrameColumns",
+    ("_twin/replay.py", "cols"): "the twin of _replay.pyx, which reads the C arrays of FrameColumns through "
+                                 "_scan.pxd, the contract between the compiled modules",
+    ("_twin/image.py", "cols"): "the twin of _image.pyx, which reads and fills the C arrays of FrameColumns "
+                                "through _scan.pxd, the contract between the compiled modules",
     ("integrations/kombu.py", "channel"): "the Transport reads the subscriptions of its own Channel class, "
                                           "defined beside it (kombu's virtual transport pairs the two)",
     ("spark/environment.py", "spark.sparkContext"): "pyspark reaches the JVM only through SparkContext._jvm",

@@ -405,7 +405,7 @@ def test_the_sigbus_guards_table_has_the_size_limits_gives_it():
 
 MAP_CHECKPOINTS = """
 import os, sys
-from journal_engine._replay import CheckpointMapping
+from journal_engine._scan import CheckpointMapping
 from journal_engine.limits import CHECKPOINTS_MAPPED_MAX
 path = sys.argv[1]
 with open(path, "wb") as handle:
@@ -422,7 +422,7 @@ except OSError as refused:
 def test_the_compiled_core_maps_the_maximum_of_checkpoints_and_refuses_one_more(tmp_path):
     """In a child process of its own, where no other checkpoint is mapped (the compiled module is imported
     by name: the twin maps no checkpoint, and a twin run has the compiled core built beside it)."""
-    if importlib.util.find_spec("journal_engine._replay") is None:
+    if importlib.util.find_spec("journal_engine._scan") is None:
         pytest.fail("the compiled core is not built")
     env = {key: value for key, value in os.environ.items() if key != "JOURNAL_ENGINE_IMPLEMENTATION"}
     done = subprocess.run([sys.executable, "-c", MAP_CHECKPOINTS, str(tmp_path / "checkpoint")], env=env,

@@ -240,8 +240,8 @@ def test_compaction_rewrites_grouped_records_as_plain_frames_that_load_the_same(
 def test_a_replay_scan_counts_group_frames_instead_of_making_rows(tmp_path):
     """Recovery's scan makes no row of a GROUP frame (groups=False): the same rows as a full scan but
     those, the groups counted, in the compiled core and the twin alike; load() reports every frame read."""
-    from journal_engine import _replay
-    from journal_engine._twin import replay as twin_replay
+    from journal_engine import _scan
+    from journal_engine._twin import scan as twin_scan
     from journal_engine.storage.journal.format import stamp_of
     from journal_engine.storage.journal.segment_files import list_directory
     with Journal(tmp_path, sync="none") as journal:
@@ -254,10 +254,10 @@ def test_a_replay_scan_counts_group_frames_instead_of_making_rows(tmp_path):
     for data in list_directory(str(tmp_path)).data:
         raw = open(data.path, "rb").read()
         stamp, start = stamp_of(data.header.file_id), data.header.data_start
-        full = _replay.scan_columns(raw, stamp, start)
+        full = _scan.scan_columns(raw, stamp, start)
         kept = [row for row in range(full.count) if full.kind[row] != RecordKind.GROUP]
         frames += full.count
-        for module in (_replay, twin_replay):
+        for module in (_scan, twin_scan):
             cols = module.scan_columns(raw, stamp, start, groups=False)
             assert cols.groups_skipped == full.count - len(kept)
             assert [(cols.offset[row], cols.kind[row], cols.record_id[row], cols.body(row)) for row in range(cols.count)] \

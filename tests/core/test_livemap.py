@@ -91,8 +91,8 @@ def test_the_live_set_of_a_replay_whose_ids_rose_behaves_like_a_dict(deleted, up
     table is filled at recovery. Puts, removes and byte additions on its ids (live, removed, or
     never there), and on ids only the table holds, keep it a dict with a byte total -- the twin's
     live set to begin with."""
-    from journal_engine import _codec, _replay
-    from journal_engine._twin import replay as twin_replay
+    from journal_engine import _codec, _replay, _scan
+    from journal_engine._twin import replay as twin_replay, scan as twin_scan
     from journal_engine.record_format import RecordKind
     stamp = 7
     frames = [_codec.encode_frame(RecordKind.ADD, 1, stamp, record_id, 0, b"x" * (record_id % 13))
@@ -101,9 +101,9 @@ def test_the_live_set_of_a_replay_whose_ids_rose_behaves_like_a_dict(deleted, up
     frames += [_codec.encode_frame(RecordKind.DELETE, 0, stamp, record_id, 0, b"") for record_id in sorted(deleted)]
     buffer = b"".join(frames) + bytes(64)
     live = _replay.ReplayState()
-    live.replay_columns(_replay.scan_columns(buffer, stamp, 0), "file")
+    live.replay_columns(_scan.scan_columns(buffer, stamp, 0), "file")
     twin = twin_replay.ReplayState()
-    twin.replay_columns(twin_replay.scan_columns(buffer, stamp, 0), "file")
+    twin.replay_columns(twin_scan.scan_columns(buffer, stamp, 0), "file")
     model = dict(twin.live.items())
     assert sorted(live.live.items()) == sorted(model.items()) and live.live.total_bytes == sum(model.values())
     _check_against_model(live.live, ops, model)

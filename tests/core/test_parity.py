@@ -164,8 +164,8 @@ def _columns(cols) -> tuple:
 def test_scan_of_a_torn_record_group_compiled_equals_twin(stamp, members, tail, sector, cut):
     """A group (maybe followed by a plain frame) with one stretch of it zeroed, a bit flipped or the
     file cut short: both decoders return the same rows, and neither applies part of the group."""
-    from journal_engine import _replay
-    from journal_engine._twin import replay as twin_replay
+    from journal_engine import _scan
+    from journal_engine._twin import scan as twin_scan
 
     group = _codec.encode_group(stamp, members)
     after = _codec.encode_frame(RecordKind.ADD, 1, stamp, 7, 0, b"after") if tail else b""
@@ -179,8 +179,8 @@ def test_scan_of_a_torn_record_group_compiled_equals_twin(stamp, members, tail, 
         buffer[64 + bit // 8] ^= 1 << (bit % 8)
     elif damage == "cut":
         buffer = buffer[:64 + cut.draw(st.integers(0, len(group) - 1))]
-    compiled = _columns(_replay.scan_columns(bytes(buffer), stamp, 64))
-    twin = _columns(twin_replay.scan_columns(bytes(buffer), stamp, 64))
+    compiled = _columns(_scan.scan_columns(bytes(buffer), stamp, 64))
+    twin = _columns(twin_scan.scan_columns(bytes(buffer), stamp, 64))
     assert compiled == twin
     members_seen = [row for row in compiled[3] if row[2] == 0 and row[3] != RecordKind.GROUP and row[0] < 64 + len(group)]
     assert len(members_seen) in (0, len(members))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from journal_engine import Journal
 from journal_engine._impl import IMPLEMENTATION, scan_columns
-from journal_engine._twin import replay as twin_replay
+from journal_engine._twin import replay as twin_replay, scan as twin_scan
 from journal_engine.record_format import FrameCheck, RecordKind
 from journal_engine.storage.journal.format import stamp_of
 from journal_engine.storage.journal.scan import scan_directory, scan_file
@@ -139,7 +139,7 @@ def test_an_empty_region_gives_no_rows():
 @pytest.mark.twin
 @pytest.mark.parametrize("seed", range(12))
 def test_compiled_columns_equal_the_twins_on_damaged_files(tmp_path, seed):
-    from journal_engine import _replay
+    from journal_engine import _scan
     _write_mixed(tmp_path, seed=seed, count=120)
     rng = random.Random(seed)
     for data in list_directory(str(tmp_path)).data:
@@ -148,10 +148,10 @@ def test_compiled_columns_equal_the_twins_on_damaged_files(tmp_path, seed):
             at = rng.randrange(data.header.data_start, min(len(raw), data.header.data_start + 20_000))
             raw[at] ^= 1 << rng.randrange(8)
         stamp, start = stamp_of(data.header.file_id), data.header.data_start
-        compiled = _replay.scan_columns(bytes(raw), stamp, start)
-        twin = twin_replay.scan_columns(bytes(raw), stamp, start)
+        compiled = _scan.scan_columns(bytes(raw), stamp, start)
+        twin = twin_scan.scan_columns(bytes(raw), stamp, start)
         assert _columns_as_lists(compiled) == _columns_as_lists(twin)
-        assert _replay.scan_frames(bytes(raw), stamp, start) == twin_replay.scan_frames(bytes(raw), stamp, start)
+        assert _scan.scan_frames(bytes(raw), stamp, start) == twin_scan.scan_frames(bytes(raw), stamp, start)
 
 
 @pytest.mark.twin
@@ -161,23 +161,24 @@ def test_a_valid_frame_after_zeros_of_any_length_is_found_as_the_twin_finds_it(s
     other than 0 cannot lie in them): a frame after a zeroed gap of any length and alignment, or
     with only its stamp word past the zeros, is found where the twin finds it, and with a stamp of
     0 the search is the twin's, word by word."""
-    from journal_engine import _codec, _replay
+    from journal_engine import _codec, _scan
     first = _codec.encode_frame(RecordKind.ADD, 1, stamp, 1, 0, b"first")
     second = _codec.encode_frame(RecordKind.ADD, 1, stamp, 2, 0, b"after the gap")
     for gap in range(0, 400, 8):
         for lead in (0, 8, 56):
             raw = bytes(lead) + first + bytes(gap) + second + bytes(200)
-            compiled = _replay.scan_columns(raw, stamp, lead)
-            assert _columns_as_lists(compiled) == _columns_as_lists(twin_replay.scan_columns(raw, stamp, lead))
+            compiled = _scan.scan_columns(raw, stamp, lead)
+            assert _columns_as_lists(compiled) == _columns_as_lists(twin_scan.scan_columns(raw, stamp, lead))
             assert 2 in list(compiled.record_id)
 
 
-def _replay_directory(module, directory):
-    """A ReplayState of `module` (compiled _replay or the twin) over every file of a directory."""
-    state = module.ReplayState((9,))
+def _replay_directory(replay, scan, directory):
+    """A ReplayState of `replay` (compiled _replay or the twin) over every file of a directory, scanned
+    by `scan` (compiled _scan or the twin)."""
+    state = replay.ReplayState((9,))
     for data in list_directory(str(directory)).data:
         raw = open(data.path, "rb").read()
-        state.replay_columns(module.scan_columns(raw, stamp_of(data.header.file_id), data.header.data_start),
+        state.replay_columns(scan.scan_columns(raw, stamp_of(data.header.file_id), data.header.data_start),
                              data.path)
     return state
 
@@ -202,7 +203,7 @@ def test_load_records_are_a_mapping_made_when_looked_at(tmp_path):
 
 @pytest.mark.twin
 def test_compiled_replay_equals_the_twins_record_for_record(tmp_path):
-    from journal_engine import _replay
+    from journal_engine import _replay, _scan
     _write_mixed(tmp_path, seed=3, count=500)
     with Journal(tmp_path, file_size=SMALL, sync="none") as journal:   # re-adds after deletes, open tx
         journal.load()
@@ -210,7 +211,7 @@ def test_compiled_replay_equals_the_twins_record_for_record(tmp_path):
         journal.add(0, 7, b"again")
         journal.update(0, 9, b"later")
         journal.add_tx(77, 5_000, 1, b"never committed")
-    compiled, twin = _replay_directory(_replay, tmp_path), _replay_directory(twin_replay, tmp_path)
+    compiled, twin = _replay_directory(_replay, _scan, tmp_path), _replay_directory(twin_replay, twin_scan, tmp_path)
     assert list(compiled.records.items()) == list(twin.records.items())
     assert list(compiled.records)[-1] == 0
     assert compiled.records[0].updates == [(9, b"later")]
@@ -228,7 +229,7 @@ def test_records_are_found_by_id_before_and_after_the_live_set_is_taken(tmp_path
     """The compiled replay finds a record by id through its table of entries while it runs; taking
     ``live`` turns that table into the live set in place, and the records are then found by a binary
     search of the ids (added in order) or a table of their own (not in order) -- the same answers."""
-    from journal_engine import _replay
+    from journal_engine import _replay, _scan
     ids = list(range(0, 900, 3)) if ids_in_order else random.Random(7).sample(range(5_000), 300)
     with Journal(tmp_path, file_size=SMALL, sync="none") as journal:
         journal.load()
@@ -238,7 +239,8 @@ def test_records_are_found_by_id_before_and_after_the_live_set_is_taken(tmp_path
             journal.update(record_id, 9, b"update %d" % record_id)
         for record_id in ids[1::7]:
             journal.delete(record_id)
-    states = {"compiled": _replay_directory(_replay, tmp_path), "twin": _replay_directory(twin_replay, tmp_path)}
+    states = {"compiled": _replay_directory(_replay, _scan, tmp_path),
+              "twin": _replay_directory(twin_replay, twin_scan, tmp_path)}
     deleted, absent = ids[1], max(ids) + 1
     before = {name: {record_id: state.records.get(record_id) for record_id in ids} for name, state in states.items()}
     for state in states.values():
@@ -272,7 +274,7 @@ def _records_of_columns(columns) -> list:
 def test_record_columns_of_the_live_set_equal_those_of_its_records(tmp_path):
     """The message store's recovery reads the live set as columns (no RecordInfo made): they hold
     what the RecordInfos hold, in the same order, also for records re-added and updated across files."""
-    from journal_engine import _replay
+    from journal_engine import _replay, _scan
     _write_mixed(tmp_path, seed=5, count=600)
     with Journal(tmp_path, file_size=SMALL, sync="none") as journal:
         journal.load()
@@ -280,7 +282,7 @@ def test_record_columns_of_the_live_set_equal_those_of_its_records(tmp_path):
         journal.add(0, 7, b"again")
         journal.update(0, 9, b"later")
         journal.update(0, 10, b"")
-    compiled, twin = _replay_directory(_replay, tmp_path), _replay_directory(twin_replay, tmp_path)
+    compiled, twin = _replay_directory(_replay, _scan, tmp_path), _replay_directory(twin_replay, twin_scan, tmp_path)
     from_live = _records_of_columns(_replay.record_columns(compiled.records))
     expected = [(rec.record_id, rec.record_type, rec.body, rec.updates) for rec in twin.records.values()]
     assert from_live == expected == _records_of_columns(_replay.record_columns(twin.records))
@@ -328,7 +330,7 @@ def test_compiled_replay_of_any_frames_equals_the_twins(ops, files, damaged, gro
     is not live, a table or an entry array that must grow (sized for nothing here), a chain of
     updates in a file not chained before -- to its path with the GIL: the same records, live set,
     anomalies and counts as the twin's, frame for frame."""
-    from journal_engine import _codec, _replay
+    from journal_engine import _codec, _replay, _scan
     stamp = 0x1234
     if grown:   # more records than the tables hold at first: they grow in the middle of a run
         ops = [(RecordKind.ADD, 100 + i, 0, 1) for i in range(1500)] + ops
@@ -345,10 +347,10 @@ def test_compiled_replay_of_any_frames_equals_the_twins(ops, files, damaged, gro
             frames.insert(1, b"\xff" * len(frames[1]))     # a damaged region followed by valid frames
         buffers.append(b"".join(frames) + bytes(64))
     states = {"compiled": _replay.ReplayState((9,)), "twin": twin_replay.ReplayState((9,))}
-    module_of = {"compiled": _replay, "twin": twin_replay}
+    scan_of = {"compiled": _scan, "twin": twin_scan}
     for name, state in states.items():
         for index, buffer in enumerate(buffers):
-            state.replay_columns(module_of[name].scan_columns(buffer, stamp, 0), f"file-{index}")
+            state.replay_columns(scan_of[name].scan_columns(buffer, stamp, 0), f"file-{index}")
     compiled, twin = states["compiled"], states["twin"]
     for name in ("corrupt", "anomalies", "frames_read", "replaceable_updates", "adds"):
         assert getattr(compiled, name) == getattr(twin, name), name

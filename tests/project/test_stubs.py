@@ -26,8 +26,8 @@ from journal_engine import errors, limits, record_format
 from locations import ROOT
 
 PACKAGE = ROOT / "journal_engine"
-COMPILED = ("_broker_objects", "_codec", "_core", "_livemap", "_message_columns", "_record_writer", "_replay",
-            "_stomp_codec")
+COMPILED = ("_broker_objects", "_codec", "_core", "_image", "_livemap", "_message_columns", "_message_recovery",
+            "_record_writer", "_replay", "_scan", "_stomp_codec", "_store_body")
 LEAVES = (errors, limits, record_format)
 STUB_PATHS = [PACKAGE / f"{name}.pyi" for name in COMPILED]
 # what Cython adds to every compiled module and class: pickling support, doctest table, C API capsule

@@ -1,0 +1,96 @@
+# The contract of _store_body: the message store's record bodies as C reads them, shared by the Spark
+# columns (_message_columns) and the store's recovery (_message_recovery). The layouts are
+# record_format's: every number below is read from it when _store_body is imported.
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+# the record types of the message store's bodies, and their sizes and versions
+cdef int TYPE_QUEUE_BINDING, TYPE_ADD_MESSAGE, TYPE_ADD_REF, TYPE_ACKNOWLEDGE_REF
+cdef int TYPE_DELIVERY_COUNT, TYPE_SCHEDULED_TIME
+cdef Py_ssize_t QUEUE_ID_BYTES, DELIVERY_COUNT_BYTES, SCHEDULED_TIME_BYTES, MESSAGE_HEAD_BYTES, QUEUE_HEAD_BYTES
+cdef int MESSAGE_VERSION, QUEUE_VERSION, QUEUE_WITH_ARGUMENTS_VERSION, FLAG_DURABLE
+cdef int ROUTING_CODE_MAX, QUEUE_ROUTING_MIN, QUEUE_ROUTING_MAX
+cdef int TAG_NONE, TAG_STR, TAG_INT, TAG_FLOAT, TAG_FALSE, TAG_TRUE, TAG_BYTES
+cdef tuple ROUTING_NAME_OF_CODE      # routing code -> its name (ROUTING_NAMES), None for 0 (none)
+
+
+cdef inline uint16_t _u16(const uint8_t *p) noexcept nogil:
+    return p[0] | (<uint16_t>p[1] << 8)
+
+
+cdef inline uint32_t _u32(const uint8_t *p) noexcept nogil:
+    return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef inline uint64_t _u64(const uint8_t *p) noexcept nogil:
+    return _u32(p) | (<uint64_t>_u32(p + 4) << 32)
+
+
+cdef bint _utf8_valid(const uint8_t *s, Py_ssize_t n) noexcept nogil
+
+
+# a growable byte buffer (the data of a string column, a column while recovery gathers it)
+cdef struct Bytes:
+    char *data
+    Py_ssize_t size
+    Py_ssize_t capacity
+
+
+cdef int _reserve(Bytes *buf, Py_ssize_t extra) except -1
+cdef void _free(Bytes *buf) noexcept
+cdef bytes _take(Bytes *buf)
+
+
+cdef inline int _append(Bytes *buf, const void *src, Py_ssize_t n) except -1:
+    if buf.size + n > buf.capacity:
+        _reserve(buf, n)
+    memcpy(buf.data + buf.size, src, n)
+    buf.size += n
+    return 0
+
+
+# where a string lies in a body; ``ok`` False when the body ends first or it is not UTF-8
+cdef struct Text:
+    const uint8_t *data
+    uint32_t size
+    bint ok
+
+
+cdef inline Text _text(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end) noexcept nogil:
+    cdef Text t
+    t.ok = False
+    t.data = NULL
+    t.size = 0
+    if pos[0] + 4 > end:
+        return t
+    t.size = _u32(p + pos[0])
+    if <uint64_t>t.size > <uint64_t>(end - pos[0] - 4):
+        return t
+    t.data = p + pos[0] + 4
+    pos[0] += 4 + t.size
+    t.ok = _utf8_valid(t.data, t.size)
+    return t
+
+
+cdef struct Property:
+    const uint8_t *key
+    uint16_t key_size
+    uint8_t tag
+    const uint8_t *value      # TAG_STR / TAG_BYTES: the bytes; TAG_INT / TAG_FLOAT: the 8 bytes
+    uint32_t value_size
+
+
+# where the fields of a message body (ADD_MESSAGE) lie
+cdef struct MessageFields:
+    int64_t expiration
+    Text address
+    Py_ssize_t body_at
+    uint32_t body_size
+    uint32_t property_count
+    Py_ssize_t properties_at        # the first property, after the count
+
+
+# each False when record_format would reject what it reads
+cdef bint _property(Property *prop, const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) noexcept nogil
+cdef bint _skip_properties(const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) noexcept nogil
+cdef bint _message_fields(const uint8_t *body, Py_ssize_t size, MessageFields *fields) noexcept nogil

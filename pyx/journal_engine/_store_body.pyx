@@ -1,0 +1,212 @@
+# cython: language_level=3
+"""Compiled reader of the message store's record bodies, for the compiled modules that read many.
+
+The Spark columns (_message_columns) and the message store's recovery (_message_recovery) both walk
+store bodies in C, without a Python object per field; the walk is written here once, and given to
+them through _store_body.pxd. It accepts exactly the bodies record_format's decoders accept. The
+layouts are record_format's: the record types, versions, flags, fixed body sizes, property tags and
+head sizes are read from it at import (the head layouts are checked against the struct formats
+compiled in). The Python twin, journal_engine._twin.store_body, has the public names only: the
+twins read bodies through record_format itself.
+"""
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+
+import journal_engine.record_format as _format
+
+# the layouts compiled into the parsers below; record_format is their home
+_format.check_compiled("journal_engine._store_body", {
+    "message head": ("<BBBxq", _format.MESSAGE_HEAD.format), "queue head": ("<BBBx", _format.QUEUE_HEAD.format)})
+
+
+TYPE_QUEUE_BINDING = _format.RecordType.QUEUE_BINDING_RECORD
+TYPE_ADD_MESSAGE = _format.RecordType.ADD_MESSAGE
+TYPE_ADD_REF = _format.RecordType.ADD_REF
+TYPE_ACKNOWLEDGE_REF = _format.RecordType.ACKNOWLEDGE_REF
+TYPE_DELIVERY_COUNT = _format.RecordType.UPDATE_DELIVERY_COUNT
+TYPE_SCHEDULED_TIME = _format.RecordType.SET_SCHEDULED_DELIVERY_TIME
+QUEUE_ID_BYTES = len(_format.encode_queue_id(0))
+DELIVERY_COUNT_BYTES = _format.DELIVERY_COUNT_BODY_BYTES
+SCHEDULED_TIME_BYTES = _format.SCHEDULED_TIME_BODY_BYTES
+MESSAGE_HEAD_BYTES = _format.MESSAGE_HEAD.size
+QUEUE_HEAD_BYTES = _format.QUEUE_HEAD.size
+MESSAGE_VERSION = _format.MESSAGE_FORMAT_VERSION
+QUEUE_VERSION = _format.QUEUE_FORMAT_VERSION
+QUEUE_WITH_ARGUMENTS_VERSION = _format.QUEUE_WITH_ARGUMENTS_FORMAT_VERSION
+FLAG_DURABLE = _format.FLAG_DURABLE
+ROUTING_CODE_MAX = max(_format.ROUTING_TYPES.values())
+QUEUE_ROUTING_MIN = min(_format.ROUTING_TYPES[name] for name in _format.QUEUE_ROUTING_TYPES)
+QUEUE_ROUTING_MAX = max(_format.ROUTING_TYPES[name] for name in _format.QUEUE_ROUTING_TYPES)
+TAG_NONE = _format.PropertyTag.NONE
+TAG_STR = _format.PropertyTag.STR
+TAG_INT = _format.PropertyTag.INT
+TAG_FLOAT = _format.PropertyTag.FLOAT
+TAG_FALSE = _format.PropertyTag.FALSE
+TAG_TRUE = _format.PropertyTag.TRUE
+TAG_BYTES = _format.PropertyTag.BYTES
+
+#: routing type codes as the columns give them (record_format.ROUTING_TYPES; 0 is "none": a null)
+ROUTING_NAMES = {code: name for name, code in _format.ROUTING_TYPES.items() if name is not None}
+ROUTING_NAME_OF_CODE = tuple(ROUTING_NAMES.get(code) for code in range(ROUTING_CODE_MAX + 1))
+
+
+cdef bint _utf8_valid(const uint8_t *s, Py_ssize_t n) noexcept nogil:
+    """Strict UTF-8 as Python's decoder takes it: no overlong forms, no surrogates, nothing past U+10FFFF."""
+    cdef Py_ssize_t i = 0
+    cdef uint8_t c, c1
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if c < 0xC2:
+            return False
+        if c < 0xE0:
+            if i + 1 >= n or (s[i + 1] & 0xC0) != 0x80:
+                return False
+            i += 2
+            continue
+        if c < 0xF0:
+            if i + 2 >= n:
+                return False
+            c1 = s[i + 1]
+            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80:
+                return False
+            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 >= 0xA0):
+                return False
+            i += 3
+            continue
+        if c < 0xF5:
+            if i + 3 >= n:
+                return False
+            c1 = s[i + 1]
+            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80 or (s[i + 3] & 0xC0) != 0x80:
+                return False
+            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 >= 0x90):
+                return False
+            i += 4
+            continue
+        return False
+    return True
+
+
+# a growable byte buffer (the data of a string column)
+cdef int _reserve(Bytes *buf, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t wanted = buf.size + extra
+    cdef Py_ssize_t capacity = buf.capacity if buf.capacity else 256
+    cdef char *grown
+    if wanted <= buf.capacity:
+        return 0
+    while capacity < wanted:
+        capacity *= 2
+    grown = <char *>PyMem_Realloc(buf.data, capacity)
+    if grown == NULL:
+        raise MemoryError()
+    buf.data = grown
+    buf.capacity = capacity
+    return 0
+
+
+cdef void _free(Bytes *buf) noexcept:
+    PyMem_Free(buf.data)
+    buf.data = NULL
+    buf.size = buf.capacity = 0
+
+
+cdef bytes _take(Bytes *buf):
+    cdef bytes out = PyBytes_FromStringAndSize(buf.data, buf.size) if buf.size else b""
+    _free(buf)
+    return out
+
+cdef bint _property(Property *prop, const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) noexcept nogil:
+    """Read one property at ``pos`` as record_format reads it; False when it would reject it."""
+    cdef Text text
+    if pos[0] + 2 > size:
+        return False
+    prop.key_size = _u16(body + pos[0])
+    pos[0] += 2
+    if prop.key_size > size - pos[0]:
+        return False
+    prop.key = body + pos[0]
+    pos[0] += prop.key_size
+    if not _utf8_valid(prop.key, prop.key_size) or pos[0] + 1 > size:
+        return False
+    prop.tag = body[pos[0]]
+    pos[0] += 1
+    prop.value = NULL
+    prop.value_size = 0
+    if prop.tag == TAG_NONE or prop.tag == TAG_TRUE or prop.tag == TAG_FALSE:
+        return True
+    if prop.tag == TAG_INT or prop.tag == TAG_FLOAT:
+        if pos[0] + 8 > size:
+            return False
+        prop.value = body + pos[0]
+        prop.value_size = 8
+        pos[0] += 8
+        return True
+    if prop.tag == TAG_STR:
+        text = _text(body, pos, size)
+        prop.value = text.data
+        prop.value_size = text.size
+        return text.ok
+    if prop.tag == TAG_BYTES:
+        if pos[0] + 4 > size:
+            return False
+        prop.value_size = _u32(body + pos[0])
+        if <uint64_t>prop.value_size > <uint64_t>(size - pos[0] - 4):
+            return False
+        prop.value = body + pos[0] + 4
+        pos[0] += 4 + prop.value_size
+        return True
+    return False
+
+
+cdef bint _skip_properties(const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) noexcept nogil:
+    """Read past a property map (a count, then the properties), checking it as record_format does."""
+    cdef Property prop
+    cdef uint32_t count, k
+    if pos[0] + 4 > size:
+        return False
+    count = _u32(body + pos[0])
+    pos[0] += 4
+    for k in range(count):
+        if not _property(&prop, body, pos, size):
+            return False
+    return True
+
+
+# where the fields of a message body (ADD_MESSAGE) lie
+cdef bint _message_fields(const uint8_t *body, Py_ssize_t size, MessageFields *fields) noexcept nogil:
+    """Check a message body as record_format.decode_message does and say where its fields lie;
+    False when decode_message would reject it."""
+    cdef Py_ssize_t pos = MESSAGE_HEAD_BYTES
+    cdef uint32_t k
+    cdef Property prop
+    if size < MESSAGE_HEAD_BYTES or body[0] != MESSAGE_VERSION or body[2] > ROUTING_CODE_MAX:
+        return False
+    if body[1] & ~FLAG_DURABLE:
+        return False
+    fields.expiration = <int64_t>_u64(body + 4)
+    if fields.expiration < 0:
+        return False
+    fields.address = _text(body, &pos, size)
+    if not fields.address.ok or pos + 4 > size:
+        return False
+    fields.body_size = _u32(body + pos)
+    if <uint64_t>fields.body_size > <uint64_t>(size - pos - 4):
+        return False
+    fields.body_at = pos + 4
+    pos += 4 + fields.body_size
+    if pos + 4 > size:
+        return False
+    fields.property_count = _u32(body + pos)
+    pos += 4
+    fields.properties_at = pos
+    # each property takes at least 3 bytes (name length, tag): a count past that is a damaged body
+    if <uint64_t>fields.property_count * 3 > <uint64_t>(size - pos):
+        return False
+    for k in range(fields.property_count):
+        if not _property(&prop, body, &pos, size):
+            return False
+    return pos == size
