@@ -26,7 +26,45 @@ cdef inline uint64_t _u64(const uint8_t *p) noexcept nogil:
     return _u32(p) | (<uint64_t>_u32(p + 4) << 32)
 
 
-cdef bint _utf8_valid(const uint8_t *s, Py_ssize_t n) noexcept nogil
+# inline here: every text of every body is checked, from the modules that cimport this one
+cdef inline bint _utf8_valid(const uint8_t *s, Py_ssize_t n) noexcept nogil:
+    """Strict UTF-8 as Python's decoder takes it: no overlong forms, no surrogates, nothing past U+10FFFF."""
+    cdef Py_ssize_t i = 0
+    cdef uint8_t c, c1
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if c < 0xC2:
+            return False
+        if c < 0xE0:
+            if i + 1 >= n or (s[i + 1] & 0xC0) != 0x80:
+                return False
+            i += 2
+            continue
+        if c < 0xF0:
+            if i + 2 >= n:
+                return False
+            c1 = s[i + 1]
+            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80:
+                return False
+            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 >= 0xA0):
+                return False
+            i += 3
+            continue
+        if c < 0xF5:
+            if i + 3 >= n:
+                return False
+            c1 = s[i + 1]
+            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80 or (s[i + 3] & 0xC0) != 0x80:
+                return False
+            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 >= 0x90):
+                return False
+            i += 4
+            continue
+        return False
+    return True
 
 
 # a growable byte buffer (the data of a string column, a column while recovery gathers it)
@@ -93,4 +131,39 @@ cdef struct MessageFields:
 # each False when record_format would reject what it reads
 cdef bint _property(Property *prop, const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) noexcept nogil
 cdef bint _skip_properties(const uint8_t *body, Py_ssize_t *pos, Py_ssize_t size) noexcept nogil
-cdef bint _message_fields(const uint8_t *body, Py_ssize_t size, MessageFields *fields) noexcept nogil
+
+
+# inline here: the store recovery calls it once a message, from another module
+cdef inline bint _message_fields(const uint8_t *body, Py_ssize_t size, MessageFields *fields) noexcept nogil:
+    """Check a message body as record_format.decode_message does and say where its fields lie;
+    False when decode_message would reject it."""
+    cdef Py_ssize_t pos = MESSAGE_HEAD_BYTES
+    cdef uint32_t k
+    cdef Property prop
+    if size < MESSAGE_HEAD_BYTES or body[0] != MESSAGE_VERSION or body[2] > ROUTING_CODE_MAX:
+        return False
+    if body[1] & ~FLAG_DURABLE:
+        return False
+    fields.expiration = <int64_t>_u64(body + 4)
+    if fields.expiration < 0:
+        return False
+    fields.address = _text(body, &pos, size)
+    if not fields.address.ok or pos + 4 > size:
+        return False
+    fields.body_size = _u32(body + pos)
+    if <uint64_t>fields.body_size > <uint64_t>(size - pos - 4):
+        return False
+    fields.body_at = pos + 4
+    pos += 4 + fields.body_size
+    if pos + 4 > size:
+        return False
+    fields.property_count = _u32(body + pos)
+    pos += 4
+    fields.properties_at = pos
+    # each property takes at least 3 bytes (name length, tag): a count past that is a damaged body
+    if <uint64_t>fields.property_count * 3 > <uint64_t>(size - pos):
+        return False
+    for k in range(fields.property_count):
+        if not _property(&prop, body, &pos, size):
+            return False
+    return pos == size
