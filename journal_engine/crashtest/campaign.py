@@ -206,7 +206,7 @@ class Report:
 
     def shortfalls(self) -> list[str]:
         """The acceptance figures of this size (ACCEPTANCE) the campaign did not reach, as sentences."""
-        if self.store != "journal":
+        if self.store != DEFAULT_STORE:
             return []
         return [f"{figure}: {FIGURES[figure](self):,} reached, {floor:,} required"
                 for figure, floor in ACCEPTANCE.get(self.size, {}).items() if FIGURES[figure](self) < floor]
@@ -379,7 +379,7 @@ class Campaign:
                 tasks.append(self._part_task("broker-kill", count, "broker_chain", chain, count))
             tasks += self._outside_tasks("second-opener", "second_openers", "second_opener_runs")
             tasks += self._outside_tasks("live-inspect", "live_inspections", "live_inspect_runs")
-        if self.store != "journal":
+        if self.store != DEFAULT_STORE:
             self.report.not_applicable.update(self._not_applicable())
             return tasks
         tasks += self._outside_tasks("outside-file", "outside_files", "outside_file_runs")
