@@ -9,6 +9,8 @@ import pytest
 
 from journal_engine import AddressSettings, AddressSettingsRepository
 
+pytestmark = pytest.mark.same_on_both   # the delay formula in Python, no core object
+
 
 class ScriptedRandom(random.Random):
     """A Random whose random() returns the given draws in order: the manual's 'values chosen using
