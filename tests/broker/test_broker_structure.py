@@ -7,7 +7,11 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import journal_engine
+
+pytestmark = pytest.mark.same_on_both   # read from the source
 
 PACKAGE_DIR = Path(journal_engine.__file__).parent
 BROKER_DIR = PACKAGE_DIR / "broker"

@@ -6,20 +6,22 @@ from __future__ import annotations
 import random
 
 import pytest
+import scripted_random
 
 from journal_engine import AddressSettings, AddressSettingsRepository
 
+pytestmark = pytest.mark.same_on_both   # the delay formula in Python, no core object
 
-class ScriptedRandom(random.Random):
+
+class ScriptedRandom(scripted_random.ScriptedRandom):
     """A Random whose random() returns the given draws in order: the manual's 'values chosen using
     java.util.Random', replayed exactly."""
 
-    def __init__(self, *draws: float) -> None:
-        super().__init__(0)
-        self.draws = list(draws)
+    def __new__(cls, *draws: float):
+        return super().__new__(cls, draws)
 
-    def random(self) -> float:
-        return self.draws.pop(0)
+    def __init__(self, *draws: float) -> None:
+        super().__init__(draws)
 
 
 # Sign draws: below 0.5 is Java's nextBoolean() == true, the positive sign.

@@ -9,6 +9,7 @@ import pytest
 
 from journal_engine import Broker, ManualClock
 from journal_engine.config import load
+from scripted_random import ScriptedRandom
 from test_wildcard_and_settings import MANUAL_DELAY_EXAMPLE
 
 NOW = 1_700_000_000_000
@@ -173,16 +174,8 @@ def test_artemis_collision_avoidance_worked_example():
     """delay 1000, multiplier 1, max 15000, factor 0.5 with the manual's draws: 875, 1375, 975."""
     xml = worked_example(1000, 1, 15000, 0.5)
 
-    class Draws(random.Random):
-        def __init__(self, values):
-            super().__init__()
-            self.values = list(values)
-
-        def random(self):
-            return self.values.pop(0)
-
     # sign below 0.5 is +, else -; then the magnitude
-    broker = Broker(clock=ManualClock(NOW), config=xml, rng=Draws([0.9, 0.25, 0.1, 0.75, 0.9, 0.05]))
+    broker = Broker(clock=ManualClock(NOW), config=xml, rng=ScriptedRandom([0.9, 0.25, 0.1, 0.75, 0.9, 0.05]))
     broker.create_queue("exampleQueue")
     broker.send("exampleQueue", b"m")
     assert_redelivery_waits(broker, "exampleQueue", [875, 1375, 975])

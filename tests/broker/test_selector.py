@@ -10,6 +10,8 @@ from journal_engine import ConfigError, Selector, SelectorError
 from journal_engine.broker.selector import compile_selector
 from journal_engine.limits import SELECTOR_NESTING_DEPTH_MAX
 
+pytestmark = pytest.mark.same_on_both   # selectors parsed and evaluated in Python, no core object
+
 
 def artemis_message() -> dict:
     """The properties of Artemis SelectorTest.createMessage()."""

@@ -13,6 +13,8 @@ from journal_engine import AddressSettings, AddressSettingsRepository, ConfigErr
 from journal_engine.broker.config.artemis import read_artemis_broker_xml
 from journal_engine.wildcard import is_wild, matches, verify_match
 
+pytestmark = pytest.mark.same_on_both   # wildcards and settings in Python, no core object
+
 # ------------------------------------------------------------------------------------------- wildcards
 
 

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import tempfile
 
+import pytest
+
 from journal_engine.crashtest import Campaign, broker_workload, campaign as campaign_module, command, outside
 from journal_engine.crashtest.campaign import _run_workload
 from journal_engine.crashtest.model import Model
@@ -95,6 +97,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.same_on_both     # the harness's own checks (the modes above run on the twin)
 def test_the_second_opener_check_catches_a_directory_whose_holder_keeps_nobody_out(tmp_path):
     """A real process holds a journal: a second opener is refused; when the holder's lock lets go
     (what a removed lock file did to the old lock), the check reports the second opener let in."""
@@ -122,6 +125,7 @@ def test_the_live_inspect_mode_runs_each_backend_and_counts(tmp_path):
     assert any("on journal" in name for name in outcomes) and any("on lmdb" in name for name in outcomes)
 
 
+@pytest.mark.same_on_both     # the harness's own checks (the modes above run on the twin)
 def test_the_inspection_check_catches_a_tool_that_dies_of_a_signal_or_prints_a_traceback(tmp_path):
     """Real processes: an inspection that ends in SIGBUS, one that ends in a traceback, and a real
     `journal-engine verify` of a healthy journal (exit 0, nothing to report)."""
@@ -140,6 +144,7 @@ def test_the_inspection_check_catches_a_tool_that_dies_of_a_signal_or_prints_a_t
     assert outside.inspection_problems(process, errors, ("verify", "--json"), "healthy") == (0, [])
 
 
+@pytest.mark.same_on_both     # the harness's own checks (the modes above run on the twin)
 def test_the_broker_check_catches_a_message_dead_lettered_twice(tmp_path):
     """Dead letters are keyed by their original id: a second copy of one was invisible to the check."""
     directory = str(tmp_path / "broker")
@@ -162,6 +167,7 @@ def _tiny_ci(monkeypatch, **plan) -> None:
     monkeypatch.setitem(campaign_module.SIZES, "ci", {**tiny, "kills": 2, **plan})
 
 
+@pytest.mark.same_on_both     # the harness's own checks (the modes above run on the twin)
 def test_a_ci_campaign_that_skips_a_mode_exits_5_naming_it(tmp_path, monkeypatch, capsys):
     _tiny_ci(monkeypatch)
     monkeypatch.setitem(campaign_module.ACCEPTANCE, "ci", {})      # only the skipped mode can fail it
@@ -175,6 +181,7 @@ def test_a_ci_campaign_that_skips_a_mode_exits_5_naming_it(tmp_path, monkeypatch
     assert out.out.strip().splitlines()[-1] == "violations: 0"
 
 
+@pytest.mark.same_on_both     # the harness's own checks (the modes above run on the twin)
 def test_a_ci_campaign_below_an_acceptance_figure_exits_5_naming_it(tmp_path, monkeypatch, capsys):
     _tiny_ci(monkeypatch)
     status = command.run("ci", 3, str(tmp_path / "report.json"), str(tmp_path / "scratch"))

@@ -124,7 +124,8 @@ def test_version_is_single_sourced():
 
 @needs_project
 def test_pyproject_takes_the_version_from_the_package():
-    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
+    # tomllib is in the standard library from 3.11; before it, pytest itself depends on tomli, the same parser
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
     project = tomllib.loads((PROJECT / "pyproject.toml").read_text())
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "journal_engine.__version__"}

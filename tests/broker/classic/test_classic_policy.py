@@ -14,6 +14,8 @@ from journal_engine.broker.classic.dead_letter_strategy import (DiscardingDeadLe
                                                         MessageAudit, SharedDeadLetterStrategy)
 from scripted_random import ScriptedRandom     # random() returns the given draws (nextBoolean, nextDouble)
 
+pytestmark = pytest.mark.same_on_both   # Classic's policy arithmetic in Python, no core object
+
 
 def test_classic_defaults():
     policy = ClassicRedeliveryPolicy()
