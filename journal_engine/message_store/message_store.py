@@ -269,7 +269,9 @@ class MessageStore:
             raise
         self._writer = _impl.RecordWriter(self._message_records, max_redelivery_records)
         self._records_sync = SyncMode.named(self._message_records.sync_mode)
-        self._record_waits = self._records_sync.record_waits     # "does this write wait?", bound once: hot path
+        # its answer for a record, kept here: send() and acknowledge() apply SyncMode.record_waits inline,
+        # a Python call there cost 500 instructions a message (callgrind), as the compiled core keeps it in C
+        self._records_wait = self._records_sync.records_wait
         self._lock = threading.Lock()          # the Python-side bookkeeping below; the writer needs none
         self._shadow: DeliveryShadow | None = None     # strict mode: dispatch counts in shared memory
         # the journal's appended_bytes after the last reference added: a count put in the shadow must
@@ -867,7 +869,7 @@ class MessageStore:
                 self._referenced_upto = records.appended_bytes
         finally:
             lock.release()
-        if self._record_waits(sync):
+        if sync or (sync is None and self._records_wait):     # SyncMode.record_waits
             records.sync()
 
     def commit_transaction(self, tx_id: int, messages, references, acknowledgements) -> None:
@@ -971,7 +973,7 @@ class MessageStore:
                 message_queues.remove(message_id, queue_id)
         finally:
             lock.release()
-        if self._record_waits(sync):
+        if sync or (sync is None and self._records_wait):     # SyncMode.record_waits
             records.sync()
         return deleted
 
