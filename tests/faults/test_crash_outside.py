@@ -74,6 +74,7 @@ def test_the_outside_file_check_catches_acknowledged_records_lost_without_a_repo
     assert any("acknowledged records lost silently" in v for v in campaign.report.violations)
 
 
+@pytest.mark.same_on_both     # every variant is refused by the directory lock, Python on either core
 def test_the_second_opener_mode_runs_every_variant_and_counts(tmp_path):
     campaign = _campaign(tmp_path, seed=3)
     campaign.second_opener_runs(0, 3)
@@ -116,6 +117,7 @@ def test_the_second_opener_check_catches_a_directory_whose_holder_keeps_nobody_o
             assert "was let in" in problem
 
 
+@pytest.mark.same_on_both     # the tools as products (tests/tools, the main suite's), the same code on either core
 def test_the_live_inspect_mode_runs_each_backend_and_counts(tmp_path):
     campaign = _campaign(tmp_path, seed=4)
     campaign.live_inspect_runs(0, 4)        # journal and LMDB, a record store and a broker directory
