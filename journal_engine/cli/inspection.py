@@ -185,7 +185,8 @@ def _records_stats(part: Part) -> dict:
         live_types[type_name(record.record_type)] += 1
         for update_type, _body in record.updates:
             live_types[type_name(update_type)] += 1
-    return {"journal": part.name, "path": part.path, "backend": part.backend.name, "data_files": 1,
+    return {"journal": part.name, "path": part.path, "backend": part.backend.name,
+            "data_files": part.backend.file_count(part.path),
             "used_bytes": stats["used_bytes"], "map_size": stats["map_size"], "live_records": len(loaded.records),
             "open_transactions": len(loaded.prepared), "live_records_by_type": dict(live_types),
             "records_by_type": dict(live_types), "compaction_due": False,

@@ -44,9 +44,7 @@ class SyncMode(str):
     def named(name: str | SyncMode) -> SyncMode:
         """The shared instance for a mode's name (ConfigError for any other value)."""
         mode = _MODES.get(name) if isinstance(name, str) else None
-        if mode is None:
-            raise ConfigError("sync", name, f"must be one of {', '.join(SYNC_MODE_NAMES)}")
-        return mode
+        return mode if mode is not None else SyncMode(name)     # any other value: the constructor's ConfigError
 
     def record_waits(self, sync: bool | None) -> bool:
         """Does a record written with this ``sync`` argument wait for the disk?"""
