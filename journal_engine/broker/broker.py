@@ -192,9 +192,13 @@ class Broker:
         self._post_office = PostOffice(self._store, self._timers, self._gate.lock, settings)
         # the seed system whose dead-letter path and redelivery rules the broker follows, picked once
         rules: BrokerRedeliveryRules
+        # a session's consumer without a policy of its own: Classic's client default (ActiveMQConnection's
+        # RedeliveryPolicy), none on Artemis, whose rules are the address settings'
+        self._client_default_policy: ClassicRedeliveryPolicy | None = None
         if classic_config is not None:
             self._dead_letters = ClassicDeadLetters(self._post_office, self._dialect, classic_config, rng)
             rules = ClassicRedeliveryRules(self._dead_letters)
+            self._client_default_policy = ClassicRedeliveryPolicy()
         else:
             self._dead_letters = DeadLetters(self._post_office, self._dialect)
             rules = ArtemisRedeliveryRules(self._post_office, self._dead_letters, rng)
@@ -524,7 +528,7 @@ class Broker:
     def _create_consumer(self, queue_name: str, session: Session | None,
                          redelivery_policy: ClassicRedeliveryPolicy | ClientDefault | None) -> Consumer:
         if redelivery_policy is CLIENT_DEFAULT:
-            redelivery_policy = ClassicRedeliveryPolicy() if self.classic_config is not None else None
+            redelivery_policy = self._client_default_policy
         elif redelivery_policy is not None and not isinstance(redelivery_policy, ClassicRedeliveryPolicy):
             raise TypeError(f"redelivery_policy must be a ClassicRedeliveryPolicy, not {type(redelivery_policy).__name__}")
         with self._gate.lock:

@@ -68,19 +68,21 @@ cdef const uint8_t *_address(object buffer) except NULL:
     return p if p != NULL else <const uint8_t *>b""
 
 
-cdef object _cut_under_read(object buffer):
-    """What a read of a body meets when the guard catches a cut: FileChangedError naming the file."""
+cdef object _cut_under_read(list buffers, Py_ssize_t buffer):
+    """What a read from ``buffers[buffer]`` meets when the guard catches a cut: FileChangedError
+    naming the file. (The reads below name their buffer by list and index, so that a read that does
+    not fault takes no reference to it.)"""
     return FileChangedError("a journal file was cut short while the message store read a body from it",
-                            path=getattr(buffer, "path", None),
+                            path=getattr(buffers[buffer], "path", None),
                             hint="another process truncated the message journal; stop it, then open the "
                                  "store again")
 
 
-cdef int _read_guarded(void *dst, const uint8_t *src, Py_ssize_t n, object buffer) except -1:
+cdef int _read_guarded(void *dst, const uint8_t *src, Py_ssize_t n, list buffers, Py_ssize_t buffer) except -1:
     """Copy ``n`` bytes of a body out of the journal's buffers under the SIGBUS guard: a mapped file
     another process cut short is a FileChangedError naming it, never a signal."""
     if n > 0 and je_bus_guarded_copy(dst, src, <size_t>n) == JE_BUS_FAULT:
-        raise _cut_under_read(buffer)
+        raise _cut_under_read(buffers, buffer)
     return 0
 
 
@@ -98,7 +100,7 @@ cdef int _read_fields(void *arg) noexcept nogil:
 
 
 cdef bint _message_fields_guarded(const uint8_t *body, Py_ssize_t size, MessageFields *fields,
-                                  object buffer) except -1:
+                                  list buffers, Py_ssize_t buffer) except -1:
     """_message_fields of a body where it lies (a mapped file too), under the SIGBUS guard: the parse
     reads the head, the address and the properties, not the payload a copy would move. The Text
     fields point into ``body``: read them under a guard too."""
@@ -108,16 +110,17 @@ cdef bint _message_fields_guarded(const uint8_t *body, Py_ssize_t size, MessageF
     read.fields = fields
     read.ok = False
     if size > 0 and je_bus_guarded(_read_fields, &read) == JE_BUS_FAULT:
-        raise _cut_under_read(buffer)
+        raise _cut_under_read(buffers, buffer)
     return read.ok
 
 
-cdef const uint8_t *_body_copy(Bytes *scratch, const uint8_t *src, Py_ssize_t n, object buffer) except NULL:
+cdef const uint8_t *_body_copy(Bytes *scratch, const uint8_t *src, Py_ssize_t n, list buffers,
+                               Py_ssize_t buffer) except NULL:
     """A body copied into ``scratch`` (grown as needed, reused): what the parsers read, so that no
     parse touches a mapped page outside the guard."""
     scratch.size = 0
     _reserve(scratch, n + 1)
-    _read_guarded(scratch.data, src, n, buffer)
+    _read_guarded(scratch.data, src, n, buffers, buffer)
     return <const uint8_t *>scratch.data
 
 
@@ -206,7 +209,7 @@ cdef class MessageBodies:
         cdef unsigned int buffer = (<array.array>columns.body_buffer).data.as_uints[row]
         size[0] = (<array.array>columns.body_end).data.as_longlongs[row] - start
         return _body_copy(&self.scratch, <const uint8_t *><uintptr_t>(<array.array>self.bases).data.as_ulonglongs[buffer]
-                          + start, size[0], (<list>columns.buffers)[buffer])
+                          + start, size[0], columns.buffers, buffer)
 
     def __getitem__(self, message_id):
         cdef Py_ssize_t size
@@ -246,7 +249,7 @@ cdef class MessageBodies:
             for row in range(rows):     # a fault (the file cut meanwhile) leaves every row as it was
                 if body_buffer[row] == b:
                     size = body_end[row] - body_start[row]
-                    _read_guarded(out + at, base + body_start[row], size, buffers[b])
+                    _read_guarded(out + at, base + body_start[row], size, buffers, b)
                     at += size
             at = 0
             for row in range(rows):
@@ -416,7 +419,9 @@ cdef class _Recovery:
     far, and the C memory it is gathered in (freed with this object, however the run ends)."""
     cdef MessageRecovery out
     cdef MessageBodies bodies
-    cdef object path, shadow_counts
+    cdef object path
+    cdef object shadow_counts           # (queue id, message id) -> a killed process's delivery count
+    cdef bint shadowed_any              # shadow_counts holds any (most recoveries: none)
     cdef long long now_ms
     cdef dict queue_index               # queue id -> its index among the known queues
     cdef Py_ssize_t queues, count
@@ -479,6 +484,7 @@ cdef class _Recovery:
         out.max_record_id = 0
         self.now_ms = now_ms
         self.shadow_counts = shadow_counts
+        self.shadowed_any = bool(shadow_counts)
         self.path = path
         self.buffers = buffers
         self.count = len(columns)
@@ -540,10 +546,10 @@ cdef class _Recovery:
         cdef MessageFields fields
         cdef Py_ssize_t body_size = self.body_end[i] - self.body_start[i]
         cdef const uint8_t *body = <const uint8_t *>self.bases[self.body_buffer[i]] + self.body_start[i]
-        if _message_fields_guarded(body, body_size, &fields, self.buffers[self.body_buffer[i]]):
+        if _message_fields_guarded(body, body_size, &fields, self.buffers, self.body_buffer[i]):
             expiration[0] = fields.expiration
             return True
-        raw = _copy_bytes(body, body_size, self.buffers[self.body_buffer[i]])
+        raw = _copy_bytes(body, body_size, self.buffers, self.body_buffer[i])
         error = _rejection(_format.decode_message, (message_id, raw), dict(path=self.path))
         if error is not None:
             self.out.corrupt.append(error)
@@ -561,10 +567,15 @@ cdef class _Recovery:
         cdef uint8_t update[32]         # an update's body, copied out under the guard (sizes checked first)
         cdef const uint8_t *p
         cdef LiveRef *grown
-        cdef list anomalies = self.out.anomalies
+        # the columns in locals: the calls below (the guarded reads) would make C load them again
+        cdef const uint8_t *update_type = self.update_type
+        cdef const uint32_t *update_buffer = self.update_buffer
+        cdef const int64_t *update_start = self.update_start
+        cdef const int64_t *update_end = self.update_end
+        cdef const char **bases = self.bases
         for u in range(self.update_first[i], self.update_first[i + 1]):
-            user_type = self.update_type[u]
-            size = self.update_end[u] - self.update_start[u]
+            user_type = update_type[u]
+            size = update_end[u] - update_start[u]
             if user_type == TYPE_ADD_REF or user_type == TYPE_ACKNOWLEDGE_REF:
                 expected_size = QUEUE_ID_BYTES
             elif user_type == TYPE_DELIVERY_COUNT:
@@ -572,15 +583,15 @@ cdef class _Recovery:
             elif user_type == TYPE_SCHEDULED_TIME:
                 expected_size = SCHEDULED_TIME_BYTES
             else:
-                anomalies.append(f"message {message_id}: update of unknown type {user_type}; ignored")
+                self.out.anomalies.append(f"message {message_id}: update of unknown type {user_type}; ignored")
                 continue
             if size != expected_size:
                 self.out.corrupt.append(_update_rejection(user_type, _copy_bytes(
-                    <const uint8_t *>self.bases[self.update_buffer[u]] + self.update_start[u], size,
-                    self.buffers[self.update_buffer[u]]), message_id, self.path))
+                    <const uint8_t *>bases[update_buffer[u]] + update_start[u], size,
+                    self.buffers, update_buffer[u]), message_id, self.path))
                 return -1
-            _read_guarded(update, <const uint8_t *>self.bases[self.update_buffer[u]] + self.update_start[u], size,
-                          self.buffers[self.update_buffer[u]])
+            _read_guarded(update, <const uint8_t *>bases[update_buffer[u]] + update_start[u], size,
+                          self.buffers, update_buffer[u])
             p = update
             queue_id = _u64(p)
             k = -1
@@ -590,7 +601,7 @@ cdef class _Recovery:
                     break
             if user_type == TYPE_ADD_REF:
                 if k >= 0:
-                    anomalies.append(f"message {message_id}: a second ADD_REF on queue {queue_id}; kept one")
+                    self.out.anomalies.append(f"message {message_id}: a second ADD_REF on queue {queue_id}; kept one")
                     continue
                 if n_live == self.live_capacity:
                     self.live_capacity = max(8, 2 * self.live_capacity)
@@ -604,20 +615,20 @@ cdef class _Recovery:
                 n_live += 1
             elif user_type == TYPE_ACKNOWLEDGE_REF:
                 if k < 0:
-                    anomalies.append(f"message {message_id}: acknowledgement on queue {queue_id}, which holds "
+                    self.out.anomalies.append(f"message {message_id}: acknowledgement on queue {queue_id}, which holds "
                                      "no live reference of it; ignored")
                     continue
                 memmove(&self.live[k], &self.live[k + 1], (n_live - k - 1) * sizeof(LiveRef))
                 n_live -= 1
             elif user_type == TYPE_DELIVERY_COUNT:
                 if k < 0:
-                    anomalies.append(f"message {message_id}: delivery count {_u32(p + 8)} for queue {queue_id}, "
+                    self.out.anomalies.append(f"message {message_id}: delivery count {_u32(p + 8)} for queue {queue_id}, "
                                      "which holds no live reference of it; ignored")
                     continue
                 self.live[k].delivery_count = _u32(p + 8)     # the last record in journal order wins
             else:
                 if k < 0:
-                    anomalies.append(f"message {message_id}: scheduled time {_u64(p + 8)} for queue {queue_id}, "
+                    self.out.anomalies.append(f"message {message_id}: scheduled time {_u64(p + 8)} for queue {queue_id}, "
                                      "which holds no live reference of it; ignored")
                     continue
                 self.live[k].scheduled_time = _u64(p + 8)
@@ -629,30 +640,29 @@ cdef class _Recovery:
         count that differs from the journal's goes to ``from_shadow``."""
         cdef Py_ssize_t j, q
         cdef uint64_t scheduled
-        cdef object shadowed
+        cdef object shadowed = None
         cdef LiveRef *live = self.live
         cdef QueueGather *gather = self.gather
-        cdef MessageRecovery out = self.out
-        shadow_counts = self.shadow_counts
         for j in range(n_live):
             scheduled = live[j].scheduled_time
             if scheduled and self.now_ms >= 0 and scheduled <= <uint64_t>self.now_ms:
                 scheduled = 0       # it fell due while the store was closed: deliver now
             q = self.queue_table.index[_queue_slot(&self.queue_table, live[j].queue_id)]
-            shadowed = shadow_counts.get((live[j].queue_id, message_id)) if shadow_counts else None
-            if shadowed is not None and shadowed == live[j].delivery_count:
-                shadowed = None
+            if self.shadowed_any:
+                shadowed = self.shadow_counts.get((live[j].queue_id, message_id))
+                if shadowed is not None and shadowed == live[j].delivery_count:
+                    shadowed = None
             if q < 0:
-                out.anomalies.append(f"message {message_id} has a reference on queue {live[j].queue_id}, which the "
+                self.out.anomalies.append(f"message {message_id} has a reference on queue {live[j].queue_id}, which the "
                                      "bindings journal does not hold; kept, not delivered")
-                out.unknown_references.append((live[j].queue_id, message_id, live[j].delivery_count,
+                self.out.unknown_references.append((live[j].queue_id, message_id, live[j].delivery_count,
                                                live[j].delivery_count if shadowed is None else shadowed,
                                                scheduled))
                 if shadowed is not None:
-                    out.from_shadow.append((live[j].queue_id, -1, message_id, shadowed))
+                    self.out.from_shadow.append((live[j].queue_id, -1, message_id, shadowed))
                 continue
             if shadowed is not None:
-                out.from_shadow.append((live[j].queue_id, gather[q].message_ids.size // 8, message_id, shadowed))
+                self.out.from_shadow.append((live[j].queue_id, gather[q].message_ids.size // 8, message_id, shadowed))
             if gather[q].message_ids.size and message_id < gather[q].last_message_id:
                 gather[q].ascending = False
             gather[q].last_message_id = message_id
@@ -713,9 +723,9 @@ cdef object _update_rejection(int user_type, bytes raw, uint64_t message_id, obj
     return error
 
 
-cdef bytes _copy_bytes(const uint8_t *src, Py_ssize_t size, object buffer):
+cdef bytes _copy_bytes(const uint8_t *src, Py_ssize_t size, list buffers, Py_ssize_t buffer):
     cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
-    _read_guarded(PyBytes_AS_STRING(out), src, size, buffer)
+    _read_guarded(PyBytes_AS_STRING(out), src, size, buffers, buffer)
     return out
 
 
