@@ -499,7 +499,8 @@ class LmdbRecordStore(StoreLifecycle):
 
     def record_type_counts(self) -> dict[int, int]:
         """Adds and updates of each record type a load() would return now (one per replaceable key)."""
-        self.flush()
+        if self._state != "read-only":      # an inspection has nothing of its own to commit first
+            self.flush()
         counts: dict[int, int] = {}
         env = self._env
         with env.read() as txn:
