@@ -23,7 +23,7 @@ from .broker.queue import QueueInfo
 from .broker.session import Session
 from .broker.dead_letter import DeadLetterReason
 from .broker.redrive import RedriveResult
-from .errors import MessageStateError, QueueExistsError, UnknownQueueError
+from .errors import DuplicateIdError, MessageStateError, QueueExistsError, UnknownQueueError
 from .message_store.message_store import StoreTransaction
 from . import config, wildcard
 from .config import BrokerConfig
@@ -40,5 +40,6 @@ __all__ = [
     "AddressSettings", "AddressSettingsRepository", "HierarchicalRepository", "Selector", "SelectorError", "wildcard",
     "config", "BrokerConfig",
     "Broker", "ClassicRedeliveryPolicy", "ClassicBrokerConfig", "ManualClock", "WallClock", "Consumer", "Message", "QueueInfo", "Session", "StoreTransaction",
-    "MessageStateError", "QueueExistsError", "UnknownQueueError", "DeadLetterReason", "RedriveResult",
+    "MessageStateError", "QueueExistsError", "UnknownQueueError", "DuplicateIdError", "DeadLetterReason",
+    "RedriveResult",
 ]

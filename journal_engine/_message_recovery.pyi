@@ -91,6 +91,10 @@ class MessageRecovery:
     def from_shadow(self) -> list[tuple[int, int, int, int]]:
         """``(queue id, row, message id, count)``: a shadow count that differs from the journal's
         (``row``: its index in ``references[queue id]``, -1 on a queue not given)."""
+    @property
+    def duplicate_ids(self) -> list[tuple[int, bytes]]:
+        """``(record id, body)`` of each DUPLICATE_ID record (an address's duplicate-id cache entry), in
+        store order."""
 
 def recover_messages(records: Mapping[int, Any], known_queues: Iterable[int], now_ms: int,
                      shadow_counts: Mapping[tuple[int, int], int] | None = None, path: Any = None) -> MessageRecovery:

@@ -173,6 +173,20 @@ class MessageStateError(JournalError, ValueError):
     one. Nothing was changed."""
 
 
+class DuplicateIdError(JournalError):
+    """A transacted session sent a message whose duplicate id (``_AMQ_DUPL_ID``; ``_HQ_DUPL_ID`` in the
+    HornetQ dialect) its address had already seen: as in Artemis, the transaction became rollback-only,
+    and its commit rolled it back. ``duplicate_id`` and ``address`` name the first such message."""
+
+    def __init__(self, address: str, duplicate_id: bytes) -> None:
+        self.address = address
+        self.duplicate_id = duplicate_id
+        super().__init__(f"duplicate id {duplicate_id!r} was already sent to address {address!r}: the "
+                         "transaction is rolled back, nothing of it was stored",
+                         hint="the message was sent before (a resend after a lost reply); begin the "
+                              "transaction again without it")
+
+
 class UnknownQueueError(ConfigError, KeyError):
     """A queue name that the broker does not have."""
 

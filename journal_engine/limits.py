@@ -50,6 +50,11 @@ MIN_FILES_DEFAULT = 2
 COMPACT_MIN_FILES_DEFAULT = 10                  # Artemis's journal-compact-min-files
 COMPACT_PERCENTAGE_DEFAULT = 30                 # Artemis's journal-compact-percentage
 MAX_REDELIVERY_RECORDS_DEFAULT = 10             # Artemis's max-redelivery-records
+# duplicate detection: the ids an address remembers (Artemis's id-cache-size, a ring per address; 0:
+# no detection) and whether they are journaled (persist-id-cache); the largest cache this broker takes
+ID_CACHE_SIZE_DEFAULT = 20_000
+ID_CACHE_SIZE_MAX = 10_000_000
+PERSIST_ID_CACHE_DEFAULT = True
 # a message is redriven from a dead-letter queue at most this many times (loop protection)
 REDRIVES_MAX_DEFAULT = 3
 # message ids a broker reserves in its bindings journal at a time (an ID counter record per block)

@@ -15,6 +15,11 @@ Record ids and bodies (all integers little-endian, as in the rest of the journal
 | 33   | ACKNOWLEDGE_REF              | update     | message id  | u64 queue id (8 bytes)                 |
 | 34   | UPDATE_DELIVERY_COUNT        | update     | message id  | u64 queue id, u32 count (12 bytes)     |
 | 36   | SET_SCHEDULED_DELIVERY_TIME  | update     | message id  | u64 queue id, u64 epoch ms (16 bytes)  |
+| 37   | DUPLICATE_ID                 | add        | its own id  | address (u32 length + UTF-8), then the duplicate id (u32 length + bytes) |
+
+A DUPLICATE_ID record is one entry of an address's duplicate-id cache (Artemis's DuplicateIDEncoding):
+written in the same record group or transaction as the message that brought the id, deleted when
+the cache's ring overwrites it. Its record id comes from the message ids' counter.
 
 Artemis encodes the same fields big-endian (Java); the sizes and meanings are the same.
 The compiled writer (pyx/journal_engine/_record_writer.pyx) encodes 32, 33, 34, 36 and the message
@@ -117,6 +122,7 @@ class RecordType(enum.IntEnum):
     ACKNOWLEDGE_REF = 33
     UPDATE_DELIVERY_COUNT = 34
     SET_SCHEDULED_DELIVERY_TIME = 36
+    DUPLICATE_ID = 37       # an address's duplicate-id cache entry (message journal)
     ADD_MESSAGE = 45        # Artemis ADD_MESSAGE_PROTOCOL; its legacy ADD_MESSAGE (31) is not used
 
 
@@ -264,6 +270,25 @@ def decode_scheduled_time(body: bytes, *, message_id: int, path=None) -> tuple[i
         raise _corrupt(message_id, RecordType.SET_SCHEDULED_DELIVERY_TIME,
                        f"body is {len(body)} bytes, expected {SCHEDULED_TIME_BODY_BYTES}", path)
     return SCHEDULED_TIME_BODY.unpack(body)
+
+
+def encode_duplicate_id(address: str, duplicate_id: bytes) -> bytes:
+    """Body of DUPLICATE_ID (37): the address whose cache holds the id, then the id's bytes."""
+    out = bytearray()
+    _put_text(out, address, "address")
+    out += _U32.pack(len(duplicate_id))
+    out += duplicate_id
+    return bytes(out)
+
+
+def decode_duplicate_id(record_id: int, body: bytes, *, path=None) -> tuple[str, bytes]:
+    """(address, duplicate id) of a DUPLICATE_ID body; CorruptRecordError for a malformed one."""
+    reader = _Reader(bytes(body), record_id, RecordType.DUPLICATE_ID, path, "duplicate-id")
+    address = reader.text("address")
+    (size,) = reader.unpack(_U32, "duplicate id length")
+    duplicate_id = reader.take(size, "duplicate id")
+    reader.end()
+    return address, duplicate_id
 
 
 def _corrupt(record_id: int, record_type: int, why: str, path, *, what: str = "message") -> CorruptRecordError:
@@ -581,7 +606,8 @@ def encode_plain_message(address, body, properties, durable, expiration, routing
 
 def decode_store_body(record_type: int, record_id: int, body: bytes, *, path=None):
     """The body of a message-store record decoded by its user record type: a StoredMessage (45), a
-    StoredQueue (21), the queue id (32, 33), (queue id, count) (34), (queue id, epoch ms) (36); None
+    StoredQueue (21), the queue id (32, 33), (queue id, count) (34), (queue id, epoch ms) (36),
+    (address, duplicate id) (37); None
     for a type the message store does not write. CorruptRecordError for a malformed body."""
     if record_type == RecordType.ADD_MESSAGE:
         return decode_message(record_id, body, path=path)
@@ -593,4 +619,6 @@ def decode_store_body(record_type: int, record_id: int, body: bytes, *, path=Non
         return decode_scheduled_time(body, message_id=record_id, path=path)
     if record_type == RecordType.QUEUE_BINDING_RECORD:
         return decode_queue(record_id, body, path=path)
+    if record_type == RecordType.DUPLICATE_ID:
+        return decode_duplicate_id(record_id, body, path=path)
     return None

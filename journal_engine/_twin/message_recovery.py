@@ -48,13 +48,14 @@ class MessageRecovery:
     """What recover_messages found (see the compiled module): every rule of the store's recovery applied."""
 
     __slots__ = ("max_record_id", "bodies", "one_queue", "several_queues", "references", "unreferenced",
-                 "anomalies", "corrupt", "unknown_references", "from_shadow")
+                 "anomalies", "corrupt", "unknown_references", "from_shadow", "duplicate_ids")
 
     def __init__(self) -> None:
         self.max_record_id = 0
         self.bodies, self.references, self.unreferenced = _Bodies(), {}, []
         self.one_queue, self.several_queues = LiveMap(), {}
         self.anomalies, self.corrupt, self.unknown_references, self.from_shadow = [], [], [], []
+        self.duplicate_ids: list[tuple[int, bytes]] = []
 
 
 def _live_references(message_id: int, updates, anomalies: list, path) -> dict:
@@ -102,6 +103,9 @@ def recover_messages(records, known_queues, now_ms: int, shadow_counts=None, pat
         message_id = rec.record_id
         max_id = message_id if index == 0 else max(max_id, message_id)
         if rec.record_type != RecordType.ADD_MESSAGE:
+            if rec.record_type == RecordType.DUPLICATE_ID:     # a duplicate-id cache entry: the store decodes it
+                out.duplicate_ids.append((message_id, bytes(rec.body)))
+                continue
             out.anomalies.append(f"message journal record {message_id} has type {rec.record_type}, not a message "
                                  f"({int(RecordType.ADD_MESSAGE)}); ignored")
             continue

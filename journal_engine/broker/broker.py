@@ -33,16 +33,18 @@ list built) and ``PostOffice.enqueue``, for one queue as for many.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigError, JournalClosedError, MessageStateError, QueueExistsError, UnknownQueueError
+from ..errors import (ConfigError, DuplicateIdError, JournalClosedError, MessageStateError, QueueExistsError,
+                      UnknownQueueError)
 from ..message_store.message_store import MessageStore
-from ..limits import (ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, MAX_REDELIVERY_RECORDS_DEFAULT,
-                      REDRIVES_MAX_DEFAULT)
+from ..limits import (ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, ID_CACHE_SIZE_DEFAULT,
+                      MAX_REDELIVERY_RECORDS_DEFAULT, PERSIST_ID_CACHE_DEFAULT, REDRIVES_MAX_DEFAULT)
 from ..limits import check_max_redelivery_records as check_cap
 from .artemis.address_settings import AddressSettings, AddressSettingsRepository
 from .artemis.redelivery_rules import ArtemisRedeliveryRules
@@ -58,6 +60,7 @@ from .classic.redelivery_rules import ClassicRedeliveryRules, ConsumerPolicyRule
 from .consumer import Consumer
 from .dead_letter import DeadLetters
 from .dialects import dialect_named
+from .duplicate_ids import DuplicateIds, check_id_cache_size
 from .delivery import Delivery
 from .gate import Gate
 from .message import Message, MessageData
@@ -77,6 +80,8 @@ from .timers import NEVER_MS, SCAN_PERIOD_MS_DEFAULT, BackgroundScanner, Deliver
 from .transactions import Transactions
 
 __all__ = ["Broker"]
+
+log = logging.getLogger(__name__)
 
 class Broker:
     """A message broker in the process, durable in ``directory`` (None: nothing is persisted).
@@ -101,6 +106,12 @@ class Broker:
     ``address_queue_scan_period``: every that many ms unused auto-deleting queues are deleted
     (``queue_reaper``). With the wall clock a daemon thread runs the scans; with a ManualClock they run
     at their times as the clock moves. A broker.xml may set both.
+    ``id_cache_size`` (Artemis's default 20,000; 0: none) and ``persist_id_cache`` (default True):
+    duplicate detection (broker/duplicate_ids.py): a message whose ``_AMQ_DUPL_ID`` (``_HQ_DUPL_ID``
+    in the HornetQ dialect) its address saw among its last ``id_cache_size`` ids is not routed, and
+    with ``persist_id_cache`` the ids survive any crash; a broker.xml's ``<id-cache-size>`` and
+    ``<persist-id-cache>`` set them. With a Classic activemq.xml there is none (Classic has no such
+    property).
 
     Bad arguments or configuration raise ConfigError (a ValueError) naming the field; the store's
     errors (JournalLockedError, CorruptRecordError, ...) propagate from opening and recovery.
@@ -114,7 +125,8 @@ class Broker:
                  rng: random.Random | None = None, sync: str = "group", jms_queue_names: bool = False,
                  store_options: dict | None = None, qpid_context: Mapping | None = None,
                  message_expiry_scan_period: int = SCAN_PERIOD_MS_DEFAULT,
-                 address_queue_scan_period: int = SCAN_PERIOD_MS_DEFAULT) -> None:
+                 address_queue_scan_period: int = SCAN_PERIOD_MS_DEFAULT,
+                 id_cache_size: int = ID_CACHE_SIZE_DEFAULT, persist_id_cache: bool = PERSIST_ID_CACHE_DEFAULT) -> None:
         dialect_named(dialect)              # an unknown dialect is refused before the configuration is read
         self._qpid_context = QpidVirtualHostContext.from_variables(qpid_context) if qpid_context is not None else None
         if clock is None:
@@ -136,6 +148,9 @@ class Broker:
         check_cap(max_redelivery_records)
         check_scan_period("message_expiry_scan_period", message_expiry_scan_period)
         check_scan_period("address_queue_scan_period", address_queue_scan_period)
+        check_id_cache_size(id_cache_size)
+        if not isinstance(persist_id_cache, bool):
+            raise ConfigError("persist_id_cache", persist_id_cache, "must be True or False")
         if not isinstance(persist_delivery_count_before_delivery, bool):
             raise ConfigError("persist_delivery_count_before_delivery", persist_delivery_count_before_delivery,
                               "must be True or False")
@@ -163,6 +178,8 @@ class Broker:
                                                 SCAN_PERIOD_MS_DEFAULT)
             address_queue_scan_period = merged("address_queue_scan_period", address_queue_scan_period,
                                                SCAN_PERIOD_MS_DEFAULT)
+            id_cache_size = merged("id_cache_size", id_cache_size, ID_CACHE_SIZE_DEFAULT)
+            persist_id_cache = merged("persist_id_cache", persist_id_cache, PERSIST_ID_CACHE_DEFAULT)
         expiry_grid_ms = message_expiry_scan_period     # how often the expiry scan may run
         scan_time = None
         if classic_config is not None:
@@ -206,10 +223,15 @@ class Broker:
         self._qpid_rules = QpidRedeliveryRules(self._dead_letters)     # a Qpid queue's own
         self._redelivery = Redelivery(self._post_office, rules, ConsumerPolicyRules(self._dead_letters, rng))
         self._redrive = Redrive(self._post_office, self._dialect)
+        post_office = self._post_office
+        self._duplicates = DuplicateIds(0 if classic_config is not None else id_cache_size, persist_id_cache,
+                                        self._dialect.duplicate_id, self._store,
+                                        lambda: next(post_office.message_ids, 0) or post_office.new_message_id())
         if self._store is not None:
             try:
                 recovered = self._store.load()
                 self._post_office.load(recovered, clock.now_ms())
+                self._store.forget_duplicate_ids(self._duplicates.load(recovered.duplicate_ids))
                 for stored in recovered.queues.values():   # Qpid's rules, kept with their bindings
                     if stored.arguments or self._qpid_context is not None:
                         self._post_office.queues_by_id[stored.queue_id].set_qpid_policy(
@@ -222,7 +244,8 @@ class Broker:
                                   manual_clock=self._manual_clock, close_keeps_count=rules.close_keeps_count,
                                   expiry_scan=PeriodicScan(expiry_grid_ms, clock.now_ms()),
                                   queue_scan=PeriodicScan(address_queue_scan_period, clock.now_ms()))
-        self._transactions = Transactions(self._gate, clock, self._post_office, self._redelivery, self._delivery)
+        self._transactions = Transactions(self._gate, clock, self._post_office, self._redelivery, self._delivery,
+                                          self._duplicates)
         with self._gate.lock:       # Artemis's start-up pass (startAddressQueueScanner: reapAddresses(true))
             reap_queues(self._post_office, clock.now_ms(), initial=True)
         if self._manual_clock:
@@ -402,8 +425,10 @@ class Broker:
 
     # ------------------------------------------------------------------------------- sending
     def send(self, address: str, body, *, properties: Mapping | None = None, durable: bool = True,
-             expiration: int = 0, scheduled_delivery_time: int = 0, routing_type: str | None = None) -> int:
-        """Send a message to an address; returns its message id.
+             expiration: int = 0, scheduled_delivery_time: int = 0, routing_type: str | None = None) -> int | None:
+        """Send a message to an address; returns its message id, or None for a duplicate: a message
+        whose duplicate id (property ``_AMQ_DUPL_ID``, bytes or str; ``_HQ_DUPL_ID`` in the HornetQ
+        dialect) the address saw among its last ``id_cache_size`` ids is not routed and stores nothing.
 
         expiration and scheduled_delivery_time are epoch ms (0 = none). routing_type None reaches
         both the anycast and the multicast queues of the address; "anycast" or "multicast" only
@@ -451,6 +476,11 @@ class Broker:
                 route = post_office.addresses.get(self._jms_name(address))
                 if route is not None:
                     address = route.name
+            duplicate_id = None
+            if properties is not None and self._duplicates.size:
+                duplicate_id = self._duplicates.id_of(properties)
+                if duplicate_id is not None and self._refuses_duplicate(address, duplicate_id, session):
+                    return None
             now = 0
             repository = post_office.address_settings
             cached = repository.cached      # an attribute, not a method: loaded first, then called
@@ -461,12 +491,16 @@ class Broker:
             data = MessageData(message_id, address, body, properties, durable, expiration, routing_type)
             if route is None:
                 self._no_route(data, settings, scheduled_delivery_time, session)
+                if duplicate_id is not None and not transacted:
+                    self._store_duplicate_id(address, duplicate_id, None, [], 0)
                 return message_id
             targets = route.direct
             if targets is None or routing_type == "multicast":
                 targets = route.route(data, routing_type)
                 if not targets:
                     self._no_route(data, settings, scheduled_delivery_time, session)
+                    if duplicate_id is not None and not transacted:
+                        self._store_duplicate_id(address, duplicate_id, None, [], 0)
                     return message_id
             if scheduled_delivery_time:
                 now = now or self._clock.now_ms()
@@ -475,12 +509,46 @@ class Broker:
             if transacted:
                 self._add_routed(data, targets, scheduled_delivery_time, session)
                 return message_id
+            if duplicate_id is not None:
+                self._store_duplicate_id(address, duplicate_id, data, targets, scheduled_delivery_time)
+                post_office.enqueue(data, targets, scheduled_delivery_time)
+                return message_id
             if durable and self._store is not None:
                 post_office.store_new(data, targets, scheduled_delivery_time, None)
             post_office.enqueue(data, targets, scheduled_delivery_time)
             return message_id
         finally:
             lock.release()
+
+    def _refuses_duplicate(self, address: str, duplicate_id: bytes, session: Session | None) -> bool:
+        """Whether a send with ``duplicate_id`` is a duplicate (counted in stats()["duplicates"]); in a
+        transacted session a duplicate makes the transaction rollback-only, any other id waits there for
+        the commit. Lock held."""
+        duplicates = self._duplicates
+        transacted = session is not None and session.transacted
+        if duplicates.seen(address, duplicate_id) or (transacted and session.sent_duplicate_id(address, duplicate_id)):
+            duplicates.refused += 1
+            log.info("duplicate id %r on address %r: the message is not routed", duplicate_id, address)
+            if transacted:
+                session.refuse(DuplicateIdError(address, duplicate_id))
+            return True
+        if transacted:
+            session.add_duplicate_id(address, duplicate_id)
+        return False
+
+    def _store_duplicate_id(self, address: str, duplicate_id: bytes, data: MessageData | None,
+                            targets: list[QueueState], scheduled_delivery_time: int) -> None:
+        """A new duplicate id into its address's cache, journaled with its message when that is stored
+        (``data``, routed to ``targets``), alone otherwise (no durable queue took it). Lock held."""
+        duplicates = self._duplicates
+        entry, replaces = duplicates.entry(address, duplicate_id)
+        stored = False
+        if data is not None and data.durable and self._store is not None:
+            stored = self._post_office.store_new(data, targets, scheduled_delivery_time, None,
+                                                 (entry, replaces) if entry is not None else None)
+        if entry is not None and not stored:
+            self._store.store_duplicate_id(entry, replaces=replaces)
+        duplicates.remember(address, duplicate_id, entry)
 
     def _add_routed(self, data: MessageData, targets: list[QueueState], scheduled_delivery_time: int,
                     session: Session | None) -> None:
@@ -658,6 +726,7 @@ class Broker:
                 "scheduled": sum(q.scheduled for q in queues),
                 "delivering": sum(q.delivering for q in queues),
                 "unrouted": post_office.unrouted,
+                "duplicates": self._duplicates.refused,
                 "next_message_id": post_office.next_message_id,
                 "dialect": self._dialect.name,
             }

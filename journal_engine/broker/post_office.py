@@ -231,42 +231,51 @@ class PostOffice:
         return len(live)
 
     # ------------------------------------------------------------------------------- references
-    def store_new(self, data: MessageData, targets: list[QueueState], scheduled_time: int, tx) -> None:
+    def store_new(self, data: MessageData, targets: list[QueueState], scheduled_time: int, tx,
+                  duplicate: tuple | None = None) -> bool:
         """ADD_MESSAGE + an ADD_REF per durable target, as one record group, or in the store transaction
         ``tx``; with a scheduled time (+ its record per target) always in a transaction. The caller
-        checked the message is durable and there is a store."""
+        checked the message is durable and there is a store. ``duplicate``: (DuplicateIdEntry, the record
+        id it replaces) of the message's duplicate id, written with it. Whether anything was stored (no
+        durable target: nothing)."""
         if tx is None and not scheduled_time:
             # the common send: ADD_MESSAGE and its ADD_REFs as one record group, the store's one call
             if len(targets) == 1:
                 queue = targets[0]
                 if not queue.durable:
-                    return
+                    return False
                 queue_ids = queue.id_list       # no list built for one queue
             else:
                 queue_ids = [queue.queue_id for queue in targets if queue.durable]
                 if not queue_ids:
-                    return
-            self.store.store_message_references(data.message_id, data.address, data.body, queue_ids,
-                                                properties=data.stored_properties(), expiration=data.expiration,
-                                                routing_type=data.routing_type)
+                    return False
+            if duplicate is None:
+                self.store.store_message_references(data.message_id, data.address, data.body, queue_ids,
+                                                    properties=data.stored_properties(), expiration=data.expiration,
+                                                    routing_type=data.routing_type)
+            else:
+                self.store.store_message_references(data.message_id, data.address, data.body, queue_ids,
+                                                    properties=data.stored_properties(), expiration=data.expiration,
+                                                    routing_type=data.routing_type, duplicate_id=duplicate[0],
+                                                    replaces=duplicate[1])
             data.durable_refs = len(queue_ids)
-            return
+            return True
         durable_targets = [queue for queue in targets if queue.durable]
         if not durable_targets:
-            return
+            return False
         if tx is None:
             # scheduled: the message, its references and their time in one unit, so that a crash never
             # brings the message back due at once: a transaction, committed as a send's records are synced
             store = self.store
             tx = store.transaction()
             try:
-                self.store_new(data, targets, scheduled_time, tx)
+                self.store_new(data, targets, scheduled_time, tx, duplicate)
                 tx.commit(sync=store.sync_mode.records_wait)
             except BaseException:
                 if tx.state == "open":
                     tx.rollback(sync=False)
                 raise
-            return
+            return True
         message_id = data.message_id
         tx.store_message(message_id, data.address, data.body, properties=data.stored_properties(), durable=True,
                          expiration=data.expiration, routing_type=data.routing_type)
@@ -274,7 +283,10 @@ class PostOffice:
             tx.store_reference(queue.queue_id, message_id)
             if scheduled_time:
                 tx.update_scheduled_delivery_time(queue.queue_id, message_id, scheduled_time)
+        if duplicate is not None:
+            tx.store_duplicate_id(duplicate[0], replaces=duplicate[1])
         data.durable_refs = len(durable_targets)
+        return True
 
     def schedule_again(self, ref: Reference, due_ms: int) -> None:
         """A reference that left its consumer waits until ``due_ms``, then any consumer of its queue may

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from ..errors import JournalError
 from .consumer import Consumer
 from .message import MessageData
 from .operations import SessionOperations
@@ -46,7 +47,8 @@ class Session:
     serialises the work); ``commit``/``rollback`` on a non-transacted or closed session raise
     MessageStateError."""
 
-    __slots__ = ("_operations", "transacted", "_consumers", "_tx", "_sends", "_acked", "_closed", "__weakref__")
+    __slots__ = ("_operations", "transacted", "_consumers", "_tx", "_sends", "_acked", "_closed",
+                 "_duplicate_ids", "_refused", "__weakref__")
 
     def __init__(self, operations: SessionOperations, transacted: bool) -> None:
         self._operations = operations
@@ -56,6 +58,8 @@ class Session:
         self._sends: list = []     # (message data, target queues, scheduled time) to enqueue at commit
         self._acked: dict = {}     # reference -> its consumer: acknowledged in the open transaction, in order
         self._closed = False
+        self._duplicate_ids: list[tuple[str, bytes]] = []   # (address, id) of the sends, remembered at commit
+        self._refused: JournalError | None = None      # why the open transaction is rollback-only (a duplicate)
 
     @property
     def closed(self) -> bool:
@@ -77,9 +81,11 @@ class Session:
         return self._operations.create_consumer(queue_name, self, redelivery_policy)
 
     def send(self, address: str, body, *, properties: dict | None = None, durable: bool = True,
-             expiration: int = 0, scheduled_delivery_time: int = 0, routing_type: str | None = None) -> int:
+             expiration: int = 0, scheduled_delivery_time: int = 0, routing_type: str | None = None) -> int | None:
         """Send a message (in a transacted session it is routed now and delivered after commit()).
-        Arguments and errors as ``Broker.send``; MessageStateError when the session is closed."""
+        Arguments and errors as ``Broker.send``; MessageStateError when the session is closed. A
+        message whose duplicate id its address has seen (or this transaction sent) returns None and
+        makes the transaction rollback-only: commit() then rolls back and raises DuplicateIdError."""
         return self._operations.send(address, body, properties, durable, expiration, scheduled_delivery_time,
                                      routing_type, self)
 
@@ -114,6 +120,29 @@ class Session:
         tx = self._tx
         self._tx = None
         return tx
+
+    def add_duplicate_id(self, address: str, duplicate_id: bytes) -> None:
+        """A send's duplicate id, remembered by its address's cache when the transaction commits."""
+        self._duplicate_ids.append((address, duplicate_id))
+
+    def sent_duplicate_id(self, address: str, duplicate_id: bytes) -> bool:
+        """Whether the open transaction already sent ``duplicate_id`` to ``address``."""
+        return (address, duplicate_id) in self._duplicate_ids
+
+    def take_duplicate_ids(self) -> list[tuple[str, bytes]]:
+        """The open transaction's duplicate ids, in send order; the session holds none afterwards."""
+        taken, self._duplicate_ids = self._duplicate_ids, []
+        return taken
+
+    def refuse(self, error: JournalError) -> None:
+        """Make the open transaction rollback-only: its commit raises ``error`` (the first one stays)."""
+        if self._refused is None:
+            self._refused = error
+
+    def take_refusal(self) -> JournalError | None:
+        """Why the open transaction is rollback-only (None: it is not); the session forgets it."""
+        refused, self._refused = self._refused, None
+        return refused
 
     def add_consumer(self, consumer: Consumer) -> None:
         self._consumers.append(consumer)

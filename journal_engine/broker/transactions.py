@@ -3,7 +3,9 @@ rollback and close of a session's unit of work.
 
 * commit: the store transaction commits (and is synced outside the lock, so commit() returns durable);
   the pending sends are enqueued (scheduled when their time is still ahead) and the acknowledged
-  references leave their queues.
+  references leave their queues. The sends' duplicate ids join their addresses' caches, journaled in
+  the same transaction; a transaction made rollback-only by a duplicate (or whose id another session
+  committed meanwhile) rolls back instead, and commit() raises DuplicateIdError, as Artemis does.
 * rollback: the store transaction rolls back, the sends are dropped, and every reference the session
   acknowledged or still holds in delivery takes the redelivery path, by its consumer's redelivery
   policy when it has one. With ActiveMQ Classic's rules a consumer without a policy is a STOMP
@@ -19,9 +21,10 @@ broker's lock.
 """
 from __future__ import annotations
 
-from ..errors import MessageStateError
+from ..errors import DuplicateIdError, MessageStateError
 from .clock import Clock
 from .delivery import Delivery
+from .duplicate_ids import DuplicateIds
 from .gate import Gate
 from .post_office import PostOffice
 from .queue import NORMAL
@@ -34,10 +37,11 @@ __all__ = ["Transactions"]
 class Transactions:
     """Commits, rolls back and closes sessions for the broker."""
 
-    __slots__ = ("_gate", "_clock", "_post_office", "_redelivery", "_delivery")
+    __slots__ = ("_gate", "_clock", "_post_office", "_redelivery", "_delivery", "_duplicates")
 
     def __init__(self, gate: Gate, clock: Clock, post_office: PostOffice, redelivery: Redelivery,
-                 delivery: Delivery) -> None:
+                 delivery: Delivery, duplicates: DuplicateIds) -> None:
+        self._duplicates = duplicates
         self._gate = gate
         self._clock = clock
         self._post_office = post_office
@@ -50,6 +54,7 @@ class Transactions:
         with self._gate.lock:
             self._gate.check_open()
             _check_transacted(session, "commit")
+            self._remember_duplicate_ids(session)
             tx = session.pending_transaction()
             wrote = tx is not None and tx.records > 0
             if tx is not None:
@@ -68,6 +73,26 @@ class Transactions:
         if wrote and store.sync_mode.boundaries_wait:
             store.sync()        # outside the lock: the commit is durable when commit() returns
 
+    def _remember_duplicate_ids(self, session: Session) -> None:
+        """The session's duplicate ids into their caches, their entries into its store transaction; a
+        refused transaction (or one whose id another session committed since its send) rolls back
+        instead and raises DuplicateIdError. Lock held."""
+        duplicates = self._duplicates
+        pending = session.take_duplicate_ids()
+        refused = session.take_refusal()
+        if refused is None:
+            refused = next((DuplicateIdError(address, duplicate_id) for address, duplicate_id in pending
+                            if duplicates.seen(address, duplicate_id)), None)
+        if refused is not None:
+            self._rollback_locked(session, include_delivering=False)
+            raise refused
+        store = self._post_office.store
+        for address, duplicate_id in pending:
+            entry, replaces = duplicates.entry(address, duplicate_id)
+            if entry is not None:
+                session.transaction(store).store_duplicate_id(entry, replaces=replaces)
+            duplicates.remember(address, duplicate_id, entry)
+
     def rollback(self, session: Session) -> None:
         """See Session.rollback. MessageStateError when the session is closed or not transacted."""
         with self._gate.lock:
@@ -80,6 +105,8 @@ class Transactions:
         if tx is not None:
             tx.rollback(sync=False)
         session.take_sends()
+        session.take_duplicate_ids()
+        session.take_refusal()
         now = self._clock.now_ms()
         acked = session.acks()
         session.clear_acks()

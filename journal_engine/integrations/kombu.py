@@ -69,7 +69,8 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 from kombu.utils.json import dumps, loads
 
 from ..limits import KOMBU_REPLY_TIMEOUT_S, SERVED_PREFETCH_MAX
-from ..served.messages import DELIVERY_COUNT_HEADER, EXPIRES_HEADER, ORIGINAL_DESTINATION_HEADER, REDELIVERED_HEADER
+from ..served.messages import (DELIVERY_COUNT_HEADER, DUPLICATE_ID_HEADERS, EXPIRES_HEADER, ORIGINAL_DESTINATION_HEADER,
+                               REDELIVERED_HEADER)
 from .exchanges import CONTROL_PREFIX, EXCHANGE_PREFIX, QUEUE_PREFIX, REQUEUE_HEADER, ROUTING_KEY_HEADER
 from .stomp_frames import FrameReader, StompFrame, header_value, pack
 
@@ -93,6 +94,18 @@ _NAMED_MAX = 10
 #: how long a wait for messages lasts at most once a Celery worker is stopping (its loop may go on
 #: draining for a while, as in a soft shutdown: this keeps that from spinning)
 _STOPPING_WAIT_S = 0.05
+
+
+def _duplicate_id_of(message: dict) -> str | None:
+    """The duplicate id a publish carries (the server's ``_AMQ_DUPL_ID``), stable when the same message
+    is published again after a lost RECEIPT: a Celery task's id with its retry count (a retry is a
+    new message of the same task), else the application's ``message_id`` property; None for neither."""
+    application = message.get("headers") or {}
+    task_id = application.get("id")
+    if task_id is not None and "task" in application:      # Celery's task message protocol 2
+        return f"celery:{task_id}:{application.get('retries') or 0}"
+    message_id = (message.get("properties") or {}).get("message_id")
+    return None if message_id in (None, "") else f"kombu:{message_id}"
 
 
 class UnconfirmedPublishError(ChannelError):
@@ -704,6 +717,9 @@ class Channel(virtual.Channel):
         expiration_ms = properties.get("expiration")
         if expiration_ms not in (None, ""):
             headers[EXPIRES_HEADER] = str(int(time.time() * 1000) + int(float(expiration_ms)))
+        duplicate_id = _duplicate_id_of(message)
+        if duplicate_id is not None:
+            headers[DUPLICATE_ID_HEADERS[0]] = duplicate_id
         body = dumps(message).encode("utf-8")
         headers["destination"] = destination
         head = b"SEND%s\ncontent-type:application/json\ncontent-length:%d" % (_headers_bytes(headers), len(body))

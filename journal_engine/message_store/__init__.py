@@ -1,13 +1,13 @@
 """The message store: messages, queue references, acknowledgements, delivery counts and
 scheduled redeliveries, kept in journals with Artemis's record types (docs/message-store.md).
 """
-from .message_store import MessageStore, RecoveredReference, RecoveredState, StoreTransaction
+from .message_store import DuplicateIdEntry, MessageStore, RecoveredReference, RecoveredState, StoreTransaction
 from ..record_format import RecordType, StoredMessage, StoredQueue
 from ..storage.protocol import RecordStore
 from ..storage.directory_kind import stored_backend
 
 __all__ = ["MessageStore", "RecoveredState", "RecoveredReference", "StoredMessage", "StoredQueue", "RecordType",
-           "StoreTransaction", "RecordStore", "LmdbRecordStore", "stored_backend"]
+           "StoreTransaction", "DuplicateIdEntry", "RecordStore", "LmdbRecordStore", "stored_backend"]
 
 
 def __getattr__(name: str):

@@ -31,8 +31,9 @@ from ..limits import (BINDINGS_FILE_SIZE_MAX_BYTES, BUFFER_SIZE_DEFAULT_BYTES, B
                       MAX_REDELIVERY_RECORDS_DEFAULT, MIN_FILES_DEFAULT, SYNC_MODE_DEFAULT, U64_MAX,
                       check_max_redelivery_records)
 from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordKind, RecordType, StoredMessage, StoredQueue,
-                             decode_id_counter, decode_queue, encode_id_counter, encode_message,
-                             encode_plain_message, encode_queue, encode_queue_id, encode_scheduled_time)
+                             decode_duplicate_id, decode_id_counter, decode_queue, encode_duplicate_id,
+                             encode_id_counter, encode_message, encode_plain_message, encode_queue, encode_queue_id,
+                             encode_scheduled_time)
 from ..storage.directory_lock import DirectoryLock
 from ..storage.backends import BACKENDS as STORAGE_BACKENDS, open_record_store
 from ..storage.protocol import RecordStore
@@ -68,6 +69,16 @@ class RecoveredReference:
     scheduled_delivery_time: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class DuplicateIdEntry:
+    """One entry of an address's duplicate-id cache as the store keeps it (DUPLICATE_ID, 37): its own
+    record id (from the message ids' counter), the address and the id."""
+
+    record_id: int
+    address: str
+    duplicate_id: bytes
+
+
 @dataclass
 class RecoveredState:
     """What MessageStore.load() found."""
@@ -86,6 +97,7 @@ class RecoveredState:
     # every message id below it may have been handed out (the bindings journal's ID counter; 0: none)
     message_id_floor: int = 0
     counts_from_shadow: int = 0         # delivery counts a killed strict-mode process left in its shadow
+    duplicate_ids: list = field(default_factory=list)   # DuplicateIdEntry of every cache entry, oldest first
 
 
 def _pin_releaser(bodies) -> Callable[[str], int]:
@@ -279,6 +291,7 @@ class MessageStore:
         self._referenced_upto = 0
         self._queues: dict[int, StoredQueue] = {}
         self._message_queues = MessageQueues()     # live message id -> queue ids of its live references
+        self._duplicate_id_records: set[int] = set()   # record ids of the live DUPLICATE_ID entries
         self._id_counter_stored = False             # the bindings journal holds an ID counter record
         self._state = "new"
 
@@ -413,6 +426,7 @@ class MessageStore:
         state.anomalies.extend(recovery.anomalies)
         unreferenced, from_shadow = recovery.unreferenced, recovery.from_shadow
         state.max_message_id = recovery.max_record_id
+        self._recover_duplicate_ids(state, recovery.duplicate_ids, messages_path, skip_corrupt)
         state.messages = RecoveredMessages(recovery.bodies, messages_path)
         for queue_id, columns in recovery.references.items():
             state.references[queue_id] = RecoveredReferences(columns)
@@ -466,6 +480,63 @@ class MessageStore:
             self._wait(self._message_records, None)
         state.deleted_messages = unreferenced
         return state
+
+    def _recover_duplicate_ids(self, state: RecoveredState, records: list, path, skip_corrupt: bool) -> None:
+        """The DUPLICATE_ID entries recovery set apart, decoded into ``state.duplicate_ids`` (a malformed
+        one is CorruptRecordError, or with skip_corrupt listed in ``corrupt_messages`` and left)."""
+        for record_id, body in records:
+            try:
+                address, duplicate_id = decode_duplicate_id(record_id, body, path=path)
+            except JournalError as error:
+                if not skip_corrupt:
+                    raise
+                state.corrupt_messages.append(error)
+                continue
+            state.duplicate_ids.append(DuplicateIdEntry(record_id, address, duplicate_id))
+            self._duplicate_id_records.add(record_id)
+
+    # ----- duplicate ids -----------------------------------------------------------------------------------
+    def _duplicate_id_records_of(self, entry: DuplicateIdEntry, replaces: int | None) -> list:
+        """The group records of a cache entry: its ADD, and the DELETE of the entry it replaces in the
+        ring (when that one is stored). Lock held."""
+        if entry.record_id in self._duplicate_id_records or entry.record_id in self._message_queues:
+            raise DuplicateRecordError(f"record {entry.record_id} is already stored")
+        records = [(_ADD, entry.record_id, _DUPLICATE_ID, encode_duplicate_id(entry.address, entry.duplicate_id))]
+        if replaces is not None and replaces in self._duplicate_id_records:
+            records.append((_DELETE, replaces, 0, b""))
+        return records
+
+    def _duplicate_id_written(self, entry: DuplicateIdEntry, replaces: int | None) -> None:
+        self._duplicate_id_records.add(entry.record_id)
+        self._duplicate_id_records.discard(replaces)
+
+    def store_duplicate_id(self, entry: DuplicateIdEntry, *, replaces: int | None = None,
+                           sync: bool | None = None) -> None:
+        """A duplicate-id cache entry whose message stores nothing (not durable, or no durable queue
+        took it), and the DELETE of ``replaces``, the entry the ring overwrites, as one record group."""
+        self.check_loaded()
+        records = self._message_records
+        with self._lock:
+            records.append_group(self._duplicate_id_records_of(entry, replaces), sync=False)
+            self._duplicate_id_written(entry, replaces)
+        self._wait(records, sync)
+
+    def forget_duplicate_ids(self, record_ids, *, sync: bool | None = None) -> None:
+        """DELETE of cache entries no ring holds any more (a broker's load finds them when its cache
+        was made smaller, or a crash came between an entry and the DELETE of the one it replaced)."""
+        self.check_loaded()
+        records = self._message_records
+        with self._lock:
+            stored = [record_id for record_id in dict.fromkeys(record_ids) if record_id in self._duplicate_id_records]
+            if not stored:
+                return
+            records.append_group([(_DELETE, record_id, 0, b"") for record_id in stored], sync=False)
+            self._duplicate_id_records.difference_update(stored)
+        self._wait(records, sync)
+
+    def duplicate_id_count(self) -> int:
+        """How many DUPLICATE_ID entries are live."""
+        return len(self._duplicate_id_records)
 
     # ----- queues ------------------------------------------------------------------------------------------
     def store_queue(self, queue_id: int, name: str, address: str, *, routing_type: str = "anycast",
@@ -814,10 +885,13 @@ class MessageStore:
     # ----- the broker's hot path: one call (one lock, one encode) per send and per acknowledgement ----------
     def store_message_references(self, message_id: int, address: str, body, queue_ids, *,
                                  properties: dict | None = None, durable: bool = True, expiration: int = 0,
-                                 routing_type: str | None = None, sync: bool | None = None) -> None:
+                                 routing_type: str | None = None, sync: bool | None = None,
+                                 duplicate_id: DuplicateIdEntry | None = None, replaces: int | None = None) -> None:
         """store_message + store_reference on each of ``queue_ids``, as one call: the same records
         (ADD_MESSAGE 45, then an ADD_REF 32 per queue) for a fraction of the Python overhead. Every
-        queue is checked before anything is written."""
+        queue is checked before anything is written. ``duplicate_id``: the message's duplicate-id cache
+        entry (37), in the same record group, with the DELETE of ``replaces`` (the entry the ring
+        overwrites): a crash keeps the message and its id together or neither."""
         if self._state != "loaded":
             self.check_loaded()
         head = None     # the message record's bytes before the body, when it has no properties
@@ -833,7 +907,7 @@ class MessageStore:
             message_queues = self._message_queues
             if message_id in message_queues:
                 raise DuplicateRecordError(f"message {message_id} is already stored")
-            if len(queue_ids) == 1:
+            if len(queue_ids) == 1 and duplicate_id is None:
                 queue_id = queue_ids[0]
                 if queue_id not in self._queues:
                     raise UnknownRecordError(f"queue {queue_id} is not stored; store_queue() it first")
@@ -859,9 +933,13 @@ class MessageStore:
                 if data is None:
                     data = encode_plain_message(address, body, properties, durable, expiration, routing_type)
                 # the message and its references as one group: a crash keeps the send whole or not at all
-                records.append_group([(_ADD, message_id, _ADD_MESSAGE, data)]
-                                     + [(_UPDATE, message_id, _ADD_REF, _QUEUE_ID_BYTES(queue_id))
-                                        for queue_id in queue_ids], sync=False)
+                group = [(_ADD, message_id, _ADD_MESSAGE, data)] + [(_UPDATE, message_id, _ADD_REF, _QUEUE_ID_BYTES(queue_id))
+                                                                    for queue_id in queue_ids]
+                if duplicate_id is not None:
+                    group += self._duplicate_id_records_of(duplicate_id, replaces)
+                records.append_group(group, sync=False)
+                if duplicate_id is not None:
+                    self._duplicate_id_written(duplicate_id, replaces)
                 message_queues.add_message(message_id, list(queue_ids))
                 writer = self._writer
                 for queue_id in queue_ids:
@@ -872,13 +950,16 @@ class MessageStore:
         if sync or (sync is None and self._records_wait):     # SyncMode.record_waits
             records.sync()
 
-    def commit_transaction(self, tx_id: int, messages, references, acknowledgements) -> None:
+    def commit_transaction(self, tx_id: int, messages, references, acknowledgements, duplicate_ids=()) -> None:
         """A StoreTransaction's COMMIT appended, and what it makes true in this store's books: its messages
         stored, its references live (`references`: (queue id, message id) pairs), its acknowledged
-        references gone. The caller then settles the boundary's sync (``end_transaction``)."""
+        references gone, its duplicate-id entries (``(entry, replaces)``) stored. The caller then settles
+        the boundary's sync (``end_transaction``)."""
         records = self._message_records
         with self._lock:
             records.commit(tx_id, sync=False)
+            for entry, replaces in duplicate_ids:
+                self._duplicate_id_written(entry, replaces)
             for message_id in messages:
                 self._message_queues.add_message(message_id)
             for queue_id, message_id in references:
@@ -940,6 +1021,22 @@ class MessageStore:
             self._message_records.update_tx(tx_id, message_id, RecordType.SET_SCHEDULED_DELIVERY_TIME,
                                     encode_scheduled_time(queue_id, scheduled_ms))
 
+    def append_duplicate_id_tx(self, tx_id: int, entry: DuplicateIdEntry, replaces: int | None,
+                               pending: list) -> int:
+        """ADD_TX of a duplicate-id cache entry (37) for a StoreTransaction, with DELETE_TX of ``replaces``
+        (the entry the ring overwrites) when it is stored and not already deleted in the transaction;
+        then among ``pending``. How many records it appended."""
+        with self._lock:
+            written = self._duplicate_id_records_of(entry, replaces)
+            if len(written) == 2 and any(replaces == other for _entry, other in pending):
+                written.pop()
+            records = self._message_records
+            records.add_tx(tx_id, entry.record_id, _DUPLICATE_ID, written[0][3])
+            if len(written) == 2:
+                records.delete_tx(tx_id, replaces)
+            pending.append((entry, replaces))
+            return len(written)
+
     def rollback_transaction(self, tx_id: int) -> None:
         """A StoreTransaction's ROLLBACK appended (its records never touched the books)."""
         with self._lock:
@@ -978,8 +1075,9 @@ class MessageStore:
         return deleted
 
 
-_ADD, _UPDATE = RecordKind.ADD, RecordKind.UPDATE
+_ADD, _UPDATE, _DELETE = RecordKind.ADD, RecordKind.UPDATE, RecordKind.DELETE
 _ADD_MESSAGE = int(RecordType.ADD_MESSAGE)
+_DUPLICATE_ID = int(RecordType.DUPLICATE_ID)
 _ADD_REF = int(RecordType.ADD_REF)
 _QUEUE_ID_BYTES = encode_queue_id
 
@@ -997,7 +1095,8 @@ class StoreTransaction:
     anything was written. A transaction is used once.
     """
 
-    __slots__ = ("store", "tx_id", "records", "state", "_messages", "_references", "_acknowledgements")
+    __slots__ = ("store", "tx_id", "records", "state", "_messages", "_references", "_acknowledgements",
+                 "_duplicate_ids")
 
     def __init__(self, store: MessageStore, tx_id: int) -> None:
         self.store = store
@@ -1007,6 +1106,7 @@ class StoreTransaction:
         self._messages: set = set()         # message ids added in this transaction
         self._references: dict = {}         # (queue id, message id) -> None, in order
         self._acknowledgements: dict = {}   # (queue id, message id) -> None, in order
+        self._duplicate_ids: list = []      # (DuplicateIdEntry, the record id it replaces or None)
 
     def __repr__(self) -> str:
         return f"StoreTransaction({self.tx_id}, records={self.records}, state={self.state})"
@@ -1044,6 +1144,12 @@ class StoreTransaction:
         self.store.append_scheduled_time_tx(self.tx_id, queue_id, message_id, scheduled_ms, self._references)
         self.records += 1
 
+    def store_duplicate_id(self, entry: DuplicateIdEntry, *, replaces: int | None = None) -> None:
+        """ADD_TX of a duplicate-id cache entry (37), and DELETE_TX of ``replaces``, the entry the ring
+        overwrites: the id is stored when the transaction's messages are."""
+        self._check_open()
+        self.records += self.store.append_duplicate_id_tx(self.tx_id, entry, replaces, self._duplicate_ids)
+
     def commit(self, *, sync: bool | None = None) -> None:
         """Append COMMIT and apply the transaction to the store's live references.
 
@@ -1055,7 +1161,8 @@ class StoreTransaction:
         if not self.records:
             self.state = "committed"
             return
-        store.commit_transaction(self.tx_id, self._messages, self._references, self._acknowledgements)
+        store.commit_transaction(self.tx_id, self._messages, self._references, self._acknowledgements,
+                                 self._duplicate_ids)
         self.state = "committed"
         store.end_transaction(sync, committed=True)
 

@@ -7,14 +7,19 @@ directory it left is served as it was. On the way out the server adds ``destinat
 message comes from), ``message-id`` (the broker's id), ``delivery-count`` (1 the first time, persisted
 before the frame leaves), ``redelivered:true`` when it may have been delivered before, and
 ``original-destination`` on a dead-letter or expiry copy (ActiveMQ's header names).
+
+A duplicate-id header (``_AMQ_DUPL_ID``, or HornetQ's ``_HQ_DUPL_ID``) is also kept as the property
+of its own name, which the broker's duplicate detection reads (Artemis maps STOMP headers to
+properties by name): a SEND resent after a lost RECEIPT is then not routed twice.
 """
 from __future__ import annotations
 
+from ..broker.dialects import DIALECTS
 from ..errors import ConfigError
 from .._impl import message_frame_bytes
 
 __all__ = ["REDELIVERED_HEADER", "DELIVERY_COUNT_HEADER", "ORIGINAL_DESTINATION_HEADER", "EXPIRES_HEADER",
-           "HEADER_PROPERTY", "ORIGINAL_ADDRESS_PROPERTIES", "properties_of", "expiration_of", "message_headers",
+           "HEADER_PROPERTY", "ORIGINAL_ADDRESS_PROPERTIES", "DUPLICATE_ID_HEADERS", "properties_of", "expiration_of", "message_headers",
            "message_frame"]
 
 #: set to "true" on a MESSAGE that may have been delivered before (ActiveMQ's STOMP header name)
@@ -35,9 +40,19 @@ ORIGINAL_ADDRESS_PROPERTIES = ("_AMQ_ORIG_ADDRESS", "_HQ_ORIG_ADDRESS")
 _NOT_KEPT = frozenset({"receipt", "transaction", "content-length", "message-id", "destination"})
 
 
+#: the duplicate-id properties of the dialects (Artemis's _AMQ_DUPL_ID, HornetQ's _HQ_DUPL_ID)
+DUPLICATE_ID_HEADERS = tuple(dict.fromkeys(dialect.duplicate_id for dialect in DIALECTS.values()))
+
+
 def properties_of(headers: dict[str, str]) -> dict[str, str]:
-    """The message properties that keep the headers of a SEND."""
-    return {HEADER_PROPERTY + name: value for name, value in headers.items() if name not in _NOT_KEPT}
+    """The message properties that keep the headers of a SEND, and its duplicate id under the
+    property the broker's duplicate detection reads."""
+    properties = {HEADER_PROPERTY + name: value for name, value in headers.items() if name not in _NOT_KEPT}
+    for name in DUPLICATE_ID_HEADERS:
+        value = headers.get(name)
+        if value is not None:
+            properties[name] = value
+    return properties
 
 
 def expiration_of(headers: dict[str, str]) -> int:

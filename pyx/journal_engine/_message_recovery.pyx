@@ -28,7 +28,7 @@ from journal_engine._replay cimport RecordColumns, records_as_columns
 from journal_engine._store_body cimport (
     Bytes, MessageFields, _append, _free, _message_fields, _reserve, _u32, _u64, DELIVERY_COUNT_BYTES,
     FLAG_DURABLE, QUEUE_ID_BYTES, ROUTING_NAME_OF_CODE, SCHEDULED_TIME_BYTES, TYPE_ACKNOWLEDGE_REF,
-    TYPE_ADD_MESSAGE, TYPE_ADD_REF, TYPE_DELIVERY_COUNT, TYPE_SCHEDULED_TIME,
+    TYPE_ADD_MESSAGE, TYPE_ADD_REF, TYPE_DELIVERY_COUNT, TYPE_DUPLICATE_ID, TYPE_SCHEDULED_TIME,
 )
 from journal_engine.errors import CorruptRecordError, FileChangedError
 from journal_engine.limits import ONE_QUEUE_ID_MAX as _ONE_QUEUE_ID_MAX
@@ -313,6 +313,7 @@ cdef class MessageRecovery:
     cdef readonly list corrupt              # CorruptRecordError of each message record_format rejects (left out)
     cdef readonly list unknown_references   # (queue id, message id, journal count, count, scheduled ms) on queues not given
     cdef readonly list from_shadow          # (queue id, row in its references or -1, message id, count): the shadow's count wins
+    cdef readonly list duplicate_ids        # (record id, body) of each DUPLICATE_ID record, in store order
 
 
 cdef inline int _put_u64(Bytes *buf, uint64_t value) except -1:
@@ -481,6 +482,7 @@ cdef class _Recovery:
         out.corrupt = []
         out.unknown_references = []
         out.from_shadow = []
+        out.duplicate_ids = []
         out.max_record_id = 0
         self.now_ms = now_ms
         self.shadow_counts = shadow_counts
@@ -525,6 +527,11 @@ cdef class _Recovery:
         if i == 0 or message_id > self.max_id:
             self.max_id = message_id
         if self.types[i] != TYPE_ADD_MESSAGE:
+            if self.types[i] == TYPE_DUPLICATE_ID:      # a duplicate-id cache entry: the store decodes it
+                self.out.duplicate_ids.append((message_id, _copy_bytes(
+                    <const uint8_t *>self.bases[self.body_buffer[i]] + self.body_start[i],
+                    self.body_end[i] - self.body_start[i], self.buffers, self.body_buffer[i])))
+                return 0
             self.out.anomalies.append(f"message journal record {message_id} has type {self.types[i]}, not a message "
                                       f"({TYPE_ADD_MESSAGE}); ignored")
             return 0

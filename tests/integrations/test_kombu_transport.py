@@ -535,3 +535,26 @@ def test_a_producer_exiting_without_a_release_has_its_publishes_confirmed_or_sai
     silent = SilentServer()
     done = run_exiting_producer(silent.port, during=silent.drop)     # lost before any RECEIPT
     assert b"1 publish(es) not confirmed durable" in done.stderr and b"at-exit (last)" in done.stderr, done.stderr
+
+
+def test_a_message_published_again_with_its_id_is_on_the_server_once(tmp_path):
+    """The transport sends each publish's stable id as _AMQ_DUPL_ID (the application's message_id, or a
+    Celery task's id and retry count), so a publish repeated after a lost RECEIPT is not delivered
+    twice, while another message or a task's retry is."""
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    try:
+        with kombu.Connection(url(server)) as connection:
+            producer = kombu.Producer(connection.default_channel)
+            for _ in range(3):
+                producer.publish({"n": 1}, routing_key="once", message_id="order-1")
+            producer.publish({"n": 2}, routing_key="once", message_id="order-2")
+            producer.publish({"n": 3}, routing_key="once")
+            producer.publish({"n": 3}, routing_key="once")
+            task = {"id": "task-7", "task": "tasks.add", "retries": 0}
+            producer.publish({"n": 4}, routing_key="once", headers=task)
+            producer.publish({"n": 4}, routing_key="once", headers=task)
+            producer.publish({"n": 5}, routing_key="once", headers=dict(task, retries=1))
+        with kombu.Connection(url(server)) as connection:
+            assert connection.default_channel.queue_declare("once", passive=True).message_count == 6
+    finally:
+        server.stop()

@@ -324,3 +324,32 @@ def test_subscribers_vanishing_mid_delivery_lose_nothing_and_leave_no_traceback(
     drained = drain(server.port, "/queue/vanish", len(queue_bodies))
     assert sorted(body for _, body in drained) == sorted(queue_bodies)
     assert not has_traceback(server.stderr()), server.stderr()[-3000:]
+
+
+def test_a_send_resent_with_its_duplicate_id_after_a_kill_is_delivered_once(tmp_path):
+    """_AMQ_DUPL_ID is a property by its own name (Artemis maps STOMP headers to properties): a SEND
+    resent after the server was killed, as a client does when its RECEIPT never came, is receipted and
+    not routed again; the MESSAGE still carries the header."""
+    data = tmp_path / "store"
+    server = Server(data, tmp_path / "server.log")
+    client = RawClient(server.port)
+    client.connect("1.2")
+    sends = b"".join(frame_bytes("SEND", {"destination": "/queue/once", "receipt": f"r-{n}", "_AMQ_DUPL_ID": f"id-{n}"},
+                                 b"body %d" % n) for n in range(5))
+    client.send_raw(sends)
+    assert [client.read_frame()[1]["receipt-id"] for _ in range(5)] == [f"r-{n}" for n in range(5)]
+    server.kill()
+    client.close()
+    restarted = Server(data, tmp_path / "server.log")
+    try:
+        again = RawClient(restarted.port)
+        again.connect("1.2")
+        again.send_raw(sends)
+        assert [again.read_frame()[1]["receipt-id"] for _ in range(5)] == [f"r-{n}" for n in range(5)]
+        again.close()
+        messages = drain(restarted.port, "/queue/once", 5)
+        assert [body for _, body in messages] == [b"body %d" % n for n in range(5)]
+        assert [headers["_AMQ_DUPL_ID"] for headers, _ in messages] == [f"id-{n}" for n in range(5)]
+        assert not has_traceback(restarted.stderr()), restarted.stderr()[-3000:]
+    finally:
+        restarted.stop()

@@ -1,7 +1,7 @@
 """The property names Artemis gives dead-letter and expiry copies, and the shape every dialect shares.
 
 A dialect is what a broker family calls the properties of a copy: where it came from, its queue, its
-message id, its routing type and when it expired. Artemis names them ``_AMQ_ORIG_*``; HornetQ, its
+message id, its routing type and when it expired; and the property of a message's duplicate id. Artemis names them ``_AMQ_ORIG_*``; HornetQ, its
 ancestor, ``_HQ_ORIG_*`` (broker/hornetq/dialect.py)."""
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ class Dialect:
     #: a copy of a copy keeps the FIRST origin (HornetQ's ServerMessageImpl.setOriginalHeaders); Artemis's
     #: referenceOriginalMessage records the latest operation
     keeps_first_origin: bool = False
+    #: the property carrying a message's duplicate id (Artemis's Message.HDR_DUPLICATE_DETECTION_ID)
+    duplicate_id: str = "_AMQ_DUPL_ID"
 
 
 #: Artemis's Message.HDR_ORIGINAL_ADDRESS, HDR_ORIGINAL_QUEUE, HDR_ORIG_MESSAGE_ID, HDR_ORIG_ROUTING_TYPE and

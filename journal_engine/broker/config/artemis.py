@@ -71,4 +71,5 @@ def _config_of(document: BrokerXmlDocument) -> BrokerConfig:
                         document.source, system="hornetq" if hornetq else "artemis",
                         dialect="hornetq" if hornetq else None, unimplemented=document.unimplemented,
                         message_expiry_scan_period=document.message_expiry_scan_period,
-                        address_queue_scan_period=document.address_queue_scan_period)
+                        address_queue_scan_period=document.address_queue_scan_period,
+                        id_cache_size=document.id_cache_size, persist_id_cache=document.persist_id_cache)

@@ -44,3 +44,5 @@ class BrokerConfig:
     message_expiry_scan_period: int | None = None                  # ms, -1 = never; None = not in the file
     address_queue_scan_period: int | None = None                   # ms, -1 = never; None = not in the file
     qpid_context: QpidVirtualHostContext | None = None
+    id_cache_size: int | None = None                               # None = not in the file (default 20,000)
+    persist_id_cache: bool | None = None                           # None = not in the file (default true)

@@ -21,7 +21,7 @@ import defusedxml
 from defusedxml.ElementTree import DefusedXMLParser
 
 from ...errors import ConfigError
-from ...limits import CONFIG_FILE_BYTES_MAX, JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN
+from ...limits import CONFIG_FILE_BYTES_MAX, ID_CACHE_SIZE_MAX, JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN
 
 __all__ = ["ARTEMIS_IGNORED_ADDRESS_SETTING_ELEMENTS", "BrokerXmlDocument", "address_setting_element",
            "address_setting_values", "artemis_document", "element_name_of",
@@ -391,6 +391,8 @@ class BrokerXmlDocument:
     persist_delivery_count_before_delivery: bool | None = None     # None = not in the file
     message_expiry_scan_period: int | None = None                  # ms, -1 = never; None = not in the file
     address_queue_scan_period: int | None = None                   # ms, -1 = never; None = not in the file
+    id_cache_size: int | None = None                               # None = not in the file
+    persist_id_cache: bool | None = None                           # None = not in the file
     address_settings_lists: list[ElementTree.Element] = field(default_factory=list)
     unimplemented: list[tuple[str, int | None]] = field(default_factory=list)
     namespace: str = ""                                            # the root element's ("urn:hornetq", ...)
@@ -400,7 +402,8 @@ class BrokerXmlDocument:
 #: the <core> children of a broker.xml that the broker reads; every other one is a WARNING
 ARTEMIS_IMPLEMENTED_CORE_ELEMENTS = frozenset({
     "address-settings", "wildcard-addresses", "literal-match-markers", "max-redelivery-records",
-    "persist-delivery-count-before-delivery", "message-expiry-scan-period", "address-queue-scan-period"})
+    "persist-delivery-count-before-delivery", "message-expiry-scan-period", "address-queue-scan-period",
+    "id-cache-size", "persist-id-cache"})
 ARTEMIS_ROOTS = ("configuration", "core")
 
 
@@ -480,6 +483,10 @@ def _read_core_element(child: ElementTree.Element, name: str, document: BrokerXm
         document.message_expiry_scan_period = parse_scan_period(_text(child, name), name)
     elif name == "address-queue-scan-period":
         document.address_queue_scan_period = parse_scan_period(_text(child, name), name)
+    elif name == "id-cache-size":
+        document.id_cache_size = _parse_long(_text(child, name), name, 0, ID_CACHE_SIZE_MAX)
+    elif name == "persist-id-cache":
+        document.persist_id_cache = _parse_bool(_text(child, name), name)
     elif name == "address-settings":
         document.address_settings_lists.append(child)
     else:

@@ -10,4 +10,4 @@ from ..artemis.dialect import Dialect
 __all__ = ["HORNETQ"]
 
 HORNETQ = Dialect("hornetq", "_HQ_ORIG_ADDRESS", "_HQ_ORIG_QUEUE", "_HQ_ORIG_MESSAGE_ID", None,
-                  "_HQ_ACTUAL_EXPIRY", keeps_first_origin=True)
+                  "_HQ_ACTUAL_EXPIRY", keeps_first_origin=True, duplicate_id="_HQ_DUPL_ID")
