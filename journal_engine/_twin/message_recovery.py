@@ -14,6 +14,9 @@ from .livemap import LiveMap
 from ..record_format import RecordType, decode_delivery_count, decode_message, decode_queue_id, decode_scheduled_time
 
 _QUEUE_ID_TYPES = frozenset((RecordType.ADD_REF, RecordType.ACKNOWLEDGE_REF))
+#: a reference's own updates: their decoder, their slot in a live reference's [count, scheduled ms], their name
+_REFERENCE_UPDATES = {RecordType.UPDATE_DELIVERY_COUNT: (decode_delivery_count, 0, "delivery count"),
+                      RecordType.SET_SCHEDULED_DELIVERY_TIME: (decode_scheduled_time, 1, "scheduled time")}
 
 
 class QueueReferences:
@@ -74,20 +77,14 @@ def _live_references(message_id: int, updates, anomalies: list, path) -> dict:
             elif live.pop(queue_id, None) is None:
                 anomalies.append(f"message {message_id}: acknowledgement on queue {queue_id}, which holds "
                                  "no live reference of it; ignored")
-        elif user_type == RecordType.UPDATE_DELIVERY_COUNT:
-            queue_id, count = decode_delivery_count(bytes(body), message_id=message_id, path=path)
+        elif user_type in _REFERENCE_UPDATES:
+            decode, slot, what = _REFERENCE_UPDATES[user_type]
+            queue_id, value = decode(bytes(body), message_id=message_id, path=path)
             if queue_id not in live:
-                anomalies.append(f"message {message_id}: delivery count {count} for queue {queue_id}, "
+                anomalies.append(f"message {message_id}: {what} {value} for queue {queue_id}, "
                                  "which holds no live reference of it; ignored")
                 continue
-            live[queue_id][0] = count
-        elif user_type == RecordType.SET_SCHEDULED_DELIVERY_TIME:
-            queue_id, scheduled_ms = decode_scheduled_time(bytes(body), message_id=message_id, path=path)
-            if queue_id not in live:
-                anomalies.append(f"message {message_id}: scheduled time {scheduled_ms} for queue {queue_id}, "
-                                 "which holds no live reference of it; ignored")
-                continue
-            live[queue_id][1] = scheduled_ms
+            live[queue_id][slot] = value    # the last record in journal order wins
         else:
             anomalies.append(f"message {message_id}: update of unknown type {user_type}; ignored")
     return live

@@ -30,7 +30,7 @@ from journal_engine._store_body cimport (
     _take, _text, _u32, _u64, DELIVERY_COUNT_BYTES, FLAG_DURABLE, QUEUE_HEAD_BYTES, QUEUE_ID_BYTES,
     QUEUE_ROUTING_MAX, QUEUE_ROUTING_MIN, QUEUE_VERSION, QUEUE_WITH_ARGUMENTS_VERSION, SCHEDULED_TIME_BYTES,
     TAG_BYTES, TAG_FALSE, TAG_FLOAT, TAG_INT, TAG_STR, TAG_TRUE, TYPE_ACKNOWLEDGE_REF, TYPE_ADD_MESSAGE,
-    TYPE_ADD_REF, TYPE_DELIVERY_COUNT, TYPE_QUEUE_BINDING, TYPE_SCHEDULED_TIME,
+    TYPE_ADD_REF, TYPE_DELIVERY_COUNT, TYPE_DUPLICATE_ID, TYPE_QUEUE_BINDING, TYPE_SCHEDULED_TIME, _sized,
 )
 
 cdef extern from "Python.h":
@@ -105,6 +105,14 @@ cdef class MessageColumns:
     cdef readonly bytes key_offsets, key_data, value_offsets, value_data, value_valid
     cdef readonly list rejected
 
+
+cdef inline bint _duplicate_id_valid(const uint8_t *body, Py_ssize_t size) noexcept nogil:
+    """Whether record_format.decode_duplicate_id reads a DUPLICATE_ID body: the address (UTF-8), then
+    the id's bytes, and nothing after them. The entry has no column of its own."""
+    cdef Py_ssize_t pos = 0
+    cdef const uint8_t *data
+    cdef uint32_t id_size
+    return _text(body, &pos, size).ok and _sized(body, &pos, size, &data, &id_size) and pos == size
 
 cdef class _Decoder:
     """The state of one batch: output pointers, the growable string buffers, the property scratch."""
@@ -232,6 +240,8 @@ cdef class _Decoder:
             return self.message(i, body, size)
         elif record_type == TYPE_QUEUE_BINDING:
             return self.queue(i, body, size)
+        elif record_type == TYPE_DUPLICATE_ID:
+            return _duplicate_id_valid(body, size)
         return True
 
     cdef bint queue(self, Py_ssize_t i, const uint8_t *body, Py_ssize_t size) except -1:

@@ -94,19 +94,25 @@ cdef struct Text:
     bint ok
 
 
+cdef inline bint _sized(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, const uint8_t **data,
+                        uint32_t *size) noexcept nogil:
+    """A field of a u32 length and that many bytes at ``pos`` (a string, a bytes property): where its
+    bytes lie, ``pos`` moved past it; False when the body ends first."""
+    if pos[0] + 4 > end:
+        return False
+    size[0] = _u32(p + pos[0])
+    if <uint64_t>size[0] > <uint64_t>(end - pos[0] - 4):
+        return False
+    data[0] = p + pos[0] + 4
+    pos[0] += 4 + size[0]
+    return True
+
+
 cdef inline Text _text(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end) noexcept nogil:
     cdef Text t
-    t.ok = False
     t.data = NULL
     t.size = 0
-    if pos[0] + 4 > end:
-        return t
-    t.size = _u32(p + pos[0])
-    if <uint64_t>t.size > <uint64_t>(end - pos[0] - 4):
-        return t
-    t.data = p + pos[0] + 4
-    pos[0] += 4 + t.size
-    t.ok = _utf8_valid(t.data, t.size)
+    t.ok = _sized(p, pos, end, &t.data, &t.size) and _utf8_valid(t.data, t.size)
     return t
 
 

@@ -20,13 +20,10 @@ _format.check_compiled("journal_engine._store_body", {
     "message head": ("<BBBxq", _format.MESSAGE_HEAD.format), "queue head": ("<BBBx", _format.QUEUE_HEAD.format)})
 
 
-TYPE_QUEUE_BINDING = _format.RecordType.QUEUE_BINDING_RECORD
-TYPE_ADD_MESSAGE = _format.RecordType.ADD_MESSAGE
-TYPE_ADD_REF = _format.RecordType.ADD_REF
-TYPE_ACKNOWLEDGE_REF = _format.RecordType.ACKNOWLEDGE_REF
-TYPE_DELIVERY_COUNT = _format.RecordType.UPDATE_DELIVERY_COUNT
-TYPE_SCHEDULED_TIME = _format.RecordType.SET_SCHEDULED_DELIVERY_TIME
-TYPE_DUPLICATE_ID = _format.RecordType.DUPLICATE_ID
+(TYPE_QUEUE_BINDING, TYPE_ADD_MESSAGE, TYPE_ADD_REF, TYPE_ACKNOWLEDGE_REF, TYPE_DELIVERY_COUNT, TYPE_SCHEDULED_TIME,
+ TYPE_DUPLICATE_ID) = (_format.RecordType[name] for name in (
+    "QUEUE_BINDING_RECORD", "ADD_MESSAGE", "ADD_REF", "ACKNOWLEDGE_REF", "UPDATE_DELIVERY_COUNT",
+    "SET_SCHEDULED_DELIVERY_TIME", "DUPLICATE_ID"))
 QUEUE_ID_BYTES = len(_format.encode_queue_id(0))
 DELIVERY_COUNT_BYTES = _format.DELIVERY_COUNT_BODY_BYTES
 SCHEDULED_TIME_BYTES = _format.SCHEDULED_TIME_BODY_BYTES
@@ -39,13 +36,8 @@ FLAG_DURABLE = _format.FLAG_DURABLE
 ROUTING_CODE_MAX = max(_format.ROUTING_TYPES.values())
 QUEUE_ROUTING_MIN = min(_format.ROUTING_TYPES[name] for name in _format.QUEUE_ROUTING_TYPES)
 QUEUE_ROUTING_MAX = max(_format.ROUTING_TYPES[name] for name in _format.QUEUE_ROUTING_TYPES)
-TAG_NONE = _format.PropertyTag.NONE
-TAG_STR = _format.PropertyTag.STR
-TAG_INT = _format.PropertyTag.INT
-TAG_FLOAT = _format.PropertyTag.FLOAT
-TAG_FALSE = _format.PropertyTag.FALSE
-TAG_TRUE = _format.PropertyTag.TRUE
-TAG_BYTES = _format.PropertyTag.BYTES
+TAG_NONE, TAG_STR, TAG_INT, TAG_FLOAT, TAG_FALSE, TAG_TRUE, TAG_BYTES = (_format.PropertyTag[name] for name in (
+    "NONE", "STR", "INT", "FLOAT", "FALSE", "TRUE", "BYTES"))
 
 #: routing type codes as the columns give them (record_format.ROUTING_TYPES; 0 is "none": a null)
 ROUTING_NAMES = {code: name for name, code in _format.ROUTING_TYPES.items() if name is not None}
@@ -112,14 +104,7 @@ cdef bint _property(Property *prop, const uint8_t *body, Py_ssize_t *pos, Py_ssi
         prop.value_size = text.size
         return text.ok
     if prop.tag == TAG_BYTES:
-        if pos[0] + 4 > size:
-            return False
-        prop.value_size = _u32(body + pos[0])
-        if <uint64_t>prop.value_size > <uint64_t>(size - pos[0] - 4):
-            return False
-        prop.value = body + pos[0] + 4
-        pos[0] += 4 + prop.value_size
-        return True
+        return _sized(body, pos, size, &prop.value, &prop.value_size)
     return False
 
 
