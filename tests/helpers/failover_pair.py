@@ -78,11 +78,21 @@ class FailoverPair:
     def kill(self) -> int:
         """SIGKILL the live server; once the backup serves, a new backup on the freed port. Returns the port
         that now serves."""
-        killed_at = time.monotonic()
-        freed = self.live.port
-        self.live.kill()
+        killed_at = self.sigkill()
         self.backup.listening()
         self.takeovers_s.append(time.monotonic() - killed_at)
+        return self.promote()
+
+    def sigkill(self) -> float:
+        """SIGKILL the live server (and reap it); returns the time.monotonic() of the signal."""
+        killed_at = time.monotonic()
+        self.live.kill()
+        return killed_at
+
+    def promote(self) -> int:
+        """After a takeover: the backup is the live server, a new backup waits on the port the dead one
+        freed. Returns the live port."""
+        freed = self.live.port
         self.live, self.backup = self.backup, self._start(freed, backup=True)
         line = self.backup.line()
         assert WAITING in line, line
@@ -92,5 +102,8 @@ class FailoverPair:
         return [life.stderr()[-3000:] for life in self.lives if has_traceback(life.stderr())]
 
     def stop(self) -> tuple[int, int]:
-        """SIGTERM both: (the live server's status, the waiting backup's status)."""
-        return self.live.stop(), self.backup.stop()
+        """SIGTERM both, the backup first (stopping the live server first would hand the lock to the backup,
+        and a SIGTERM during its recovery, before it serves, ends it as it ends any start then):
+        (the live server's status, the waiting backup's status)."""
+        backup = self.backup.stop()
+        return self.live.stop(), backup
