@@ -10,7 +10,8 @@ when the live server is SIGKILLed (docs/failover.md). Real processes, real SIGKI
 * the waiting backup names the holder, binds no port, and a SIGTERM ends it with status 0;
 * refusals: a backup on a missing directory, a second live server on a served directory;
 * the same takeover on the LMDB backend;
-* stomp.py's own host list with reconnect, and kombu's failover URL, go on after a kill.
+* stomp.py's own host list with reconnect, kombu's failover URL, and a Celery worker on a broker URL
+  list (a task sent before a kill runs after the takeover) go on after a kill.
 
 That the load check can fail: tests/integrations/test_serve_stomp_load.py shows it reporting the
 messages a server that receipts from memory loses at a SIGKILL.
@@ -204,4 +205,36 @@ def test_kombu_fails_over_through_its_url_list(tmp_path):
             assert sorted(got) == ["after", "before"], got
         assert not pair.tracebacks(), pair.tracebacks()
     finally:
+        assert pair.stop() == (0, 0)
+
+
+def test_celery_with_a_broker_url_list_runs_tasks_sent_before_and_after_takeovers(tmp_path):
+    pytest.importorskip("celery", reason="celery is not installed (pip install 'journal_engine[celery]')")
+    from celery_app import app, work
+    from test_celery_worker import Worker, runs_of, wait_for
+
+    pair = FailoverPair(tmp_path / "store", tmp_path)
+    url = ";".join(f"journal-engine://127.0.0.1:{port}" for port in pair.ports)
+    runs = tmp_path / "runs"
+    worker = None
+
+    def send(key: str) -> None:
+        with app.connection_for_write(url) as connection:
+            work.apply_async((key,), connection=connection, retry=True,
+                             retry_policy={"max_retries": 50, "interval_start": 0.05, "interval_step": 0.05,
+                                           "interval_max": 0.2})
+
+    try:
+        send("before-kill")                     # to the live server, no worker yet
+        pair.kill()
+        worker = Worker(0, runs, tmp_path / "worker.log", "failover", broker_url=url)
+        wait_for(lambda: ("work", "before-kill", False) in runs_of(runs), "the task sent before the kill", worker)
+        pair.kill()                             # now under the running worker: it moves down its URL list
+        send("after-second-kill")
+        wait_for(lambda: ("work", "after-second-kill", False) in runs_of(runs), "the task sent after", worker)
+        assert [key for _, key, _ in runs_of(runs)] == ["before-kill", "after-second-kill"]
+        assert not pair.tracebacks(), pair.tracebacks()
+    finally:
+        if worker is not None:
+            worker.stop()
         assert pair.stop() == (0, 0)
