@@ -90,15 +90,19 @@ def crash_test_command(arguments) -> int:
 @click.option("--tls-key", type=click.Path(path_type=str), help="PEM private key of --tls-cert")
 @click.option("--connections-max", type=int, default=SERVED_CONNECTIONS_MAX, show_default=True,
               help="connections held at once; one more gets an ERROR and is closed")
+@click.option("--backup", is_flag=True,
+              help="wait for the live server of --data to die (its directory lock), then take over: recover and "
+                   "serve on --port (docs/failover.md)")
 def serve_stomp_command(data, port, host, backend, sync, max_delivery_attempts, dead_letter_queue,
-                        redelivery_delay_ms, users_path, allow_anonymous, tls_cert, tls_key, connections_max) -> int:
+                        redelivery_delay_ms, users_path, allow_anonymous, tls_cert, tls_key, connections_max,
+                        backup) -> int:
     """Run a STOMP broker on one event loop whose queues live in a journal_engine store
     (docs/integrations.md). Binds 127.0.0.1 unless --host says otherwise."""
     from ..served import serve
     return serve(data, port, host, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
                  dead_letter_queue=dead_letter_queue or None, redelivery_delay_ms=redelivery_delay_ms,
                  users_path=users_path, allow_anonymous=allow_anonymous, tls_cert=tls_cert, tls_key=tls_key,
-                 connections_max=connections_max)
+                 connections_max=connections_max, backup=backup)
 
 
 @click.group("users")

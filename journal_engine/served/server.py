@@ -10,6 +10,12 @@ SIGTERM or SIGINT stops it cleanly: no more connections are accepted, each conne
 start, marked redelivered, its delivery count persisted), the broker is closed (the store synced, its
 checkpoint saved), and :func:`serve` returns 0.
 
+The serving lock (takeover.py) is taken after the bind and before the store: one serve-stomp a
+directory, across machines sharing it. With ``backup`` the order differs: the backup first waits for
+that lock (printing ``waiting for the directory lock of DIR, held by pid N on HOST``) and binds its
+port only once it holds it, so the clients' failover lists find only the live server meanwhile; then
+it recovers and serves as any start does, with the same listening line.
+
 The loop is uvloop's when uvloop is installed (``pip install '.[uvloop]'`` in the checkout), asyncio's
 otherwise; the server runs the same on either.
 """
@@ -30,6 +36,7 @@ from .connection import StompConnection
 from .users import Users
 from .destinations import DEFAULT_DEAD_LETTER_QUEUE, DEFAULT_MAX_DELIVERY_ATTEMPTS, Destinations
 from .subscriptions import Dispatcher
+from .takeover import ServingLock
 from .turn import Turn
 
 __all__ = ["ServedBroker", "serve", "listening_socket", "new_event_loop"]
@@ -161,13 +168,15 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
           dead_letter_queue: str | None = DEFAULT_DEAD_LETTER_QUEUE, redelivery_delay_ms: int = 0,
           sync: str = "group", store_options: dict | None = None, out=None, users_path=None,
           allow_anonymous: bool = False, tls_cert=None, tls_key=None,
-          connections_max: int = SERVED_CONNECTIONS_MAX) -> int:
+          connections_max: int = SERVED_CONNECTIONS_MAX, backup: bool = False) -> int:
     """Run the served broker until SIGTERM or SIGINT; prints one line ``listening on HOST:PORT`` (to
     ``out``, default stdout) once connections are accepted. ``store_options`` go to the
     MessageStore (file_size, buffer_timeout_us, ...). ``users_path``: the users file CONNECT frames
     must match (users.py); a host beyond loopback needs it or ``allow_anonymous``. ``tls_cert`` and
     ``tls_key``: PEM files, TLS on every connection. Every refusal of the options comes before
-    anything is bound or created. Returns the exit status (0)."""
+    anything is bound or created. ``backup``: wait for the serving lock of ``data_dir`` (takeover.py)
+    before binding anything, printing a line naming its holder, then serve as usual; a SIGTERM or
+    SIGINT during the wait returns 0. Returns the exit status (0)."""
     out = out or sys.stdout
     if not 1 <= connections_max <= SERVED_CONNECTIONS_MAX:
         raise ConfigError("--connections-max", connections_max, f"must be between 1 and {SERVED_CONNECTIONS_MAX} "
@@ -175,13 +184,32 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
     check_exposure(host, users_path, allow_anonymous)
     users = Users.read(users_path) if users_path is not None else None
     tls = tls_context(tls_cert, tls_key) if tls_cert is not None or tls_key is not None else None
-    sock = listening_socket(host, port)
+    if backup:
+        lock = ServingLock.for_backup(data_dir)
+        if not lock.wait(lambda holder: print(f"journal-engine serve-stomp: waiting for the directory lock of "
+                                              f"{os.fspath(data_dir)}, held by {holder}", file=out, flush=True)):
+            return 0
+        try:
+            sock = listening_socket(host, port)
+        except BaseException:
+            lock.release()
+            raise
+    else:
+        sock = listening_socket(host, port)
+        try:
+            os.makedirs(data_dir, exist_ok=True)
+            lock = ServingLock(data_dir)
+            lock.take()
+        except BaseException:
+            sock.close()
+            raise
     try:
         destinations = Destinations(data_dir, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
                                     dead_letter_queue=dead_letter_queue, redelivery_delay_ms=redelivery_delay_ms,
                                     store_options=store_options)
     except BaseException:
         sock.close()
+        lock.release()
         raise
     loop = new_event_loop()
     try:
@@ -203,4 +231,5 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
             loop.remove_signal_handler(signum)
         loop.close()
         destinations.close()
+        lock.release()
     return 0

@@ -74,6 +74,9 @@ class LoadResult:
     killed_at_s: float | None = None
     down_s: float | None = None          # from the kill to the restarted server's port answering
     backlog_at_kill: int = 0             # receipted and not yet received when the kill came: only the store has them
+    # one entry a kill: (receipted, backlog) when it came; the receipted counts grow from kill to kill only if
+    # the load went on after each takeover
+    at_kills: list[tuple[int, int]] = field(default_factory=list)
     send_phase_s: float = 0.0
     last_receive_s: float = 0.0
     client_cpu_s: float = 0.0
@@ -221,8 +224,9 @@ class _Run:
     """The shared state of one load: what was receipted, received and acknowledged, under one lock."""
 
     def __init__(self, port: int, connections: int, duration_s: float, ack_receipts: bool,
-                 backlog_max: int | None, redelivered_flag: bool) -> None:
+                 backlog_max: int | None, redelivered_flag: bool, failover_ports: tuple[int, ...] = ()) -> None:
         self.port = port
+        self.ports = (port, *(other for other in failover_ports if other != port))
         self.redelivered_flag = redelivered_flag   # the server marks a message that may have been delivered before
         self.ack_receipts = ack_receipts
         self.backlog_max = backlog_max
@@ -278,16 +282,22 @@ class _Run:
     def connect(self, running: threading.Event) -> RawClient | None:
         """A STOMP 1.1 connection to the server, retried while it is down (a kill); None once ``running``
         is cleared. Every connection after the clients' first ones counts as a reconnect."""
+        tries = 0
         while running.is_set():
+            # with a failover list, each refusal moves to its next port (a client's host list); else the port
+            # the last kill() returned
+            port = self.ports[tries % len(self.ports)] if len(self.ports) > 1 else self.port
+            tries += 1
             try:
-                client = RawClient(self.port)
+                client = RawClient(port)
                 client.connect("1.1")
                 with self.lock:
                     self.opened += 1
                     self.result.reconnects = max(0, self.opened - self.result.connections)
                 return client
             except (OSError, EOFError, AssertionError):
-                time.sleep(RECONNECT_PAUSE_S)
+                if tries % len(self.ports) == 0:
+                    time.sleep(RECONNECT_PAUSE_S)
         return None
 
 
@@ -389,14 +399,16 @@ def _consume_kombu(run: _Run, name: str, destination: str, ready: threading.Barr
 def run_load(port: int, *, connections: int, duration_s: float, queues: int = 1, consumers: int | None = None,
              flow: str = "stomp", ack_receipts: bool = True, backlog_max: int | None = None,
              redelivered_flag: bool = True,
-             kill: Callable[[], int] | None = None, kill_at_s: float | None = None,
-             drain_timeout_s: float = 30.0) -> LoadResult:
+             kill: Callable[[], int] | None = None, kill_at_s: float | None = None, kills: int = 1,
+             failover_ports: tuple[int, ...] = (), drain_timeout_s: float = 30.0) -> LoadResult:
     """Drive the load described in the module's docstring; returns what happened (check
     ``violations()``). ``consumers``: how many of the connections consume (default half; fewer than
     the producers leave a backlog in the queues). ``ack_receipts=False``: ACKs without a receipt (the
     stomp flow; nothing is then known acknowledged). ``redelivered_flag``: a message received again
     must carry ``redelivered:true`` (ActiveMQ's header, which serve-stomp sets and coilmq's own server
-    does not). ``kill`` returns the restarted server's port."""
+    does not). ``kill`` returns the restarted server's port; ``kills`` > 1 calls it that many times, spread
+    evenly over ``duration_s`` (``kill_at_s`` is then ignored). ``failover_ports``: the clients' host list
+    (a refused connection tries the next port), for a live server and its backup."""
     consumers = connections // 2 if consumers is None else consumers
     if queues < 1 or min(consumers, connections - consumers) < queues:
         raise ValueError(f"{connections} connections, {consumers} consuming, cannot give {queues} queues "
@@ -406,7 +418,7 @@ def run_load(port: int, *, connections: int, duration_s: float, queues: int = 1,
     if kill is not None and flow != "stomp":
         raise ValueError("the kill is driven with the raw STOMP flow")
     produce, consume = (_produce, _consume) if flow == "stomp" else (_produce_kombu, _consume_kombu)
-    run = _Run(port, connections, duration_s, ack_receipts, backlog_max, redelivered_flag)
+    run = _Run(port, connections, duration_s, ack_receipts, backlog_max, redelivered_flag, failover_ports)
     run.sending.set()
     run.consuming.set()
     ready = threading.Barrier(consumers + 1)
@@ -425,12 +437,22 @@ def run_load(port: int, *, connections: int, duration_s: float, queues: int = 1,
         thread.start()
     end_s = duration_s
     if kill is not None:
-        time.sleep(max(0.0, (kill_at_s if kill_at_s is not None else duration_s / 2) - run.now_s()))
-        run.result.killed_at_s = run.now_s()
-        with run.lock:
-            run.result.backlog_at_kill = len(run.result.receipted - run.result.received.keys())
-        run.port = kill()
-        run.result.down_s = run.now_s() - run.result.killed_at_s
+        if kills == 1:
+            kill_times = [kill_at_s if kill_at_s is not None else duration_s / 2]
+        else:
+            kill_times = [duration_s * (index + 1) / (kills + 1) for index in range(kills)]
+        run.result.down_s = 0.0
+        for kill_time in kill_times:
+            # each kill's time counts from the load's start, the time the server was down before added
+            time.sleep(max(0.0, kill_time + run.result.down_s - run.now_s()))
+            killed_at = run.now_s()
+            with run.lock:
+                backlog = len(run.result.receipted - run.result.received.keys())
+                run.result.at_kills.append((len(run.result.receipted), backlog))
+            if run.result.killed_at_s is None:
+                run.result.killed_at_s, run.result.backlog_at_kill = killed_at, backlog
+            run.port = kill()
+            run.result.down_s += run.now_s() - killed_at
         end_s += run.result.down_s          # the time after the kill is load on the restarted server
     time.sleep(max(0.0, end_s - run.now_s()))
     run.sending.clear()

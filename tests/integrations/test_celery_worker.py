@@ -34,12 +34,13 @@ STOP_BOUND_S = 2.0              # an idle worker's stop (test_an_idle_worker_sto
 
 
 class Worker(LoggedChild):
-    """`celery -A celery_app worker -P solo` on the server at ``port``; its output in ``log``;
-    ``transport_options`` for the kombu transport, ``extra`` more arguments of `celery worker`."""
+    """`celery -A celery_app worker -P solo` on the server at ``port`` (or ``broker_url``, a failover list);
+    its output in ``log``; ``transport_options`` for the kombu transport, ``extra`` more arguments of
+    `celery worker`."""
 
     def __init__(self, port: int, runs: Path, log: Path, name: str, *extra: str,
-                 transport_options: dict | None = None) -> None:
-        env = dict(os.environ, JOURNAL_ENGINE_BROKER_URL=f"journal-engine://127.0.0.1:{port}",
+                 transport_options: dict | None = None, broker_url: str | None = None) -> None:
+        env = dict(os.environ, JOURNAL_ENGINE_BROKER_URL=broker_url or f"journal-engine://127.0.0.1:{port}",
                    CELERY_RUNS_FILE=str(runs), JOURNAL_ENGINE_TRANSPORT_OPTIONS=json.dumps(transport_options or {}),
                    PYTHONPATH=os.pathsep.join(filter(None, [str(HELPERS), str(ROOT), os.environ.get("PYTHONPATH")])))
         super().__init__([sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "solo", "-c", "1", "-n",
