@@ -16,6 +16,7 @@ from journal_engine import Broker, ConfigError, DuplicateIdError, MessageStore, 
 from journal_engine.limits import ID_CACHE_SIZE_MAX
 
 ID = "_AMQ_DUPL_ID"
+SMALL_FILE = 1 << 20        # the journal's files: pre-allocating 10 MiB ones is most of a twin run's time
 
 
 @pytest.fixture(params=["journal", "lmdb", None], ids=["journal", "lmdb", "memory"])
@@ -35,7 +36,7 @@ def durable_store(request):
 def _broker(tmp_path, store, **options):
     if store is None:
         return Broker(**options)
-    return Broker(tmp_path / "broker", store=store, sync="none", **options)
+    return Broker(tmp_path / "broker", store=store, sync="none", store_options={"file_size": SMALL_FILE}, **options)
 
 
 def _stored_ids(tmp_path, store) -> int:
@@ -108,7 +109,7 @@ def test_ids_survive_a_restart_and_a_compaction(tmp_path, durable_store):
     for _ in range(50):
         consumer.ack(consumer.receive(0))
     broker.close()
-    with MessageStore(tmp_path / "broker", backend=store, sync="none") as compacting:
+    with MessageStore(tmp_path / "broker", backend=store, sync="none", file_size=SMALL_FILE) as compacting:
         compacting.load()
         compacting.compact()
     broker = _broker(tmp_path, store, id_cache_size=100)
@@ -253,7 +254,8 @@ def test_id_cache_size_at_its_maximum_is_taken():
 _SENDER = textwrap.dedent("""
     import sys
     from journal_engine import Broker
-    broker = Broker(sys.argv[1], store=sys.argv[2], sync="always", id_cache_size=1000)
+    broker = Broker(sys.argv[1], store=sys.argv[2], sync="always", id_cache_size=1000,
+                    store_options={"file_size": 1 << 20})
     if "orders" not in broker.queue_names():
         broker.create_queue("orders")
     n = 0
@@ -283,7 +285,7 @@ def test_a_killed_sender_never_gets_one_id_routed_twice(tmp_path, backend):
             answered.append(line)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
-        broker = Broker(directory, store=backend, sync="none", id_cache_size=1000)
+        broker = Broker(directory, store=backend, sync="none", id_cache_size=1000, store_options={"file_size": SMALL_FILE})
         consumer = broker.create_consumer("orders")
         recovered = []
         while (message := consumer.receive(0)) is not None:
