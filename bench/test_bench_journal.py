@@ -105,6 +105,22 @@ def put_each(store, records: int) -> None:
         put(record_id, body)
 
 
+def fresh_store(rounds: Rounds, factory: Callable[[Path], object]):
+    """A round's set-up: a fresh directory and the peer's store opened in it."""
+    def setup():
+        directory = rounds.fresh()
+        return (factory(directory), directory), {}
+    return setup
+
+
+def rate_put_each(rate, case_dir, peer: str, factory: Callable[[Path], object], settings: str, records: int,
+                  rounds: int) -> None:
+    """A peer's case of one put per record (groups a and d); each round checks its count afterwards."""
+    rate(lambda store, directory: put_each(store, records), setup=fresh_store(Rounds(case_dir), factory),
+         teardown=lambda store, directory: close_peer_and_check(store, records, directory),
+         records=records, case=peer, settings=settings, rounds=rounds)
+
+
 def ThreadGang(put: Callable[[int, bytes], object], per_thread: int) -> workloads.ThreadGang:
     """THREADS threads of per-record puts, started in the untimed set-up, released together by run():
     the command's runner (journal_engine.benchmarking.workloads), one record per commit."""
@@ -133,17 +149,7 @@ def test_a_journal_sync_always(rate, case_dir):
 @pytest.mark.benchmark(group=GROUP_A)
 @pytest.mark.parametrize("peer", list(PEERS_DURABLE))
 def test_a_peer_sync_per_record(rate, case_dir, peer):
-    rounds = Rounds(case_dir)
-    records = SYNC_PER_RECORD
-    factory, settings = PEERS_DURABLE[peer]
-
-    def setup():
-        directory = rounds.fresh()
-        return (factory(directory), directory), {}
-
-    rate(lambda store, directory: put_each(store, records), setup=setup,
-         teardown=lambda store, directory: close_peer_and_check(store, records, directory),
-         records=records, case=peer, settings=settings, rounds=ROUNDS_SYNC_PER_RECORD)
+    rate_put_each(rate, case_dir, peer, *PEERS_DURABLE[peer], records=SYNC_PER_RECORD, rounds=ROUNDS_SYNC_PER_RECORD)
 
 
 # ----- b. 16 threads, each record synced -----------------------------------------------------------
@@ -222,7 +228,6 @@ def test_c_journal_sync_per_1000(rate, case_dir):
 @pytest.mark.benchmark(group=GROUP_C)
 @pytest.mark.parametrize("peer", ["raw-append", "lmdb", "sqlite", "rocksdb"])
 def test_c_peer_sync_per_1000(rate, case_dir, peer):
-    rounds = Rounds(case_dir)
     records = BATCH * BATCHES
     factory, settings = PEERS_DURABLE[peer]
     how = {"raw-append": "os.write x 1000, then os.fdatasync",
@@ -230,17 +235,13 @@ def test_c_peer_sync_per_1000(rate, case_dir, peer):
            "sqlite": "BEGIN; executemany of 1000 rows; COMMIT",
            "rocksdb": "one WriteBatch of 1000 puts, written with sync"}[peer]
 
-    def setup():
-        directory = rounds.fresh()
-        return (factory(directory), directory), {}
-
     def batches(store, directory: Path) -> None:
         put_batch = store.put_batch
         body = BODY
         for first in range(0, records, BATCH):
             put_batch(first, BATCH, body)
 
-    rate(batches, setup=setup,
+    rate(batches, setup=fresh_store(Rounds(case_dir), factory),
          teardown=lambda store, directory: close_peer_and_check(store, records, directory),
          records=records, case=peer, settings=f"{settings.split(';')[0]}; {how}", rounds=ROUNDS)
 
@@ -279,17 +280,9 @@ def test_d_journal_no_sync(rate, case_dir, files):
 @pytest.mark.benchmark(group=GROUP_D)
 @pytest.mark.parametrize("peer", list(PEERS_NO_SYNC))
 def test_d_peer_no_sync(rate, case_dir, peer):
-    rounds = Rounds(case_dir)
-    records = NO_SYNC_JOURNAL if peer.startswith("raw") else NO_SYNC_PEER
-    factory, settings = PEERS_NO_SYNC[peer]
-
-    def setup():
-        directory = rounds.fresh()
-        return (factory(directory), directory), {}
-
-    rate(lambda store, directory: put_each(store, records), setup=setup,
-         teardown=lambda store, directory: close_peer_and_check(store, records, directory),
-         records=records, case=peer, settings=settings, rounds=ROUNDS if peer.startswith("raw") else 3)
+    raw = peer.startswith("raw")
+    rate_put_each(rate, case_dir, peer, *PEERS_NO_SYNC[peer], records=NO_SYNC_JOURNAL if raw else NO_SYNC_PEER,
+                  rounds=ROUNDS if raw else 3)
 
 
 # ----- e. load 1M records ---------------------------------------------------------------------------

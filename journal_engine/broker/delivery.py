@@ -54,18 +54,14 @@ class Delivery:
     def __init__(self, gate: Gate, clock: Clock, post_office: PostOffice, dead_letters: DeadLetters,
                  redelivery: Redelivery, *, strict: bool, manual_clock: bool, close_keeps_count: bool = False,
                  expiry_scan: PeriodicScan, queue_scan: PeriodicScan) -> None:
-        self._gate = gate
-        self._clock = clock
+        # the broker's parts it works with, and the two it reaches through the post office
+        self._gate, self._clock, self._post_office = gate, clock, post_office
+        self._dead_letters, self._redelivery = dead_letters, redelivery
         self._store: MessageStore | None = post_office.store
-        self._post_office = post_office
         self._timers = post_office.timers
-        self._dead_letters = dead_letters
-        self._redelivery = redelivery
-        self._strict = strict
-        self._manual_clock = manual_clock
-        self._close_keeps_count = close_keeps_count
-        self._expiry_scan = expiry_scan
-        self._queue_scan = queue_scan
+        # how it delivers (the flags above), and the two periodic scans the pump runs
+        self._strict, self._manual_clock, self._close_keeps_count = strict, manual_clock, close_keeps_count
+        self._expiry_scan, self._queue_scan = expiry_scan, queue_scan
         self.next_scan_ms = min(expiry_scan.next_ms, queue_scan.next_ms)     # the next run of either scan
 
     def operations(self) -> ConsumerOperations:

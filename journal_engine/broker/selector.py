@@ -35,6 +35,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -299,19 +300,18 @@ def _like_regex(pattern: str, escape: str | None) -> re.Pattern[str]:
 
 # -------------------------------------------------------------------------------------------- the tree
 
+@dataclass(frozen=True, slots=True, eq=False)
 class _Node:
-    """A parsed expression: ``boolean`` says it yields TRUE/FALSE/UNKNOWN, ``constant`` a literal value."""
+    """A parsed expression: ``boolean`` says it yields TRUE/FALSE/UNKNOWN, ``is_constant`` that it is a
+    literal ``value``."""
 
-    __slots__ = ("fn", "boolean", "is_identifier", "is_constant", "value", "token")
-
-    def __init__(self, fn: Env, token: _Token, *, boolean: bool = False, is_identifier: bool = False,
-                 is_constant: bool = False, value: Any = None) -> None:
-        self.fn = fn
-        self.token = token
-        self.boolean = boolean
-        self.is_identifier = is_identifier
-        self.is_constant = is_constant
-        self.value = value
+    fn: Env
+    token: _Token
+    _: KW_ONLY
+    boolean: bool = False
+    is_identifier: bool = False
+    is_constant: bool = False
+    value: Any = None
 
 
 def _constant(value: Any, token: _Token) -> _Node:

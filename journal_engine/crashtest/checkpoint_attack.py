@@ -67,14 +67,16 @@ class Attack:
     cut_to: int = 0
 
 
-def write_pristine(directory: str, seed: int) -> None:
-    """A journal of adds, updates, deletes, record groups, a committed, a prepared and an incomplete
-    transaction over several files, closed cleanly (so it holds a checkpoint)."""
+def write_pristine(directory: str, seed: int, records: int = RECORDS) -> None:
+    """A journal of ``records`` adds, with updates, deletes, record groups, committed transactions (each
+    adding a record and updating another), a prepared one (adding and deleting) and an incomplete one,
+    over several files, closed cleanly (so it holds a checkpoint). tests/core/test_checkpoint.py writes
+    its journals with it too."""
     rng = random.Random(seed)
     live: list[int] = []
     with Journal(directory, file_size=FILE_SIZE, sync="none") as journal:
         journal.load()
-        for record_id in range(1, RECORDS + 1):
+        for record_id in range(1, records + 1):
             journal.add(record_id, rng.randrange(1, 9), rng.randbytes(rng.randrange(0, 300)))
             live.append(record_id)
             if rng.random() < 0.3:
@@ -85,8 +87,10 @@ def write_pristine(directory: str, seed: int) -> None:
                 base = 10_000 + record_id
                 journal.append_group([(RecordKind.ADD, base, 3, b"g1"), (RecordKind.ADD, base + 1, 3, b"g2")])
                 journal.add_tx(record_id, 20_000 + record_id, 4, b"in a transaction")
+                journal.update_tx(record_id, rng.choice(live), 5, b"tx update")
                 journal.commit(record_id)
         journal.add_tx(77, 30_000, 6, b"prepared")
+        journal.delete_tx(77, live[0])
         journal.prepare(77, b"an xid")
         journal.add_tx(78, 30_001, 6, b"never committed")
 

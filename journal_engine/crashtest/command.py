@@ -62,22 +62,22 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None,
               f"{', '.join(report.stale_scratch_removed)}")
     if report.power_loss:
         power = report.power_loss
-        kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(power["states_by_kind"].items()))
         print(f"  power loss   {power['states']:>7} states at {power['crash_points']} crash points of "
-              f"{power['recorded_runs']} recorded runs ({kinds}); {power['full_checks']} with a writing load; "
+              f"{power['recorded_runs']} recorded runs ({_counts(power['states_by_kind'])}); "
+              f"{power['full_checks']} with a writing load; "
               f"unsynced tail reported as damage in {power['damage_reported_in_unsynced_tail']} "
               f"({power['reordered_tail']} with a later call kept past a lost one)")
     if report.libfiu:
         fiu = report.libfiu
-        kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(fiu["faults_by_kind"].items()))
-        print(f"  libfiu       {fiu['faults']:>7} I/O errors injected in {fiu['runs']} runs ({kinds}), "
+        print(f"  libfiu       {fiu['faults']:>7} I/O errors injected in {fiu['runs']} runs "
+              f"({_counts(fiu['faults_by_kind'])}), "
               f"{fiu['short_write_cycles']} cycles with short writes; after the error a synced write was "
               f"refused {fiu['refused_after']} times, made durable {fiu['accepted_after']} times")
     if report.full_disk:
         print(f"  full disk    {report.full_disk['runs']:>7} runs on a small tmpfs, "
               f"{report.full_disk['store_full']} stopped by StoreFullError")
     for mode, outcomes in sorted({**report.damage, **report.outside}.items()):
-        print(f"  {mode:<12} " + ", ".join(f"{name} {count}" for name, count in sorted(outcomes.items())))
+        print(f"  {mode:<12} {_counts(outcomes)}")
     if report.broker:
         b = report.broker
         print(f"  broker       {b['kills']:>7} kills ({b['strict_kills']} in strict mode): {b['sends']} sends, "
@@ -110,6 +110,11 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None,
               file=sys.stderr)
         return EXIT_INCOMPLETE
     return 0
+
+
+def _counts(counts: dict) -> str:
+    """``{"b": 2, "a": 1}`` as ``"a 1, b 2"``: a report's counts by kind, in one line."""
+    return ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items()))
 
 
 def _write_png(report, json_path: str | None) -> str | None:

@@ -22,6 +22,9 @@ every SERVED_IDLE_POLL_S while a subscription has room and its queue had nothing
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from ..limits import SERVED_DISPATCH_BATCH_MAX, SERVED_IDLE_POLL_S, SERVED_PREFETCH_DEFAULT, SERVED_PREFETCH_MAX
 from .stomp import ProtocolError
 
@@ -48,22 +51,19 @@ def prefetch_of(headers: dict[str, str]) -> int:
     return SERVED_PREFETCH_DEFAULT
 
 
+@dataclass(slots=True, eq=False)
 class Subscription:
     """One SUBSCRIBE of a connection. ``consumer`` is the broker Consumer (None on a topic);
     ``unacked`` the messages handed and not settled, ack id -> Message, in delivery order."""
 
-    __slots__ = ("id", "connection", "destination", "ack_mode", "prefetch", "consumer", "unacked", "active")
-
-    def __init__(self, subscription_id: str, connection, destination: str, ack_mode: str, prefetch: int,
-                 consumer) -> None:
-        self.id = subscription_id
-        self.connection = connection
-        self.destination = destination
-        self.ack_mode = ack_mode
-        self.prefetch = prefetch
-        self.consumer = consumer
-        self.unacked: dict[str, object] = {}
-        self.active = True          # False once unsubscribed: it only settles what it holds
+    id: str
+    connection: Any = field(repr=False)
+    destination: str
+    ack_mode: str
+    prefetch: int
+    consumer: Any
+    unacked: dict[str, object] = field(init=False, repr=False, default_factory=dict)
+    active: bool = field(init=False, default=True)     # False once unsubscribed: it only settles what it holds
 
     @property
     def auto(self) -> bool:

@@ -230,16 +230,9 @@ def checkpointed_columns(MappedFile data, image, Py_ssize_t count, Py_ssize_t st
     try:
         if view.len != _image_size(count):
             return None
-        call.data = data._base
-        call.data_size = data.size
-        call.image = <const unsigned char *>view.buf
-        call.count = count
-        call.start = start
-        call.end_offset = end_offset
-        call.data_crc = data_crc
-        call.image_crc = image_crc
-        call.stamp = stamp
-        call.groups_skipped = groups_skipped
+        call = ImageCheck(data=data._base, data_size=data.size, image=<const unsigned char *>view.buf, count=count,
+                          start=start, end_offset=end_offset, groups_skipped=groups_skipped, data_crc=data_crc,
+                          image_crc=image_crc, stamp=stamp, verdict=0)
         with nogil:
             status = guarded_call(_check_image_call, &call)
         if status == JE_BUS_FAULT:

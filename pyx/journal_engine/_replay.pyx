@@ -265,13 +265,8 @@ cdef class ReplayState:
         cdef bint release = True
         self._check_open()
         self._add_file(cols)
-        rows.check = cols.c_check
-        rows.kind = cols.c_kind
-        rows.record_type = cols.c_record_type
-        rows.record_id = cols.c_record_id
-        rows.size = cols.c_size
-        rows.count = cols.count
-        rows.file_index = file_index
+        rows = PlainRows(check=cols.c_check, kind=cols.c_kind, record_type=cols.c_record_type,
+                         record_id=cols.c_record_id, size=cols.c_size, count=cols.count, file_index=file_index)
         while row < rows.count:
             if release:     # a long run is likely after a long one: then the GIL is worth handing over
                 with nogil:
@@ -728,18 +723,19 @@ cdef class RecordColumns:
         return f"<RecordColumns: {len(self.record_id)} records, {len(self.update_type)} updates>"
 
 
+cdef tuple _spans(Py_ssize_t rows):
+    """Where ``rows`` bodies lie, uninitialised: buffer index ('I'), start and end ('q') columns."""
+    return array.clone(_UINTS, rows, False), array.clone(_LONGS, rows, False), array.clone(_LONGS, rows, False)
+
+
 cdef RecordColumns _empty_columns(Py_ssize_t records, Py_ssize_t updates, list buffers):
     cdef RecordColumns out = RecordColumns.__new__(RecordColumns)
     out.record_id = array.clone(_ULONGS, records, False)
     out.record_type = array.clone(_BYTES, records, False)
-    out.body_buffer = array.clone(_UINTS, records, False)
-    out.body_start = array.clone(_LONGS, records, False)
-    out.body_end = array.clone(_LONGS, records, False)
+    out.body_buffer, out.body_start, out.body_end = _spans(records)
     out.update_first = array.clone(_LONGS, records + 1, False)
     out.update_type = array.clone(_BYTES, updates, False)
-    out.update_buffer = array.clone(_UINTS, updates, False)
-    out.update_start = array.clone(_LONGS, updates, False)
-    out.update_end = array.clone(_LONGS, updates, False)
+    out.update_buffer, out.update_start, out.update_end = _spans(updates)
     out.buffers = buffers
     return out
 

@@ -710,13 +710,8 @@ cdef FrameColumns scan_file(buffer, uint32_t stamp, Py_ssize_t start, bint copy,
             rows.capacity = bound
             rows.fixed = True
         rows.skip_groups = not groups
-        call.base = <const unsigned char *>view.buf
-        call.limit = limit
-        call.stamp = stamp
-        call.start = start
-        call.rows = &rows
-        call.end_offset = &end_offset
-        call.end_check = &end_check
+        call = ScanCall(base=<const unsigned char *>view.buf, limit=limit, stamp=stamp, start=start, rows=&rows,
+                        end_offset=&end_offset, end_check=&end_check, dst=NULL)
         with nogil:
             status = je_bus_guarded(_scan_rows_call, &call)
         if status == JE_BUS_FAULT:

@@ -110,22 +110,33 @@ static inline uint32_t je_shift_by_table(uint32_t t[4][256], uint32_t c) {
     return t[0][c & 0xff] ^ t[1][(c >> 8) & 0xff] ^ t[2][(c >> 16) & 0xff] ^ t[3][c >> 24];
 }
 
+/* One pass over three adjacent lanes of `lane` bytes at p, their crc32 instructions interleaved:
+ * *c0 carries the running crc through the first lane, *c1 and *c2 start from 0 in the second and
+ * third (the caller joins them). Always inlined: `lane` is a constant at each call, so each pass
+ * compiles to the loop it was written as. */
+__attribute__((target("sse4.2"), always_inline))
+static inline void je_crc_three_lanes(const unsigned char *p, size_t lane, uint64_t *c0, uint64_t *c1,
+                                      uint64_t *c2) {
+    const unsigned char *p1 = p + lane, *p2 = p + 2 * lane;
+    uint64_t a = *c0, b = 0, c = 0;
+    for (size_t i = 0; i < lane; i += 8) {
+        uint64_t w0, w1, w2;
+        memcpy(&w0, p + i, 8); memcpy(&w1, p1 + i, 8); memcpy(&w2, p2 + i, 8);
+        a = __builtin_ia32_crc32di(a, w0);
+        b = __builtin_ia32_crc32di(b, w1);
+        c = __builtin_ia32_crc32di(c, w2);
+    }
+    *c0 = a; *c1 = b; *c2 = c;
+}
+
 __attribute__((target("sse4.2")))
 static uint32_t je_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n) {
-    uint64_t c0 = (uint32_t)~crc;
+    uint64_t c0 = (uint32_t)~crc, c1, c2;
     while (n && ((uintptr_t)p & 7)) { c0 = __builtin_ia32_crc32qi((uint32_t)c0, *p++); n--; }
     if (n >= 3 * JE_LANE_BYTES) {
         if (!je_lane_shift) je_lane_shift = je_shift_factor(JE_LANE_BYTES);
         while (n >= 3 * JE_LANE_BYTES) {
-            uint64_t c1 = 0, c2 = 0;
-            const unsigned char *p1 = p + JE_LANE_BYTES, *p2 = p + 2 * JE_LANE_BYTES;
-            for (size_t i = 0; i < JE_LANE_BYTES; i += 8) {
-                uint64_t w0, w1, w2;
-                memcpy(&w0, p + i, 8); memcpy(&w1, p1 + i, 8); memcpy(&w2, p2 + i, 8);
-                c0 = __builtin_ia32_crc32di(c0, w0);
-                c1 = __builtin_ia32_crc32di(c1, w1);
-                c2 = __builtin_ia32_crc32di(c2, w2);
-            }
+            je_crc_three_lanes(p, JE_LANE_BYTES, &c0, &c1, &c2);
             c0 = je_gf_mul((uint32_t)c0, je_lane_shift) ^ c1;
             c0 = je_gf_mul((uint32_t)c0, je_lane_shift) ^ c2;
             p += 3 * JE_LANE_BYTES; n -= 3 * JE_LANE_BYTES;
@@ -133,15 +144,7 @@ static uint32_t je_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n) {
     }
     if (n >= 3 * JE_SMALL_LANE_BYTES && je_small_ready) {
         while (n >= 3 * JE_SMALL_LANE_BYTES) {
-            uint64_t c1 = 0, c2 = 0;
-            const unsigned char *p1 = p + JE_SMALL_LANE_BYTES, *p2 = p + 2 * JE_SMALL_LANE_BYTES;
-            for (size_t i = 0; i < JE_SMALL_LANE_BYTES; i += 8) {
-                uint64_t w0, w1, w2;
-                memcpy(&w0, p + i, 8); memcpy(&w1, p1 + i, 8); memcpy(&w2, p2 + i, 8);
-                c0 = __builtin_ia32_crc32di(c0, w0);
-                c1 = __builtin_ia32_crc32di(c1, w1);
-                c2 = __builtin_ia32_crc32di(c2, w2);
-            }
+            je_crc_three_lanes(p, JE_SMALL_LANE_BYTES, &c0, &c1, &c2);
             c0 = je_shift_by_table(je_shift_small2, (uint32_t)c0) ^ je_shift_by_table(je_shift_small1, (uint32_t)c1)
                  ^ (uint32_t)c2;
             p += 3 * JE_SMALL_LANE_BYTES; n -= 3 * JE_SMALL_LANE_BYTES;

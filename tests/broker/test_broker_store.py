@@ -26,11 +26,17 @@ def open_store(tmp_path):
         store.close()
 
 
-def test_transaction_records_are_invisible_until_commit(open_store):
+def store_with_a_message(open_store, body: bytes = b"m"):
+    """A fresh store holding queue 1 ("q") and message 1 with its reference on that queue."""
     store, _ = open_store()
     store.store_queue(1, "q", "q")
-    store.store_message(1, "q", b"original")
+    store.store_message(1, "q", body)
     store.store_reference(1, 1)
+    return store
+
+
+def test_transaction_records_are_invisible_until_commit(open_store):
+    store = store_with_a_message(open_store, b"original")
     tx = store.transaction()
     tx.store_message(2, "DLA", b"copy", properties={"_AMQ_ORIG_MESSAGE_ID": 1})
     tx.store_reference(1, 2)
@@ -49,10 +55,7 @@ def test_transaction_records_are_invisible_until_commit(open_store):
 
 
 def test_a_transaction_without_commit_is_rolled_back_at_load(open_store):
-    store, _ = open_store()
-    store.store_queue(1, "q", "q")
-    store.store_message(1, "q", b"m")
-    store.store_reference(1, 1)
+    store = store_with_a_message(open_store)
     tx = store.transaction()
     tx.store_message(2, "q", b"lost")
     tx.store_reference(1, 2)
@@ -64,10 +67,7 @@ def test_a_transaction_without_commit_is_rolled_back_at_load(open_store):
 
 
 def test_rolled_back_transaction_leaves_nothing(open_store):
-    store, _ = open_store()
-    store.store_queue(1, "q", "q")
-    store.store_message(1, "q", b"m")
-    store.store_reference(1, 1)
+    store = store_with_a_message(open_store)
     tx = store.transaction()
     tx.store_acknowledge(1, 1)
     tx.rollback()
@@ -80,10 +80,7 @@ def test_rolled_back_transaction_leaves_nothing(open_store):
 
 
 def test_transaction_checks_its_records(open_store):
-    store, _ = open_store()
-    store.store_queue(1, "q", "q")
-    store.store_message(1, "q", b"m")
-    store.store_reference(1, 1)
+    store = store_with_a_message(open_store)
     tx = store.transaction()
     with pytest.raises(DuplicateRecordError):
         tx.store_message(1, "q", b"again")

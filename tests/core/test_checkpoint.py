@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from journal_engine import IMPLEMENTATION, Broker, Journal
 from journal_engine._impl import crc32c, image_size
+from journal_engine.crashtest import checkpoint_attack
 from journal_engine.storage.journal import checkpoint as checkpoints
 from journal_engine.storage.journal.format import CHECKPOINT_FILE
-from journal_engine.record_format import RecordKind
 
 SMALL = 64 * 1024
 
@@ -70,31 +70,11 @@ def _entries(directory) -> int:
         return checkpoints._HEADER.unpack(handle.read(checkpoints._HEADER.size))[3]
 
 
-def _write_mixed(directory, seed: int = 1, count: int = 900) -> None:
-    """Adds, updates, deletes, a committed, a prepared and an incomplete transaction, and record groups,
-    over several files, closed cleanly."""
-    rng = random.Random(seed)
-    live: set[int] = set()
-    with Journal(directory, file_size=SMALL, sync="none") as journal:
-        journal.load()
-        for record_id in range(1, count + 1):
-            journal.add(record_id, rng.randrange(1, 9), rng.randbytes(rng.randrange(0, 300)))
-            live.add(record_id)
-            if rng.random() < 0.3:
-                journal.update(rng.choice(sorted(live)), rng.randrange(1, 9), rng.randbytes(rng.randrange(0, 60)))
-            if rng.random() < 0.2 and len(live) > 2:
-                gone = rng.choice(sorted(live))
-                journal.delete(gone)
-                live.discard(gone)
-            if record_id % 200 == 0:
-                base = 10_000 + record_id
-                journal.append_group([(RecordKind.ADD, base, 3, b"g1"), (RecordKind.ADD, base + 1, 3, b"g2")])
-                journal.add_tx(record_id, 20_000 + record_id, 4, b"in a transaction")
-                journal.update_tx(record_id, 1 if 1 in live else min(live), 5, b"tx update")
-                journal.commit(record_id)
-        journal.add_tx(77, 30_000, 6, b"prepared")
-        journal.delete_tx(77, min(live))
-        journal.prepare(77, b"an xid")
+def _write_mixed(directory, seed: int = 1) -> None:
+    """The crash campaign's pristine journal of 900 records (checkpoint_attack.write_pristine): adds,
+    updates, deletes, a committed, a prepared and an incomplete transaction, and record groups, over
+    several files, closed cleanly."""
+    checkpoint_attack.write_pristine(str(directory), seed, records=900)
 
 
 def test_a_clean_close_saves_every_files_columns_and_the_next_load_returns_the_same(tmp_path):
@@ -485,9 +465,8 @@ def _load_in_child(directory, holder: str = "") -> tuple[str, int]:
 
 
 def _decoded_digest(directory) -> str:
-    from journal_engine.crashtest.checkpoint_attack import digest
     with Journal(directory, file_size=SMALL, read_only=True) as journal:
-        return digest(journal.load())
+        return checkpoint_attack.digest(journal.load())
 
 
 @pytest.mark.parametrize("holder", ["hard link", "descriptor"])
@@ -572,7 +551,6 @@ def test_a_checkpoint_cut_between_its_taking_and_the_reading_of_its_columns_cost
 @pytest.fixture(scope="module")
 def pristine_journal(tmp_path_factory):
     """One cleanly closed journal (checkpoint_attack's) and the digest of its full decode."""
-    from journal_engine.crashtest import checkpoint_attack
     directory = tmp_path_factory.mktemp("pristine") / "journal"
     checkpoint_attack.write_pristine(str(directory), seed=3)
     return directory, checkpoint_attack.decoded(str(directory))
@@ -584,7 +562,6 @@ def pristine_journal(tmp_path_factory):
 def test_any_patched_checkpoint_loads_as_a_full_decode(pristine_journal, tmp_path, patches, recompute, cut):
     """Bytes written anywhere in the checkpoint, its checksums recomputed or not, then cut: the load is
     the full decode (the crash harness's mode `checkpoint` and the atheris target do this in children)."""
-    from journal_engine.crashtest import checkpoint_attack
     pristine, expected = pristine_journal
     work = tmp_path / f"work-{random.getrandbits(32)}"
     shutil.copytree(pristine, work)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from contextlib import contextmanager
 import struct
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 
 from journal_engine import (CorruptRecordError, IncompatibleFormatError, Journal, RecordKind)
 from journal_engine._impl import crc32c, encode_frame, scan_frames
-from journal_engine.storage.journal.format import FileHeader, stamp_of
+from journal_engine.storage.journal.format import stamp_of
 from journal_engine.record_format import FrameCheck
 from journal_engine.storage.journal.segment_files import list_directory
 from journal_engine.limits import DATA_START_BYTES
@@ -69,6 +70,14 @@ def write_at(path: str, offset: int, raw: bytes) -> None:
         handle.write(raw)
 
 
+def flip_bits(path: str, at: int, mask: int) -> bytes:
+    """XOR ``mask`` into the byte at ``at`` (a disk's bit flip); returns the file's bytes as now written."""
+    raw = bytearray(Path(path).read_bytes())
+    raw[at] ^= mask
+    Path(path).write_bytes(bytes(raw))
+    return bytes(raw)
+
+
 def append_frames(directory, specs: list) -> tuple[str, int]:
     """Write raw frames at the clean end of the last file holding records, stamped for that file;
     specs are (kind, user type, record id, tx id, body). Returns (path, offset of the first)."""
@@ -80,11 +89,18 @@ def append_frames(directory, specs: list) -> tuple[str, int]:
     return data.path, offset
 
 
+@contextmanager
+def loaded_journal(directory, *, file_size: int = FILE_SIZE, sync: str = "none", **options):
+    """The journal in ``directory``, opened and loaded; closed on leaving the block."""
+    with Journal(directory, file_size=file_size, sync=sync, **options) as journal:
+        journal.load()
+        yield journal
+
+
 def build(directory, count: int, *, sync: str = "none", size: int = 100, **options) -> dict[int, bytes]:
     """`count` records added and closed; returns id -> body."""
     expected = {}
-    with Journal(directory, file_size=FILE_SIZE, sync=sync, **options) as journal:
-        journal.load()
+    with loaded_journal(directory, sync=sync, **options) as journal:
         for record_id in range(count):
             expected[record_id] = body(record_id, size)
             journal.add(record_id, 1, expected[record_id])
@@ -104,6 +120,18 @@ def bodies(result) -> dict[int, bytes]:
 def assert_clean(report) -> None:
     assert not report.torn_tail_truncated and report.torn_tail is None
     assert report.corrupt == [] and report.anomalies == [] and report.rolled_back == []
+
+
+def assert_one_corrupt(report, path: str, offset: int, reason: str) -> None:
+    """The load reported one damaged region, at ``offset`` of ``path``, saying ``reason``; no torn tail cut."""
+    assert not report.torn_tail_truncated
+    assert [(p, o) for p, o, _ in report.corrupt] == [(path, offset)]
+    assert reason in report.corrupt[0][2]
+
+
+def without(expected: dict[int, bytes], record_id: int) -> dict[int, bytes]:
+    """The bodies expected after a load that lost ``record_id`` (the record the damage hit)."""
+    return {rid: raw for rid, raw in expected.items() if rid != record_id}
 
 
 def assert_no_report_on_next_load(directory, expected: dict[int, bytes]) -> None:
@@ -137,8 +165,7 @@ def test_a_sealed_files_end_is_marked_so_earlier_bytes_never_read_as_its_damage(
     the stamp of the next frame header: read as a damaged frame of this file, followed by later files,
     a clean journal was reported damaged and compaction refused it (found by the crash campaign). The
     file switch now writes a zero header after the last frame (E1)."""
-    with Journal(journal_dir, file_size=FILE_SIZE, sync="always", compact_min_files=0) as journal:
-        journal.load()
+    with loaded_journal(journal_dir, sync="always", compact_min_files=0) as journal:
         journal.add(0, 1, body(0))
         first = Path(journal.stats()["active_file"])
         stamp = stamp_of(int(first.name[8:24], 16))
@@ -165,8 +192,7 @@ def test_a_sealed_files_end_is_marked_so_earlier_bytes_never_read_as_its_damage(
 def test_clean_end_by_bytes_of_a_recycled_file_is_not_reported(journal_dir):
     """A reclaimed file keeps its old frames; stamped for its old id, they end the new data."""
     expected = {}
-    with Journal(journal_dir, file_size=FILE_SIZE, sync="none", compact_min_files=0) as journal:
-        journal.load()
+    with loaded_journal(journal_dir, compact_min_files=0) as journal:
         for record_id in range(700):                       # about three files of 1 KiB records
             journal.add(record_id, 1, body(record_id, 1000))
         for record_id in range(700):
@@ -218,23 +244,17 @@ def test_damaged_frame_followed_by_valid_frames_is_reported_and_nothing_is_trunc
     expected = build(journal_dir, 40)
     data = files_with_records(journal_dir)[-1]
     offset, _c, _k, _t, damaged_id, _tx, _b = record_frames(data)[10]
-    raw = bytearray(Path(data.path).read_bytes())
-    raw[offset + 50] ^= 0x10
-    Path(data.path).write_bytes(bytes(raw))
+    raw = flip_bits(data.path, offset + 50, 0x10)
     result = reopen(journal_dir)
-    report = result.report
-    assert not report.torn_tail_truncated
-    assert [(p, o) for p, o, _ in report.corrupt] == [(data.path, offset)]
-    assert "damaged frame" in report.corrupt[0][2]
-    del expected[damaged_id]
-    assert bodies(result) == expected                        # the 29 records after it are all there
+    assert_one_corrupt(result.report, data.path, offset, "damaged frame")
+    assert bodies(result) == without(expected, damaged_id)   # the 29 records after it are all there
     after = Path(data.path).read_bytes()
     end = clean_end_of_bytes(raw, data)
-    assert after[:end] == bytes(raw[:end])                   # nothing before the old end rewritten
+    assert after[:end] == raw[:end]                          # nothing before the old end rewritten
 
 
 def clean_end_of_bytes(raw: bytes, data) -> int:
-    return scan_frames(bytes(raw), stamp_of(data.header.file_id), data.header.data_start)[-1][0]
+    return scan_frames(raw, stamp_of(data.header.file_id), data.header.data_start)[-1][0]
 
 
 def test_zero_gap_followed_by_valid_frames_is_reported(journal_dir):
@@ -243,11 +263,8 @@ def test_zero_gap_followed_by_valid_frames_is_reported(journal_dir):
     offset, _c, _k, _t, record_id, _tx, payload = record_frames(data)[5]
     write_at(data.path, offset, bytes(32 + len(payload)))
     result = reopen(journal_dir)
-    assert [(p, o) for p, o, _ in result.report.corrupt] == [(data.path, offset)]
-    assert "unwritten gap" in result.report.corrupt[0][2]
-    assert not result.report.torn_tail_truncated
-    del expected[record_id]
-    assert bodies(result) == expected
+    assert_one_corrupt(result.report, data.path, offset, "unwritten gap")
+    assert bodies(result) == without(expected, record_id)
 
 
 def test_foreign_bytes_followed_by_valid_frames_are_reported(journal_dir):
@@ -257,10 +274,8 @@ def test_foreign_bytes_followed_by_valid_frames_are_reported(journal_dir):
     foreign = encode_frame(RecordKind.ADD, 1, stamp_of(data.header.file_id) ^ 0x5A5A, record_id, 0, payload)
     write_at(data.path, offset, foreign)
     result = reopen(journal_dir)
-    assert [(p, o) for p, o, _ in result.report.corrupt] == [(data.path, offset)]
-    assert "another file id" in result.report.corrupt[0][2]
-    del expected[record_id]
-    assert bodies(result) == expected
+    assert_one_corrupt(result.report, data.path, offset, "another file id")
+    assert bodies(result) == without(expected, record_id)
 
 
 def test_damaged_end_of_a_file_that_is_not_the_last_is_reported_as_corrupt(journal_dir):
@@ -269,17 +284,11 @@ def test_damaged_end_of_a_file_that_is_not_the_last_is_reported_as_corrupt(journ
     assert len(files) >= 2
     first = files[0]
     offset, _c, _k, _t, record_id, _tx, _b = record_frames(first)[-1]
-    raw = bytearray(Path(first.path).read_bytes())
-    raw[offset + 40] ^= 0x01
-    Path(first.path).write_bytes(bytes(raw))
+    raw = flip_bits(first.path, offset + 40, 0x01)
     result = reopen(journal_dir)
-    report = result.report
-    assert not report.torn_tail_truncated
-    assert [(p, o) for p, o, _ in report.corrupt] == [(first.path, offset)]
-    assert "followed by later files" in report.corrupt[0][2]
-    del expected[record_id]
-    assert bodies(result) == expected
-    assert Path(first.path).read_bytes() == bytes(raw)       # the damaged file is not rewritten
+    assert_one_corrupt(result.report, first.path, offset, "followed by later files")
+    assert bodies(result) == without(expected, record_id)
+    assert Path(first.path).read_bytes() == raw              # the damaged file is not rewritten
 
 
 def test_empty_data_files_after_the_last_one_with_data_become_ready_files(journal_dir):
@@ -305,8 +314,7 @@ def test_empty_data_files_after_the_last_one_with_data_become_ready_files(journa
 
 def test_empty_data_file_of_another_file_size_is_reclaimed_as_free(journal_dir):
     expected = {}
-    with Journal(journal_dir, file_size=FILE_SIZE * 2, sync="none") as journal:   # reopened below at FILE_SIZE
-        journal.load()
+    with loaded_journal(journal_dir, file_size=FILE_SIZE * 2) as journal:        # reopened below at FILE_SIZE
         for record_id in range(10):
             expected[record_id] = body(record_id, 100)
             journal.add(record_id, 1, expected[record_id])
@@ -321,8 +329,7 @@ def test_empty_data_file_of_another_file_size_is_reclaimed_as_free(journal_dir):
 
 # ----- transactions ------------------------------------------------------------------------------
 def test_incomplete_transaction_is_rolled_back_and_a_rollback_record_appended(journal_dir):
-    with Journal(journal_dir, file_size=FILE_SIZE, sync="none") as journal:
-        journal.load()
+    with loaded_journal(journal_dir) as journal:
         journal.add(1, 1, body(1))
         journal.add_tx(77, 2, 1, body(2))
         journal.update_tx(77, 1, 3, body(1, salt=1))
@@ -336,8 +343,7 @@ def test_incomplete_transaction_is_rolled_back_and_a_rollback_record_appended(jo
 
 
 def test_prepared_transaction_is_returned_and_not_applied(journal_dir):
-    with Journal(journal_dir, file_size=FILE_SIZE, sync="none") as journal:
-        journal.load()
+    with loaded_journal(journal_dir) as journal:
         journal.add(1, 1, body(1))
         journal.add_tx(5, 2, 4, body(2))
         journal.delete_tx(5, 1)
@@ -356,8 +362,7 @@ def test_prepared_transaction_is_returned_and_not_applied(journal_dir):
 
 
 def test_committed_transaction_is_applied_and_rolled_back_one_dropped(journal_dir):
-    with Journal(journal_dir, file_size=FILE_SIZE, sync="none") as journal:
-        journal.load()
+    with loaded_journal(journal_dir) as journal:
         journal.add(1, 1, body(1))
         journal.add_tx(5, 2, 1, body(2))
         journal.update_tx(5, 1, 9, body(1, salt=5))
@@ -380,8 +385,7 @@ def test_commit_whose_record_count_does_not_match_is_reported_and_discarded(jour
     ])
     result = reopen(journal_dir)
     commit_offset = offset + 2 * len(encode_frame(RecordKind.ADD_TX, 1, 0, 100, 8, body(100)))
-    assert [(p, o) for p, o, _ in result.report.corrupt] == [(path, commit_offset)]
-    assert "committed with 3 records, 2 found" in result.report.corrupt[0][2]
+    assert_one_corrupt(result.report, path, commit_offset, "committed with 3 records, 2 found")
     assert set(result.records) == {0, 1, 2}
     assert result.prepared == [] and result.report.rolled_back == []
 
@@ -394,8 +398,7 @@ def test_prepare_whose_record_count_does_not_match_is_reported_and_not_returned(
     ])
     result = reopen(journal_dir)
     prepare_offset = offset + len(encode_frame(RecordKind.ADD_TX, 1, 0, 100, 8, body(100)))
-    assert [(p, o) for p, o, _ in result.report.corrupt] == [(path, prepare_offset)]
-    assert "prepared with 2 records, 1 found" in result.report.corrupt[0][2]
+    assert_one_corrupt(result.report, path, prepare_offset, "prepared with 2 records, 1 found")
     assert result.prepared == [] and set(result.records) == {0, 1, 2}
 
 
@@ -455,71 +458,69 @@ def test_delete_of_a_record_that_is_not_live_is_ignored(journal_dir):
 
 
 # ----- file headers and names --------------------------------------------------------------------
-def _first_data_file(directory):
+def _three_records_first_file(directory):
+    """A journal of three records, closed; returns its first data file (the one a test damages)."""
+    build(directory, 3)
     return files_with_records(directory)[0]
 
 
+def _load_error(directory, error: type[Exception] = CorruptRecordError) -> Exception:
+    """The ``error`` that loading the damaged directory raises."""
+    with pytest.raises(error) as caught:
+        reopen(directory)
+    return caught.value
+
+
 def test_bad_magic_raises_corrupt_record_error_with_path_offset_and_hint(journal_dir):
-    build(journal_dir, 3)
-    data = _first_data_file(journal_dir)
+    data = _three_records_first_file(journal_dir)
     write_at(data.path, 0, b"NOTAJRNL")
-    with pytest.raises(CorruptRecordError) as caught:
-        reopen(journal_dir)
-    assert (caught.value.path, caught.value.offset, caught.value.field) == (data.path, 0, "magic")
-    assert caught.value.hint
+    error = _load_error(journal_dir)
+    assert (error.path, error.offset, error.field) == (data.path, 0, "magic")
+    assert error.hint
 
 
 def test_bad_header_checksum_raises_corrupt_record_error(journal_dir):
-    build(journal_dir, 3)
-    data = _first_data_file(journal_dir)
+    data = _three_records_first_file(journal_dir)
     write_at(data.path, 24, struct.pack("<Q", data.header.sequence + 1000))    # sequence, crc not fixed
-    with pytest.raises(CorruptRecordError) as caught:
-        reopen(journal_dir)
-    assert (caught.value.path, caught.value.field) == (data.path, "header_crc")
-    assert caught.value.hint
+    error = _load_error(journal_dir)
+    assert (error.path, error.field) == (data.path, "header_crc")
+    assert error.hint
 
 
 def test_other_format_version_raises_incompatible_format_error(journal_dir):
-    build(journal_dir, 3)
-    data = _first_data_file(journal_dir)
+    data = _three_records_first_file(journal_dir)
     header = bytearray(Path(data.path).read_bytes()[:64])
     header[8:12] = struct.pack("<I", 99)
     header[60:64] = struct.pack("<I", crc32c(bytes(header[:60])))
     write_at(data.path, 0, bytes(header))
-    with pytest.raises(IncompatibleFormatError) as caught:
-        reopen(journal_dir)
-    assert (caught.value.path, caught.value.offset, caught.value.field) == (data.path, 8, "format_version")
-    assert "99" in str(caught.value) and caught.value.hint
+    error = _load_error(journal_dir, IncompatibleFormatError)
+    assert (error.path, error.offset, error.field) == (data.path, 8, "format_version")
+    assert "99" in str(error) and error.hint
 
 
 def test_truncated_header_raises_corrupt_record_error(journal_dir):
-    build(journal_dir, 3)
-    data = _first_data_file(journal_dir)
+    data = _three_records_first_file(journal_dir)
     os.truncate(data.path, 40)
-    with pytest.raises(CorruptRecordError) as caught:
-        reopen(journal_dir)
-    assert (caught.value.path, caught.value.field) == (data.path, "header")
-    assert caught.value.hint
+    error = _load_error(journal_dir)
+    assert (error.path, error.field) == (data.path, "header")
+    assert error.hint
 
 
 def test_data_file_cut_short_raises_corrupt_record_error(journal_dir):
-    build(journal_dir, 3)
-    data = _first_data_file(journal_dir)
+    data = _three_records_first_file(journal_dir)
     os.truncate(data.path, 2000)
-    with pytest.raises(CorruptRecordError) as caught:
-        reopen(journal_dir)
-    assert (caught.value.path, caught.value.field) == (data.path, "file_size")
+    error = _load_error(journal_dir)
+    assert (error.path, error.field) == (data.path, "file_size")
 
 
 def test_two_data_files_with_the_same_sequence_raise_corrupt_record_error(journal_dir):
     build(journal_dir, 600, size=1000)
     first, second = files_with_records(journal_dir)[:2]
     write_at(second.path, 0, dataclasses.replace(second.header, sequence=first.header.sequence).encode(crc32c))
-    with pytest.raises(CorruptRecordError) as caught:
-        reopen(journal_dir)
-    assert caught.value.field == "sequence"
-    assert caught.value.path in (first.path, second.path)
-    assert caught.value.hint
+    error = _load_error(journal_dir)
+    assert error.field == "sequence"
+    assert error.path in (first.path, second.path)
+    assert error.hint
 
 
 def test_leftover_tmp_files_are_deleted(journal_dir):
@@ -597,9 +598,8 @@ def test_damaged_compaction_control_file_raises_corrupt_record_error(journal_dir
     expected = build(journal_dir, 3)
     control = journal_dir / "compaction.ctl"
     control.write_bytes(b'{"outputs": [], "replaced": []}\n12345')
-    with pytest.raises(CorruptRecordError) as caught:
-        reopen(journal_dir)
-    assert (caught.value.path, caught.value.field) == (str(control), "control")
-    assert caught.value.hint
+    error = _load_error(journal_dir)
+    assert (error.path, error.field) == (str(control), "control")
+    assert error.hint
     control.unlink()
     assert bodies(reopen(journal_dir)) == expected

@@ -436,8 +436,14 @@ def reopen(open_store, store, name="store", **options):
 def _one_message(store, queue_id=1, message_id=1):
     if queue_id not in store.queues():
         store.store_queue(queue_id, f"q{queue_id}", "a")
-    store.store_message(message_id, "a", b"body")
-    store.store_reference(queue_id, message_id)
+    _message_on(store, message_id, (queue_id,), b"body")
+
+
+def _message_on(store, message_id: int, queue_ids, body: bytes = b"x") -> None:
+    """Message ``message_id`` on address "a", referenced on each of ``queue_ids``."""
+    store.store_message(message_id, "a", body)
+    for queue_id in queue_ids:
+        store.store_reference(queue_id, message_id)
 
 
 def _written(store) -> int:
@@ -500,15 +506,11 @@ def test_acknowledged_reference_is_not_recovered_and_message_without_references_
     store, _ = open_store()
     store.store_queue(1, "a", "a")
     store.store_queue(2, "b", "a")
-    store.store_message(5, "a", b"x")
-    store.store_reference(1, 5)
-    store.store_reference(2, 5)
+    _message_on(store, 5, (1, 2))
     store.store_acknowledge(1, 5)
-    store.store_message(6, "a", b"y")
-    store.store_reference(1, 6)
+    _message_on(store, 6, (1,), b"y")
     store.store_acknowledge(1, 6)          # every reference acknowledged, delete_message never called
-    store.store_message(7, "a", b"z")
-    store.store_reference(1, 7)
+    _message_on(store, 7, (1,), b"z")
     assert store.acknowledge(1, 7) is True  # the broker's path: ack, then delete with the last reference
     store, state = reopen(open_store, store)
     assert state.references == {1: [], 2: [RecoveredReference(5)]}
@@ -550,8 +552,7 @@ def test_scheduled_time_in_the_past_comes_back_as_deliver_now(open_store):
     store, _ = open_store(max_redelivery_records=-1)
     store.store_queue(1, "a", "a")
     for message_id, scheduled in ((1, NOW_MS - 1), (2, NOW_MS), (3, NOW_MS + 1), (4, 0)):
-        store.store_message(message_id, "a", b"x")
-        store.store_reference(1, message_id)
+        _message_on(store, message_id, (1,))
         if scheduled:
             store.update_scheduled_delivery_time(1, message_id, scheduled, 1)
     store, state = reopen(open_store, store, max_redelivery_records=-1)
@@ -581,11 +582,8 @@ def test_delete_queue_acknowledges_its_references(open_store):
     store, _ = open_store()
     store.store_queue(1, "a", "a")
     store.store_queue(2, "b", "a")
-    store.store_message(1, "a", b"x")
-    store.store_reference(1, 1)
-    store.store_reference(2, 1)
-    store.store_message(2, "a", b"y")
-    store.store_reference(1, 2)
+    _message_on(store, 1, (1, 2))
+    _message_on(store, 2, (1,), b"y")
     assert store.delete_queue(1) == 2
     assert not store.has_message(2) and store.reference_queues(1) == {2}
     store, state = reopen(open_store, store)
@@ -741,9 +739,7 @@ def test_batch_entry_point_writes_what_single_calls_write(open_store, backend):
         store.store_queue(1, "a", "a")
         store.store_queue(2, "b", "a")
         for message_id in message_ids:
-            store.store_message(message_id, "a", b"x")
-            store.store_reference(1, message_id)
-            store.store_reference(2, message_id)
+            _message_on(store, message_id, (1, 2))
     plan = [(queue_id, message_id, (message_id * queue_id + step) % 7)
             for step in range(6) for queue_id in (1, 2) for message_id in message_ids]
     expected = sum(single.update_delivery_count(q, m, c) for q, m, c in plan)
@@ -786,8 +782,7 @@ def test_batch_with_sync_waits_once_for_the_disk(open_store):
     store, _ = open_store(sync="none", max_redelivery_records=-1)
     store.store_queue(1, "a", "a")
     for message_id in range(1, 101):
-        store.store_message(message_id, "a", b"x")
-        store.store_reference(1, message_id)
+        _message_on(store, message_id, (1,))
     records_store = store._message_records
     syncs = records_store.stats()["syncs"]
     assert store.update_delivery_counts([1] * 100, range(1, 101), [1] * 100, sync=True) == 100
@@ -834,8 +829,7 @@ def test_strict_dispatchers_share_syncs(open_store):
     store.store_queue(1, "a", "a")
     threads_n, per_thread = 8, 40
     for message_id in range(threads_n * per_thread):
-        store.store_message(message_id, "a", b"x")
-        store.store_reference(1, message_id)
+        _message_on(store, message_id, (1,))
     store.sync()
     syncs = store._message_records.stats()["syncs"]
     start = threading.Barrier(threads_n)
@@ -871,9 +865,7 @@ def test_compaction_keeps_only_the_latest_count_and_time_per_reference(open_stor
     store.store_queue(1, "a", "a")
     store.store_queue(2, "b", "a")
     for message_id in range(1, 11):
-        store.store_message(message_id, "a", b"x" * 100)
-        store.store_reference(1, message_id)
-        store.store_reference(2, message_id)
+        _message_on(store, message_id, (1, 2), b"x" * 100)
     for count in range(1, 21):
         for message_id in range(1, 11):
             store.update_delivery_count(1, message_id, count)
@@ -904,8 +896,7 @@ def test_record_count_counts_live_records_of_a_type(open_store, backend):
     store, _ = open_store(max_redelivery_records=-1)
     store.store_queue(1, "a", "a")
     for message_id in (1, 2):
-        store.store_message(message_id, "a", b"x")
-        store.store_reference(1, message_id)
+        _message_on(store, message_id, (1,))
         for count in (1, 2, 3):
             store.update_delivery_count(1, message_id, count)
     per_reference = 1 if OVERWRITES_IN_PLACE[backend] else 3
@@ -956,9 +947,8 @@ def test_reopen_cycles_accumulate_state(open_store):
         for _ in range(20):
             message_id = next_id
             next_id += 1
-            store.store_message(message_id, "a", bytes([message_id % 256]) * rng.randrange(50))
+            _message_on(store, message_id, (1, 2), bytes([message_id % 256]) * rng.randrange(50))
             for queue_id in (1, 2):
-                store.store_reference(queue_id, message_id)
                 model[(queue_id, message_id)] = (0, 0)
         for key in rng.sample(sorted(model), 15):
             count = model[key][0] + 1

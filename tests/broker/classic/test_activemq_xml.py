@@ -46,60 +46,39 @@ the DLQ a queue rather than a topic
 </deadLetterStrategy>
 </policyEntry>""")
 
-NO_EXPIRED = policy("""<policyEntry queue=">">
+
+def dead_letter_policy(strategy: str, queue: str = ">") -> str:
+    """A policy entry that gives ``queue`` (all queues by default) the dead-letter ``strategy``."""
+    return policy(f"""<policyEntry queue="{queue}">
 <deadLetterStrategy>
-<sharedDeadLetterStrategy processExpired="false" />
+{strategy}
 </deadLetterStrategy>
 </policyEntry>""")
 
-NON_PERSISTENT = policy("""<policyEntry queue=">">
-<deadLetterStrategy>
-<sharedDeadLetterStrategy processNonPersistent="true" />
-</deadLetterStrategy>
-</policyEntry>""")
 
+NO_EXPIRED = dead_letter_policy('<sharedDeadLetterStrategy processExpired="false" />')
+NON_PERSISTENT = dead_letter_policy('<sharedDeadLetterStrategy processNonPersistent="true" />')
 # the seed writes the strategy as "<.... expiration=...>": any strategy takes the attribute
-DLQ_EXPIRATION = policy("""<policyEntry queue="QueueWhereItIsOkToExpireDLQEntries">
-<deadLetterStrategy>
-<individualDeadLetterStrategy expiration="300000"/>
-</deadLetterStrategy>
-</policyEntry>""")
+DLQ_EXPIRATION = dead_letter_policy('<individualDeadLetterStrategy expiration="300000"/>',
+                                    queue="QueueWhereItIsOkToExpireDLQEntries")
+AUDIT = dead_letter_policy('<sharedDeadLetterStrategy enableAudit="false" maxProducersToAudit="10" '
+                           'maxAuditDepth="100"/>')
+DISCARDING = dead_letter_policy("<discarding/>")
 
-AUDIT = policy("""<policyEntry queue=">">
-<deadLetterStrategy>
-<sharedDeadLetterStrategy enableAudit="false" maxProducersToAudit="10" maxAuditDepth="100"/>
-</deadLetterStrategy>
-</policyEntry>""")
 
-DISCARDING = policy("""<policyEntry queue=">">
-<deadLetterStrategy>
-<discarding/>
-</deadLetterStrategy>
-</policyEntry>""")
-
-DROP_ALL = """<beans>
+def discarding_plugin(attributes: str) -> str:
+    return f"""<beans>
 <broker>
 <plugins>
-<discardingDLQBrokerPlugin dropAll="true" dropTemporaryTopics="true" dropTemporaryQueues="true"/>
+<discardingDLQBrokerPlugin {attributes}/>
 </plugins>
 </broker>
 </beans>"""
 
-DROP_ONLY = """<beans>
-<broker>
-<plugins>
-<discardingDLQBrokerPlugin dropOnly="MY.EXAMPLE.TOPIC.29 MY.EXAMPLE.QUEUE.87" reportInterval="1000"/>
-</plugins>
-</broker>
-</beans>"""
 
-DROP_REGEX = """<beans>
-<broker>
-<plugins>
-<discardingDLQBrokerPlugin dropOnly="MY.EXAMPLE.TOPIC.[0-9]{3} MY.EXAMPLE.QUEUE.[0-9]{3}" reportInterval="3000"/>
-</plugins>
-</broker>
-</beans>"""
+DROP_ALL = discarding_plugin('dropAll="true" dropTemporaryTopics="true" dropTemporaryQueues="true"')
+DROP_ONLY = discarding_plugin('dropOnly="MY.EXAMPLE.TOPIC.29 MY.EXAMPLE.QUEUE.87" reportInterval="1000"')
+DROP_REGEX = discarding_plugin('dropOnly="MY.EXAMPLE.TOPIC.[0-9]{3} MY.EXAMPLE.QUEUE.[0-9]{3}" reportInterval="3000"')
 
 REDELIVERY = """<broker schedulerSupport="true">
 <plugins>
