@@ -41,12 +41,12 @@ class Transactions:
 
     def __init__(self, gate: Gate, clock: Clock, post_office: PostOffice, redelivery: Redelivery,
                  delivery: Delivery, duplicates: DuplicateIds) -> None:
-        self._duplicates = duplicates
         self._gate = gate
         self._clock = clock
         self._post_office = post_office
-        self._redelivery = redelivery
-        self._delivery = delivery
+        # the consumer side a rollback hands references back to
+        self._redelivery, self._delivery = redelivery, delivery
+        self._duplicates = duplicates       # the caches a commit adds its sends' duplicate ids to
 
     def commit(self, session: Session) -> None:
         """See Session.commit. MessageStateError when the session is closed or not transacted."""
