@@ -712,6 +712,13 @@ class Broker:
                 return message
             pause = min(2 * pause, ASYNC_RECEIVE_POLL_LAST_S)
 
+    def duplicate_ids(self, address: str) -> list[bytes]:
+        """The duplicate ids ``address`` remembers (its cache's ring, oldest first; empty when it has
+        none): what a send's ``_AMQ_DUPL_ID`` is checked against. JournalClosedError when closed."""
+        with self._gate.lock:
+            self._gate.check_open()
+            return self._duplicates.ids(address)
+
     def stats(self) -> dict:
         """Broker-wide counts (and the store's statistics when there is one). JournalClosedError when closed."""
         with self._gate.lock:

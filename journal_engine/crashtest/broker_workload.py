@@ -9,7 +9,10 @@ messages come due. Up to five delivered messages are held a while before they ar
 still working on them), so a kill finds deliveries in flight. It streams its oracle as it goes, one write per line:
 
   ``O <seq> send <id>`` / ``O <seq> ack <id>`` / ``O <seq> rbk <id> <count>`` / ``O <seq> dlq <id>``
-      before each call (a rollback names the delivery count it makes durable);
+      before each call (a rollback names the delivery count it makes durable); every send carries the
+      duplicate id ``m-<id>``, and ``O <seq> resend <id>`` is a send again of an earlier message with
+      its id (of this life, or one recovery brought back), which the broker must refuse: the child
+      fails if it routes it;
   ``D <id> <count>`` after a delivery returned (in strict mode its count is on disk by then);
   ``A <seq>`` after ``broker.sync()`` returned: every call up to seq is durable;
   ``T <ms>`` the clock; ``R`` once recovery is done.
@@ -23,7 +26,10 @@ The invariants, checked after every recovery (``check_broker``):
   * with strict mode, every message delivered before the crash comes back with at least that count
     (so its next delivery is marked redelivered);
   * nothing never sent appears, and every body is the one sent;
-  * no message is dead-lettered twice (the dead-letter queue holds one copy of each).
+  * no message is dead-lettered twice (the dead-letter queue holds one copy of each);
+  * no duplicate id is routed twice: every message in the queue came back with its duplicate id in
+    the address's cache (a message and its id are one atomic group), every send acknowledged by a sync
+    has its id there, and the cache holds no id that was never sent.
 
 The concurrent flavour (``run_concurrent``) makes the same calls as several clients do: consumer
 threads, transacted sessions committed or rolled back, consumers closed with messages in hand, the
@@ -42,6 +48,7 @@ import threading
 import time
 import traceback
 
+from ..limits import ID_CACHE_SIZE_DEFAULT
 from .children import error_line
 from .stores import FILE_SIZE
 
@@ -49,6 +56,24 @@ QUEUE, DEAD_LETTER_QUEUE, DEAD_LETTER_ADDRESS = "orders", "DLQ", "DLA"
 MAX_DELIVERY_ATTEMPTS = 3
 CONSUMER_THREADS = 3       # the concurrent flavour's consumer threads (every other one transacted)
 ORIGINAL_ID = "_AMQ_ORIG_MESSAGE_ID"
+DUPLICATE_ID = "_AMQ_DUPL_ID"
+RESEND_CHANCE = 0.05       # of a step: send an earlier message again with its duplicate id
+
+
+def duplicate_id_of(message_id: int) -> str:
+    return f"m-{message_id}"
+
+
+def send_new(broker, message_id: int):
+    """The workload's send of message ``message_id``, with its duplicate id."""
+    return broker.send(QUEUE, body_of(message_id), properties={DUPLICATE_ID: duplicate_id_of(message_id)})
+
+
+def resend(broker, message_id: int) -> None:
+    """An earlier message sent again with its duplicate id, as a client does after a lost reply: the
+    broker must not route it (AssertionError, which fails the child, if it does)."""
+    if send_new(broker, message_id) is not None:
+        raise AssertionError(f"the duplicate id of message {message_id} was routed a second time")
 
 
 def body_of(message_id: int) -> bytes:
@@ -75,7 +100,8 @@ def open_broker(directory: str, sync: str, strict: bool, clock_ms: int, store: s
 
 def recovered_state(directory: str, sync: str, clock_ms: int, store: str = "journal") -> dict:
     """{"queue": {id: (delivery count, body)}, "dead": {original id: body}, "dead_copies": {original
-    id: copies}} of the recovered broker: every message received once, with the clock a day on (so
+    id: copies}, "ids": the queue address's cached duplicate ids, "queue_ids": {id: its duplicate id}}
+    of the recovered broker: every message received once, with the clock a day on (so
     delayed ones are due), and none acknowledged. Strict mode stays off here, so that looking writes
     no delivery count; a message's recovered count is the one its next delivery shows, less one.
     Dead letters are keyed by original id, so their copies are counted apart: a second copy of one
@@ -83,7 +109,10 @@ def recovered_state(directory: str, sync: str, clock_ms: int, store: str = "jour
     broker = open_broker(directory, sync, False, clock_ms + 86_400_000, store)
     try:
         consumer = broker.create_consumer(QUEUE)
-        queue = {m.message_id: (m.delivery_count - 1, m.body) for m in iter(lambda: consumer.receive(0), None)}
+        received = list(iter(lambda: consumer.receive(0), None))
+        queue = {m.message_id: (m.delivery_count - 1, m.body) for m in received}
+        queue_ids = {m.message_id: (m.properties or {}).get(DUPLICATE_ID) for m in received}
+        ids = {key.decode() for key in broker.duplicate_ids(QUEUE)}
         dead: dict = {}
         copies: dict = {}
         for message in broker.browse(DEAD_LETTER_QUEUE):
@@ -92,7 +121,7 @@ def recovered_state(directory: str, sync: str, clock_ms: int, store: str = "jour
             copies[original] = copies.get(original, 0) + 1
     finally:
         broker.close()
-    return {"queue": queue, "dead": dead, "dead_copies": copies}
+    return {"queue": queue, "dead": dead, "dead_copies": copies, "ids": ids, "queue_ids": queue_ids}
 
 
 def say(line: str) -> None:
@@ -103,6 +132,7 @@ def run(directory: str, sync: str, strict: bool, seed: int, clock_ms: int, store
     rng = random.Random(seed)
     broker = open_broker(directory, sync, strict, clock_ms, store)
     clock = broker.clock
+    sent_before = [message.message_id for message in broker.browse(QUEUE)]     # recovered: their ids cached
     consumer = broker.create_consumer(QUEUE)
     say("R")
     seq = 0
@@ -131,12 +161,17 @@ def run(directory: str, sync: str, strict: bool, seed: int, clock_ms: int, store
         r = rng.random()
         if held and rng.random() < 0.3:
             settle(held.pop(0))
+        elif sent_before and rng.random() < RESEND_CHANCE:
+            message_id = rng.choice(sent_before)
+            intent("resend", message_id)
+            resend(broker, message_id)
         elif r < 0.35 or len(broker.browse(QUEUE)) < 3:
             message_id = broker.stats()["next_message_id"]
             intent("send", message_id)
-            sent = broker.send(QUEUE, body_of(message_id))
+            sent = send_new(broker, message_id)
             if sent != message_id:
                 raise AssertionError(f"send returned id {sent}, {message_id} announced")
+            sent_before.append(message_id)
         elif r < 0.85:
             message = consumer.receive(0)
             if message is None:
@@ -255,7 +290,7 @@ def run_concurrent(directory: str, sync: str, strict: bool, seed: int, store: st
             with ids:
                 message_id = broker.stats()["next_message_id"]
                 seq = oracle.begin("send", message_id)
-                sent = broker.send(QUEUE, body_of(message_id))
+                sent = send_new(broker, message_id)
             oracle.done(seq)
             if sent != message_id:
                 raise AssertionError(f"send returned id {sent}, {message_id} announced")
@@ -299,6 +334,7 @@ def check_broker(previous: dict, lines: list[str], recovered: dict, *, strict: b
     for message_id, copies in recovered.get("dead_copies", {}).items():
         if copies > 1:
             problems.append(f"{context}: message {message_id} is in the dead-letter queue {copies} times")
+    problems += _duplicate_id_problems(recovered, began, acked, context)
     for message_id in known:
         ops = began.get(message_id, [])
         removing = [s for s, op, _a in ops if op in ("ack", "dlq")]
@@ -327,6 +363,24 @@ def check_broker(previous: dict, lines: list[str], recovered: dict, *, strict: b
             problems.append(f"{context}: strict mode: message {message_id} was delivered with count "
                             f"{delivered[message_id]} before the crash and came back with {count} "
                             f"(its next delivery would not show it redelivered)")
+    return problems
+
+
+def _duplicate_id_problems(recovered: dict, began: dict, acked: int, context: str) -> list[str]:
+    """The invariant "no duplicate id routed twice" (module docstring), as violations."""
+    if "ids" not in recovered:
+        return []
+    problems = []
+    ids = recovered["ids"]
+    for message_id, key in recovered["queue_ids"].items():
+        if key is not None and key not in ids:
+            problems.append(f"{context}: message {message_id} came back without its duplicate id {key} "
+                            "in the cache: a resend would route it twice")
+    synced = [message_id for message_id, ops in began.items() if any(op == "send" and s <= acked for s, op, _a in ops)]
+    if len(synced) <= ID_CACHE_SIZE_DEFAULT:      # more would have pushed the first ones out of the ring
+        for message_id in synced:
+            if duplicate_id_of(message_id) not in ids:
+                problems.append(f"{context}: the duplicate id of message {message_id}, sent and synced, is lost")
     return problems
 
 

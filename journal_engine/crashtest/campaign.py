@@ -611,7 +611,8 @@ class Campaign:
     def broker_chain(self, chain: int, count: int) -> None:
         """`count` kills of the broker workload on one directory."""
         found = {"kills": 0, "strict_kills": 0, "concurrent_kills": 0, "kills_on_journal": 0, "kills_on_lmdb": 0,
-                 "sends": 0, "deliveries": 0, "rollbacks": 0, "acks": 0, "dead_letters": 0, "returned_by_a_close": 0}
+                 "sends": 0, "resends_refused": 0, "deliveries": 0, "rollbacks": 0, "acks": 0, "dead_letters": 0,
+                 "returned_by_a_close": 0}
         directory = str(self.scratch / f"broker-{chain}")
         # the chains take the backends in turn (the journal, LMDB), and the flavours in turn: one client
         # on a manual clock, or several (consumer threads, transacted sessions, closes) on the wall clock
@@ -629,7 +630,8 @@ class Campaign:
             for line in lines:
                 parts = line.split()
                 if parts[0] == "O":
-                    key = {"send": "sends", "ack": "acks", "rbk": "rollbacks", "dlq": "dead_letters"}[parts[2]]
+                    key = {"send": "sends", "resend": "resends_refused", "ack": "acks", "rbk": "rollbacks",
+                           "dlq": "dead_letters"}[parts[2]]
                     found[key] += 1
                 elif parts[0] == "D":
                     found["deliveries"] += 1

@@ -291,7 +291,7 @@ def test_a_killed_sender_never_gets_one_id_routed_twice(tmp_path, backend):
         while (message := consumer.receive(0)) is not None:
             recovered.append(message.properties["_AMQ_DUPL_ID"])
             consumer.ack(message)
-        remembered = set(key.decode() for key in broker._duplicates.ids("orders"))
+        remembered = set(key.decode() for key in broker.duplicate_ids("orders"))
         assert set(recovered) <= remembered, "a message came back without its id"
         newest = [key for key, verdict in answered if verdict == "routed"][-1000:]
         assert set(newest) <= remembered, "an id whose send returned was lost"

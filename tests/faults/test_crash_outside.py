@@ -151,7 +151,7 @@ def test_the_broker_check_catches_a_message_dead_lettered_twice(tmp_path):
     """Dead letters are keyed by their original id: a second copy of one was invisible to the check."""
     directory = str(tmp_path / "broker")
     broker = broker_workload.open_broker(directory, "always", False, 1_000_000)
-    message_id = broker.send(broker_workload.QUEUE, broker_workload.body_of(1))
+    message_id = broker_workload.send_new(broker, 1)
     for _ in range(2):      # the copy the broker makes when it dead-letters, made twice
         broker.send(broker_workload.DEAD_LETTER_ADDRESS, broker_workload.body_of(message_id),
                     properties={broker_workload.ORIGINAL_ID: message_id})
