@@ -16,6 +16,11 @@ least once); a message came again only if its ACK had not been receipted before 
 disk: that message must never come back, across the kill or not), and then with ``redelivered:true``;
 no client got an ERROR frame.
 
+``duplicate_ids=True``: each SEND carries its message's id as ``_AMQ_DUPL_ID``, and a producer whose
+connection went away before a RECEIPT sends that message again first when it reconnects (what a
+client does after a lost reply): with the server's duplicate detection the copy is not routed, so a
+message that comes twice without ``redelivered:true`` (a violation) is a resend the server let through.
+
 ``flow="kombu"`` runs the same flow through kombu's API on the journal-engine transport (no kill):
 ``Producer.publish`` to the queue's name and ``message.ack()``: with the transport's default windows
 each returns once written, and the connection's release waits for every RECEIPT (a refused or lost
@@ -71,6 +76,7 @@ class LoadResult:
     again_unflagged: list[str] = field(default_factory=list)   # received again without redelivered:true
     errors: list[str] = field(default_factory=list)            # ERROR frames and unexpected frames
     reconnects: int = 0
+    resent: int = 0                      # SENDs sent again under their duplicate id after a lost RECEIPT
     killed_at_s: float | None = None
     down_s: float | None = None          # from the kill to the restarted server's port answering
     backlog_at_kill: int = 0             # receipted and not yet received when the kill came: only the store has them
@@ -236,6 +242,7 @@ class _Run:
         self.consuming = threading.Event()       # cleared: consumers stop
         self.started = time.monotonic()
         self.opened = 0                          # connections made, the first ones included
+        self.duplicate_ids = False               # SENDs carry _AMQ_DUPL_ID; an unreceipted one is sent again
 
     def now_s(self) -> float:
         return time.monotonic() - self.started
@@ -303,18 +310,27 @@ class _Run:
 
 def _produce(run: _Run, name: str, destination: str) -> None:
     sequence = 0
+    unconfirmed = None      # with duplicate ids: the SEND a lost connection left without its RECEIPT
     while run.sending.is_set():
         client = run.connect(run.sending)
         if client is None:
             return
         try:
-            while run.may_send():
-                message_id = f"{name}-{sequence}"
-                sequence += 1
-                client.send_raw(frame_bytes("SEND", {"destination": destination, "receipt": message_id},
-                                            body_of(message_id)))
+            while unconfirmed is not None or run.may_send():
+                if unconfirmed is None:
+                    message_id = f"{name}-{sequence}"
+                    sequence += 1
+                else:
+                    message_id = unconfirmed        # sent again first, under the same duplicate id
+                    with run.lock:
+                        run.result.resent += 1
+                headers = {"destination": destination, "receipt": message_id}
+                if run.duplicate_ids:
+                    headers["_AMQ_DUPL_ID"] = unconfirmed = message_id
+                client.send_raw(frame_bytes("SEND", headers, body_of(message_id)))
                 command, headers, body = client.read_frame(RECEIPT_TIMEOUT_S)
                 if command == "RECEIPT" and headers.get("receipt-id") == message_id:
+                    unconfirmed = None
                     run.receipted(message_id)
                 else:
                     run.error(f"{name}: {command} {headers} {body[:200]!r} instead of RECEIPT {message_id}")
@@ -400,7 +416,8 @@ def run_load(port: int, *, connections: int, duration_s: float, queues: int = 1,
              flow: str = "stomp", ack_receipts: bool = True, backlog_max: int | None = None,
              redelivered_flag: bool = True,
              kill: Callable[[], int] | None = None, kill_at_s: float | None = None, kills: int = 1,
-             failover_ports: tuple[int, ...] = (), drain_timeout_s: float = 30.0) -> LoadResult:
+             failover_ports: tuple[int, ...] = (), drain_timeout_s: float = 30.0,
+             duplicate_ids: bool = False) -> LoadResult:
     """Drive the load described in the module's docstring; returns what happened (check
     ``violations()``). ``consumers``: how many of the connections consume (default half; fewer than
     the producers leave a backlog in the queues). ``ack_receipts=False``: ACKs without a receipt (the
@@ -408,7 +425,8 @@ def run_load(port: int, *, connections: int, duration_s: float, queues: int = 1,
     must carry ``redelivered:true`` (ActiveMQ's header, which serve-stomp sets and coilmq's own server
     does not). ``kill`` returns the restarted server's port; ``kills`` > 1 calls it that many times, spread
     evenly over ``duration_s`` (``kill_at_s`` is then ignored). ``failover_ports``: the clients' host list
-    (a refused connection tries the next port), for a live server and its backup."""
+    (a refused connection tries the next port), for a live server and its backup. ``duplicate_ids``: see
+    the module's docstring."""
     consumers = connections // 2 if consumers is None else consumers
     if queues < 1 or min(consumers, connections - consumers) < queues:
         raise ValueError(f"{connections} connections, {consumers} consuming, cannot give {queues} queues "
@@ -419,6 +437,7 @@ def run_load(port: int, *, connections: int, duration_s: float, queues: int = 1,
         raise ValueError("the kill is driven with the raw STOMP flow")
     produce, consume = (_produce, _consume) if flow == "stomp" else (_produce_kombu, _consume_kombu)
     run = _Run(port, connections, duration_s, ack_receipts, backlog_max, redelivered_flag, failover_ports)
+    run.duplicate_ids = duplicate_ids
     run.sending.set()
     run.consuming.set()
     ready = threading.Barrier(consumers + 1)
