@@ -57,29 +57,35 @@ def append_each(journal: Journal, records: int) -> None:
 
 
 # ----- peers --------------------------------------------------------------------------------------
-PEERS_DURABLE: dict[str, tuple[Callable[[Path], object], str]] = {
+Peers = dict[str, tuple[Callable[[Path], object], str]]     # name -> (its store in a directory, its settings)
+
+
+def database_peers(sync: bool) -> Peers:
+    """LMDB, SQLite and RocksDB, each write synced (``sync``) or none."""
+    synchronous = "FULL" if sync else "OFF"
+    return {
+        "lmdb": (lambda d: LmdbStore(str(d), sync=sync),
+                 f"lmdb sync={sync} metasync={sync} writemap=True; one write txn per record"),
+        "sqlite": (lambda d: SqliteStore(str(d / "sqlite.db"), synchronous=synchronous),
+                   f"sqlite3 journal_mode=WAL synchronous={synchronous}; autocommit per record"),
+        "rocksdb": (lambda d: RocksStore(str(d / "rocks"), sync=sync),
+                    f"rocksdict raw mode, WriteOptions.sync={sync}{'' if sync else ' (WAL on)'}; one put per record"),
+    }
+
+
+PEERS_DURABLE: Peers = {
     "raw-append": (lambda d: RawFile(str(d / "raw.log")),
                    "os.write(O_APPEND) + os.fdatasync; the file grows"),
     "raw-prealloc": (lambda d: RawFile(str(d / "raw.log"), preallocate_bytes=64 << 20),
                      "os.pwrite into a preallocated (zero-filled, synced) file + os.fdatasync"),
-    "lmdb": (lambda d: LmdbStore(str(d), sync=True),
-             "lmdb sync=True metasync=True writemap=True; one write txn per record"),
-    "sqlite": (lambda d: SqliteStore(str(d / "sqlite.db"), synchronous="FULL"),
-               "sqlite3 journal_mode=WAL synchronous=FULL; autocommit per record"),
-    "rocksdb": (lambda d: RocksStore(str(d / "rocks"), sync=True),
-                "rocksdict raw mode, WriteOptions.sync=True; one put per record"),
+    **database_peers(sync=True),
 }
 
-PEERS_NO_SYNC: dict[str, tuple[Callable[[Path], object], str]] = {
+PEERS_NO_SYNC: Peers = {
     "raw-append": (lambda d: RawFile(str(d / "raw.log"), sync=False), "os.write(O_APPEND) per record, no sync"),
     "raw-buffered": (lambda d: BufferedRawFile(str(d / "raw.log")),
                      "open(buffering=490 KiB).write per record, no sync (buffers as the journal's none mode does)"),
-    "lmdb": (lambda d: LmdbStore(str(d), sync=False),
-             "lmdb sync=False metasync=False writemap=True; one write txn per record"),
-    "sqlite": (lambda d: SqliteStore(str(d / "sqlite.db"), synchronous="OFF"),
-               "sqlite3 journal_mode=WAL synchronous=OFF; autocommit per record"),
-    "rocksdb": (lambda d: RocksStore(str(d / "rocks"), sync=False),
-                "rocksdict raw mode, WriteOptions.sync=False (WAL on); one put per record"),
+    **database_peers(sync=False),
 }
 
 

@@ -563,26 +563,19 @@ class _Parser:
         for node in (operand, low, high):
             self.check_ordered_operand(node, ("NOT " if negated else "") + keyword)
         vf, lf, hf = operand.fn, low.fn, high.fn
+        # NOT BETWEEN is x < lo OR x > hi (TRUE decides), BETWEEN x >= lo AND x <= hi (FALSE decides)
+        decisive = negated
+        low_accept, high_accept = (_below, _above) if negated else (_at_least, _at_most)
 
         def between(p: Any, h: Any) -> Any:
-            v = vf(p, h)
-            lo = lf(p, h)
-            hi = hf(p, h)
-            if negated:      # x < lo OR x > hi
-                a = _compare3(v, lo, _below)
-                if a is True:
-                    return True
-                b = _compare3(v, hi, _above)
-                if b is True:
-                    return True
-                return None if a is None or b is None else False
-            a = _compare3(v, lo, _at_least)    # x >= lo AND x <= hi
-            if a is False:
-                return False
-            b = _compare3(v, hi, _at_most)
-            if b is False:
-                return False
-            return None if a is None or b is None else True
+            v, lo, hi = vf(p, h), lf(p, h), hf(p, h)
+            a = _compare3(v, lo, low_accept)
+            if a is decisive:
+                return decisive
+            b = _compare3(v, hi, high_accept)
+            if b is decisive:
+                return decisive
+            return None if a is None or b is None else not decisive
         return _Node(between, operand.token, boolean=True)
 
     def parse_in(self, operand: _Node, negated: bool) -> _Node:

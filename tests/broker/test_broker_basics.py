@@ -409,6 +409,16 @@ def test_bad_address_settings_are_refused_before_they_reach_the_broker(broker):
     assert len(broker.address_settings) == 0
 
 
+def assert_settling_refused(broker, consumer, message, reason: str) -> None:
+    """Both ack and rollback of ``message`` through ``consumer`` raise MessageStateError saying
+    ``reason``, and the queue is as it was."""
+    before = broker.queue("q")
+    for settle in (consumer.ack, consumer.rollback):
+        with pytest.raises(MessageStateError, match=reason):
+            settle(message)
+    assert broker.queue("q") == before
+
+
 def test_acking_twice_is_an_error_and_changes_nothing(broker):
     broker.create_queue("q")
     broker.send("q", b"x")
@@ -416,12 +426,7 @@ def test_acking_twice_is_an_error_and_changes_nothing(broker):
     consumer = broker.create_consumer("q")
     message = consumer.receive(0)
     consumer.ack(message)
-    before = broker.queue("q")
-    with pytest.raises(MessageStateError, match="already acknowledged"):
-        consumer.ack(message)
-    with pytest.raises(MessageStateError, match="already acknowledged"):
-        consumer.rollback(message)
-    assert broker.queue("q") == before
+    assert_settling_refused(broker, consumer, message, "already acknowledged")
 
 
 def test_acking_from_another_consumer_is_an_error_and_changes_nothing(broker):
@@ -429,12 +434,7 @@ def test_acking_from_another_consumer_is_an_error_and_changes_nothing(broker):
     broker.send("q", b"x")
     mine, other = broker.create_consumer("q"), broker.create_consumer("q")
     message = mine.receive(0)
-    before = broker.queue("q")
-    with pytest.raises(MessageStateError, match="another consumer"):
-        other.ack(message)
-    with pytest.raises(MessageStateError, match="another consumer"):
-        other.rollback(message)
-    assert broker.queue("q") == before
+    assert_settling_refused(broker, other, message, "another consumer")
     mine.ack(message)
     assert broker.queue("q").message_count == 0
 

@@ -76,7 +76,6 @@ def test_without_strict_mode_an_unchanged_count_writes_nothing(tmp_path):
     broker = Broker(tmp_path / "b", clock=ManualClock(NOW), max_redelivery_records=-1)
     broker.create_queue("q")
     broker.send("q", b"m")
-    queue_id = broker.queue("q").queue_id
     consumer = broker.create_consumer("q")
     consumer.rollback(consumer.receive(0), delay_ms=0)          # count 1, persisted
     consumer.receive(0)                                         # count 2, in memory only

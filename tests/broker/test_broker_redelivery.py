@@ -17,6 +17,18 @@ def make_broker(clock, directory=None, **options):
     return Broker(directory, clock=clock, **options)
 
 
+def consumer_on_q(clock, *bodies, **settings):
+    """A broker whose queue "q" (with AddressSettings(**settings), when any are given) holds ``bodies``;
+    returns it and a consumer on "q"."""
+    broker = make_broker(clock)
+    if settings:
+        broker.address_settings.add("q", AddressSettings(**settings))
+    broker.create_queue("q")
+    for body in bodies:
+        broker.send("q", body)
+    return broker, broker.create_consumer("q")
+
+
 def wait_times(broker, clock, consumer, rollbacks, *, step=1, keep=False):
     """Roll the message back ``rollbacks`` times; after each, find how long until it is receivable
     again (advancing the clock by ``step`` ms at a time). Returns the waits (and with keep=True
@@ -56,21 +68,15 @@ def test_manual_example_5000_10000_15000(clock):
 
 def test_multiplied_delayed_message_test_100_to_1000(clock):
     """MultipliedDelayedMessageTest: 100 / 2.0 / max 1000 -> 100, 200, 400, 800, 1000, 1000."""
-    broker = make_broker(clock)
-    broker.address_settings.add("q", AddressSettings(redelivery_delay=100, redelivery_delay_multiplier=2.0,
-                                                     max_redelivery_delay=1000, max_delivery_attempts=-1))
-    broker.create_queue("q")
-    broker.send("q", b"m")
-    assert wait_times(broker, clock, broker.create_consumer("q"), 6) == [100, 200, 400, 800, 1000, 1000]
+    broker, consumer = consumer_on_q(clock, b"m", redelivery_delay=100, redelivery_delay_multiplier=2.0,
+                                     max_redelivery_delay=1000, max_delivery_attempts=-1)
+    assert wait_times(broker, clock, consumer, 6) == [100, 200, 400, 800, 1000, 1000]
 
 
 def test_default_max_redelivery_delay_is_ten_times_the_delay(clock):
-    broker = make_broker(clock)
-    broker.address_settings.add("q", AddressSettings(redelivery_delay=10, redelivery_delay_multiplier=3.0,
-                                                     max_delivery_attempts=-1))
-    broker.create_queue("q")
-    broker.send("q", b"m")
-    assert wait_times(broker, clock, broker.create_consumer("q"), 4) == [10, 30, 90, 100]
+    broker, consumer = consumer_on_q(clock, b"m", redelivery_delay=10, redelivery_delay_multiplier=3.0,
+                                     max_delivery_attempts=-1)
+    assert wait_times(broker, clock, consumer, 4) == [10, 30, 90, 100]
 
 
 def test_manual_collision_avoidance_example_875_1375_975(clock):
@@ -104,12 +110,7 @@ def test_collision_avoidance_with_a_seeded_rng_is_repeatable_and_within_bounds(c
 
 
 def test_other_messages_keep_flowing_while_one_waits(clock):
-    broker = make_broker(clock)
-    broker.address_settings.add("q", AddressSettings(redelivery_delay=1000))
-    broker.create_queue("q")
-    for body in (b"a", b"b", b"c"):
-        broker.send("q", body)
-    consumer = broker.create_consumer("q")
+    broker, consumer = consumer_on_q(clock, b"a", b"b", b"c", redelivery_delay=1000)
     consumer.rollback(consumer.receive(0))          # "a" waits 1000 ms
     assert [consumer.receive(0).body for _ in range(2)] == [b"b", b"c"]
     assert consumer.receive(0) is None
@@ -118,11 +119,7 @@ def test_other_messages_keep_flowing_while_one_waits(clock):
 
 
 def test_a_due_redelivery_goes_to_the_head_of_its_queue(clock):
-    broker = make_broker(clock)
-    broker.address_settings.add("q", AddressSettings(redelivery_delay=100))
-    broker.create_queue("q")
-    broker.send("q", b"a")
-    consumer = broker.create_consumer("q")
+    broker, consumer = consumer_on_q(clock, b"a", redelivery_delay=100)
     consumer.rollback(consumer.receive(0))
     broker.send("q", b"b")
     broker.send("q", b"c")
@@ -132,12 +129,7 @@ def test_a_due_redelivery_goes_to_the_head_of_its_queue(clock):
 
 
 def test_due_redeliveries_reach_the_head_earliest_first(clock):
-    broker = make_broker(clock)
-    broker.address_settings.add("q", AddressSettings(redelivery_delay=100, redelivery_delay_multiplier=3.0))
-    broker.create_queue("q")
-    for body in (b"a", b"b"):
-        broker.send("q", body)
-    consumer = broker.create_consumer("q")
+    broker, consumer = consumer_on_q(clock, b"a", b"b", redelivery_delay=100, redelivery_delay_multiplier=3.0)
     consumer.rollback(consumer.receive(0))        # a: count 1, due +100
     clock.advance(100)
     a = consumer.receive(0)
@@ -151,11 +143,7 @@ def test_due_redeliveries_reach_the_head_earliest_first(clock):
 
 def test_no_delay_puts_the_message_back_in_message_order(clock):
     """delay 0: re-added sorted (Artemis addSorted), so a rolled-back message is next again."""
-    broker = make_broker(clock)
-    broker.create_queue("q")
-    for body in (b"a", b"b", b"c"):
-        broker.send("q", body)
-    consumer = broker.create_consumer("q")
+    broker, consumer = consumer_on_q(clock, b"a", b"b", b"c")
     a, b = consumer.receive(0), consumer.receive(0)
     consumer.rollback(b)
     consumer.rollback(a)
@@ -164,11 +152,7 @@ def test_no_delay_puts_the_message_back_in_message_order(clock):
 
 
 def test_rollback_delay_override_replaces_the_address_delay(clock):
-    broker = make_broker(clock)
-    broker.address_settings.add("q", AddressSettings(redelivery_delay=5000))
-    broker.create_queue("q")
-    broker.send("q", b"a")
-    consumer = broker.create_consumer("q")
+    broker, consumer = consumer_on_q(clock, b"a", redelivery_delay=5000)
     consumer.rollback(consumer.receive(0), delay_ms=0)
     message = consumer.receive(0)
     assert message.delivery_count == 2
@@ -192,10 +176,7 @@ def test_max_delivery_attempts_zero_or_negative_means_forever(clock):
 
 
 def test_default_max_delivery_attempts_is_ten(clock):
-    broker = make_broker(clock)
-    broker.create_queue("q")
-    broker.send("q", b"m")
-    consumer = broker.create_consumer("q")
+    broker, consumer = consumer_on_q(clock, b"m")
     for count in range(1, 11):
         message = consumer.receive(0)
         assert message.delivery_count == count

@@ -18,6 +18,14 @@ def broker(tmp_path, clock):
     b.close()
 
 
+def session_consumer(broker, *bodies, transacted: bool = True):
+    """``bodies`` sent to queue "q", then a session and its consumer on "q"."""
+    for body in bodies:
+        broker.send("q", body)
+    session = broker.create_session(transacted=transacted)
+    return session, session.create_consumer("q")
+
+
 def test_sends_become_visible_at_commit(broker):
     session = broker.create_session(transacted=True)
     first = session.send("q", b"a")
@@ -30,10 +38,7 @@ def test_sends_become_visible_at_commit(broker):
 
 
 def test_acknowledgements_take_effect_at_commit(broker):
-    for body in (b"a", b"b", b"c"):
-        broker.send("q", body)
-    session = broker.create_session()
-    consumer = session.create_consumer("q")
+    session, consumer = session_consumer(broker, b"a", b"b", b"c")
     a, b = consumer.receive(0), consumer.receive(0)
     consumer.ack(a)
     consumer.ack(b)
@@ -48,10 +53,7 @@ def test_acknowledgements_take_effect_at_commit(broker):
 
 
 def test_rollback_redelivers_every_message_delivered_in_the_session(broker):
-    for body in (b"a", b"b"):
-        broker.send("q", body)
-    session = broker.create_session()
-    consumer = session.create_consumer("q")
+    session, consumer = session_consumer(broker, b"a", b"b")
     a = consumer.receive(0)
     consumer.ack(a)                        # acknowledged in the transaction
     consumer.receive(0)                    # delivered, not acknowledged
@@ -68,9 +70,7 @@ def test_session_rollback_takes_the_delay_and_dead_letter_path(broker, clock):
     broker.address_settings.add("q", AddressSettings(redelivery_delay=1000, max_delivery_attempts=2,
                                                      dead_letter_address="DLA"))
     broker.create_queue("dead", address="DLA")
-    broker.send("q", b"m")
-    session = broker.create_session()
-    consumer = session.create_consumer("q")
+    session, consumer = session_consumer(broker, b"m")
     consumer.ack(consumer.receive(0))
     session.rollback()
     assert consumer.receive(0) is None
@@ -83,10 +83,7 @@ def test_session_rollback_takes_the_delay_and_dead_letter_path(broker, clock):
 
 
 def test_close_of_a_session_returns_unacked_uncounted_and_rolls_back_acked(broker):
-    for body in (b"a", b"b"):
-        broker.send("q", body)
-    session = broker.create_session()
-    consumer = session.create_consumer("q")
+    session, consumer = session_consumer(broker, b"a", b"b")
     consumer.ack(consumer.receive(0))
     consumer.receive(0)
     session.close()
@@ -97,17 +94,13 @@ def test_close_of_a_session_returns_unacked_uncounted_and_rolls_back_acked(broke
 
 
 def test_a_transacted_consumer_can_still_roll_back_one_message(broker):
-    broker.send("q", b"a")
-    session = broker.create_session()
-    consumer = session.create_consumer("q")
+    session, consumer = session_consumer(broker, b"a")
     consumer.rollback(consumer.receive(0))
     assert consumer.receive(0).delivery_count == 2
 
 
 def test_non_transacted_session_acknowledges_at_once(broker):
-    broker.send("q", b"a")
-    session = broker.create_session(transacted=False)
-    consumer = session.create_consumer("q")
+    session, consumer = session_consumer(broker, b"a", transacted=False)
     consumer.ack(consumer.receive(0))
     assert broker.queue("q").message_count == 0
     with pytest.raises(MessageStateError, match="not transacted"):
@@ -122,10 +115,7 @@ def test_committed_work_survives_a_restart_and_open_work_does_not(tmp_path, cloc
     directory = tmp_path / "b"
     broker = Broker(directory, clock=clock, store_options=SMALL)
     broker.create_queue("q")
-    for body in (b"keep", b"acked"):
-        broker.send("q", body)
-    session = broker.create_session()
-    consumer = session.create_consumer("q")
+    session, consumer = session_consumer(broker, b"keep", b"acked")
     consumer.receive(0)
     consumer.ack(consumer.receive(0))
     session.send("q", b"committed")
@@ -141,9 +131,7 @@ def test_committed_work_survives_a_restart_and_open_work_does_not(tmp_path, cloc
 
 
 def test_transactional_records_are_written_inside_a_journal_transaction(broker):
-    broker.send("q", b"a")
-    session = broker.create_session()
-    consumer = session.create_consumer("q")
+    session, consumer = session_consumer(broker, b"a")
     consumer.ack(consumer.receive(0))
     session.send("q", b"b", scheduled_delivery_time=NOW + 100)
     assert broker.store.record_count(RecordType.ACKNOWLEDGE_REF) == 0

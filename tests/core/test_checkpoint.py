@@ -16,6 +16,7 @@ import sys
 import textwrap
 
 import pytest
+from damage import flip_byte
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -122,14 +123,6 @@ def test_sessions_of_random_work_load_the_same_with_the_checkpoint_as_without(tm
     assert sorted(record[0] for record in _decoded(tmp_path)[0]) == sorted(live)
 
 
-def _flip(path: str, offset: int) -> None:
-    with open(path, "r+b") as handle:
-        handle.seek(offset)
-        byte = handle.read(1)
-        handle.seek(offset)
-        handle.write(bytes([byte[0] ^ 0x40]))
-
-
 def _data_files(directory) -> list[str]:
     return sorted(str(path) for path in directory.glob("journal-*.jej"))
 
@@ -140,7 +133,7 @@ def test_a_data_file_changed_after_the_close_is_decoded_and_reported_as_a_full_d
     files = _data_files(tmp_path)
     target = files[1] if change != "bytes past the end" else files[-2]
     if change == "bit flip in a body":
-        _flip(target, 4096 + 300)
+        flip_byte(target, 4096 + 300, 0x40)
     elif change == "cut short":
         os.truncate(target, SMALL - 8192)
     elif change == "bytes past the end":
@@ -254,11 +247,11 @@ def test_a_damaged_or_forged_checkpoint_costs_a_decode_never_a_wrong_record_or_a
     path = _checkpoint(tmp_path)
     size = os.path.getsize(path)
     if damage == "header bit flip":
-        _flip(path, 9)
+        flip_byte(path, 9, 0x40)
     elif damage == "entry table bit flip":
-        _flip(path, checkpoints._HEADER.size + 3)
+        flip_byte(path, checkpoints._HEADER.size + 3, 0x40)
     elif damage == "image bit flip":
-        _flip(path, _last_image_end(path) - 5)
+        flip_byte(path, _last_image_end(path) - 5, 0x40)
     elif damage == "cut short":
         os.truncate(path, size // 2)
     elif damage == "empty":
@@ -299,7 +292,7 @@ def test_a_load_that_refuses_the_directory_puts_the_checkpoint_back_byte_for_byt
     _write_mixed(tmp_path)
     with open(_checkpoint(tmp_path), "rb") as handle:
         saved = handle.read()
-    _flip(_data_files(tmp_path)[0], 2)        # the magic of a data file's header
+    flip_byte(_data_files(tmp_path)[0], 2, 0x40)        # the magic of a data file's header
     with pytest.raises(Exception, match="magic"):
         with Journal(tmp_path, file_size=SMALL) as journal:
             journal.load()
@@ -520,7 +513,7 @@ def test_a_forged_checkpoint_is_not_put_back_by_a_load_that_refuses_the_director
     one does not outlive the load that took it."""
     _write_mixed(tmp_path)
     _rewrite_checkpoint(tmp_path, lambda data: struct.pack_into("=q", data, _image_of_first_entry(data)[0], 2**63 - 1))
-    _flip(_data_files(tmp_path)[0], 2)        # the magic of a data file's header
+    flip_byte(_data_files(tmp_path)[0], 2, 0x40)        # the magic of a data file's header
     with pytest.raises(Exception, match="magic"):
         with Journal(tmp_path, file_size=SMALL) as journal:
             journal.load()

@@ -22,7 +22,6 @@ from journal_engine import (
 )
 from journal_engine.limits import (
     DATA_START_BYTES,
-    FILE_HEADER_SIZE_BYTES,
     FRAME_ALIGNMENT_BYTES,
     FRAME_HEADER_SIZE_BYTES,
     RECORD_ID_MAX,

@@ -24,6 +24,7 @@ from journal_engine.storage.journal.segment_files import list_directory
 from journal_engine.limits import DATA_START_BYTES
 
 import crash_worker
+from damage import flip_byte
 from locations import HELPERS
 
 # damage is also announced as a RuntimeWarning; these tests check the report instead
@@ -68,14 +69,6 @@ def write_at(path: str, offset: int, raw: bytes) -> None:
     with open(path, "r+b") as handle:
         handle.seek(offset)
         handle.write(raw)
-
-
-def flip_bits(path: str, at: int, mask: int) -> bytes:
-    """XOR ``mask`` into the byte at ``at`` (a disk's bit flip); returns the file's bytes as now written."""
-    raw = bytearray(Path(path).read_bytes())
-    raw[at] ^= mask
-    Path(path).write_bytes(bytes(raw))
-    return bytes(raw)
 
 
 def append_frames(directory, specs: list) -> tuple[str, int]:
@@ -244,7 +237,8 @@ def test_damaged_frame_followed_by_valid_frames_is_reported_and_nothing_is_trunc
     expected = build(journal_dir, 40)
     data = files_with_records(journal_dir)[-1]
     offset, _c, _k, _t, damaged_id, _tx, _b = record_frames(data)[10]
-    raw = flip_bits(data.path, offset + 50, 0x10)
+    flip_byte(data.path, offset + 50, 0x10)
+    raw = Path(data.path).read_bytes()
     result = reopen(journal_dir)
     assert_one_corrupt(result.report, data.path, offset, "damaged frame")
     assert bodies(result) == without(expected, damaged_id)   # the 29 records after it are all there
@@ -284,7 +278,8 @@ def test_damaged_end_of_a_file_that_is_not_the_last_is_reported_as_corrupt(journ
     assert len(files) >= 2
     first = files[0]
     offset, _c, _k, _t, record_id, _tx, _b = record_frames(first)[-1]
-    raw = flip_bits(first.path, offset + 40, 0x01)
+    flip_byte(first.path, offset + 40, 0x01)
+    raw = Path(first.path).read_bytes()
     result = reopen(journal_dir)
     assert_one_corrupt(result.report, first.path, offset, "followed by later files")
     assert bodies(result) == without(expected, record_id)

@@ -10,6 +10,7 @@ import os
 import random
 
 import pytest
+from damage import flip_byte
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -92,11 +93,7 @@ def test_damage_in_the_middle_is_a_row_and_a_torn_end_is_the_end_check(tmp_path)
     data = list_directory(str(tmp_path)).data[0]
     before = scan_file(data.path).columns
     victim = 5
-    with open(data.path, "r+b") as handle:
-        handle.seek(before.offset[victim] + 40)
-        byte = handle.read(1)
-        handle.seek(before.offset[victim] + 40)
-        handle.write(bytes([byte[0] ^ 0x40]))
+    flip_byte(data.path, before.offset[victim] + 40, 0x40)
     after = scan_file(data.path).columns
     assert after.count == before.count
     assert after.check[victim] == FrameCheck.INVALID and after.kind[victim] == 0

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 from journal_engine import IMPLEMENTATION
 

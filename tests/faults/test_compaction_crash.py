@@ -22,7 +22,7 @@ import journal_engine
 from journal_engine import Journal
 
 import crash_worker
-from crash_worker import (AFTER_COMPACTION_FIRST_ID, AFTER_COMPACTION_RECORDS, COMPACTION_REPLACEABLE, FILE_SIZE,
+from crash_worker import (AFTER_COMPACTION_FIRST_ID, COMPACTION_REPLACEABLE, FILE_SIZE,
                           after_compaction_body, build_compaction_journal, expected_compaction_state)
 from locations import HELPERS
 

@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from journal_engine import Journal, JournalFailedError, StoreFullError
+from journal_engine import Journal, StoreFullError
 
 from crash_worker import FILE_SIZE, SYNC_FAILURE_RECORDS, make_body
 from locations import HELPERS

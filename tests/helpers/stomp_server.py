@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from locations import ROOT
@@ -148,6 +149,15 @@ class RawClient:
 
 def has_traceback(text: str) -> bool:
     return "Traceback" in text or "Error processing STOMP frame" in text
+
+
+def serving(directory: Path) -> Iterator[Server]:
+    """A test's server, for a fixture to ``yield from``: one on a store in ``directory``; when the test is
+    done, no traceback in its stderr and a clean stop (SIGTERM: watchers and writers included, status 0)."""
+    started = Server(directory / "store", directory / "server.log")
+    yield started
+    assert not has_traceback(started.stderr()), started.stderr()[-3000:]
+    assert started.stop() == 0
 
 
 def subscriber(port: int, destination: str, ack: str) -> RawClient:

@@ -104,6 +104,14 @@ def publish(server: Server, body, routing_key: str) -> None:
         producer.publish(body, routing_key=routing_key, serializer="json")
 
 
+def publish_numbered(server: Server, routing_key: str, count: int) -> None:
+    """``{"n": 0}`` to ``{"n": count - 1}`` to the default exchange, one connection, released after."""
+    with kombu.Connection(url(server)) as connection:
+        producer = kombu.Producer(connection.default_channel)
+        for index in range(count):
+            producer.publish({"n": index}, routing_key=routing_key)
+
+
 def test_bindings_declared_by_the_consumer_route_what_another_process_publishes(tmp_path):
     server = Server(tmp_path / "store", tmp_path / "server.log")
     consumer = Consumer(server.port, hold=False)
@@ -413,10 +421,7 @@ def test_publishes_are_confirmed_before_the_connection_closes_and_all_arrive(tmp
     """200 publishes pipelined, the connection released: every one is in the queue afterwards."""
     server = Server(tmp_path / "store", tmp_path / "server.log")
     try:
-        with kombu.Connection(url(server)) as connection:
-            producer = kombu.Producer(connection.default_channel)
-            for index in range(200):
-                producer.publish({"n": index}, routing_key="many")
+        publish_numbered(server, "many", 200)
         with kombu.Connection(url(server)) as connection:
             assert connection.default_channel.queue_declare("many", passive=True).message_count == 200
     finally:
@@ -429,10 +434,7 @@ def test_the_prefetch_count_is_what_the_server_hands_a_consumer_before_its_acks(
     more come, beside the three the replaced subscription holds until they are settled."""
     server = Server(tmp_path / "store", tmp_path / "server.log")
     try:
-        with kombu.Connection(url(server)) as connection:
-            producer = kombu.Producer(connection.default_channel)
-            for index in range(10):
-                producer.publish({"n": index}, routing_key="prefetched")
+        publish_numbered(server, "prefetched", 10)
         with kombu.Connection(url(server)) as first, kombu.Connection(url(server)) as second:
             held = []
             channel = first.channel()

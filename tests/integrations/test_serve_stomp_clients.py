@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from stomp_server import RawClient, Server, frame_bytes, has_traceback
+from stomp_server import RawClient, Server, frame_bytes, has_traceback, serving
 
 stomp = pytest.importorskip("stomp", reason="stomp.py is not installed (pip install 'journal_engine[coilmq]')")
 pytest.importorskip("coilmq", reason="coilmq is not installed (pip install 'journal_engine[coilmq]')")
@@ -28,9 +28,7 @@ WAIT_S = 30.0
 
 @pytest.fixture
 def server(tmp_path):
-    started = Server(tmp_path / "store", tmp_path / "server.log")
-    yield started
-    assert started.stop() == 0          # SIGTERM: a clean stop, watchers and writers included
+    yield from serving(tmp_path)
 
 
 def drain(port: int, destination: str, count: int, version: str = "1.0") -> list[tuple[dict, bytes]]:

@@ -21,7 +21,7 @@ import threading
 import time
 
 import pytest
-from stomp_server import RawClient, Server, frame_bytes, has_traceback
+from stomp_server import RawClient, frame_bytes, has_traceback, serving
 
 from journal_engine.benchmarking import served_workload
 from journal_engine.limits import (SERVED_HEARTBEAT_GRACE, SERVED_HEARTBEAT_MS, SERVED_PREFETCH_MAX,
@@ -33,10 +33,7 @@ QUIET_S = 0.5
 
 @pytest.fixture
 def server(tmp_path):
-    started = Server(tmp_path / "store", tmp_path / "server.log")
-    yield started
-    assert not has_traceback(started.stderr()), started.stderr()[-3000:]
-    assert started.stop() == 0
+    yield from serving(tmp_path)
 
 
 def stats(port: int) -> dict:

@@ -9,6 +9,7 @@ import threading
 
 import pyarrow.parquet
 import pytest
+from damage import flip_byte
 from spark_journals import POISON_BODY, python_rows, write_broker, write_journal
 
 from journal_engine.cli import main as cli_main
@@ -54,11 +55,7 @@ def test_analyze_of_a_damaged_journal_exits_1_naming_each_damaged_place(spark, t
     assert cli_main(["analyze", str(journal)]) == 0          # healthy: 0, nothing on stderr
     assert "damage" not in capsys.readouterr().err
     path, offset = python_rows(str(journal))[10][:2]
-    with open(path, "r+b") as handle:       # a byte of a frame in the middle: damage followed by valid frames
-        handle.seek(offset + 40)
-        byte = handle.read(1)
-        handle.seek(offset + 40)
-        handle.write(bytes([byte[0] ^ 0xFF]))
+    flip_byte(path, offset + 40)        # a byte of a frame in the middle: damage followed by valid frames
     corrupt = analyze(str(journal), as_if_compacted=True).report.corrupt
     assert corrupt
     assert cli_main(["analyze", str(journal)]) == 1

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from damage import flip_byte
 from spark_journals import copy, python_rows, write_broker, write_journal
 
 from journal_engine import Journal
@@ -154,23 +155,15 @@ def damaged_journal(journal_dir, tmp_path, *, middle: bool, tail: bool):
     with_data = [data for data in files if python_rows_of(data)]
     if middle:   # a byte of a frame in the middle of the first file: damage followed by valid frames
         offset = python_rows_of(with_data[0])[10][1] + 40
-        flip(with_data[0].path, offset)
+        flip_byte(with_data[0].path, offset)
     if tail:     # a byte of the last frame of the journal: a torn tail
         offset = python_rows_of(with_data[-1])[-1][1] + 20
-        flip(with_data[-1].path, offset)
+        flip_byte(with_data[-1].path, offset)
     return damaged
 
 
 def python_rows_of(data) -> list:
     return [row for row in python_rows(os.path.dirname(data.path)) if row[0] == data.path]
-
-
-def flip(path: str, offset: int) -> None:
-    with open(path, "r+b") as handle:
-        handle.seek(offset)
-        byte = handle.read(1)
-        handle.seek(offset)
-        handle.write(bytes([byte[0] ^ 0xFF]))
 
 
 def test_damage_appears_as_the_python_reader_reports_it(spark, journal_dir, tmp_path):

@@ -19,6 +19,7 @@ jsonschema = pytest.importorskip("jsonschema", reason="the report's schema check
 
 from journal_engine import cli  # noqa: E402
 from journal_engine.benchmarking import peers, plots, report, runner, workloads  # noqa: E402
+from report_schema import assert_meets_schema, assert_refused_without  # noqa: E402
 
 SCENARIOS = {"append": peers.APPEND_STORES, "send-receive-ack": peers.QUEUE_STORES,
              "rollback-redeliver": peers.QUEUE_STORES, "recovery": peers.RECOVERY_STORES}
@@ -96,8 +97,7 @@ def test_the_machine_limits_and_the_directory_are_in_the_report(tiny_run):
 def test_the_json_matches_the_schema_shipped_in_the_package(tiny_run):
     _, document, _ = tiny_run
     schema = report.schema()
-    jsonschema.Draft202012Validator.check_schema(schema)
-    jsonschema.validate(document, schema)
+    assert_meets_schema(document, schema)
     assert document["schema_version"] == runner.SCHEMA_VERSION == schema["properties"]["schema_version"]["const"]
 
 
@@ -106,10 +106,7 @@ def test_the_schema_refuses_another_version_and_a_result_without_its_median(tiny
     schema = report.schema()
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**document, "schema_version": 2}, schema)
-    broken = json.loads(json.dumps(document))
-    del broken["results"][0]["median_records_per_s"]
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(broken, schema)
+    assert_refused_without(document, schema, "median_records_per_s")
 
 
 def test_the_plots_are_pngs_that_open(tiny_run):

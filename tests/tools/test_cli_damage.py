@@ -18,6 +18,7 @@ import pytest
 from journal_engine import Journal
 from journal_engine.limits import EXPORT_HEADER_LINE_BYTES_MAX
 
+from damage import flip_byte
 from test_cli_tools import UNPRIVILEGED, flip_byte_in_first_frame, snapshot, write_broker
 
 HAS_LMDB = importlib.util.find_spec("lmdb") is not None
@@ -49,11 +50,7 @@ def flip_record(directory: Path, record_id: int) -> tuple[str, int]:
     listing = journal_engine("print", directory, "--json")
     frame = next(json.loads(line) for line in listing.stdout.decode().splitlines()
                  if json.loads(line).get("record_id") == record_id)
-    with open(frame["path"], "r+b") as handle:
-        handle.seek(frame["offset"] + 40)
-        byte = handle.read(1)
-        handle.seek(frame["offset"] + 40)
-        handle.write(bytes([byte[0] ^ 0xFF]))
+    flip_byte(frame["path"], frame["offset"] + 40)
     return frame["path"], frame["offset"]
 
 

@@ -17,6 +17,7 @@ import pytest
 from journal_engine import AddressSettings, Broker, Journal, ManualClock, __version__, demo
 from journal_engine.cli import main
 from journal_engine.storage.journal.segment_files import list_directory
+from damage import flip_byte
 from locations import ROOT
 
 NOW = 1_700_000_000_000
@@ -158,12 +159,7 @@ def test_verify_healthy_broker_directory_exits_0(broker_dir, capsys):
 
 def flip_byte_in_first_frame(journal_dir: Path) -> tuple[str, int]:
     data = list_directory(str(journal_dir)).data[0]
-    offset = data.header.data_start + 20
-    with open(data.path, "r+b") as handle:
-        handle.seek(offset)
-        byte = handle.read(1)
-        handle.seek(offset)
-        handle.write(bytes([byte[0] ^ 0xFF]))
+    flip_byte(data.path, data.header.data_start + 20)
     return data.path, data.header.data_start
 
 

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from journal_engine import AddressSettings, Broker, ClassicBrokerConfig, ClassicRedeliveryPolicy, ManualClock
-from journal_engine.broker.classic.destinations import QUEUE, TOPIC, ClassicDestinationMap
+from journal_engine.broker.classic.destinations import QUEUE, ClassicDestinationMap
 from journal_engine.broker.classic.plugins import DiscardingDLQPlugin, RedeliveryPlugin, compile_drop_only
 from journal_engine.broker.classic.dead_letter_strategy import (DiscardingDeadLetterStrategy, IndividualDeadLetterStrategy,
                                                         SharedDeadLetterStrategy)

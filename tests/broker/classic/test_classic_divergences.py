@@ -7,7 +7,6 @@ import logging
 import pytest
 
 from journal_engine import Broker, ClassicBrokerConfig, ClassicRedeliveryPolicy, ManualClock
-from journal_engine.broker.classic.dead_letter_strategy import IndividualDeadLetterStrategy
 from journal_engine.broker.classic.destinations import QUEUE, TOPIC, ClassicDestinationMap
 from journal_engine.broker.classic.plugins import RedeliveryPlugin
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 
-import pytest
 
 from journal_engine import AddressSettings, Broker, ManualClock
 from journal_engine.config import load

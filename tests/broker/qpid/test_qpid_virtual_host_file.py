@@ -15,7 +15,7 @@ import sys
 import pytest
 
 import journal_engine.config
-from journal_engine import Broker, ConfigError, ManualClock
+from journal_engine import Broker, ConfigError
 
 START = 1_700_000_000_000
 
