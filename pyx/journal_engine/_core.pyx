@@ -259,10 +259,9 @@ cdef class JournalCore(RecordSink):
     # ----- set-up by the Python layer -------------------------------------------------
     def _core_configure(self, mode, Py_ssize_t buffer_size, Py_ssize_t max_frame, replaceable,
                         Py_ssize_t gather_us=500):
-        self._records_wait = mode.records_wait
-        self._boundaries_wait = mode.boundaries_wait
-        self._flushes_in_background = mode.flushes_in_background
-        self._syncs = mode.syncs
+        # the mode's four answers, kept in C fields for the paths that run without the GIL
+        self._records_wait, self._boundaries_wait = mode.records_wait, mode.boundaries_wait
+        self._flushes_in_background, self._syncs = mode.flushes_in_background, mode.syncs
         self._gather_us = gather_us
         self._buffer_size = buffer_size
         self._max_frame = max_frame
