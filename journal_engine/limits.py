@@ -186,6 +186,8 @@ REDELIVERY_DELAYS_LENGTH_MAX = 10_000
 PRIORITY_MIN = 0
 PRIORITY_MAX = 9
 PRIORITY_DEFAULT = 4
+# a Qpid queue's x-qpid-priorities: levels a queue may have (an AMQP 0-9-1 priority is a byte)
+QPID_PRIORITIES_MAX = 255
 # serve-stomp (integrations/stomp_frames.py): a STOMP frame past this many bytes (command, headers and
 # body) is refused with an ERROR frame before it is read whole, so one client cannot fill the server's
 # memory; past this many header lines likewise. A socket read takes up to STOMP_READ_BYTES at a time.

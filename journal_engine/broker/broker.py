@@ -54,6 +54,7 @@ from .config.safe_xml import check_scan_period
 from .config.systems import load as load_config, merged_switch
 from .clock import Clock, WallClock
 from .classic.dead_letters import ClassicDeadLetters
+from .classic.destinations import destination_of_queue
 from .classic.config import ClassicBrokerConfig
 from .classic.expiry_scans import DestinationExpiryScans
 from .classic.policy import ClassicRedeliveryPolicy
@@ -67,7 +68,7 @@ from .gate import Gate
 from .message import Message, MessageData
 from .operations import SessionOperations
 from .post_office import PostOffice
-from .priority import check_priority
+from .priority import ALL_PRIORITIES, check_priority, qpid_levels
 from .qpid.queue_policy import (DLQ_ENABLED_ARGUMENT, MAXIMUM_DELIVERY_COUNT_ARGUMENT, QpidQueuePolicy,
                                 QpidVirtualHostContext, dead_letter_exchange_name, dead_letter_queue_name,
                                 storable_arguments)
@@ -229,6 +230,7 @@ class Broker:
         self._duplicates = DuplicateIds(0 if classic_config is not None else id_cache_size, persist_id_cache,
                                         self._dialect.duplicate_id, self._store,
                                         lambda: next(post_office.message_ids, 0) or post_office.new_message_id())
+        post_office.priority_rule = lambda queue, arguments: self._priority_levels(queue, self._qpid_policy(arguments))
         if self._store is not None:
             try:
                 recovered = self._store.load()
@@ -344,6 +346,17 @@ class Broker:
             return None
         return QpidQueuePolicy.from_arguments(arguments or {}, self._qpid_context)
 
+    def _priority_levels(self, queue: QueueState, qpid_policy: QpidQueuePolicy | None) -> tuple[int, ...] | None:
+        """A queue's priority rule (priority.py): a Qpid queue's levels only when declared with
+        x-qpid-priorities; with a Classic configuration, priority order only where the destination's
+        policy entry says prioritizedMessages; else Artemis's, every priority a level of its own."""
+        if qpid_policy is not None:
+            return qpid_levels(qpid_policy.priorities) if qpid_policy.priorities else None
+        if self.classic_config is not None:
+            destination = destination_of_queue(queue.address, queue.routing_type)
+            return ALL_PRIORITIES if self.classic_config.prioritized_messages_for(destination) else None
+        return ALL_PRIORITIES
+
     def _apply_qpid_policy(self, queue: QueueState, qpid_policy: QpidQueuePolicy | None) -> None:
         """Set the queue's Qpid rule; with a DLQ, create ``<name>_DLQ`` on ``<name>_DLE`` unless it exists."""
         if qpid_policy is not None and qpid_policy.dlq_enabled:
@@ -357,6 +370,7 @@ class Broker:
                 if arguments is not None:
                     dead.set_qpid_policy(QpidQueuePolicy.from_arguments(arguments), self._qpid_rules)
         queue.set_qpid_policy(qpid_policy, self._qpid_rules)
+        queue.set_levels(self._priority_levels(queue, qpid_policy))
 
     def delete_queue(self, name: str) -> int:
         """Delete a queue and its messages; returns how many messages it held.

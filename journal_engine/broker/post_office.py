@@ -24,7 +24,7 @@ from ..limits import MESSAGE_ID_BLOCK, PRIORITY_DEFAULT
 from ..message_store.message_store import MessageStore, RecoveredReferences
 from .artemis.address_settings import AddressSettingsRepository
 from .message import MessageData
-from .priority import PriorityLevels
+from .priority import ALL_PRIORITIES, PriorityLevels
 from .queue import KILLED, NORMAL, READY, AddressState, AutoDelete, QueueState, Reference
 from .timers import DeliveryTimers
 
@@ -55,6 +55,10 @@ class PostOffice:
         self._start_message_ids(1)
         self._next_queue_id = 1
         self._unrouted = 0
+        #: (queue, its queue-declare arguments) -> its priority rule (priority.py): the broker's rule
+        #: (Artemis's, Classic's policy entries, a Qpid queue's x-qpid-priorities); set before load
+        self.priority_rule: Callable[[QueueState, dict | None], tuple[int, ...] | None] = (
+            lambda queue, arguments: ALL_PRIORITIES)
 
     # ------------------------------------------------------------------------------- ids and counts
     def _start_message_ids(self, first: int) -> None:
@@ -113,6 +117,7 @@ class PostOffice:
             rule = AutoDelete(*stored.auto_delete) if stored.auto_delete is not None else None
             queue = QueueState(stored.name, queue_id, stored.address, stored.routing_type, stored.filter, True,
                                self._lock, auto_created=stored.auto_created, auto_delete=rule, created_ms=now_ms)
+            queue.level_of = self.priority_rule(queue, stored.arguments)
             self._bind(queue)
         self._next_queue_id = state.max_queue_id + 1
         self._start_message_ids(max(state.max_message_id + 1, state.message_id_floor, 1))
@@ -231,6 +236,7 @@ class PostOffice:
         self._next_queue_id = queue_id + 1
         queue = QueueState(name, queue_id, address, routing_type, filter, durable, self._lock,
                            auto_created=auto_created, auto_delete=auto_delete, created_ms=now_ms)
+        queue.level_of = self.priority_rule(queue, arguments)
         self._bind(queue)
         return queue
 

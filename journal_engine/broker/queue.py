@@ -119,6 +119,20 @@ class QueueState:
             ready = self.ready = PriorityLevels(level_of, ready)
         return ready
 
+    def set_levels(self, level_of: tuple[int, ...] | None) -> None:
+        """Give the queue another priority rule (priority.py; None: FIFO). Ready references held under
+        the old one are put back in message order under the new one."""
+        if level_of == self.level_of:
+            return
+        ready = self.ready
+        regroup = type(ready) is PriorityLevels or (self.level_of is None and bool(ready))
+        self.level_of = level_of
+        if regroup:
+            held = sorted(ready, key=lambda ref: ref.data.message_id)
+            self.ready = deque()
+            for ref in held:
+                self.ready_for(ref.data).append(ref)
+
     def add_sorted(self, ref: Reference) -> None:
         """Put a returned reference back in message order (Artemis's addSorted) within its priority
         level: usually the level's head."""
