@@ -479,7 +479,7 @@ class Broker:
             check_time(scheduled_delivery_time, "scheduled_delivery_time")
         if routing_type is not None and routing_type not in ROUTING_TYPES:
             raise ConfigError("routing_type", routing_type, "use None, 'anycast' or 'multicast'")
-        if priority != PRIORITY_DEFAULT or type(priority) is not int:
+        if priority is not PRIORITY_DEFAULT:    # the default's own object skips the check; any other is checked
             check_priority(priority)
         transacted = session is not None and session.transacted
         post_office = self._post_office

@@ -2,9 +2,10 @@
 
 A queue keeps its deliverable references in a deque (head = next to deliver); a recovered queue in a
 ReadyQueue, which makes them from the recovery's columns a chunk at a time; a queue holding messages
-of more than one priority level in PriorityLevels (priority.py), a deque or ReadyQueue per level. Scheduled references
-(sent with a delivery time, or waiting for a redelivery delay) sit in the broker's timer heap until
-due, then go to the head of their queue, as Artemis's ScheduledDeliveryHandler does. A reference that
+of more than one priority level in PriorityLevels (priority.py), a deque or ReadyQueue per level.
+Scheduled references (sent with a delivery time, or waiting for a redelivery delay) sit in the
+broker's timer heap until due, then go to the head of their queue (of their level), as Artemis's
+ScheduledDeliveryHandler does. A reference that
 leaves the deque by another way than a delivery (the expiry reaper) is only marked DONE and skipped
 when reached: removing it from the middle of the deque would cost O(n).
 """
