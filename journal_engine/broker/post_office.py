@@ -154,23 +154,44 @@ class PostOffice:
                         timers.watch_expiry(ref)
 
     def _recovered_levels(self, queue: QueueState, columns, messages) -> PriorityLevels:
-        """A recovered queue's ready references of several priorities: the rows of each level (in
-        message order) made a chunk at a time by a ReadyQueue of their own, as a one-level queue's are."""
+        """A recovered queue's ready references of several priorities: a ReadyQueue per level, its rows
+        made a chunk at a time as a one-level queue's are. Only the rows per level are counted here
+        (in C); the columns are split into levels at the first use of any of them, so a recovered queue
+        costs nothing per message until then."""
+        level_of = queue.level_of
+        raw = columns.priorities.tobytes()
+        rows: dict[int, int] = {}
+        for priority, level in enumerate(level_of):
+            if (count := raw.count(bytes((priority,)))):
+                rows[level] = rows.get(level, 0) + count
+        makers: dict = {}       # level -> its make(start, stop), all made at the first call of any
+
+        def make_of(level: int) -> Callable[[int, int], list[Reference]]:
+            def make(start: int, stop: int) -> list[Reference]:
+                if not makers:
+                    for each, (ids, counts) in self._split_levels(columns, level_of, rows).items():
+                        makers[each] = self._recovered_references(queue, ids, counts, True, messages)
+                return makers[level](start, stop)
+            return make
+        return PriorityLevels.of_levels(level_of, {level: ReadyQueue(make_of(level), count)
+                                                   for level, count in sorted(rows.items())})
+
+    @staticmethod
+    def _split_levels(columns, level_of: tuple[int, ...], rows: dict[int, int]) -> dict[int, tuple[array, array]]:
+        """The message ids and delivery counts of each level's rows, in message order."""
         message_ids, counts, priorities = columns.message_ids, columns.delivery_counts, columns.priorities
         if not columns.ascending:
             order = sorted(range(len(message_ids)), key=message_ids.__getitem__)
             message_ids, counts, priorities = (array(column.typecode, [column[i] for i in order])
                                                for column in (message_ids, counts, priorities))
-        level_of = queue.level_of
         raw = priorities.tobytes()
-        levels = {}
-        for level in sorted({level_of[priority] for priority in set(raw)}):
+        out = {}
+        for level in rows:
             # the rows of this level, picked in C: a byte per row, 1 where its priority takes this level
             mask = raw.translate(bytes(int(priority < len(level_of) and level_of[priority] == level)
                                        for priority in range(256)))
-            ids, level_counts = array("Q", compress(message_ids, mask)), array("I", compress(counts, mask))
-            levels[level] = ReadyQueue(self._recovered_references(queue, ids, level_counts, True, messages), len(ids))
-        return PriorityLevels.of_levels(level_of, levels)
+            out[level] = array("Q", compress(message_ids, mask)), array("I", compress(counts, mask))
+        return out
 
     @staticmethod
     def _recovered_references(queue: QueueState, message_ids, counts, ascending: bool,
