@@ -11,7 +11,9 @@
   close spends saving the checkpoint when every file was written since the load.
 * ``Broker(dir)`` recovery of 1M durable messages in 10 queues, up to the first ``receive()``, and
   then receiving every message once (lazy at load must not mean slow at first use); CPU seconds
-  (``time.process_time``) beside the wall time, which other work on the machine moves more.
+  (``time.process_time``) beside the wall time, which other work on the machine moves more. Twice:
+  every message of the default priority (the common queue), and priorities 0-9 mixed (each queue
+  in ten levels, each level made a chunk at a time).
 
 Sizes: ``JOURNAL_BENCH_RECOVERY_RECORDS`` (default 1,000,000), ``JOURNAL_BENCH_RECOVERY_PAIRS``
 (default 7). Run: ``python -m pytest bench/test_bench_recovery.py --benchmark-only -s``.
@@ -211,15 +213,17 @@ def test_load_and_read_every_body_against_an_lmdb_scan(benchmark, stores):
           f"CRC32C'd) {statistics.median(floors):.3f} s: {statistics.median(c / f for c, f in zip(copies, floors)):.2f}x")
 
 
-@pytest.fixture(scope="module")
-def broker_directory(bench_root):
+@pytest.fixture(scope="module", params=["one priority", "mixed priorities"])
+def broker_directory(request, bench_root):
     directory = bench_root / "broker-recovery"
     shutil.rmtree(directory, ignore_errors=True)
+    mixed = request.param == "mixed priorities"
     broker = Broker(directory)
     for queue in range(QUEUES):
         broker.create_queue(f"q{queue}")
     for sent in range(RECORDS):
-        broker.send(f"q{sent % QUEUES}", BODY)
+        # mixed: the priorities cycle through 0-9 on each queue (QUEUES is 10: sent // QUEUES steps them)
+        broker.send(f"q{sent % QUEUES}", BODY, priority=(sent // QUEUES) % 10 if mixed else 4)
     broker.close()
     yield directory
     shutil.rmtree(directory, ignore_errors=True)
@@ -236,7 +240,7 @@ def _receive_every_message(broker) -> int:
 
 
 @pytest.mark.benchmark(group="recovery")
-def test_broker_recovery_to_the_first_receive(benchmark, broker_directory):
+def test_broker_recovery_to_the_first_receive(benchmark, broker_directory, request):
     seconds, cpu_seconds, every_seconds, every_cpu_seconds = [], [], [], []
 
     def recover():
@@ -257,12 +261,14 @@ def test_broker_recovery_to_the_first_receive(benchmark, broker_directory):
     benchmark.pedantic(recover, rounds=3, iterations=1)
     median, cpu = statistics.median(seconds), statistics.median(cpu_seconds)
     every, every_cpu = statistics.median(every_seconds), statistics.median(every_cpu_seconds)
-    benchmark.extra_info.update({"messages": RECORDS, "queues": QUEUES, "seconds_median": round(median, 3),
+    benchmark.extra_info.update({"messages": RECORDS, "queues": QUEUES, "priorities": request.node.callspec.id,
+                                 "seconds_median": round(median, 3),
                                  "cpu_seconds_median": round(cpu, 3), "messages_per_s": round(RECORDS / median),
                                  "messages_per_cpu_s": round(RECORDS / cpu),
                                  "receive_every_message_seconds_median": round(every, 3),
                                  "receive_every_message_cpu_seconds_median": round(every_cpu, 3)})
-    print(f"\nBroker(dir) recovery of {RECORDS} messages in {QUEUES} queues to the first receive(): "
+    print(f"\nBroker(dir) recovery of {RECORDS} messages ({request.node.callspec.id}) in {QUEUES} queues to the "
+          f"first receive(): "
           f"{median:.3f} s ({cpu:.3f} s CPU) median of 3, {RECORDS / median:,.0f} msg/s "
           f"({RECORDS / cpu:,.0f} per CPU second); then receiving every message once: {every:.3f} s "
           f"({every_cpu:.3f} s CPU)")

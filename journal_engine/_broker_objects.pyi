@@ -22,10 +22,11 @@ class MessageData:
     durable: bool
     expiration: int
     routing_type: str | None
+    priority: int
     durable_refs: int
     public_id: int
     def __init__(self, message_id: int, address: str, body: bytes, properties: dict[str, Any] | None,
-                 durable: bool, expiration: int, routing_type: str | None) -> None: ...
+                 durable: bool, expiration: int, routing_type: str | None, priority: int = ...) -> None: ...
     @property
     def body(self) -> bytes:
         """The body; a recovered message's is read from the store when first asked for (its delivery)."""
@@ -96,6 +97,8 @@ class Message:
     def expiration(self) -> int: ...
     @property
     def routing_type(self) -> str | None: ...
+    @property
+    def priority(self) -> int: ...
     @property
     def redelivered(self) -> bool: ...
 

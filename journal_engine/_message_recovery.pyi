@@ -33,6 +33,9 @@ class QueueReferences:
     @property
     def shared(self) -> bool:
         """Some message has a live reference on another queue too."""
+    @property
+    def priorities(self) -> array[int] | None:
+        """array 'B': each reference's message priority; None when all are of the default priority."""
     def __len__(self) -> int: ...
 
 @final
@@ -104,13 +107,13 @@ def recover_messages(records: Mapping[int, Any], known_queues: Iterable[int], no
     The rules of replaying references live here and in the twin only."""
 
 def decode_message_fields(message_id: int, body: bytes, path: Any = None
-                          ) -> tuple[str, bytes, dict[str, Any], bool, int, str | None]:
-    """(address, body, properties, durable, expiration, routing_type) of one ADD_MESSAGE body, as
+                          ) -> tuple[str, bytes, dict[str, Any], bool, int, str | None, int]:
+    """(address, body, properties, durable, expiration, routing_type, priority) of one ADD_MESSAGE body, as
     record_format.decode_message reads them (its CorruptRecordError for a body it rejects)."""
 
 def decode_messages_fields(bodies: Mapping[int, bytes], message_ids: Iterable[int], path: Any = None,
                            with_bodies: bool = True
-                           ) -> list[tuple[str, bytes | None, dict[str, Any], bool, int, str | None]]:
+                           ) -> list[tuple[str, bytes | None, dict[str, Any], bool, int, str | None, int]]:
     """``decode_message_fields`` of many messages (each body from ``bodies``), in the order of
     ``message_ids``; a recovery's MessageBodies is read straight from the journal's columns.
     ``with_bodies`` False: the body of a message without properties is None (not copied)."""

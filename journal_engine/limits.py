@@ -182,6 +182,12 @@ SELECTOR_LENGTH_MAX = 64 * 1024         # characters; a filter longer than this 
 SELECTOR_NESTING_DEPTH_MAX = 64         # parentheses, NOT and sign chains: ~9 frames a level stays far below the recursion limit
 ADDRESS_SETTINGS_CACHE_ENTRIES_MAX = 65536      # per repository; past it the cache starts over (addresses are unbounded)
 REDELIVERY_DELAYS_LENGTH_MAX = 10_000
+# a message's priority, JMS's range: higher is delivered first; a message sent without one has the default
+PRIORITY_MIN = 0
+PRIORITY_MAX = 9
+PRIORITY_DEFAULT = 4
+# a Qpid queue's x-qpid-priorities: levels a queue may have (an AMQP 0-9-1 priority is a byte)
+QPID_PRIORITIES_MAX = 255
 # serve-stomp (integrations/stomp_frames.py): a STOMP frame past this many bytes (command, headers and
 # body) is refused with an ERROR frame before it is read whole, so one client cannot fill the server's
 # memory; past this many header lines likewise. A socket read takes up to STOMP_READ_BYTES at a time.

@@ -21,6 +21,12 @@ A DUPLICATE_ID record is one entry of an address's duplicate-id cache (Artemis's
 written in the same record group or transaction as the message that brought the id, deleted when
 the cache's ring overwrites it. Its record id comes from the message ids' counter.
 
+A message body (45) starts with MESSAGE_HEAD: u8 format version, u8 flags, u8 routing type, u8
+priority, i64 expiration ms. Version 1 (every message of the default priority, 4) has a zero byte
+where version 2 has the priority (0-9): a message of the default priority is written as version 1,
+byte for byte as before priorities, so journals written before read unchanged, and a reader of
+version 1 only refuses the messages it would misread.
+
 Artemis encodes the same fields big-endian (Java); the sizes and meanings are the same.
 The compiled writer (pyx/journal_engine/_record_writer.pyx) encodes 32, 33, 34, 36 and the message
 head itself, byte for byte as the encoders below, from the constants it checks against this module.
@@ -32,7 +38,7 @@ import struct
 from dataclasses import dataclass, field
 
 from .errors import CorruptRecordError
-from .limits import FRAME_HEADER_SIZE_BYTES, I64_MAX, I64_MIN
+from .limits import FRAME_HEADER_SIZE_BYTES, I64_MAX, I64_MIN, PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 
 
 class RecordKind(enum.IntEnum):
@@ -141,6 +147,8 @@ _ROUTING_NAMES = {code: name for name, code in ROUTING_TYPES.items()}
 QUEUE_ROUTING_TYPES = ("anycast", "multicast")
 
 MESSAGE_FORMAT_VERSION = 1
+MESSAGE_WITH_PRIORITY_FORMAT_VERSION = 2        # version 1 with the priority where version 1 has a zero byte
+MESSAGE_FORMAT_VERSIONS = (MESSAGE_FORMAT_VERSION, MESSAGE_WITH_PRIORITY_FORMAT_VERSION)
 QUEUE_FORMAT_VERSION = 1
 QUEUE_WITH_ARGUMENTS_FORMAT_VERSION = 2         # version 1 and a property map of queue-declare arguments
 #: a queue's auto-delete rule, kept in version 2's property map under names no queue-declare argument may take
@@ -152,7 +160,7 @@ QUEUE_AUTO_DELETE_DELAY_ARGUMENT = "_JE_AUTO_DELETE_DELAY"            # ms; pres
 QUEUE_AUTO_DELETE_MESSAGE_COUNT_ARGUMENT = "_JE_AUTO_DELETE_MESSAGE_COUNT"   # messages, -1: any number
 _QUEUE_OWN_ARGUMENTS = (QUEUE_AUTO_CREATED_ARGUMENT, QUEUE_AUTO_DELETE_DELAY_ARGUMENT,
                         QUEUE_AUTO_DELETE_MESSAGE_COUNT_ARGUMENT)
-MESSAGE_HEAD = struct.Struct("<BBBxq")         # version, flags, routing type, pad, expiration ms
+MESSAGE_HEAD = struct.Struct("<BBBBq")         # version, flags, routing type, priority (version 1: 0), expiration ms
 QUEUE_HEAD = struct.Struct("<BBBx")            # version, routing type, has filter, pad
 _U32 = struct.Struct("<I")
 _U16 = struct.Struct("<H")
@@ -202,6 +210,7 @@ class StoredMessage:
     durable: bool = True
     expiration: int = 0                 # epoch ms; 0 = never expires
     routing_type: str | None = None     # None, "anycast" or "multicast"
+    priority: int = PRIORITY_DEFAULT    # 0-9, higher first
 
 
 @dataclass(frozen=True)
@@ -430,15 +439,25 @@ def _get_properties(reader: _Reader) -> dict:
 
 # ----- messages ----------------------------------------------------------------------------------------
 
+def _message_head(durable, routing_code: int, expiration: int, priority: int) -> bytes:
+    """MESSAGE_HEAD's bytes: version 1 for the default priority (the bytes written before priorities),
+    else version 2 carrying it."""
+    if priority == PRIORITY_DEFAULT:
+        return MESSAGE_HEAD.pack(MESSAGE_FORMAT_VERSION, FLAG_DURABLE if durable else 0, routing_code, 0, expiration)
+    return MESSAGE_HEAD.pack(MESSAGE_WITH_PRIORITY_FORMAT_VERSION, FLAG_DURABLE if durable else 0, routing_code,
+                             priority, expiration)
+
+
 def encode_message(address: str, body, *, properties: dict | None = None, durable: bool = True,
-                   expiration: int = 0, routing_type: str | None = None) -> bytes:
-    """Body of ADD_MESSAGE (45): version, flags, routing type, expiration, address, body, properties."""
+                   expiration: int = 0, routing_type: str | None = None, priority: int = PRIORITY_DEFAULT) -> bytes:
+    """Body of ADD_MESSAGE (45): version, flags, routing type, priority, expiration, address, body, properties."""
     if routing_type not in ROUTING_TYPES:
         raise ValueError(f"routing_type={routing_type!r}: use None, 'anycast' or 'multicast'")
     if not isinstance(expiration, int) or isinstance(expiration, bool) or not 0 <= expiration <= I64_MAX:
         raise ValueError(f"expiration={expiration!r}: an epoch time in ms >= 0 (0 = never)")
-    out = bytearray(MESSAGE_HEAD.pack(MESSAGE_FORMAT_VERSION, FLAG_DURABLE if durable else 0,
-                                       ROUTING_TYPES[routing_type], expiration))
+    if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ValueError(f"priority={priority!r}: an int from {PRIORITY_MIN} to {PRIORITY_MAX}")
+    out = bytearray(_message_head(durable, ROUTING_TYPES[routing_type], expiration, priority))
     _put_text(out, address, "address")
     raw_body = bytes(body)
     out += _U32.pack(len(raw_body))
@@ -450,10 +469,16 @@ def encode_message(address: str, body, *, properties: dict | None = None, durabl
 def decode_message(message_id: int, data: bytes, *, path=None) -> StoredMessage:
     """The inverse of encode_message; a malformed body raises CorruptRecordError naming the record."""
     reader = _Reader(bytes(data), message_id, RecordType.ADD_MESSAGE, path, "message")
-    version, flags, routing, expiration = reader.unpack(MESSAGE_HEAD, "message header")
-    if version != MESSAGE_FORMAT_VERSION:
+    version, flags, routing, priority, expiration = reader.unpack(MESSAGE_HEAD, "message header")
+    if version not in MESSAGE_FORMAT_VERSIONS:
         reader.pos = 0
-        raise reader.fail(f"message format version {version}; this version reads {MESSAGE_FORMAT_VERSION}")
+        raise reader.fail(f"message format version {version}; this version reads {MESSAGE_FORMAT_VERSION} and "
+                          f"{MESSAGE_WITH_PRIORITY_FORMAT_VERSION}")
+    if version == MESSAGE_FORMAT_VERSION:
+        priority = PRIORITY_DEFAULT     # the byte is padding
+    elif priority > PRIORITY_MAX:
+        reader.pos = 3
+        raise reader.fail(f"priority {priority}; at most {PRIORITY_MAX}")
     if routing not in _ROUTING_NAMES:
         reader.pos = 2
         raise reader.fail(f"unknown routing type code {routing}")
@@ -469,7 +494,7 @@ def decode_message(message_id: int, data: bytes, *, path=None) -> StoredMessage:
     properties = _get_properties(reader)
     reader.end()
     return StoredMessage(message_id, address, body, properties, bool(flags & FLAG_DURABLE), expiration,
-                         _ROUTING_NAMES[routing])
+                         _ROUTING_NAMES[routing], priority)
 
 
 # ----- queues --------------------------------------------------------------------------------------------
@@ -572,12 +597,16 @@ def _text_properties(properties: dict) -> bytes | None:
     return block
 
 
-def encode_plain_message(address, body, properties, durable, expiration, routing_type) -> bytes:
+def encode_plain_message(address, body, properties, durable, expiration, routing_type,
+                         priority=PRIORITY_DEFAULT) -> bytes:
     """encode_message's bytes for the common message (no properties, or text properties), in a
     fraction of its time: the head and the address of messages without an expiration are encoded
     once per address, a map of text properties once while it is in a small cache. Anything else (or
     anything invalid) goes through encode_message itself. Byte-identical output is checked in
-    tests/broker/test_broker_store.py."""
+    tests/broker/test_broker_store.py. Only messages of the default priority take the fast path."""
+    if type(priority) is not int or priority != PRIORITY_DEFAULT:
+        return encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
+                              routing_type=routing_type, priority=priority)
     if type(body) is bytes and type(expiration) is int and expiration == 0:
         prefix = _PREFIXES.get((address, durable, routing_type))
         if prefix is not None:
@@ -592,8 +621,7 @@ def encode_plain_message(address, body, properties, durable, expiration, routing
         return encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
                               routing_type=routing_type)
     raw = address.encode("utf-8")
-    head = MESSAGE_HEAD.pack(MESSAGE_FORMAT_VERSION, FLAG_DURABLE if durable else 0, ROUTING_TYPES[routing_type],
-                             expiration)
+    head = _message_head(durable, ROUTING_TYPES[routing_type], expiration, PRIORITY_DEFAULT)
     prefix = head + _U32_PACK(len(raw)) + raw
     if expiration == 0:
         if len(_PREFIXES) >= _PREFIXES_MAX:

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..limits import READY_CHUNK
+from ..limits import PRIORITY_DEFAULT, READY_CHUNK
 from ..record_format import MESSAGE_ID_PROPERTY
 
 __all__ = ["MessageData", "Reference", "Message", "delivery_of", "READY", "SCHEDULED", "DELIVERING", "DONE",
@@ -30,10 +30,10 @@ class MessageData:
     the message store holds (the store deletes the message when the last of those is acknowledged)."""
 
     __slots__ = ("message_id", "address", "_body", "_source", "properties", "durable", "expiration",
-                 "routing_type", "durable_refs", "public_id", "_view")
+                 "routing_type", "durable_refs", "public_id", "_view", "priority")
 
     def __init__(self, message_id: int, address: str, body: bytes, properties: dict | None, durable: bool,
-                 expiration: int, routing_type: str | None) -> None:
+                 expiration: int, routing_type: str | None, priority: int = PRIORITY_DEFAULT) -> None:
         self.message_id = message_id
         self.address = address
         self._body: bytes | None = body       # None: a recovered message's body, not read yet
@@ -42,6 +42,7 @@ class MessageData:
         self.durable = durable
         self.expiration = expiration          # epoch ms, 0 = never
         self.routing_type = routing_type      # None, "anycast" or "multicast"
+        self.priority = priority              # 0-9, higher delivered first
         self.durable_refs = 0                 # references the store holds (> 0: the store holds the message)
         self.public_id = message_id           # the id consumers see (a Classic or Qpid copy keeps its original's)
         self._view: Mapping[str, Any] | None = None
@@ -230,6 +231,10 @@ class Message:
         return self._data.routing_type
 
     @property
+    def priority(self) -> int:
+        return self._data.priority
+
+    @property
     def redelivered(self) -> bool:
         return self.delivery_count > 1
 
@@ -244,11 +249,12 @@ def recovered_datas(message_ids, fields, durable_refs: int, source: Any = None) 
     stored message becomes the broker's (the id consumers see comes out of its properties). A body
     None in ``fields`` is read from ``source`` (``source.body(message_id)``) when first asked for."""
     datas = []
-    for message_id, (address, body, properties, durable, expiration, routing_type) in zip(message_ids, fields):
+    for message_id, (address, body, properties, durable, expiration, routing_type, priority) in zip(message_ids,
+                                                                                                    fields):
         if body is None and source is None:
             raise ValueError(f"message {message_id}: a body left unread needs the source that reads it")
         public_id = properties.pop(MESSAGE_ID_PROPERTY, None) if properties else None
-        data = MessageData(message_id, address, body, properties or None, durable, expiration, routing_type)
+        data = MessageData(message_id, address, body, properties or None, durable, expiration, routing_type, priority)
         if body is None:
             data._source = source
         if public_id is not None:

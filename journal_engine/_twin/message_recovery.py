@@ -9,7 +9,7 @@ import ctypes
 from array import array
 
 from ..errors import CorruptRecordError
-from ..limits import ONE_QUEUE_ID_MAX
+from ..limits import ONE_QUEUE_ID_MAX, PRIORITY_DEFAULT
 from .livemap import LiveMap
 from ..record_format import RecordType, decode_delivery_count, decode_message, decode_queue_id, decode_scheduled_time
 
@@ -22,11 +22,12 @@ _REFERENCE_UPDATES = {RecordType.UPDATE_DELIVERY_COUNT: (decode_delivery_count, 
 class QueueReferences:
     """One queue's recovered references as columns, in store order (see the compiled module)."""
 
-    __slots__ = ("message_ids", "delivery_counts", "scheduled_times", "ascending", "timed", "shared")
+    __slots__ = ("message_ids", "delivery_counts", "scheduled_times", "ascending", "timed", "shared", "priorities")
 
     def __init__(self) -> None:
         self.message_ids, self.delivery_counts, self.scheduled_times = array("Q"), array("I"), array("Q")
         self.ascending, self.timed, self.shared = True, False, False
+        self.priorities: array | None = None    # array 'B' once some message is not of the default priority
 
     def __len__(self) -> int:
         return len(self.message_ids)
@@ -107,7 +108,7 @@ def recover_messages(records, known_queues, now_ms: int, shadow_counts=None, pat
                                  f"({int(RecordType.ADD_MESSAGE)}); ignored")
             continue
         try:
-            expiration = decode_message(message_id, bytes(rec.body), path=path).expiration
+            stored = decode_message(message_id, bytes(rec.body), path=path)
             live = _live_references(message_id, rec.updates, out.anomalies, path)
         except CorruptRecordError as error:
             out.corrupt.append(error)       # the message is left out
@@ -115,14 +116,14 @@ def recover_messages(records, known_queues, now_ms: int, shadow_counts=None, pat
         if not live:
             out.unreferenced.append(message_id)
             continue
-        _gather(out, gathered, message_id, live, expiration, now_ms, shadow_counts)
+        _gather(out, gathered, message_id, live, stored.expiration, stored.priority, now_ms, shadow_counts)
         _keep(out, message_id, rec.body, live)
     out.references, out.max_record_id = gathered, max_id
     return out
 
 
-def _gather(out: MessageRecovery, gathered: dict, message_id: int, live: dict, expiration: int, now_ms: int,
-            shadow_counts) -> None:
+def _gather(out: MessageRecovery, gathered: dict, message_id: int, live: dict, expiration: int, priority: int,
+            now_ms: int, shadow_counts) -> None:
     """Each live reference of a message onto its queue's references (onto ``unknown_references`` when the
     bindings journal holds no such queue): a scheduled time at or before now becomes 0, a shadow count
     that differs from the journal's goes to ``from_shadow``."""
@@ -147,6 +148,10 @@ def _gather(out: MessageRecovery, gathered: dict, message_id: int, live: dict, e
             refs.ascending = False
         refs.timed = refs.timed or bool(scheduled_ms or expiration)
         refs.shared = refs.shared or len(live) > 1
+        if priority != PRIORITY_DEFAULT and refs.priorities is None:
+            refs.priorities = array("B", [PRIORITY_DEFAULT]) * len(refs.message_ids)
+        if refs.priorities is not None:
+            refs.priorities.append(priority)
         refs.message_ids.append(message_id)
         refs.delivery_counts.append(count)
         refs.scheduled_times.append(scheduled_ms)
@@ -163,9 +168,10 @@ def _keep(out: MessageRecovery, message_id: int, body, live: dict) -> None:
 
 
 def decode_message_fields(message_id: int, body, path=None) -> tuple:
-    """(address, body, properties, durable, expiration, routing_type) of one ADD_MESSAGE body."""
+    """(address, body, properties, durable, expiration, routing_type, priority) of one ADD_MESSAGE body."""
     stored = decode_message(message_id, bytes(body), path=path)
-    return stored.address, stored.body, stored.properties, stored.durable, stored.expiration, stored.routing_type
+    return (stored.address, stored.body, stored.properties, stored.durable, stored.expiration, stored.routing_type,
+            stored.priority)
 
 
 def decode_messages_fields(bodies: dict, message_ids, path=None, with_bodies: bool = True) -> list[tuple]:

@@ -44,7 +44,8 @@ from ..errors import (ConfigError, DuplicateIdError, JournalClosedError, Message
                       UnknownQueueError)
 from ..message_store.message_store import MessageStore
 from ..limits import (ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, ID_CACHE_SIZE_DEFAULT,
-                      MAX_REDELIVERY_RECORDS_DEFAULT, PERSIST_ID_CACHE_DEFAULT, REDRIVES_MAX_DEFAULT)
+                      MAX_REDELIVERY_RECORDS_DEFAULT, PERSIST_ID_CACHE_DEFAULT, PRIORITY_DEFAULT,
+                      REDRIVES_MAX_DEFAULT)
 from ..limits import check_max_redelivery_records as check_cap
 from .artemis.address_settings import AddressSettings, AddressSettingsRepository
 from .artemis.redelivery_rules import ArtemisRedeliveryRules
@@ -53,6 +54,7 @@ from .config.safe_xml import check_scan_period
 from .config.systems import load as load_config, merged_switch
 from .clock import Clock, WallClock
 from .classic.dead_letters import ClassicDeadLetters
+from .classic.destinations import destination_of_queue
 from .classic.config import ClassicBrokerConfig
 from .classic.expiry_scans import DestinationExpiryScans
 from .classic.policy import ClassicRedeliveryPolicy
@@ -66,6 +68,7 @@ from .gate import Gate
 from .message import Message, MessageData
 from .operations import SessionOperations
 from .post_office import PostOffice
+from .priority import ALL_PRIORITIES, check_priority, qpid_levels
 from .qpid.queue_policy import (DLQ_ENABLED_ARGUMENT, MAXIMUM_DELIVERY_COUNT_ARGUMENT, QpidQueuePolicy,
                                 QpidVirtualHostContext, dead_letter_exchange_name, dead_letter_queue_name,
                                 storable_arguments)
@@ -227,6 +230,7 @@ class Broker:
         self._duplicates = DuplicateIds(0 if classic_config is not None else id_cache_size, persist_id_cache,
                                         self._dialect.duplicate_id, self._store,
                                         lambda: next(post_office.message_ids, 0) or post_office.new_message_id())
+        post_office.priority_rule = lambda queue, arguments: self._priority_levels(queue, self._qpid_policy(arguments))
         if self._store is not None:
             try:
                 recovered = self._store.load()
@@ -342,6 +346,17 @@ class Broker:
             return None
         return QpidQueuePolicy.from_arguments(arguments or {}, self._qpid_context)
 
+    def _priority_levels(self, queue: QueueState, qpid_policy: QpidQueuePolicy | None) -> tuple[int, ...] | None:
+        """A queue's priority rule (priority.py): a Qpid queue's levels only when declared with
+        x-qpid-priorities; with a Classic configuration, priority order only where the destination's
+        policy entry says prioritizedMessages; else Artemis's, every priority a level of its own."""
+        if qpid_policy is not None:
+            return qpid_levels(qpid_policy.priorities) if qpid_policy.priorities else None
+        if self.classic_config is not None:
+            destination = destination_of_queue(queue.address, queue.routing_type)
+            return ALL_PRIORITIES if self.classic_config.prioritized_messages_for(destination) else None
+        return ALL_PRIORITIES
+
     def _apply_qpid_policy(self, queue: QueueState, qpid_policy: QpidQueuePolicy | None) -> None:
         """Set the queue's Qpid rule; with a DLQ, create ``<name>_DLQ`` on ``<name>_DLE`` unless it exists."""
         if qpid_policy is not None and qpid_policy.dlq_enabled:
@@ -355,6 +370,7 @@ class Broker:
                 if arguments is not None:
                     dead.set_qpid_policy(QpidQueuePolicy.from_arguments(arguments), self._qpid_rules)
         queue.set_qpid_policy(qpid_policy, self._qpid_rules)
+        queue.set_levels(self._priority_levels(queue, qpid_policy))
 
     def delete_queue(self, name: str) -> int:
         """Delete a queue and its messages; returns how many messages it held.
@@ -425,7 +441,8 @@ class Broker:
 
     # ------------------------------------------------------------------------------- sending
     def send(self, address: str, body, *, properties: Mapping | None = None, durable: bool = True,
-             expiration: int = 0, scheduled_delivery_time: int = 0, routing_type: str | None = None) -> int | None:
+             expiration: int = 0, scheduled_delivery_time: int = 0, routing_type: str | None = None,
+             priority: int = PRIORITY_DEFAULT) -> int | None:
         """Send a message to an address; returns its message id, or None for a duplicate: a message
         whose duplicate id (property ``_AMQ_DUPL_ID``, bytes or str; ``_HQ_DUPL_ID`` in the HornetQ
         dialect) the address saw among its last ``id_cache_size`` ids is not routed and stores nothing.
@@ -434,16 +451,18 @@ class Broker:
         both the anycast and the multicast queues of the address; "anycast" or "multicast" only
         those. A message no queue accepts goes to the dead-letter address when the address's settings
         say ``send_to_dla_on_no_route``, else is dropped (counted in stats()["unrouted"]).
+        priority 0-9 (JMS): a queue delivers its highest priority first, FIFO within one (Artemis; a
+        Classic destination only with ``prioritizedMessages``, a Qpid queue with ``x-qpid-priorities``).
         In "group" sync mode a durable send returns before the disk has it (durable within the
         group-commit window); ``sync()`` waits for everything sent before it.
         Raises TypeError for a body that is not bytes-like, ValueError (ConfigError) for bad arguments,
         JournalClosedError when the broker is closed; store errors (StoreFullError, ...) propagate.
         """
         return self._send(address, body, properties, durable, expiration, scheduled_delivery_time, routing_type,
-                          None)
+                          None, priority)
 
     def _send(self, address, body, properties, durable, expiration, scheduled_delivery_time, routing_type,
-              session: Session | None) -> int:
+              session: Session | None, priority: int = PRIORITY_DEFAULT) -> int:
         if type(body) is not bytes:
             if not isinstance(body, (bytes, bytearray, memoryview)):
                 raise TypeError(f"body must be bytes, not {type(body).__name__}")
@@ -460,6 +479,8 @@ class Broker:
             check_time(scheduled_delivery_time, "scheduled_delivery_time")
         if routing_type is not None and routing_type not in ROUTING_TYPES:
             raise ConfigError("routing_type", routing_type, "use None, 'anycast' or 'multicast'")
+        if priority is not PRIORITY_DEFAULT:    # the default's own object skips the check; any other is checked
+            check_priority(priority)
         transacted = session is not None and session.transacted
         post_office = self._post_office
         gate = self._gate
@@ -488,7 +509,7 @@ class Broker:
             if settings.changes_expiration:     # Artemis applyExpiryDelay (no-expiry, expiry-delay, bounds)
                 now = self._clock.now_ms()
                 expiration = settings.expiration_for(expiration, now)
-            data = MessageData(message_id, address, body, properties, durable, expiration, routing_type)
+            data = MessageData(message_id, address, body, properties, durable, expiration, routing_type, priority)
             if route is None:
                 self._no_route(data, settings, scheduled_delivery_time, session)
                 if duplicate_id is not None and not transacted:

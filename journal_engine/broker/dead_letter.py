@@ -148,7 +148,8 @@ def make_copy(original: MessageData, new_id: int, to_address: str, queue_name: s
     if actual_expiry_ms is not None:
         properties[dialect.actual_expiry] = actual_expiry_ms
     add_account(properties, reason, now_ms, delivery_count, failures)
-    return MessageData(new_id, to_address, original.body, properties, original.durable, 0, routing_type)
+    return MessageData(new_id, to_address, original.body, properties, original.durable, 0, routing_type,
+                       original.priority)
 
 
 def log_drop(code: str, data: MessageData, queue_name: str | None, reason: str, why: str) -> None:
@@ -165,7 +166,8 @@ def keeping_copy(original: MessageData, new_id: int, to_address: str, properties
                  expiration: int) -> MessageData:
     """A persistent copy of ``original`` for ``to_address`` under a new store id that keeps the id
     consumers see (Classic and Qpid move the message itself to a DLQ)."""
-    copy = MessageData(new_id, to_address, original.body, properties or None, True, expiration, None)
+    copy = MessageData(new_id, to_address, original.body, properties or None, True, expiration, None,
+                       original.priority)
     copy.public_id = original.public_id
     return copy
 

@@ -42,7 +42,7 @@ class SessionOperations:
 
     create_consumer: Callable[[str, Any, Any], Any]   # (queue name, session, redelivery policy) -> Consumer
     send: Callable[..., int]                          # (address, body, properties, durable, expiration,
-                                                      #  scheduled_delivery_time, routing_type, session)
+                                                      #  scheduled_delivery_time, routing_type, session, priority)
     commit: Callable[[Any], None]
     rollback: Callable[[Any], None]
     close: Callable[[Any], None]

@@ -15,14 +15,16 @@ import sys
 import threading
 from array import array
 from collections.abc import Callable
+from itertools import compress
 from operator import length_hint
 
-from .._impl import ready_references, recovered_datas, release_from_collector
+from .._impl import ReadyQueue, ready_references, recovered_datas, release_from_collector
 from ..errors import QueueExistsError
-from ..limits import MESSAGE_ID_BLOCK
+from ..limits import MESSAGE_ID_BLOCK, PRIORITY_DEFAULT
 from ..message_store.message_store import MessageStore, RecoveredReferences
 from .artemis.address_settings import AddressSettingsRepository
 from .message import MessageData
+from .priority import ALL_PRIORITIES, PriorityLevels
 from .queue import KILLED, NORMAL, READY, AddressState, AutoDelete, QueueState, Reference
 from .timers import DeliveryTimers
 
@@ -53,6 +55,10 @@ class PostOffice:
         self._start_message_ids(1)
         self._next_queue_id = 1
         self._unrouted = 0
+        #: (queue, its queue-declare arguments) -> its priority rule (priority.py): the broker's rule
+        #: (Artemis's, Classic's policy entries, a Qpid queue's x-qpid-priorities); set before load
+        self.priority_rule: Callable[[QueueState, dict | None], tuple[int, ...] | None] = (
+            lambda queue, arguments: ALL_PRIORITIES)
 
     # ------------------------------------------------------------------------------- ids and counts
     def _start_message_ids(self, first: int) -> None:
@@ -111,6 +117,7 @@ class PostOffice:
             rule = AutoDelete(*stored.auto_delete) if stored.auto_delete is not None else None
             queue = QueueState(stored.name, queue_id, stored.address, stored.routing_type, stored.filter, True,
                                self._lock, auto_created=stored.auto_created, auto_delete=rule, created_ms=now_ms)
+            queue.level_of = self.priority_rule(queue, stored.arguments)
             self._bind(queue)
         self._next_queue_id = state.max_queue_id + 1
         self._start_message_ids(max(state.max_message_id + 1, state.message_id_floor, 1))
@@ -122,7 +129,12 @@ class PostOffice:
                 # every reference ready, its message on no other queue: made a chunk at a time as it is used
                 queue.count += len(columns)
                 queue.messages_added += len(columns)
-                queue.restore_later(self._recovered_references(queue, columns, state.messages), len(columns))
+                if columns.priorities is None or queue.level_of is None:
+                    queue.restore_later(self._recovered_references(
+                        queue, columns.message_ids, columns.delivery_counts, columns.ascending, state.messages),
+                        len(columns))
+                else:
+                    queue.ready = self._recovered_levels(queue, columns, state.messages)
                 continue
             references = sorted(references, key=lambda r: r.message_id)
             new_ids = [recovered.message_id for recovered in references if recovered.message_id not in datas]
@@ -137,33 +149,74 @@ class PostOffice:
                 if recovered.scheduled_delivery_time:
                     timers.schedule(ref, recovered.scheduled_delivery_time)
                 else:
-                    queue.ready.append(ref)
+                    queue.ready_for(data).append(ref)
                     if data.expiration:
                         timers.watch_expiry(ref)
 
+    def _recovered_levels(self, queue: QueueState, columns, messages) -> PriorityLevels:
+        """A recovered queue's ready references of several priorities: a ReadyQueue per level, its rows
+        made a chunk at a time as a one-level queue's are. Only the rows per level are counted here
+        (in C); the columns are split into levels at the first use of any of them, so a recovered queue
+        costs nothing per message until then."""
+        level_of = queue.level_of
+        raw = columns.priorities.tobytes()
+        rows: dict[int, int] = {}
+        for priority, level in enumerate(level_of):
+            if (count := raw.count(bytes((priority,)))):
+                rows[level] = rows.get(level, 0) + count
+        makers: dict = {}       # level -> its make(start, stop), all made at the first call of any
+
+        def make_of(level: int) -> Callable[[int, int], list[Reference]]:
+            def make(start: int, stop: int) -> list[Reference]:
+                if not makers:
+                    for each, (ids, counts) in self._split_levels(columns, level_of, rows).items():
+                        makers[each] = self._recovered_references(queue, ids, counts, True, messages)
+                return makers[level](start, stop)
+            return make
+        return PriorityLevels.of_levels(level_of, {level: ReadyQueue(make_of(level), count)
+                                                   for level, count in sorted(rows.items())})
+
     @staticmethod
-    def _recovered_references(queue: QueueState, columns, messages) -> Callable[[int, int], list[Reference]]:
-        """What makes the References of a queue's recovered columns, rows ``start`` to ``stop`` in
-        message order (as load sorts them): those messages decoded in one call of the store
-        (``fields_of``), then their MessageData and References (the queue's ReadyQueue calls it a
-        chunk at a time)."""
+    def _split_levels(columns, level_of: tuple[int, ...], rows: dict[int, int]) -> dict[int, tuple[array, array]]:
+        """The message ids and delivery counts of each level's rows, in message order."""
+        message_ids, counts, priorities = columns.message_ids, columns.delivery_counts, columns.priorities
+        if not columns.ascending:
+            order = sorted(range(len(message_ids)), key=message_ids.__getitem__)
+            message_ids, counts, priorities = (array(column.typecode, [column[i] for i in order])
+                                               for column in (message_ids, counts, priorities))
+        raw = priorities.tobytes()
+        out = {}
+        for level in rows:
+            # the rows of this level, picked in C: a byte per row, 1 where its priority takes this level
+            mask = raw.translate(bytes(int(priority < len(level_of) and level_of[priority] == level)
+                                       for priority in range(256)))
+            out[level] = array("Q", compress(message_ids, mask)), array("I", compress(counts, mask))
+        return out
+
+    @staticmethod
+    def _recovered_references(queue: QueueState, message_ids, counts, ascending: bool,
+                              messages) -> Callable[[int, int], list[Reference]]:
+        """What makes the References of a queue's recovered rows (``message_ids`` and their delivery
+        ``counts``), rows ``start`` to ``stop`` in message order (as load sorts them): those messages
+        decoded in one call of the store (``fields_of``), then their MessageData and References (the
+        queue's ReadyQueue calls it a chunk at a time)."""
         in_order = []       # [message ids, delivery counts] (arrays: no tuple per message), sorted at the first call
 
         def make(start: int, stop: int) -> list[Reference]:
             if not in_order:
-                message_ids, counts = columns.message_ids, columns.delivery_counts
-                if not columns.ascending:
+                if ascending:
+                    in_order[:] = (message_ids, counts)
+                else:
                     order = sorted(range(len(message_ids)), key=message_ids.__getitem__)
-                    message_ids = array(message_ids.typecode, [message_ids[i] for i in order])
-                    counts = array(counts.typecode, [counts[i] for i in order])
-                in_order[:] = (message_ids, counts)
-            message_ids, counts = in_order
+                    in_order[:] = (array(message_ids.typecode, [message_ids[i] for i in order]),
+                                   array(counts.typecode, [counts[i] for i in order]))
+            ordered_ids, ordered_counts = in_order
             collecting = gc.isenabled()
             gc.disable()        # objects that are no garbage, a few per message: no collection passes between them
             try:
-                ids = message_ids[start:stop]
+                ids = ordered_ids[start:stop]
                 datas = recovered_datas(ids, messages.fields_of(ids, bodies=False), 1, messages)
-                references = ready_references(datas, queue, counts[start:stop])
+                references = ready_references(datas, queue, ordered_counts[start:stop])
                 # a message's data refers to nothing that could refer back to it (text, bytes, numbers, a
                 # dict of plain properties): the collector's full passes need not visit them
                 release_from_collector(datas)
@@ -204,6 +257,7 @@ class PostOffice:
         self._next_queue_id = queue_id + 1
         queue = QueueState(name, queue_id, address, routing_type, filter, durable, self._lock,
                            auto_created=auto_created, auto_delete=auto_delete, created_ms=now_ms)
+        queue.level_of = self.priority_rule(queue, arguments)
         self._bind(queue)
         return queue
 
@@ -252,12 +306,12 @@ class PostOffice:
             if duplicate is None:
                 self.store.store_message_references(data.message_id, data.address, data.body, queue_ids,
                                                     properties=data.stored_properties(), expiration=data.expiration,
-                                                    routing_type=data.routing_type)
+                                                    routing_type=data.routing_type, priority=data.priority)
             else:
                 self.store.store_message_references(data.message_id, data.address, data.body, queue_ids,
                                                     properties=data.stored_properties(), expiration=data.expiration,
                                                     routing_type=data.routing_type, duplicate_id=duplicate[0],
-                                                    replaces=duplicate[1])
+                                                    replaces=duplicate[1], priority=data.priority)
             data.durable_refs = len(queue_ids)
             return True
         durable_targets = [queue for queue in targets if queue.durable]
@@ -278,7 +332,7 @@ class PostOffice:
             return True
         message_id = data.message_id
         tx.store_message(message_id, data.address, data.body, properties=data.stored_properties(), durable=True,
-                         expiration=data.expiration, routing_type=data.routing_type)
+                         expiration=data.expiration, routing_type=data.routing_type, priority=data.priority)
         for queue in durable_targets:
             tx.store_reference(queue.queue_id, message_id)
             if scheduled_time:
@@ -308,7 +362,7 @@ class PostOffice:
             if scheduled_time:
                 self.timers.schedule(ref, scheduled_time)
                 continue
-            queue.ready.append(ref)
+            (queue.ready if data.priority == PRIORITY_DEFAULT else queue.ready_for(data)).append(ref)
             if data.expiration:
                 self.timers.watch_expiry(ref)
             if queue.waiters:

@@ -1,9 +1,11 @@
 """Queues, their references, the addresses that route to them, and QueueInfo snapshots.
 
 A queue keeps its deliverable references in a deque (head = next to deliver); a recovered queue in a
-ReadyQueue, which makes them from the recovery's columns a chunk at a time. Scheduled references
-(sent with a delivery time, or waiting for a redelivery delay) sit in the broker's timer heap until
-due, then go to the head of their queue, as Artemis's ScheduledDeliveryHandler does. A reference that
+ReadyQueue, which makes them from the recovery's columns a chunk at a time; a queue holding messages
+of more than one priority level in PriorityLevels (priority.py), a deque or ReadyQueue per level.
+Scheduled references (sent with a delivery time, or waiting for a redelivery delay) sit in the
+broker's timer heap until due, then go to the head of their queue (of their level), as Artemis's
+ScheduledDeliveryHandler does. A reference that
 leaves the deque by another way than a delivery (the expiry reaper) is only marked DONE and skipped
 when reached: removing it from the middle of the deque would cost O(n).
 """
@@ -16,7 +18,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .._impl import ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, ReadyQueue, Reference
+from ..limits import PRIORITY_DEFAULT
 from .message import HEADER_NAMES, MessageData
+from .priority import ALL_PRIORITIES, PriorityLevels, add_sorted
 from .selector import Selector
 
 __all__ = ["QueueInfo", "Reference", "QueueState", "AutoDelete", "AddressState", "READY", "SCHEDULED", "DELIVERING", "DONE",
@@ -43,7 +47,7 @@ class QueueState:
                  "auto_created", "ready", "count", "scheduled", "delivering", "consumers", "waiters", "condition",
                  "messages_added", "messages_acknowledged", "messages_killed", "messages_expired",
                  "messages_dropped", "pending_sends", "deleted", "id_list", "qpid_policy",
-                 "redelivery_rules", "auto_delete", "consumer_removed_ms", "swept", "created_ms")
+                 "redelivery_rules", "auto_delete", "consumer_removed_ms", "swept", "created_ms", "level_of")
 
     def __init__(self, name: str, queue_id: int, address: str, routing_type: str, filter: str | None,
                  durable: bool, lock: threading.Lock, *, auto_created: bool = False,
@@ -57,7 +61,8 @@ class QueueState:
         self.needs_headers = bool(self.selector is not None and self.selector.identifiers & HEADER_NAMES)
         self.durable = durable
         self.auto_created = auto_created
-        self.ready: deque[Reference] | ReadyQueue = deque()
+        self.ready: deque[Reference] | ReadyQueue | PriorityLevels = deque()
+        self.level_of: tuple[int, ...] | None = ALL_PRIORITIES   # priority -> level (None: FIFO); priority.py
         self.count = 0                  # live references: ready + scheduled + delivering
         self.scheduled = 0
         self.delivering = 0
@@ -105,21 +110,48 @@ class QueueState:
             return True
         return selector.matches(data.properties, data.headers() if self.needs_headers else None)
 
-    def add_sorted(self, ref: Reference) -> None:
-        """Put a returned reference back in message order (Artemis's addSorted): usually the head."""
+    def ready_for(self, data: MessageData):
+        """The ready references a reference of ``data`` joins: the queue's PriorityLevels, made here when
+        it is the first of a level other than the default priority's (until then one deque holds all)."""
         ready = self.ready
-        sequence = ref.data.message_id
-        if not ready or sequence < ready[0].data.message_id:
-            ready.appendleft(ref)
-        elif sequence > ready[-1].data.message_id:
-            ready.append(ref)
+        level_of = self.level_of
+        if (data.priority != PRIORITY_DEFAULT and level_of is not None and type(ready) is not PriorityLevels
+                and level_of[data.priority] != level_of[PRIORITY_DEFAULT]):
+            ready = self.ready = PriorityLevels(level_of, ready)
+        return ready
+
+    def set_levels(self, level_of: tuple[int, ...] | None) -> None:
+        """Give the queue another priority rule (priority.py; None: FIFO). Ready references held under
+        the old one are put back in message order under the new one."""
+        if level_of == self.level_of:
+            return
+        ready = self.ready
+        regroup = type(ready) is PriorityLevels or (self.level_of is None and bool(ready))
+        self.level_of = level_of
+        if regroup:
+            held = sorted(ready, key=lambda ref: ref.data.message_id)
+            self.ready = deque()
+            for ref in held:
+                self.ready_for(ref.data).append(ref)
+
+    def add_sorted(self, ref: Reference) -> None:
+        """Put a returned reference back in message order (Artemis's addSorted) within its priority
+        level: usually the level's head."""
+        ready = self.ready_for(ref.data)
+        if type(ready) is PriorityLevels:
+            ready.add_sorted(ref)
         else:
-            for index, other in enumerate(ready):
-                if other.data.message_id > sequence:
-                    ready.insert(index, ref)
-                    break
-            else:
-                ready.append(ref)
+            add_sorted(ready, ref)
+
+    def put_back(self, refs: list[Reference]) -> None:
+        """References due again (scheduled ones falling due) at the head of their levels, in ``refs``'s
+        order (Artemis's ScheduledDeliveryHandler: addHead)."""
+        ready = self.ready
+        if type(ready) is not PriorityLevels and all(ref.data.priority == PRIORITY_DEFAULT for ref in refs):
+            ready.extendleft(reversed(refs))
+            return
+        for ref in reversed(refs):
+            self.ready_for(ref.data).appendleft(ref)
 
     def info(self) -> "QueueInfo":
         return QueueInfo(self.name, self.address, self.filter, self.routing_type, self.durable, self.count,

@@ -111,7 +111,7 @@ class Redrive:
             properties[REDRIVE_TIME] = now
             properties[REDRIVE_SOURCE] = source.name
             copy = MessageData(self._post_office.new_message_id(), destination.address, data.body, properties,
-                               data.durable, data.expiration, data.routing_type)
+                               data.durable, data.expiration, data.routing_type, data.priority)
             moves.append((ref, copy, destination))
         self._store(source, moves)
         for ref, copy, destination in moves:

@@ -22,6 +22,7 @@ import enum
 from typing import Any
 
 from ..errors import JournalError
+from ..limits import PRIORITY_DEFAULT
 from .consumer import Consumer
 from .message import MessageData
 from .operations import SessionOperations
@@ -81,13 +82,14 @@ class Session:
         return self._operations.create_consumer(queue_name, self, redelivery_policy)
 
     def send(self, address: str, body, *, properties: dict | None = None, durable: bool = True,
-             expiration: int = 0, scheduled_delivery_time: int = 0, routing_type: str | None = None) -> int | None:
+             expiration: int = 0, scheduled_delivery_time: int = 0, routing_type: str | None = None,
+             priority: int = PRIORITY_DEFAULT) -> int | None:
         """Send a message (in a transacted session it is routed now and delivered after commit()).
         Arguments and errors as ``Broker.send``; MessageStateError when the session is closed. A
         message whose duplicate id its address has seen (or this transaction sent) returns None and
         makes the transaction rollback-only: commit() then rolls back and raises DuplicateIdError."""
         return self._operations.send(address, body, properties, durable, expiration, scheduled_delivery_time,
-                                     routing_type, self)
+                                     routing_type, self, priority)
 
     def commit(self) -> None:
         """Make the session's sends and acknowledgements durable and visible, all together."""

@@ -106,7 +106,7 @@ class DeliveryTimers:
                 ref.queue.scheduled -= 1
                 due.setdefault(ref.queue, []).append(ref)
             for queue, refs in due.items():
-                queue.ready.extendleft(reversed(refs))
+                queue.put_back(refs)
                 for ref in refs:
                     if ref.data.expiration:
                         self.watch_expiry(ref)

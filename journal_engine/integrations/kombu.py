@@ -68,8 +68,9 @@ from kombu.exceptions import ChannelError
 from kombu.transport import TRANSPORT_ALIASES, virtual
 from kombu.utils.json import dumps, loads
 
-from ..limits import KOMBU_REPLY_TIMEOUT_S, SERVED_PREFETCH_MAX
+from ..limits import KOMBU_REPLY_TIMEOUT_S, PRIORITY_MAX, PRIORITY_MIN, SERVED_PREFETCH_MAX
 from ..served.messages import (DELIVERY_COUNT_HEADER, DUPLICATE_ID_HEADERS, EXPIRES_HEADER, ORIGINAL_DESTINATION_HEADER,
+                               PRIORITY_HEADER,
                                REDELIVERED_HEADER)
 from .exchanges import CONTROL_PREFIX, EXCHANGE_PREFIX, QUEUE_PREFIX, REQUEUE_HEADER, ROUTING_KEY_HEADER
 from .stomp_frames import FrameReader, StompFrame, header_value, pack
@@ -720,6 +721,9 @@ class Channel(virtual.Channel):
         duplicate_id = _duplicate_id_of(message)
         if duplicate_id is not None:
             headers[DUPLICATE_ID_HEADERS[0]] = duplicate_id
+        priority = properties.get("priority")
+        if priority not in (None, ""):      # AMQP's 0-255 clamped to JMS's 0-9, as Artemis's AMQP side does
+            headers[PRIORITY_HEADER] = str(min(max(int(priority), PRIORITY_MIN), PRIORITY_MAX))
         body = dumps(message).encode("utf-8")
         headers["destination"] = destination
         head = b"SEND%s\ncontent-type:application/json\ncontent-length:%d" % (_headers_bytes(headers), len(body))

@@ -29,7 +29,7 @@ from ..errors import (ConfigError, DuplicateRecordError, JournalClosedError, Jou
                       UnknownRecordError)
 from ..limits import (BINDINGS_FILE_SIZE_MAX_BYTES, BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US,
                       COMPACT_MIN_FILES_DEFAULT, COMPACT_PERCENTAGE_DEFAULT, FILE_SIZE_DEFAULT_BYTES,
-                      MAX_REDELIVERY_RECORDS_DEFAULT, MIN_FILES_DEFAULT, SYNC_MODE_DEFAULT, U64_MAX,
+                      MAX_REDELIVERY_RECORDS_DEFAULT, MIN_FILES_DEFAULT, PRIORITY_DEFAULT, SYNC_MODE_DEFAULT, U64_MAX,
                       check_max_redelivery_records)
 from ..record_format import (REPLACEABLE_TYPES, cached_message_head, RecordKind, RecordType, StoredMessage, StoredQueue,
                              decode_duplicate_id, decode_id_counter, decode_queue, encode_duplicate_id,
@@ -129,7 +129,7 @@ class RecoveredMessages(Mapping):
         return StoredMessage(message_id, *self.fields(message_id))
 
     def fields(self, message_id: int) -> tuple:
-        """(address, body, properties, durable, expiration, routing_type) of a message: its
+        """(address, body, properties, durable, expiration, routing_type, priority) of a message: its
         StoredMessage's fields without the object (the broker's first use of a recovered message)."""
         return _impl.decode_message_fields(message_id, self._bodies[message_id], self._path)
 
@@ -623,11 +623,11 @@ class MessageStore:
     # ----- messages and references ----------------------------------------------------------------------
     def store_message(self, message_id: int, address: str, body, *, properties: dict | None = None,
                       durable: bool = True, expiration: int = 0, routing_type: str | None = None,
-                      sync: bool | None = None) -> None:
+                      sync: bool | None = None, priority: int = PRIORITY_DEFAULT) -> None:
         """Record a message (ADD_MESSAGE, 45). A broker following Artemis stores durable messages only."""
         self.check_loaded()
         data = encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
-                              routing_type=routing_type)
+                              routing_type=routing_type, priority=priority)
         with self._lock:
             if message_id in self._message_queues:
                 raise DuplicateRecordError(f"message {message_id} is already stored")
@@ -887,7 +887,8 @@ class MessageStore:
     def store_message_references(self, message_id: int, address: str, body, queue_ids, *,
                                  properties: dict | None = None, durable: bool = True, expiration: int = 0,
                                  routing_type: str | None = None, sync: bool | None = None,
-                                 duplicate_id: DuplicateIdEntry | None = None, replaces: int | None = None) -> None:
+                                 duplicate_id: DuplicateIdEntry | None = None, replaces: int | None = None,
+                                 priority: int = PRIORITY_DEFAULT) -> None:
         """store_message + store_reference on each of ``queue_ids``, as one call: the same records
         (ADD_MESSAGE 45, then an ADD_REF 32 per queue) for a fraction of the Python overhead. Every
         queue is checked before anything is written. ``duplicate_id``: the message's duplicate-id cache
@@ -896,11 +897,12 @@ class MessageStore:
         if self._state != "loaded":
             self.check_loaded()
         head = None     # the message record's bytes before the body, when it has no properties
-        if not properties and type(body) is bytes and type(expiration) is int and expiration == 0:   # cached path
+        if (not properties and type(body) is bytes and type(expiration) is int and expiration == 0
+                and priority == PRIORITY_DEFAULT):      # cached path
             head = cached_message_head(address, durable, routing_type)
         data = None
         if head is None:
-            data = encode_plain_message(address, body, properties, durable, expiration, routing_type)
+            data = encode_plain_message(address, body, properties, durable, expiration, routing_type, priority)
         records = self._message_records
         lock = self._lock
         lock.acquire()      # not `with`: on this hot path the with-statement costs twice acquire+release
@@ -932,7 +934,8 @@ class MessageStore:
                 if len(references) != len(queue_ids):
                     raise DuplicateRecordError(f"queue_ids {list(queue_ids)} names a queue twice")
                 if data is None:
-                    data = encode_plain_message(address, body, properties, durable, expiration, routing_type)
+                    data = encode_plain_message(address, body, properties, durable, expiration, routing_type,
+                                                priority)
                 # the message and its references as one group: a crash keeps the send whole or not at all
                 group = [(_ADD, message_id, _ADD_MESSAGE, data)] + [(_UPDATE, message_id, _ADD_REF, _QUEUE_ID_BYTES(queue_id))
                                                                     for queue_id in queue_ids]
@@ -1118,11 +1121,12 @@ class StoreTransaction:
         self.store.check_loaded()
 
     def store_message(self, message_id: int, address: str, body, *, properties: dict | None = None,
-                      durable: bool = True, expiration: int = 0, routing_type: str | None = None) -> None:
+                      durable: bool = True, expiration: int = 0, routing_type: str | None = None,
+                      priority: int = PRIORITY_DEFAULT) -> None:
         """ADD_TX of a message (45)."""
         self._check_open()
         data = encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
-                              routing_type=routing_type)
+                              routing_type=routing_type, priority=priority)
         self.store.append_message_tx(self.tx_id, message_id, data, self._messages)
         self.records += 1
 

@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..limits import SERVED_STORE_BUFFER_TIMEOUT_US
 from ..integrations.exchanges import ROUTING_KEY_HEADER, ExchangeTable, answer_control
 from ..integrations.server_rules import add_server_rules
-from .messages import ORIGINAL_ADDRESS_PROPERTIES, expiration_of, properties_of
+from .messages import ORIGINAL_ADDRESS_PROPERTIES, expiration_of, priority_of, properties_of
 
 __all__ = ["Destinations", "DEFAULT_DEAD_LETTER_QUEUE", "DEFAULT_MAX_DELIVERY_ATTEMPTS"]
 
@@ -82,20 +82,20 @@ class Destinations:
     # ------------------------------------------------------------------------------ sending
     def send(self, destination: str, headers: dict[str, str], body: bytes) -> None:
         """Append a SEND to the queue ``destination`` (not waiting for the disk)."""
-        expiration = expiration_of(headers)
+        expiration, priority = expiration_of(headers), priority_of(headers)
         self.ensure_queue(destination)
         self.broker.send(destination, body, properties=properties_of(headers), routing_type="anycast",
-                         expiration=expiration)
+                         expiration=expiration, priority=priority)
 
     def send_to_exchange(self, exchange: str, headers: dict[str, str], body: bytes) -> list[str]:
         """A copy in each queue ``exchange`` routes the ``routing-key`` header to (exchanges.py); the
         destinations, none when nothing is bound (AMQP drops it)."""
-        expiration = expiration_of(headers)
+        expiration, priority = expiration_of(headers), priority_of(headers)
         destinations = self.exchanges.route(exchange, headers.get(ROUTING_KEY_HEADER, ""))
         for destination in destinations:
             self.ensure_queue(destination)
             self.broker.send(destination, body, properties=properties_of(headers), routing_type="anycast",
-                             expiration=expiration)
+                             expiration=expiration, priority=priority)
         return destinations
 
     def dead_letter(self, consumer, message) -> str | None:

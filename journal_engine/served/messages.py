@@ -8,6 +8,9 @@ message comes from), ``message-id`` (the broker's id), ``delivery-count`` (1 the
 before the frame leaves), ``redelivered:true`` when it may have been delivered before, and
 ``original-destination`` on a dead-letter or expiry copy (ActiveMQ's header names).
 
+A ``priority`` header (0-9, ActiveMQ's and JMS's) is the message's priority: a queue delivers its
+highest priority first (docs/broker.md); kept as a header like any other, it goes out on the MESSAGE.
+
 A duplicate-id header (``_AMQ_DUPL_ID``, or HornetQ's ``_HQ_DUPL_ID``) is also kept as the property
 of its own name, which the broker's duplicate detection reads (Artemis maps STOMP headers to
 properties by name): a SEND resent after a lost RECEIPT is then not routed twice.
@@ -16,10 +19,12 @@ from __future__ import annotations
 
 from ..broker.dialects import DIALECTS
 from ..errors import ConfigError
+from ..limits import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from .._impl import message_frame_bytes
 
 __all__ = ["REDELIVERED_HEADER", "DELIVERY_COUNT_HEADER", "ORIGINAL_DESTINATION_HEADER", "EXPIRES_HEADER",
-           "HEADER_PROPERTY", "ORIGINAL_ADDRESS_PROPERTIES", "DUPLICATE_ID_HEADERS", "properties_of", "expiration_of", "message_headers",
+           "HEADER_PROPERTY", "ORIGINAL_ADDRESS_PROPERTIES", "DUPLICATE_ID_HEADERS", "properties_of", "expiration_of", "priority_of",
+           "PRIORITY_HEADER", "message_headers",
            "message_frame"]
 
 #: set to "true" on a MESSAGE that may have been delivered before (ActiveMQ's STOMP header name)
@@ -30,6 +35,8 @@ DELIVERY_COUNT_HEADER = "delivery-count"
 ORIGINAL_DESTINATION_HEADER = "original-destination"
 #: on a SEND: when the message expires (epoch ms; ActiveMQ's name); it then goes to the dead-letter queue
 EXPIRES_HEADER = "expires"
+#: on a SEND: the message's priority, 0-9 (ActiveMQ's name, JMSPriority); absent: the default
+PRIORITY_HEADER = "priority"
 #: the prefix of the message property that keeps one header of the SEND
 HEADER_PROPERTY = "stomp.header."
 #: set by the broker on dead-letter and expiry copies (Artemis's and HornetQ's names)
@@ -64,6 +71,18 @@ def expiration_of(headers: dict[str, str]) -> int:
     text = value.strip()
     if not (text.isascii() and text.isdigit()):
         raise ConfigError(EXPIRES_HEADER, value, "must be a time in epoch milliseconds, 0 for none")
+    return int(text)
+
+
+def priority_of(headers: dict[str, str]) -> int:
+    """The ``priority`` header (absent or empty: the default) as the message's priority; ConfigError
+    naming the header unless it is a whole number from 0 to 9."""
+    value = headers.get(PRIORITY_HEADER)
+    if not value:
+        return PRIORITY_DEFAULT
+    text = value.strip()
+    if not (text.isascii() and text.isdigit() and PRIORITY_MIN <= int(text) <= PRIORITY_MAX):
+        raise ConfigError(PRIORITY_HEADER, value, f"must be a priority from {PRIORITY_MIN} to {PRIORITY_MAX}")
     return int(text)
 
 

@@ -66,6 +66,7 @@ COLUMNS = (
     Column("expiration", pa.int64(), "bigint", "a message's expiration, epoch ms, 0 = never (45)"),
     Column("durable", pa.bool_(), "boolean", "whether a message is durable (45)"),
     Column("routing_type", pa.string(), "string", "anycast or multicast (45: null when none; 21)"),
+    Column("priority", pa.int32(), "int", "a message's priority, 0-9, higher first (45)"),
     Column("message_size", pa.int64(), "bigint", "bytes of a message's body (45)"),
     Column("properties", PROPERTIES_TYPE, "map<string,string>",
            "a message's properties (45): str values as they are, int in decimal, float as Python's repr, "
@@ -74,7 +75,7 @@ COLUMNS = (
 SPARK_SCHEMA = ", ".join(f"`{column.name}` {column.spark_type}" for column in COLUMNS)
 _BY_NAME = {column.name: column for column in COLUMNS}
 _MESSAGE_COLUMNS = frozenset(("address", "queue_id", "queue_name", "delivery_count", "scheduled_time", "expiration",
-                              "durable", "routing_type", "message_size", "properties"))
+                              "durable", "routing_type", "priority", "message_size", "properties"))
 
 
 def projection(fields) -> tuple[Column, ...]:
@@ -235,6 +236,8 @@ def message_arrays(columns, start: int, stop: int) -> tuple[dict[str, pa.Array],
         "durable": pa.Array.from_buffers(pa.bool_(), rows, [_bitmap(decoded.durable_valid, rows),
                                                             pa.py_buffer(decoded.durable)]),
         "routing_type": pc.take(_ROUTING, routing),
+        "priority": pa.Array.from_buffers(pa.uint8(), rows, [_bitmap(decoded.priority_valid, rows),
+                                                             pa.py_buffer(decoded.priority)]).cast(pa.int32()),
         "message_size": numbers("message_size"),
         "properties": properties,
     }, decoded.rejected

@@ -12,7 +12,7 @@ from collections import deque
 from types import MappingProxyType
 
 from journal_engine._member_slots cimport expose_as_members
-from journal_engine.limits import READY_CHUNK
+from journal_engine.limits import PRIORITY_DEFAULT, READY_CHUNK
 from journal_engine.record_format import MESSAGE_ID_PROPERTY
 
 # a reference's states
@@ -30,14 +30,15 @@ cdef class MessageData:
     """One message's content and its bookkeeping: how many references it has, and how many of them
     the message store holds (the store deletes the message when the last of those is acknowledged)."""
 
-    cdef public object message_id, address, properties, durable, expiration, routing_type
+    cdef public object message_id, address, properties, durable, expiration, routing_type, priority
     cdef public object durable_refs, public_id
     cdef object _body       # bytes; None for a recovered message whose body is not read yet
     cdef object _source     # what reads that body (the store's recovered messages: ``body(message_id)``)
     cdef object _view
 
-    def __init__(self, message_id, address, body, properties, durable, expiration, routing_type):
-        _fill_data(self, message_id, address, body, properties, durable, expiration, routing_type)
+    def __init__(self, message_id, address, body, properties, durable, expiration, routing_type,
+                 priority=PRIORITY_DEFAULT):
+        _fill_data(self, message_id, address, body, properties, durable, expiration, routing_type, priority)
 
     @property
     def body(self):
@@ -231,6 +232,10 @@ cdef class Message:
         return self._data.routing_type
 
     @property
+    def priority(self):
+        return self._data.priority
+
+    @property
     def redelivered(self):
         return self.delivery_count > 1
 
@@ -250,7 +255,7 @@ def delivery_of(Message message not None):
 
 
 cdef inline void _fill_data(MessageData data, message_id, address, body, properties, durable, expiration,
-                            routing_type) noexcept:
+                            routing_type, priority) noexcept:
     data.message_id = message_id
     data.address = address
     data._body = body
@@ -259,6 +264,7 @@ cdef inline void _fill_data(MessageData data, message_id, address, body, propert
     data.durable = durable
     data.expiration = expiration          # epoch ms, 0 = never
     data.routing_type = routing_type      # None, "anycast" or "multicast"
+    data.priority = priority              # 0-9, higher delivered first
     data.durable_refs = 0                 # references the store holds (> 0: the store holds the message)
     data.public_id = message_id           # the id consumers see (a Classic or Qpid copy keeps its original's)
     data._view = None
@@ -281,12 +287,12 @@ def recovered_datas(message_ids, fields, durable_refs, source=None):
     cdef list out = []
     cdef MessageData data
     for message_id, stored in zip(message_ids, fields):
-        address, body, properties, durable, expiration, routing_type = stored
+        address, body, properties, durable, expiration, routing_type, priority = stored
         if body is None and source is None:
             raise ValueError(f"message {message_id}: a body left unread needs the source that reads it")
         public_id = properties.pop(MESSAGE_ID_PROPERTY, None) if properties else None
         data = MessageData.__new__(MessageData)       # as MessageData(...), without parsing the arguments
-        _fill_data(data, message_id, address, body, properties or None, durable, expiration, routing_type)
+        _fill_data(data, message_id, address, body, properties or None, durable, expiration, routing_type, priority)
         if body is None:
             data._source = source
         data.durable_refs = durable_refs
@@ -426,7 +432,7 @@ cdef _probe(object instance, tuple fields):
 
 
 _MESSAGE_DATA_FIELDS = ("message_id", "address", "properties", "durable", "expiration", "routing_type",
-                        "durable_refs", "public_id")     # and ``body``, a property (read when first asked for)
+                        "durable_refs", "public_id", "priority")     # and ``body``, a property (read when first asked for)
 _REFERENCE_FIELDS = ("data", "queue", "delivery_count", "state", "delivery", "failures")
 _instance, _markers = _probe(MessageData(0, "", b"", None, False, 0, None), _MESSAGE_DATA_FIELDS)
 expose_as_members(MessageData, _MESSAGE_DATA_FIELDS, _instance, _markers, False, _member_names)

@@ -99,6 +99,7 @@ cdef class MessageColumns:
     cdef readonly bytes durable, durable_valid
     cdef readonly bytes message_size, message_size_valid
     cdef readonly bytes routing_type, routing_type_valid
+    cdef readonly bytes priority, priority_valid
     cdef readonly bytes address_offsets, address_data, address_valid
     cdef readonly bytes queue_name_offsets, queue_name_data, queue_name_valid
     cdef readonly bytes property_offsets, properties_valid
@@ -123,6 +124,7 @@ cdef class _Decoder:
     cdef int64_t *expiration
     cdef int64_t *message_size
     cdef uint8_t *routing_type
+    cdef uint8_t *priority
     cdef uint8_t *queue_id_valid
     cdef uint8_t *delivery_count_valid
     cdef uint8_t *scheduled_time_valid
@@ -131,6 +133,7 @@ cdef class _Decoder:
     cdef uint8_t *durable_valid
     cdef uint8_t *message_size_valid
     cdef uint8_t *routing_type_valid
+    cdef uint8_t *priority_valid
     cdef uint8_t *address_valid
     cdef uint8_t *queue_name_valid
     cdef uint8_t *properties_valid
@@ -164,6 +167,7 @@ cdef class _Decoder:
         out.expiration = _zeros(n * 8); self.expiration = <int64_t *>PyBytes_AS_STRING(out.expiration)
         out.message_size = _zeros(n * 8); self.message_size = <int64_t *>PyBytes_AS_STRING(out.message_size)
         out.routing_type = _zeros(n); self.routing_type = <uint8_t *>PyBytes_AS_STRING(out.routing_type)
+        out.priority = _zeros(n); self.priority = <uint8_t *>PyBytes_AS_STRING(out.priority)
         out.durable = _zeros(bitmap); self.durable = <uint8_t *>PyBytes_AS_STRING(out.durable)
         out.queue_id_valid = _zeros(bitmap); self.queue_id_valid = <uint8_t *>PyBytes_AS_STRING(out.queue_id_valid)
         out.delivery_count_valid = _zeros(bitmap)
@@ -177,6 +181,8 @@ cdef class _Decoder:
         self.message_size_valid = <uint8_t *>PyBytes_AS_STRING(out.message_size_valid)
         out.routing_type_valid = _zeros(bitmap)
         self.routing_type_valid = <uint8_t *>PyBytes_AS_STRING(out.routing_type_valid)
+        out.priority_valid = _zeros(bitmap)
+        self.priority_valid = <uint8_t *>PyBytes_AS_STRING(out.priority_valid)
         out.address_valid = _zeros(bitmap); self.address_valid = <uint8_t *>PyBytes_AS_STRING(out.address_valid)
         out.queue_name_valid = _zeros(bitmap)
         self.queue_name_valid = <uint8_t *>PyBytes_AS_STRING(out.queue_name_valid)
@@ -296,6 +302,8 @@ cdef class _Decoder:
         if body[2]:
             self.routing_type[i] = body[2]
             _set_bit(self.routing_type_valid, i)
+        self.priority[i] = <uint8_t>fields.priority
+        _set_bit(self.priority_valid, i)
         self.message_size[i] = fields.body_size
         _set_bit(self.message_size_valid, i)
         _append(&self.address_data, fields.address.data, fields.address.size)

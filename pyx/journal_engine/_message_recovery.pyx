@@ -27,7 +27,7 @@ from journal_engine._livemap cimport LiveMap
 from journal_engine._replay cimport RecordColumns, records_as_columns
 from journal_engine._store_body cimport (
     Bytes, MessageFields, _append, _free, _message_fields, _reserve, _u32, _u64, DELIVERY_COUNT_BYTES,
-    FLAG_DURABLE, QUEUE_ID_BYTES, ROUTING_NAME_OF_CODE, SCHEDULED_TIME_BYTES, TYPE_ACKNOWLEDGE_REF,
+    FLAG_DURABLE, PRIORITY_DEFAULT, QUEUE_ID_BYTES, ROUTING_NAME_OF_CODE, SCHEDULED_TIME_BYTES, TYPE_ACKNOWLEDGE_REF,
     TYPE_ADD_MESSAGE, TYPE_ADD_REF, TYPE_DELIVERY_COUNT, TYPE_DUPLICATE_ID, TYPE_SCHEDULED_TIME,
 )
 from journal_engine.errors import CorruptRecordError, FileChangedError
@@ -131,10 +131,12 @@ cdef struct QueueGather:
     Bytes message_ids           # uint64 per reference
     Bytes delivery_counts       # uint32
     Bytes scheduled_times       # uint64
+    Bytes priorities            # uint8, only once some message is not of the default priority
     uint64_t last_message_id
     bint ascending
     bint timed
     bint shared
+    bint prioritized
 
 
 # a live reference while a message's updates are replayed
@@ -149,10 +151,12 @@ cdef class QueueReferences:
     """One queue's recovered references as columns, in store order: ``message_ids`` (array 'Q'),
     ``delivery_counts`` ('I', the last persisted), ``scheduled_times`` ('Q', epoch ms, 0: now).
     ``ascending``: the ids rise; ``timed``: some reference has a scheduled time or its message an
-    expiration; ``shared``: some message has a live reference on another queue too."""
+    expiration; ``shared``: some message has a live reference on another queue too. ``priorities``
+    ('B', each message's priority) when some message is not of the default priority, else None."""
     cdef readonly object message_ids
     cdef readonly object delivery_counts
     cdef readonly object scheduled_times
+    cdef readonly object priorities
     cdef readonly bint ascending
     cdef readonly bint timed
     cdef readonly bint shared
@@ -453,6 +457,7 @@ cdef class _Recovery:
                 PyMem_Free(self.gather[q].message_ids.data)
                 PyMem_Free(self.gather[q].delivery_counts.data)
                 PyMem_Free(self.gather[q].scheduled_times.data)
+                PyMem_Free(self.gather[q].priorities.data)
         PyMem_Free(self.gather)
         PyMem_Free(self.live)
         PyMem_Free(self.bases)
@@ -523,6 +528,7 @@ cdef class _Recovery:
         out (another record type, a record record_format rejects, no live reference)."""
         cdef uint64_t message_id = self.ids[i]
         cdef int64_t expiration
+        cdef int priority
         cdef Py_ssize_t n_live
         if i == 0 or message_id > self.max_id:
             self.max_id = message_id
@@ -535,7 +541,7 @@ cdef class _Recovery:
             self.out.anomalies.append(f"message journal record {message_id} has type {self.types[i]}, not a message "
                                       f"({TYPE_ADD_MESSAGE}); ignored")
             return 0
-        if not self._expiration(i, message_id, &expiration):
+        if not self._head(i, message_id, &expiration, &priority):
             return 0
         n_live = self._live_references(i, message_id)
         if n_live < 0:
@@ -543,25 +549,29 @@ cdef class _Recovery:
         if n_live == 0:
             self.out.unreferenced.append(message_id)
             return 0
-        self._gather(message_id, n_live, expiration)
+        self._gather(message_id, n_live, expiration, priority)
         self._keep(i, message_id, n_live)
         return 0
 
-    cdef inline bint _expiration(self, Py_ssize_t i, uint64_t message_id, int64_t *expiration) except -1:
-        """Message ``i``'s expiration, parsed where its body lies (the one field recovery needs: no
-        copy of the body); False when record_format rejects the body (its error goes to ``corrupt``)."""
+    cdef inline bint _head(self, Py_ssize_t i, uint64_t message_id, int64_t *expiration, int *priority) except -1:
+        """Message ``i``'s expiration and priority, parsed where its body lies (the fields recovery
+        needs: no copy of the body); False when record_format rejects the body (its error goes to
+        ``corrupt``)."""
         cdef MessageFields fields
         cdef Py_ssize_t body_size = self.body_end[i] - self.body_start[i]
         cdef const uint8_t *body = <const uint8_t *>self.bases[self.body_buffer[i]] + self.body_start[i]
         if _message_fields_guarded(body, body_size, &fields, self.buffers, self.body_buffer[i]):
             expiration[0] = fields.expiration
+            priority[0] = fields.priority
             return True
         raw = _copy_bytes(body, body_size, self.buffers, self.body_buffer[i])
         error = _rejection(_format.decode_message, (message_id, raw), dict(path=self.path))
         if error is not None:
             self.out.corrupt.append(error)
             return False
-        expiration[0] = _format.decode_message(message_id, raw, path=self.path).expiration
+        stored = _format.decode_message(message_id, raw, path=self.path)
+        expiration[0] = stored.expiration
+        priority[0] = stored.priority
         return True
 
     cdef inline Py_ssize_t _live_references(self, Py_ssize_t i, uint64_t message_id) except -2:
@@ -641,12 +651,15 @@ cdef class _Recovery:
                 self.live[k].scheduled_time = _u64(p + 8)
         return n_live
 
-    cdef inline int _gather(self, uint64_t message_id, Py_ssize_t n_live, int64_t expiration) except -1:
+    cdef inline int _gather(self, uint64_t message_id, Py_ssize_t n_live, int64_t expiration,
+                            int priority) except -1:
         """Each live reference of a message onto its queue's gathering (onto ``unknown_references`` when
         the bindings journal holds no such queue): a scheduled time at or before now becomes 0, a shadow
         count that differs from the journal's goes to ``from_shadow``."""
         cdef Py_ssize_t j, q
         cdef uint64_t scheduled
+        cdef uint8_t level = <uint8_t>priority, default_level = <uint8_t>PRIORITY_DEFAULT
+        cdef Py_ssize_t k
         cdef object shadowed = None
         cdef LiveRef *live = self.live
         cdef QueueGather *gather = self.gather
@@ -677,6 +690,12 @@ cdef class _Recovery:
                 gather[q].timed = True
             if n_live > 1:
                 gather[q].shared = True
+            if priority != PRIORITY_DEFAULT and not gather[q].prioritized:
+                gather[q].prioritized = True        # the references before it: the default priority
+                for k in range(gather[q].message_ids.size // 8):
+                    _append(&gather[q].priorities, &default_level, 1)
+            if gather[q].prioritized:
+                _append(&gather[q].priorities, &level, 1)
             _put_u64(&gather[q].message_ids, message_id)
             _append(&gather[q].delivery_counts, &live[j].delivery_count, 4)
             _put_u64(&gather[q].scheduled_times, scheduled)
@@ -708,6 +727,7 @@ cdef class _Recovery:
             refs.ascending = self.gather[q].ascending
             refs.timed = self.gather[q].timed
             refs.shared = self.gather[q].shared
+            refs.priorities = _column(&self.gather[q].priorities, "B") if self.gather[q].prioritized else None
             out.references[queue_key] = refs
         self.bodies.order = _column(&self.order, "Q")
         _index_messages(self.bodies, out, _column(&self.rows, "q"), _column(&self.queue_of, "q"))
@@ -737,7 +757,7 @@ cdef bytes _copy_bytes(const uint8_t *src, Py_ssize_t size, list buffers, Py_ssi
 
 
 def decode_message_fields(message_id, body, path=None):
-    """(address, body, properties, durable, expiration, routing_type) of one ADD_MESSAGE body, as
+    """(address, body, properties, durable, expiration, routing_type, priority) of one ADD_MESSAGE body, as
     record_format.decode_message reads them: in C for a message without properties (record_format
     reads the others, and gives the error of a body it rejects)."""
     cdef MessageFields fields
@@ -748,10 +768,10 @@ def decode_message_fields(message_id, body, path=None):
     if not _message_fields(p, len(body), &fields) or fields.property_count:
         stored = _format.decode_message(message_id, body, path=path)
         return (stored.address, stored.body, stored.properties, stored.durable, stored.expiration,
-                stored.routing_type)
+                stored.routing_type, stored.priority)
     return ((<const char *>fields.address.data)[:fields.address.size].decode("utf-8"),
             PyBytes_FromStringAndSize(<const char *>p + fields.body_at, fields.body_size), {},
-            bool(p[1] & FLAG_DURABLE), fields.expiration, ROUTING_NAME_OF_CODE[p[2]])
+            bool(p[1] & FLAG_DURABLE), fields.expiration, ROUTING_NAME_OF_CODE[p[2]], fields.priority)
 
 
 cdef tuple _fields_kept(tuple fields, bint with_bodies):
@@ -803,7 +823,8 @@ def decode_messages_fields(bodies not None, message_ids, path=None, bint with_bo
                 address = address_bytes.decode("utf-8")
             out.append((address,
                         PyBytes_FromStringAndSize(<const char *>p + fields.body_at, fields.body_size) if with_bodies
-                        else None, {}, bool(p[1] & FLAG_DURABLE), fields.expiration, ROUTING_NAME_OF_CODE[p[2]]))
+                        else None, {}, bool(p[1] & FLAG_DURABLE), fields.expiration, ROUTING_NAME_OF_CODE[p[2]],
+                        fields.priority))
     finally:
         PyMem_Free(rows)
     return out

@@ -8,7 +8,7 @@ from libc.string cimport memcpy
 cdef int TYPE_QUEUE_BINDING, TYPE_ADD_MESSAGE, TYPE_ADD_REF, TYPE_ACKNOWLEDGE_REF
 cdef int TYPE_DELIVERY_COUNT, TYPE_SCHEDULED_TIME, TYPE_DUPLICATE_ID
 cdef Py_ssize_t QUEUE_ID_BYTES, DELIVERY_COUNT_BYTES, SCHEDULED_TIME_BYTES, MESSAGE_HEAD_BYTES, QUEUE_HEAD_BYTES
-cdef int MESSAGE_VERSION, QUEUE_VERSION, QUEUE_WITH_ARGUMENTS_VERSION, FLAG_DURABLE
+cdef int MESSAGE_VERSION, MESSAGE_WITH_PRIORITY_VERSION, PRIORITY_DEFAULT, PRIORITY_MAX, QUEUE_VERSION, QUEUE_WITH_ARGUMENTS_VERSION, FLAG_DURABLE
 cdef int ROUTING_CODE_MAX, QUEUE_ROUTING_MIN, QUEUE_ROUTING_MAX
 cdef int TAG_NONE, TAG_STR, TAG_INT, TAG_FLOAT, TAG_FALSE, TAG_TRUE, TAG_BYTES
 cdef tuple ROUTING_NAME_OF_CODE      # routing code -> its name (ROUTING_NAMES), None for 0 (none)
@@ -127,6 +127,7 @@ cdef struct Property:
 # where the fields of a message body (ADD_MESSAGE) lie
 cdef struct MessageFields:
     int64_t expiration
+    int priority                    # 0-9 (a version 1 body: the default)
     Text address
     Py_ssize_t body_at
     uint32_t body_size
@@ -146,7 +147,13 @@ cdef inline bint _message_fields(const uint8_t *body, Py_ssize_t size, MessageFi
     cdef Py_ssize_t pos = MESSAGE_HEAD_BYTES
     cdef uint32_t k
     cdef Property prop
-    if size < MESSAGE_HEAD_BYTES or body[0] != MESSAGE_VERSION or body[2] > ROUTING_CODE_MAX:
+    if size < MESSAGE_HEAD_BYTES or body[2] > ROUTING_CODE_MAX:
+        return False
+    if body[0] == MESSAGE_VERSION:
+        fields.priority = PRIORITY_DEFAULT      # byte 3 is padding
+    elif body[0] == MESSAGE_WITH_PRIORITY_VERSION and body[3] <= PRIORITY_MAX:
+        fields.priority = body[3]
+    else:
         return False
     if body[1] & ~FLAG_DURABLE:
         return False

@@ -17,7 +17,7 @@ import journal_engine.record_format as _format
 
 # the layouts compiled into the parsers below; record_format is their home
 _format.check_compiled("journal_engine._store_body", {
-    "message head": ("<BBBxq", _format.MESSAGE_HEAD.format), "queue head": ("<BBBx", _format.QUEUE_HEAD.format)})
+    "message head": ("<BBBBq", _format.MESSAGE_HEAD.format), "queue head": ("<BBBx", _format.QUEUE_HEAD.format)})
 
 
 (TYPE_QUEUE_BINDING, TYPE_ADD_MESSAGE, TYPE_ADD_REF, TYPE_ACKNOWLEDGE_REF, TYPE_DELIVERY_COUNT, TYPE_SCHEDULED_TIME,
@@ -30,6 +30,9 @@ SCHEDULED_TIME_BYTES = _format.SCHEDULED_TIME_BODY_BYTES
 MESSAGE_HEAD_BYTES = _format.MESSAGE_HEAD.size
 QUEUE_HEAD_BYTES = _format.QUEUE_HEAD.size
 MESSAGE_VERSION = _format.MESSAGE_FORMAT_VERSION
+MESSAGE_WITH_PRIORITY_VERSION = _format.MESSAGE_WITH_PRIORITY_FORMAT_VERSION
+PRIORITY_DEFAULT = _format.PRIORITY_DEFAULT
+PRIORITY_MAX = _format.PRIORITY_MAX
 QUEUE_VERSION = _format.QUEUE_FORMAT_VERSION
 QUEUE_WITH_ARGUMENTS_VERSION = _format.QUEUE_WITH_ARGUMENTS_FORMAT_VERSION
 FLAG_DURABLE = _format.FLAG_DURABLE

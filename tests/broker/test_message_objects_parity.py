@@ -66,11 +66,15 @@ def _behaviour(impl) -> list:
     with pytest.raises(AttributeError):
         message.colour = "blue"         # no other attributes, as with slots
     seen.append(pickle.loads(pickle.dumps(impl.MessageData(1, "a", b"x", None, True, 0, None))).body)
+    prioritized = impl.MessageData(2, "a", b"x", None, True, 0, None, 9)
+    seen.append((message.priority, prioritized.priority, impl.Message(prioritized, 1, "q").priority,
+                 pickle.loads(pickle.dumps(prioritized)).priority))
     # recovery: stored fields become MessageData (the public id out of its property), then READY references
-    fields = [("orders", b"a", {}, True, 0, "anycast"), ("orders", b"b", {"_JE_MESSAGE_ID": 40, "k": 1}, False, 9, None)]
+    fields = [("orders", b"a", {}, True, 0, "anycast", 4),
+              ("orders", b"b", {"_JE_MESSAGE_ID": 40, "k": 1}, False, 9, None, 7)]
     datas = impl.recovered_datas([11, 12], fields, 1)
     seen.append([(d.message_id, d.public_id, d.address, d.body, d.properties, d.durable, d.expiration,
-                  d.routing_type, d.durable_refs, d.stored_properties(), repr(d)) for d in datas])
+                  d.routing_type, d.priority, d.durable_refs, d.stored_properties(), repr(d)) for d in datas])
     refs = impl.ready_references(datas, queue, [0, 3])
     seen.append([(r.data is d, r.queue is queue, r.delivery_count, r.state, r.delivery, r.failures, repr(r))
                  for r, d in zip(refs, datas)])

@@ -267,7 +267,8 @@ def test_a_queue_recovered_out_of_message_order_is_made_in_message_order_a_chunk
     assert not columns.ascending and list(columns.message_ids) == ids
     queue = QueueState("q", 1, "q", "anycast", None, True, threading.Lock())
     queue.ready = ready = _impl.ReadyQueue(PostOffice._recovered_references(
-        queue, columns, RecoveredMessages(recovery.bodies, None)), len(columns), 4)
+        queue, columns.message_ids, columns.delivery_counts, columns.ascending,
+        RecoveredMessages(recovery.bodies, None)), len(columns), 4)
     first = ready.popleft()
     assert (first.data.message_id, first.data.body, first.delivery_count, ready.unmade) == (1, b"m1", 2, 11)
     rest = [(ref.data.message_id, ref.delivery_count) for ref in ready]

@@ -421,3 +421,30 @@ def test_a_port_in_use_is_named_and_nothing_is_created(tmp_path):
     assert f"127.0.0.1:{port}" in done.stderr and "another program uses that port" in done.stderr, done.stderr
     assert "--port" in done.stderr and not has_traceback(done.stderr), done.stderr
     assert done.stdout == "" and not data.exists()
+
+
+def test_a_send_priority_header_orders_the_queue_and_comes_back_on_the_message(server):
+    client = RawClient(server.port)
+    client.connect("1.2")
+    for body, priority in [(b"low", "1"), (b"plain", None), (b"high", "9")]:
+        headers = {"destination": "/queue/prio", "receipt": body.decode()}
+        if priority is not None:
+            headers["priority"] = priority
+        client.send_raw(frame_bytes("SEND", headers, body))
+        assert client.read_frame()[1]["receipt-id"] == body.decode()
+    client.close()
+    consumer = subscribe(server.port, "/queue/prio", "auto")
+    got = messages(consumer, 3)
+    assert [(body, headers.get("priority")) for headers, body in got] == [(b"high", "9"), (b"plain", None),
+                                                                          (b"low", "1")]
+    consumer.close()
+
+
+@pytest.mark.parametrize("value", ["10", "-1", "high", "4.5"])
+def test_a_send_priority_header_out_of_0_to_9_is_an_error_frame_naming_it(server, value):
+    client = RawClient(server.port)
+    client.connect("1.2")
+    client.send_raw(frame_bytes("SEND", {"destination": "/queue/prio-bad", "priority": value, "receipt": "r"}, b"x"))
+    command, headers, _ = client.read_frame()
+    assert command == "ERROR" and "priority" in headers["message"], headers
+    client.close()

@@ -29,10 +29,11 @@ BUFFERS = [name for name in dir(compiled.MessageColumns) if not name.startswith(
 texts = st.text(max_size=12)
 values = st.one_of(st.none(), st.booleans(), texts, st.integers(limits.I64_MIN, limits.I64_MAX),
                    st.floats(allow_nan=True), st.binary(max_size=8))
-messages = st.builds(lambda address, body, props, durable, expiration, routing: fmt.encode_message(
-    address, body, properties=props, durable=durable, expiration=expiration, routing_type=routing),
+messages = st.builds(lambda address, body, props, durable, expiration, routing, priority: fmt.encode_message(
+    address, body, properties=props, durable=durable, expiration=expiration, routing_type=routing, priority=priority),
     texts, st.binary(max_size=16), st.dictionaries(texts, values, max_size=4), st.booleans(),
-    st.integers(0, limits.I64_MAX), st.sampled_from(list(fmt.ROUTING_TYPES)))
+    st.integers(0, limits.I64_MAX), st.sampled_from(list(fmt.ROUTING_TYPES)),
+    st.integers(limits.PRIORITY_MIN, limits.PRIORITY_MAX))
 queues = st.builds(lambda name, address, routing, text, arguments: fmt.encode_queue(
     name, address, routing_type=routing, filter=text, arguments=arguments),
     texts, texts, st.sampled_from(fmt.QUEUE_ROUTING_TYPES), st.none() | texts,
@@ -114,7 +115,7 @@ def test_the_fields_of_each_record_type():
     rows = [(RecordType.ADD_MESSAGE, fmt.encode_message("orders", b"12345", durable=False, expiration=77,
                                                         routing_type="multicast",
                                                         properties={"n": -3, "f": 0.1, "b": b"\x00\xab", "t": True,
-                                                                    "x": None, "s": "é"})),
+                                                                    "x": None, "s": "é"}, priority=7)),
             (RecordType.ADD_REF, fmt.encode_queue_id(5)),
             (RecordType.UPDATE_DELIVERY_COUNT, fmt.encode_delivery_count(5, 4)),
             (RecordType.SET_SCHEDULED_DELIVERY_TIME, fmt.encode_scheduled_time(5, 2 ** 40)),
@@ -128,6 +129,7 @@ def test_the_fields_of_each_record_type():
     assert struct.unpack("<5q", out.expiration)[0] == 77 and struct.unpack("<5q", out.message_size)[0] == 5
     assert out.durable == b"\x00" and out.durable_valid == b"\x01"
     assert out.routing_type == bytes([2, 0, 0, 0, 2])
+    assert out.priority == bytes([7, 0, 0, 0, 0]) and out.priority_valid == b"\x01"
     assert out.address_data == b"ordersorders" and struct.unpack("<6i", out.address_offsets) == (0, 6, 6, 6, 6, 12)
     assert out.queue_name_data == b"q"
     assert out.key_data == b"nfbtxs" and out.value_data == "-30.100abtrueé".encode()
@@ -311,7 +313,8 @@ def test_decode_message_fields_reads_what_record_format_reads(record):
                 module.decode_message_fields(5, body, "here")
             assert str(raised.value) == str(exc)
         return
-    fields = (stored.address, stored.body, stored.properties, stored.durable, stored.expiration, stored.routing_type)
+    fields = (stored.address, stored.body, stored.properties, stored.durable, stored.expiration, stored.routing_type,
+              stored.priority)
     # repr: a NaN property equals nothing, not even itself
     assert repr(compiled_recovery.decode_message_fields(5, body)) == repr(fields) == repr(twin_recovery.decode_message_fields(5, body))
 

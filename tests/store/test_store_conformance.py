@@ -1071,7 +1071,8 @@ def test_wrong_sized_reference_record_is_corrupt(backend, store_dir):
 MALFORMED_MESSAGE_BODIES = [
     (b"", "message header"),
     (GOOD_MESSAGE[:1] + b"\x09" + GOOD_MESSAGE[2:], "flag"),
-    (b"\x02" + GOOD_MESSAGE[1:], "version"),
+    (b"\x03" + GOOD_MESSAGE[1:], "version"),       # 1 (the default priority) and 2 (a priority) are read
+    (b"\x02" + GOOD_MESSAGE[1:3] + b"\x0a" + GOOD_MESSAGE[4:], "priority"),
     (GOOD_MESSAGE + b"\x00", "unexpected bytes"),
     (records.encode_message("a", b"x", properties={"k": 1})[:-9] + b"\x63" + b"\x00" * 8, "type tag"),
     (records.encode_message("\u00e9", b"x")[:16] + b"\xff\xfe" + records.encode_message("\u00e9", b"x")[18:],

@@ -1,7 +1,7 @@
 """``ClassicBrokerConfig``: what an ActiveMQ Classic activemq.xml tells the broker, as objects.
 
 The destination policies (``<destinationPolicy>``: per queue or topic pattern, the dead-letter
-strategy and the expiry scan's period; a default entry), the redelivery plugin, the discarding-DLQ plugin and ``schedulerSupport``.
+strategy, the expiry scan's period and whether messages are delivered by priority; a default entry), the redelivery plugin, the discarding-DLQ plugin and ``schedulerSupport``.
 Build one in code or read it from activemq.xml (``config.classic``); ``Broker(config=...)`` then runs with
 Classic's dead-letter rules (``classic``). Why a module of its own: the reader builds it and the
 Classic dead-letter path reads it; neither imports the other.
@@ -33,7 +33,9 @@ class ClassicBrokerConfig:
     as Classic uses when no entry sets one. ``expire_messages_periods``: a ClassicDestinationMap of every
     policy entry's ``expireMessagesPeriod`` (ms; its default when the entry sets none), and
     ``default_expire_messages_period`` the default entry's: how often a destination is scanned for
-    expired messages (<= 0: never). ``redelivery_plugin`` needs ``scheduler_support`` (ConfigError
+    expired messages (<= 0: never). ``prioritized_messages`` (a ClassicDestinationMap of each policy
+    entry's ``prioritizedMessages``) and ``default_prioritized_messages``: whether a destination delivers
+    its highest priority first (else FIFO, Classic's default). ``redelivery_plugin`` needs ``scheduler_support`` (ConfigError
     otherwise, as Classic refuses to start).
     """
 
@@ -45,6 +47,8 @@ class ClassicBrokerConfig:
     source: str = "activemq.xml"
     expire_messages_periods: ClassicDestinationMap = field(default_factory=ClassicDestinationMap)
     default_expire_messages_period: int = EXPIRE_MESSAGES_PERIOD_MS_DEFAULT
+    prioritized_messages: ClassicDestinationMap = field(default_factory=ClassicDestinationMap)
+    default_prioritized_messages: bool = False
 
     def __post_init__(self) -> None:
         for period in (self.default_expire_messages_period, *self.expire_messages_periods.values()):
@@ -61,6 +65,12 @@ class ClassicBrokerConfig:
         matches)."""
         period = self.expire_messages_periods.get(destination)
         return period if period is not None else self.default_expire_messages_period
+
+    def prioritized_messages_for(self, destination: ClassicDestination) -> bool:
+        """Whether ``destination`` orders its messages by priority: its policy entry's
+        ``prioritizedMessages`` (PolicyEntry's default false), the entry picked as PolicyMap.getEntryFor does."""
+        prioritized = self.prioritized_messages.get(destination)
+        return prioritized if prioritized is not None else self.default_prioritized_messages
 
     def strategy_for(self, destination: ClassicDestination) -> DeadLetterStrategy:
         """The dead-letter strategy of the policy entry that applies to ``destination``."""

@@ -73,7 +73,8 @@ _STRATEGIES = {
     "discarding": (DiscardingDeadLetterStrategy, _STRATEGY_ATTRIBUTES),
     "discardingdeadletterstrategy": (DiscardingDeadLetterStrategy, _STRATEGY_ATTRIBUTES),
 }
-_POLICY_ENTRY_ATTRIBUTES = {"expireMessagesPeriod": ("expire_messages_period", "long")}
+_POLICY_ENTRY_ATTRIBUTES = {"expireMessagesPeriod": ("expire_messages_period", "long"),
+                            "prioritizedMessages": ("prioritized_messages", "bool")}
 _POLICY_ATTRIBUTES = {
     "maximumRedeliveries": ("maximum_redeliveries", "int"),
     "initialRedeliveryDelay": ("initial_redelivery_delay", "long"),
@@ -195,6 +196,7 @@ class _Reader:
     def destination_policy(self, element: ElementTree.Element, config: dict[str, Any]) -> None:
         strategies = ClassicDestinationMap()
         periods = ClassicDestinationMap()
+        prioritized = ClassicDestinationMap()
         for policy_map in _elements(element):
             if local_name(policy_map) != "policymap":
                 self.skip(policy_map, f"destinationPolicy/{_tag(policy_map)}")
@@ -207,22 +209,25 @@ class _Reader:
                             self.skip(entry, f"policyEntries/{_tag(entry)}")
                             continue
                         kind, pattern = self.destination(entry, "policyEntry")
-                        strategy, period = self.policy_entry(entry)
+                        strategy, period, ordered = self.policy_entry(entry)
                         if strategy is not None:
                             self.put(strategies, kind, pattern, strategy, entry, "policyEntry")
                         self.put(periods, kind, pattern, period, entry, "policyEntry")
+                        self.put(prioritized, kind, pattern, ordered, entry, "policyEntry")
                 elif part_name == "defaultentry":
                     for entry in _elements(part):
                         if local_name(entry) != "policyentry":
                             self.skip(entry, f"defaultEntry/{_tag(entry)}")
                             continue
-                        strategy, config["default_expire_messages_period"] = self.policy_entry(entry, default=True)
+                        (strategy, config["default_expire_messages_period"],
+                         config["default_prioritized_messages"]) = self.policy_entry(entry, default=True)
                         if strategy is not None:
                             config["default_strategy"] = strategy
                 else:
                     self.skip(part, f"policyMap/{_tag(part)}")
         config["strategies"] = strategies
         config["expire_messages_periods"] = periods
+        config["prioritized_messages"] = prioritized
 
     def destination(self, element: ElementTree.Element, path: str) -> tuple[str, str]:
         given = [a for a in _DESTINATION_ATTRIBUTES if a in element.attrib]
@@ -244,12 +249,13 @@ class _Reader:
             raise located(exc, line_of(element)) from None
 
     def policy_entry(self, entry: ElementTree.Element, *, default: bool = False
-                     ) -> tuple[DeadLetterStrategy | None, int]:
-        """The dead-letter strategy a policy entry sets (None: it sets none) and its expiry scan's period
-        (PolicyEntry's default when it sets none)."""
+                     ) -> tuple[DeadLetterStrategy | None, int, bool]:
+        """The dead-letter strategy a policy entry sets (None: it sets none), its expiry scan's period
+        and its prioritizedMessages (PolicyEntry's defaults when it sets none)."""
         path = "defaultEntry/policyEntry" if default else "policyEntry"
-        period = self.fields(entry, path, _POLICY_ENTRY_ATTRIBUTES, also=_DESTINATION_ATTRIBUTES).get(
-            "expire_messages_period", EXPIRE_MESSAGES_PERIOD_MS_DEFAULT)
+        values = self.fields(entry, path, _POLICY_ENTRY_ATTRIBUTES, also=_DESTINATION_ATTRIBUTES)
+        period = values.get("expire_messages_period", EXPIRE_MESSAGES_PERIOD_MS_DEFAULT)
+        prioritized = values.get("prioritized_messages", False)
         strategy = None
         for child in _elements(entry):
             if local_name(child) != "deadletterstrategy":
@@ -262,7 +268,7 @@ class _Reader:
                                   "must hold one of <sharedDeadLetterStrategy>, <individualDeadLetterStrategy>, "
                                   "<discarding>", line=line_of(chosen[0] if chosen else child))
             strategy = self.strategy(chosen[0], f"{path}/deadLetterStrategy/{_tag(chosen[0])}")
-        return strategy, period
+        return strategy, period, prioritized
 
     def strategy(self, element: ElementTree.Element, path: str) -> DeadLetterStrategy:
         factory, attributes = _STRATEGIES[local_name(element)]

@@ -17,7 +17,10 @@ attribute it maps to):
   seed's Broker-J 6.1 names; with an alternate given no DLQ is made, as 6.1's shouldCreateDLQ);
   without any alternate the message is discarded (logged at WARNING);
 * ``expiryPolicy``: ``DELETE`` (the default) or ``ROUTE_TO_ALTERNATE`` (AbstractQueue.expireEntry: an
-  expired message goes to the alternate, deleted when there is none).
+  expired message goes to the alternate, deleted when there is none);
+* ``x-qpid-priorities`` or ``priorities`` (an int from 1 to QPID_PRIORITIES_MAX): a priority queue of
+  that many levels (Broker-J's PriorityQueue; 0-9 mapped onto them as broker/priority.py says); a queue
+  declared without it is FIFO, as Broker-J's standard queue.
 
 The virtual host's defaults are Broker-J's context variables (``QpidVirtualHostContext``):
 ``queue.deadLetterQueueEnabled`` (6.1: every declared queue gets a DLQ unless its arguments say
@@ -35,12 +38,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ...limits import JAVA_INT_MAX
+from ...limits import JAVA_INT_MAX, QPID_PRIORITIES_MAX
 from ...errors import ConfigError
 
 __all__ = ["QpidQueuePolicy", "QpidVirtualHostContext", "MAXIMUM_DELIVERY_COUNT_ARGUMENT", "DLQ_ENABLED_ARGUMENT",
            "MAXIMUM_DELIVERY_ATTEMPTS_ATTRIBUTE", "ALTERNATE_BINDING_ATTRIBUTE", "ALTERNATE_EXCHANGE_ARGUMENT",
-           "EXPIRY_POLICY_ATTRIBUTE", "EXPIRY_POLICIES", "dead_letter_exchange_name", "dead_letter_queue_name",
+           "EXPIRY_POLICY_ATTRIBUTE", "EXPIRY_POLICIES", "PRIORITIES_ARGUMENT", "PRIORITIES_ATTRIBUTE", "dead_letter_exchange_name", "dead_letter_queue_name",
            "storable_arguments", "CONTEXT_VARIABLES"]
 
 MAXIMUM_DELIVERY_COUNT_ARGUMENT = "x-qpid-maximum-delivery-count"
@@ -49,10 +52,13 @@ ALTERNATE_EXCHANGE_ARGUMENT = "alternateExchange"
 MAXIMUM_DELIVERY_ATTEMPTS_ATTRIBUTE = "maximumDeliveryAttempts"
 ALTERNATE_BINDING_ATTRIBUTE = "alternateBinding"
 EXPIRY_POLICY_ATTRIBUTE = "expiryPolicy"
+PRIORITIES_ARGUMENT = "x-qpid-priorities"
+PRIORITIES_ATTRIBUTE = "priorities"
 #: Queue.ExpiryPolicy, the first the default
 EXPIRY_POLICIES = ("DELETE", "ROUTE_TO_ALTERNATE")
 _ARGUMENTS = (MAXIMUM_DELIVERY_COUNT_ARGUMENT, DLQ_ENABLED_ARGUMENT, ALTERNATE_EXCHANGE_ARGUMENT,
-              MAXIMUM_DELIVERY_ATTEMPTS_ATTRIBUTE, ALTERNATE_BINDING_ATTRIBUTE, EXPIRY_POLICY_ATTRIBUTE)
+              MAXIMUM_DELIVERY_ATTEMPTS_ATTRIBUTE, ALTERNATE_BINDING_ATTRIBUTE, EXPIRY_POLICY_ATTRIBUTE,
+              PRIORITIES_ARGUMENT, PRIORITIES_ATTRIBUTE)
 _BINDING_KEYS = ("destination", "attributes")
 #: the virtual host's context variables that set its queues' defaults (QpidVirtualHostContext)
 DLQ_ENABLED_VARIABLE = "queue.deadLetterQueueEnabled"
@@ -103,12 +109,13 @@ class QpidVirtualHostContext:
 @dataclass(frozen=True)
 class QpidQueuePolicy:
     """A queue's maximum delivery count (0: none), whether it has a DLQ (``<queue>_DLE``/``_DLQ``), its
-    alternate destination (None: none given) and its expiry policy."""
+    alternate destination (None: none given), its expiry policy and its priority levels (0: FIFO)."""
 
     maximum_delivery_count: int = 0
     dlq_enabled: bool = False
     alternate: str | None = None
     expiry_policy: str = EXPIRY_POLICIES[0]
+    priorities: int = 0
 
     @classmethod
     def from_arguments(cls, arguments: Mapping,
@@ -137,7 +144,12 @@ class QpidQueuePolicy:
         expiry = context.expiry_policy
         if EXPIRY_POLICY_ATTRIBUTE in arguments:
             expiry = _expiry_policy(EXPIRY_POLICY_ATTRIBUTE, arguments[EXPIRY_POLICY_ATTRIBUTE])
-        return cls(maximum, dlq and alternate is None, alternate, expiry)
+        priorities = 0
+        if PRIORITIES_ATTRIBUTE in arguments:
+            priorities = _priorities(PRIORITIES_ATTRIBUTE, arguments[PRIORITIES_ATTRIBUTE])
+        if PRIORITIES_ARGUMENT in arguments:        # the wire name outranks the attribute
+            priorities = _priorities(PRIORITIES_ARGUMENT, arguments[PRIORITIES_ARGUMENT])
+        return cls(maximum, dlq and alternate is None, alternate, expiry, priorities)
 
     def reached(self, delivery_count: int) -> bool:
         """Has a message delivered ``delivery_count`` times reached the maximum?"""
@@ -192,6 +204,13 @@ def _expiry_policy(key: str, value: object) -> str:
     if value not in EXPIRY_POLICIES:
         raise ConfigError(key, value, f"must be one of {', '.join(EXPIRY_POLICIES)}")
     return value
+
+
+def _priorities(key: str, value: object) -> int:
+    priorities = _int_argument(key, value)
+    if not 1 <= priorities <= QPID_PRIORITIES_MAX:
+        raise ConfigError(key, value, f"must be from 1 to {QPID_PRIORITIES_MAX} priority levels")
+    return priorities
 
 
 def _int_argument(key: str, value: object) -> int:
