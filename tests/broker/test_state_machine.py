@@ -5,10 +5,12 @@ sync, compact and reopen (close, a new Journal, load). After every reopen the
 loaded records — id, type, body and the updates in order — and the prepared
 transactions must equal the model, and load must roll back exactly the
 transactions that were neither decided nor prepared. Small 64 KiB files make
-file switches and compactions frequent.
+file switches and compactions frequent. ``JOURNAL_ENGINE_STATE_MACHINE_EXAMPLES`` sets the number of
+examples (default 60).
 """
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import tempfile
@@ -194,7 +196,9 @@ class JournalMachine(RuleBasedStateMachine):
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-JournalMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,
+# examples of up to 40 steps (JOURNAL_ENGINE_STATE_MACHINE_EXAMPLES): each is checked against the model
+EXAMPLES = int(os.environ.get("JOURNAL_ENGINE_STATE_MACHINE_EXAMPLES", "60"))
+JournalMachine.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=40, deadline=None,
                                             suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.filter_too_much])
 test_journal_matches_the_model = JournalMachine.TestCase

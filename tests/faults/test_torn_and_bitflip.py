@@ -315,9 +315,10 @@ def test_every_bit_flip_is_detected_and_nothing_else_is_lost(flip_journal, scrat
     rng = random.Random(11)
     positions = flip_positions(table, rng)
     if journal_engine.IMPLEMENTATION == "python":
-        # the twin loads a journal some thirty times slower: it takes every third position (each chosen
-        # frame's header, body and padding still come up); the compiled core takes every one
-        positions = positions[::3]
+        # the twin loads a journal some thirty times slower: it takes every fifth position, 133 of 662,
+        # which still land in frame headers (at 26 of their 32 byte offsets, more than every third
+        # position reached), bodies and padding; the compiled core takes every one
+        positions = positions[::5]
     ends = {path: max(row[2] for row in table if row[0] == path) for path, _o in positions}
     undetected = []
     expected_without = {}

@@ -1199,7 +1199,8 @@ def test_strict_mode_above_the_cap_a_kill_loses_the_extra_counts(backend, tmp_pa
     assert _next_delivery(backend, tmp_path / "store") == (2, True)
 
 
-CHURN_KILLS = 8
+# kills of a churning broker (JOURNAL_ENGINE_STORE_CHURN_KILLS): every recovery is checked against the one before it
+CHURN_KILLS = int(os.environ.get("JOURNAL_ENGINE_STORE_CHURN_KILLS", "8"))
 
 
 @pytest.mark.parametrize("mode, cap", [("strict", -1), ("strict", 3), ("default", -1)])
