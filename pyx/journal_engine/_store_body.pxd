@@ -28,42 +28,40 @@ cdef inline uint64_t _u64(const uint8_t *p) noexcept nogil:
 
 # inline here: every text of every body is checked, from the modules that cimport this one
 cdef inline bint _utf8_valid(const uint8_t *s, Py_ssize_t n) noexcept nogil:
-    """Strict UTF-8 as Python's decoder takes it: no overlong forms, no surrogates, nothing past U+10FFFF."""
-    cdef Py_ssize_t i = 0
-    cdef uint8_t c, c1
+    """Strict UTF-8 as Python's decoder takes it: no overlong forms, no surrogates, nothing past U+10FFFF.
+    The Unicode standard's table of well-formed sequences: the lead byte gives the length and the range
+    of the second byte; every later byte is a continuation byte."""
+    cdef Py_ssize_t i = 0, size, k
+    cdef uint8_t c, low, high
     while i < n:
         c = s[i]
         if c < 0x80:
             i += 1
             continue
-        if c < 0xC2:
+        if c < 0xC2 or c > 0xF4:
             return False
+        low = 0x80
+        high = 0xBF
         if c < 0xE0:
-            if i + 1 >= n or (s[i + 1] & 0xC0) != 0x80:
+            size = 2
+        elif c < 0xF0:
+            size = 3
+            if c == 0xE0:
+                low = 0xA0          # below: an overlong form
+            elif c == 0xED:
+                high = 0x9F         # above: a surrogate
+        else:
+            size = 4
+            if c == 0xF0:
+                low = 0x90          # below: an overlong form
+            elif c == 0xF4:
+                high = 0x8F         # above: past U+10FFFF
+        if i + size > n or s[i + 1] < low or s[i + 1] > high:
+            return False
+        for k in range(2, size):
+            if (s[i + k] & 0xC0) != 0x80:
                 return False
-            i += 2
-            continue
-        if c < 0xF0:
-            if i + 2 >= n:
-                return False
-            c1 = s[i + 1]
-            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80:
-                return False
-            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 >= 0xA0):
-                return False
-            i += 3
-            continue
-        if c < 0xF5:
-            if i + 3 >= n:
-                return False
-            c1 = s[i + 1]
-            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80 or (s[i + 3] & 0xC0) != 0x80:
-                return False
-            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 >= 0x90):
-                return False
-            i += 4
-            continue
-        return False
+        i += size
     return True
 
 

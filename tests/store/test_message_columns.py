@@ -111,6 +111,39 @@ def test_a_slice_of_rows_is_decoded_as_the_same_rows_alone(rows, data):
             assert getattr(part, name) == getattr(alone, name), name
 
 
+def _texts_near_every_utf8_boundary():
+    """Every lead byte from 0x80 with second bytes at each edge of the ranges the Unicode table allows
+    (overlong forms, surrogates, past U+10FFFF), later bytes in and out of the continuation range, and
+    each sequence also cut short; between ASCII, so that the bytes around it are plain."""
+    edges = (0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0)
+    later = (0x7F, 0x80, 0xBF, 0xC0)
+    for lead in range(0x80, 0x100):
+        for second in edges:
+            for third in later:
+                for fourth in later:
+                    whole = bytes([lead, second, third, fourth])
+                    for size in (1, 2, 3, 4):
+                        yield b"a" + whole[:size] + (b"z" if size < 4 else b"")
+
+
+def test_addresses_are_checked_as_strict_utf8_at_every_boundary():
+    """A message whose address is not UTF-8 as Python's decoder takes it is rejected, and only such one."""
+    texts = sorted(set(_texts_near_every_utf8_boundary()))
+    rows = []
+    for text in texts:
+        placeholder = "Q" * len(text)
+        body = fmt.encode_message(placeholder, b"")
+        rows.append((RecordType.ADD_MESSAGE, body.replace(placeholder.encode(), text, 1)))
+    expected = []
+    for i, text in enumerate(texts):
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError:
+            expected.append(i)
+    assert 0 < len(expected) < len(texts)
+    assert assert_same(columns_of(rows)).rejected == expected
+
+
 def test_the_fields_of_each_record_type():
     rows = [(RecordType.ADD_MESSAGE, fmt.encode_message("orders", b"12345", durable=False, expiration=77,
                                                         routing_type="multicast",
