@@ -79,6 +79,11 @@ cdef bytes _zeros(Py_ssize_t n):
     return out
 
 
+cdef inline uint8_t *_data(bytes column):
+    """The bytes a column's pointer writes into (the decoder fills the column in place)."""
+    return <uint8_t *>PyBytes_AS_STRING(column)
+
+
 # where a string lies in a body; ``ok`` False when the body ends first or it is not UTF-8
 @cython.final
 cdef class MessageColumns:
@@ -157,43 +162,32 @@ cdef class _Decoder:
 
     cdef int start(self, Py_ssize_t n) except -1:
         cdef MessageColumns out = MessageColumns.__new__(MessageColumns)
-        cdef Py_ssize_t bitmap = (n + 7) >> 3
+        cdef Py_ssize_t bitmap = (n + 7) >> 3, offsets = (n + 1) * 4
         self.out = out
         out.count = n
         out.rejected = []
-        out.queue_id = _zeros(n * 8); self.queue_id = <int64_t *>PyBytes_AS_STRING(out.queue_id)
-        out.delivery_count = _zeros(n * 8); self.delivery_count = <int64_t *>PyBytes_AS_STRING(out.delivery_count)
-        out.scheduled_time = _zeros(n * 8); self.scheduled_time = <int64_t *>PyBytes_AS_STRING(out.scheduled_time)
-        out.expiration = _zeros(n * 8); self.expiration = <int64_t *>PyBytes_AS_STRING(out.expiration)
-        out.message_size = _zeros(n * 8); self.message_size = <int64_t *>PyBytes_AS_STRING(out.message_size)
-        out.routing_type = _zeros(n); self.routing_type = <uint8_t *>PyBytes_AS_STRING(out.routing_type)
-        out.priority = _zeros(n); self.priority = <uint8_t *>PyBytes_AS_STRING(out.priority)
-        out.durable = _zeros(bitmap); self.durable = <uint8_t *>PyBytes_AS_STRING(out.durable)
-        out.queue_id_valid = _zeros(bitmap); self.queue_id_valid = <uint8_t *>PyBytes_AS_STRING(out.queue_id_valid)
-        out.delivery_count_valid = _zeros(bitmap)
-        self.delivery_count_valid = <uint8_t *>PyBytes_AS_STRING(out.delivery_count_valid)
-        out.scheduled_time_valid = _zeros(bitmap)
-        self.scheduled_time_valid = <uint8_t *>PyBytes_AS_STRING(out.scheduled_time_valid)
-        out.expiration_valid = _zeros(bitmap)
-        self.expiration_valid = <uint8_t *>PyBytes_AS_STRING(out.expiration_valid)
-        out.durable_valid = _zeros(bitmap); self.durable_valid = <uint8_t *>PyBytes_AS_STRING(out.durable_valid)
-        out.message_size_valid = _zeros(bitmap)
-        self.message_size_valid = <uint8_t *>PyBytes_AS_STRING(out.message_size_valid)
-        out.routing_type_valid = _zeros(bitmap)
-        self.routing_type_valid = <uint8_t *>PyBytes_AS_STRING(out.routing_type_valid)
-        out.priority_valid = _zeros(bitmap)
-        self.priority_valid = <uint8_t *>PyBytes_AS_STRING(out.priority_valid)
-        out.address_valid = _zeros(bitmap); self.address_valid = <uint8_t *>PyBytes_AS_STRING(out.address_valid)
-        out.queue_name_valid = _zeros(bitmap)
-        self.queue_name_valid = <uint8_t *>PyBytes_AS_STRING(out.queue_name_valid)
-        out.properties_valid = _zeros(bitmap)
-        self.properties_valid = <uint8_t *>PyBytes_AS_STRING(out.properties_valid)
-        out.address_offsets = _zeros((n + 1) * 4)
-        self.address_offsets = <int32_t *>PyBytes_AS_STRING(out.address_offsets)
-        out.queue_name_offsets = _zeros((n + 1) * 4)
-        self.queue_name_offsets = <int32_t *>PyBytes_AS_STRING(out.queue_name_offsets)
-        out.property_offsets = _zeros((n + 1) * 4)
-        self.property_offsets = <int32_t *>PyBytes_AS_STRING(out.property_offsets)
+        out.queue_id = _zeros(n * 8); self.queue_id = <int64_t *>_data(out.queue_id)
+        out.delivery_count = _zeros(n * 8); self.delivery_count = <int64_t *>_data(out.delivery_count)
+        out.scheduled_time = _zeros(n * 8); self.scheduled_time = <int64_t *>_data(out.scheduled_time)
+        out.expiration = _zeros(n * 8); self.expiration = <int64_t *>_data(out.expiration)
+        out.message_size = _zeros(n * 8); self.message_size = <int64_t *>_data(out.message_size)
+        out.routing_type = _zeros(n); self.routing_type = _data(out.routing_type)
+        out.priority = _zeros(n); self.priority = _data(out.priority)
+        out.durable = _zeros(bitmap); self.durable = _data(out.durable)
+        out.queue_id_valid = _zeros(bitmap); self.queue_id_valid = _data(out.queue_id_valid)
+        out.delivery_count_valid = _zeros(bitmap); self.delivery_count_valid = _data(out.delivery_count_valid)
+        out.scheduled_time_valid = _zeros(bitmap); self.scheduled_time_valid = _data(out.scheduled_time_valid)
+        out.expiration_valid = _zeros(bitmap); self.expiration_valid = _data(out.expiration_valid)
+        out.durable_valid = _zeros(bitmap); self.durable_valid = _data(out.durable_valid)
+        out.message_size_valid = _zeros(bitmap); self.message_size_valid = _data(out.message_size_valid)
+        out.routing_type_valid = _zeros(bitmap); self.routing_type_valid = _data(out.routing_type_valid)
+        out.priority_valid = _zeros(bitmap); self.priority_valid = _data(out.priority_valid)
+        out.address_valid = _zeros(bitmap); self.address_valid = _data(out.address_valid)
+        out.queue_name_valid = _zeros(bitmap); self.queue_name_valid = _data(out.queue_name_valid)
+        out.properties_valid = _zeros(bitmap); self.properties_valid = _data(out.properties_valid)
+        out.address_offsets = _zeros(offsets); self.address_offsets = <int32_t *>_data(out.address_offsets)
+        out.queue_name_offsets = _zeros(offsets); self.queue_name_offsets = <int32_t *>_data(out.queue_name_offsets)
+        out.property_offsets = _zeros(offsets); self.property_offsets = <int32_t *>_data(out.property_offsets)
         self.entries = 0
         cdef int32_t zero = 0
         _append(&self.key_offsets, &zero, 4)
