@@ -143,6 +143,11 @@ class JournalCore:
             self._leader_open = False
             self._cond.notify_all()
 
+    def _failed_at(self, what: str, exc: BaseException) -> JournalFailedError:
+        """Stop the journal after ``what`` ("write", "sync") failed with ``exc``; the error to raise."""
+        self._core_fail(exc)
+        return JournalFailedError.after(what, exc)
+
     def _core_close(self) -> None:
         self._ready = False
         with self._cond:
@@ -597,8 +602,7 @@ class JournalCore:
                 with self._lock:
                     self._write_active()
             except BaseException as exc:
-                self._core_fail(exc)
-                raise JournalFailedError.after("write", exc) from exc
+                raise self._failed_at("write", exc) from exc
             finally:
                 self._release_write()
 
@@ -624,8 +628,7 @@ class JournalCore:
                 seg = self._active
                 self._write_active()
         except BaseException as exc:
-            self._core_fail(exc)
-            raise JournalFailedError.after("write", exc) from exc
+            raise self._failed_at("write", exc) from exc
         finally:
             if took_write:
                 self._release_write()
@@ -667,8 +670,7 @@ class JournalCore:
                 seg.synced = max(seg.synced, seg.written)
                 self.durable_bytes = max(self.durable_bytes, target)
         except BaseException as exc:
-            self._core_fail(exc)
-            raise JournalFailedError.after("sync", exc) from exc
+            raise self._failed_at("sync", exc) from exc
         finally:
             with self._cond:
                 self._syncing = False

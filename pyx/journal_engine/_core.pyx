@@ -311,6 +311,17 @@ cdef class JournalCore(RecordSink):
         self._leader_open = False
         self._notify(WAKE_ALL)
 
+    def _failed_at(self, what, exc):
+        """Stop the journal after ``what`` ("write", "sync") failed with ``exc``; the error to raise."""
+        self._core_fail(exc)
+        return JournalFailedError.after(what, exc)
+
+    def _sync_failed(self, exc):
+        """A sync failed: its baton is given back (the waiters wake to the failure); the error to raise."""
+        self._syncing = False
+        self._notify(WAKE_SYNCERS)
+        return self._failed_at("sync", exc)
+
     def _core_close(self):
         self._ready = False
         self._sleep(0, WAIT_IDLE)   # no write-out or sync may be using a file while files close
@@ -1006,8 +1017,7 @@ cdef class JournalCore(RecordSink):
             try:
                 self._write_active(FLUSH_KEEPS_GIL_UP_TO)
             except BaseException as exc:
-                self._core_fail(exc)
-                raise JournalFailedError.after("write", exc) from exc
+                raise self._failed_at("write", exc) from exc
             finally:
                 self._writing = False
                 self._notify(WAKE_WRITERS)
@@ -1046,8 +1056,7 @@ cdef class JournalCore(RecordSink):
             seg = self._active
             self._write_active(LEADER_KEEPS_GIL_UP_TO)
         except BaseException as exc:
-            self._core_fail(exc)
-            raise JournalFailedError.after("write", exc) from exc
+            raise self._failed_at("write", exc) from exc
         finally:
             self._leader_open = False
             if took_write:
@@ -1084,10 +1093,7 @@ cdef class JournalCore(RecordSink):
             self._sealed = [old for old in self._sealed if old not in synced]
             self._count_sealed()
         except BaseException as exc:
-            self._core_fail(exc)
-            self._syncing = False
-            self._notify(WAKE_SYNCERS)
-            raise JournalFailedError.after("sync", exc) from exc
+            raise self._sync_failed(exc) from exc
         self._publish_sync(seg, seg.written, target, batch, times)
         return 0
 
@@ -1108,10 +1114,7 @@ cdef class JournalCore(RecordSink):
                 self._publish_sync(seg, written, target, batch, times)
         if rc != 0:
             exc = OSError(err, os.strerror(err), seg.path)
-            self._core_fail(exc)
-            self._syncing = False
-            self._notify(WAKE_SYNCERS)
-            raise JournalFailedError.after("sync", exc) from exc
+            raise self._sync_failed(exc) from exc
         return 0
 
     cdef void _publish_sync(self, Segment seg, Py_ssize_t written, uint64_t target,
