@@ -201,6 +201,14 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _refuse_stored(what: str, record_id: int, *stored) -> None:
+    """DuplicateRecordError when ``record_id`` is already in one of ``stored`` (ids, or a map by id):
+    a record id is written once (lock held)."""
+    for ids in stored:
+        if record_id in ids:
+            raise DuplicateRecordError(f"{what} {record_id} is already stored")
+
+
 class MessageStore:
     """A broker's durable state: queues, messages, references, acks, delivery counts, scheduled times.
 
@@ -500,8 +508,7 @@ class MessageStore:
     def _duplicate_id_records_of(self, entry: DuplicateIdEntry, replaces: int | None) -> list:
         """The group records of a cache entry: its ADD, and the DELETE of the entry it replaces in the
         ring (when that one is stored). Lock held."""
-        if entry.record_id in self._duplicate_id_records or entry.record_id in self._message_queues:
-            raise DuplicateRecordError(f"record {entry.record_id} is already stored")
+        _refuse_stored("record", entry.record_id, self._duplicate_id_records, self._message_queues)
         records = [(_ADD, entry.record_id, _DUPLICATE_ID, encode_duplicate_id(entry.address, entry.duplicate_id))]
         if replaces is not None and replaces in self._duplicate_id_records:
             records.append((_DELETE, replaces, 0, b""))
@@ -554,8 +561,7 @@ class MessageStore:
         body = encode_queue(name, address, routing_type=routing_type, filter=filter, arguments=arguments,
                             auto_created=auto_created, auto_delete=auto_delete)
         with self._lock:
-            if queue_id in self._queues:
-                raise DuplicateRecordError(f"queue {queue_id} is already stored")
+            _refuse_stored("queue", queue_id, self._queues)
             self._bindings.add(queue_id, RecordType.QUEUE_BINDING_RECORD, body, sync=False)
             self._queues[queue_id] = StoredQueue(queue_id, name, address, routing_type, filter, arguments or None,
                                                  auto_created, auto_delete)
@@ -629,8 +635,7 @@ class MessageStore:
         data = encode_message(address, body, properties=properties, durable=durable, expiration=expiration,
                               routing_type=routing_type, priority=priority)
         with self._lock:
-            if message_id in self._message_queues:
-                raise DuplicateRecordError(f"message {message_id} is already stored")
+            _refuse_stored("message", message_id, self._message_queues)
             self._message_records.add(message_id, RecordType.ADD_MESSAGE, data, sync=False)
             self._message_queues.add_message(message_id)
         self._wait(self._message_records, sync)
@@ -908,8 +913,7 @@ class MessageStore:
         lock.acquire()      # not `with`: on this hot path the with-statement costs twice acquire+release
         try:
             message_queues = self._message_queues
-            if message_id in message_queues:
-                raise DuplicateRecordError(f"message {message_id} is already stored")
+            _refuse_stored("message", message_id, message_queues)
             if len(queue_ids) == 1 and duplicate_id is None:
                 queue_id = queue_ids[0]
                 if queue_id not in self._queues:
@@ -980,8 +984,7 @@ class MessageStore:
         """ADD_TX of an encoded message (45) for a StoreTransaction, the message then among
         ``pending_messages`` (the transaction's own); DuplicateRecordError when it is stored or pending."""
         with self._lock:
-            if message_id in self._message_queues or message_id in pending_messages:
-                raise DuplicateRecordError(f"message {message_id} is already stored")
+            _refuse_stored("message", message_id, self._message_queues, pending_messages)
             self._message_records.add_tx(tx_id, message_id, RecordType.ADD_MESSAGE, data)
             pending_messages.add(message_id)
 
