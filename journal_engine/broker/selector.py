@@ -454,9 +454,7 @@ class _Parser:
                 rv = rf(p, h)
                 if rv is decisive:
                     return decisive
-                if lv is None or rv is None:
-                    return None
-                return not decisive
+                return None if lv is None or rv is None else not decisive
             left = _Node(connective, left.token, boolean=True)
         return left
 
@@ -709,9 +707,7 @@ def _on_known(lf: Env, rf: Env, combine: Callable[[Any, Any], Any]) -> Env:
         if lv is None:
             return None
         rv = rf(p, h)
-        if rv is None:
-            return None
-        return combine(lv, rv)
+        return None if rv is None else combine(lv, rv)
     return on_known
 
 
