@@ -30,45 +30,54 @@ from ..record_format import RecordKind, decode_store_body
 PROPERTIES_TYPE = pa.map_(pa.field("key", pa.string(), nullable=False), pa.string())
 
 
+# Spark SQL's name of each Arrow type the columns use
+_SPARK_TYPES = {pa.string(): "string", pa.int64(): "bigint", pa.int32(): "int", pa.bool_(): "boolean",
+                pa.binary(): "binary", PROPERTIES_TYPE: "map<string,string>"}
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
     arrow_type: pa.DataType
-    spark_type: str
     meaning: str
+
+    @property
+    def spark_type(self) -> str:
+        """The column's type in Spark SQL (the source's declared schema)."""
+        return _SPARK_TYPES[self.arrow_type]
 
 
 #: the schema, in order (docs/spark.md prints this table)
 COLUMNS = (
-    Column("path", pa.string(), "string", "the journal file the record is in (live=true: the journal's directory)"),
-    Column("file_id", pa.int64(), "bigint", "the file's id (its frames carry its low 32 bits)"),
-    Column("sequence", pa.int64(), "bigint", "the file's place in replay order"),
-    Column("offset", pa.int64(), "bigint", "where the frame (or the damaged region) starts in the file"),
-    Column("frame_size", pa.int64(), "bigint", "bytes of the frame with its padding (a damaged region: its bytes)"),
-    Column("kind", pa.string(), "string", "ADD, UPDATE, ADD_TX, UPDATE_TX, DELETE_TX, DELETE, PREPARE, COMMIT, "
-                                          "ROLLBACK, PAD or GROUP (heads a record group checked whole); null on "
-                                          "a damage row"),
-    Column("record_id", pa.int64(), "bigint", "the record id (the message id in the message journal, the queue id "
-                                              "in the bindings journal); ids past 2^63 - 1 read negative"),
-    Column("record_type", pa.int32(), "int", "the user record type: 45 message, 32 reference, 33 acknowledgement, "
-                                             "34 delivery count, 36 scheduled time, 21 queue, ..."),
-    Column("tx_id", pa.int64(), "bigint", "the transaction id (0 outside transactions)"),
-    Column("body_size", pa.int64(), "bigint", "bytes of the record's body"),
-    Column("body", pa.binary(), "binary", "the record's body as written"),
-    Column("damage", pa.string(), "string", "null for a record; on a damage row, what the reader reports there "
-                                            "(a damaged region, a torn tail, a file cut short, a store body that "
-                                            "does not decode)"),
-    Column("address", pa.string(), "string", "a message's address (45) or a queue's address (21)"),
-    Column("queue_id", pa.int64(), "bigint", "the queue of a reference record (32, 33, 34, 36); a queue's id (21)"),
-    Column("queue_name", pa.string(), "string", "a queue's name (21)"),
-    Column("delivery_count", pa.int64(), "bigint", "the persisted delivery count (34)"),
-    Column("scheduled_time", pa.int64(), "bigint", "the scheduled delivery time, epoch ms (36)"),
-    Column("expiration", pa.int64(), "bigint", "a message's expiration, epoch ms, 0 = never (45)"),
-    Column("durable", pa.bool_(), "boolean", "whether a message is durable (45)"),
-    Column("routing_type", pa.string(), "string", "anycast or multicast (45: null when none; 21)"),
-    Column("priority", pa.int32(), "int", "a message's priority, 0-9, higher first (45)"),
-    Column("message_size", pa.int64(), "bigint", "bytes of a message's body (45)"),
-    Column("properties", PROPERTIES_TYPE, "map<string,string>",
+    Column("path", pa.string(), "the journal file the record is in (live=true: the journal's directory)"),
+    Column("file_id", pa.int64(), "the file's id (its frames carry its low 32 bits)"),
+    Column("sequence", pa.int64(), "the file's place in replay order"),
+    Column("offset", pa.int64(), "where the frame (or the damaged region) starts in the file"),
+    Column("frame_size", pa.int64(), "bytes of the frame with its padding (a damaged region: its bytes)"),
+    Column("kind", pa.string(), "ADD, UPDATE, ADD_TX, UPDATE_TX, DELETE_TX, DELETE, PREPARE, COMMIT, "
+                                "ROLLBACK, PAD or GROUP (heads a record group checked whole); null on "
+                                "a damage row"),
+    Column("record_id", pa.int64(), "the record id (the message id in the message journal, the queue id "
+                                    "in the bindings journal); ids past 2^63 - 1 read negative"),
+    Column("record_type", pa.int32(), "the user record type: 45 message, 32 reference, 33 acknowledgement, "
+                                      "34 delivery count, 36 scheduled time, 21 queue, ..."),
+    Column("tx_id", pa.int64(), "the transaction id (0 outside transactions)"),
+    Column("body_size", pa.int64(), "bytes of the record's body"),
+    Column("body", pa.binary(), "the record's body as written"),
+    Column("damage", pa.string(), "null for a record; on a damage row, what the reader reports there "
+                                  "(a damaged region, a torn tail, a file cut short, a store body that "
+                                  "does not decode)"),
+    Column("address", pa.string(), "a message's address (45) or a queue's address (21)"),
+    Column("queue_id", pa.int64(), "the queue of a reference record (32, 33, 34, 36); a queue's id (21)"),
+    Column("queue_name", pa.string(), "a queue's name (21)"),
+    Column("delivery_count", pa.int64(), "the persisted delivery count (34)"),
+    Column("scheduled_time", pa.int64(), "the scheduled delivery time, epoch ms (36)"),
+    Column("expiration", pa.int64(), "a message's expiration, epoch ms, 0 = never (45)"),
+    Column("durable", pa.bool_(), "whether a message is durable (45)"),
+    Column("routing_type", pa.string(), "anycast or multicast (45: null when none; 21)"),
+    Column("priority", pa.int32(), "a message's priority, 0-9, higher first (45)"),
+    Column("message_size", pa.int64(), "bytes of a message's body (45)"),
+    Column("properties", PROPERTIES_TYPE,
            "a message's properties (45): str values as they are, int in decimal, float as Python's repr, "
            "true/false, bytes in hex, None as null"),
 )
