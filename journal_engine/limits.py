@@ -55,6 +55,17 @@ MAX_REDELIVERY_RECORDS_DEFAULT = 10             # Artemis's max-redelivery-recor
 ID_CACHE_SIZE_DEFAULT = 20_000
 ID_CACHE_SIZE_MAX = 10_000_000
 PERSIST_ID_CACHE_DEFAULT = True
+# ActiveMQ Classic's producer audit (a destination policy's enableAudit): per destination, a window of
+# producer sequence ids per producer (BitArrayBin, 64-bit words) for at most so many producers (an LRU).
+# A policy entry's defaults (BaseDestination.MAX_AUDIT_DEPTH, MAX_PRODUCERS_TO_AUDIT) and a destination's
+# own when no entry applies (BaseDestination's fields); the largest values taken: a window of
+# CLASSIC_AUDIT_DEPTH_MAX ids is 128 KiB a producer
+CLASSIC_AUDIT_DEPTH_POLICY_DEFAULT = 10_000
+CLASSIC_AUDIT_PRODUCERS_POLICY_DEFAULT = 64
+CLASSIC_AUDIT_DEPTH_DESTINATION_DEFAULT = 2048
+CLASSIC_AUDIT_PRODUCERS_DESTINATION_DEFAULT = 1024
+CLASSIC_AUDIT_DEPTH_MAX = 1 << 20
+CLASSIC_AUDIT_PRODUCERS_MAX = 1 << 16
 # a message is redriven from a dead-letter queue at most this many times (loop protection)
 REDRIVES_MAX_DEFAULT = 3
 # message ids a broker reserves in its bindings journal at a time (an ID counter record per block)
@@ -274,6 +285,11 @@ _RELATIONSHIPS = {
     "the async receive's polls grow": 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S,
     "an LMDB map starts within its growth": LMDB_MAP_SIZE_MIN_BYTES <= LMDB_MAP_SIZE_DEFAULT_BYTES
                                             <= LMDB_MAP_SIZE_MAX_DEFAULT_BYTES,
+    "Classic's audit defaults are within their bounds": max(CLASSIC_AUDIT_DEPTH_POLICY_DEFAULT,
+                                                            CLASSIC_AUDIT_DEPTH_DESTINATION_DEFAULT)
+        <= CLASSIC_AUDIT_DEPTH_MAX <= JAVA_INT_MAX and max(CLASSIC_AUDIT_PRODUCERS_POLICY_DEFAULT,
+                                                        CLASSIC_AUDIT_PRODUCERS_DESTINATION_DEFAULT)
+        <= CLASSIC_AUDIT_PRODUCERS_MAX <= JAVA_INT_MAX,
     "Java's bounds are the integer bounds": JAVA_LONG_MIN == I64_MIN and JAVA_LONG_MAX == I64_MAX
                                             and JAVA_INT_MIN < 0 < JAVA_INT_MAX < U32_MAX,
 }
