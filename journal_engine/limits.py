@@ -250,6 +250,10 @@ SERVED_STORE_BUFFER_TIMEOUT_US = 5000
 # most this often; a client that promised heart-beats and is silent for SERVED_HEARTBEAT_GRACE times
 # the agreed interval is given up (its unacknowledged messages become failed deliveries)
 SERVED_HEARTBEAT_MS = 1000
+# serve-stomp --failback (served/takeover.py): a serving backup looks for a restarted primary's request this
+# often; after handing back it waits at most this long for the primary to take the lock and withdraw it
+SERVED_FAILBACK_POLL_S = 0.1
+SERVED_FAILBACK_HANDOVER_S = 30.0
 SERVED_HEARTBEAT_GRACE = 2.0
 # the kombu transport (integrations/kombu.py) waits this long for the RECEIPT of a request (a publish,
 # a declaration, an ACK) before it gives the connection up as lost
@@ -279,6 +283,8 @@ _RELATIONSHIPS = {
     "a served turn hands out at least one message": SERVED_DISPATCH_BATCH_MAX >= 1,
     "a served connection may subscribe": SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX >= 1,
     "the served broker takes a connection": SERVED_CONNECTIONS_MAX >= 1,
+    "a failback request is looked for well within its handover": 0 < SERVED_FAILBACK_POLL_S * 10
+                                                                 <= SERVED_FAILBACK_HANDOVER_S,
     "a failed login is closed after a short, positive delay": 0 < SERVED_LOGIN_FAILURE_DELAY_S <= 10,
     "the served store's window is a journal window": 0 < SERVED_STORE_BUFFER_TIMEOUT_US <= BUFFER_TIMEOUT_US_MAX,
     "served heart-beats tolerate a late one": SERVED_HEARTBEAT_MS > 0 and SERVED_HEARTBEAT_GRACE > 1,
