@@ -240,3 +240,19 @@ def test_a_bad_message_id_under_classic_is_a_config_error(tmp_path, store):
         broker.send("orders", b"x", properties={"JMSMessageID": "not-a-message-id"})
     assert broker.queue("orders").message_count == 0
     broker.close()
+
+
+def test_the_dead_letter_audit_keys_a_message_by_its_message_id(tmp_path, store):
+    # AbstractDeadLetterStrategy.isSendToDeadLetterQueue: messageAudit.isDuplicate(message), keyed by the
+    # message's MessageId (ActiveMQMessageAuditNoSync.isDuplicate(MessageId)); the shared strategy keeps one
+    # audit for every destination, so one MessageId failing on two queues is dead-lettered once
+    broker = _broker(tmp_path, store, _xml())
+    for queue in ("a", "b"):
+        broker.create_queue(queue)
+        assert broker.send(queue, b"same id " + queue.encode(), properties=_id(5)) is not None
+    for queue in ("a", "b"):
+        consumer = broker.create_consumer(queue)
+        consumer.rollback(consumer.receive(0))      # a poison ack: dead-lettered at once without a plugin
+    assert [m.body for m in broker.browse("ActiveMQ.DLQ")] == [b"same id a"]
+    assert broker.queue("b").message_count == 0
+    broker.close()
