@@ -29,6 +29,7 @@ def test_a_smoke_campaign_runs_every_fault_mode_and_finds_no_violation(tmp_path)
                                                       "checkpoint"}
     assert report.power_loss["states"] >= 15 * 2 and report.broker["kills"] == 4
     assert report.takeover["takeovers"] == 1 and report.takeover["receipted"] > 0
+    assert report.takeover["resent"] > 0        # the kill left SENDs without their RECEIPT: resends were made
     assert report.runs["checkpoint"] == 30 and sum(report.damage["checkpoint"].values()) == 30
     assert all(report.crash_points_hit[point] >= 1 for point in durability.CRASH_POINTS)
     assert report.acknowledged > 0 and report.calls >= report.acknowledged
