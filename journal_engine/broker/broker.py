@@ -236,6 +236,8 @@ class Broker:
                                         lambda: next(post_office.message_ids, 0) or post_office.new_message_id())
         # ActiveMQ Classic's producer audit in its place (Classic has no duplicate-id property)
         self._audit = ProducerAudit(classic_config.audit_entry_for) if classic_config is not None else None
+        if self._audit is not None:
+            post_office.on_address_removed = self._audit.forget
         post_office.priority_rule = lambda queue, arguments: self._priority_levels(queue, self._qpid_policy(arguments))
         if self._store is not None:
             try:

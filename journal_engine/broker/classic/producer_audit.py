@@ -225,3 +225,9 @@ class ProducerAudit:
         window = AuditPolicy.window_for(self._entry_for(destination), destination)
         audit = audits[destination] = DestinationAudit(*window) if window is not None else None
         return audit
+
+    def forget(self, name: str) -> None:
+        """The audits of the queue and topic ``name``: gone with the destination (a new one starts empty,
+        as Classic's new destination starts a new cursor and its audit)."""
+        for destination in [d for d in self._audits if d.name == name]:
+            del self._audits[destination]

@@ -226,6 +226,19 @@ def test_the_audit_is_in_memory_a_restart_forgets_it(tmp_path, store):
     broker.close()
 
 
+def test_a_deleted_destination_takes_its_audit_with_it(tmp_path, store):
+    # the audit belongs to the destination's cursor (Queue.initialize: messages.setEnableAudit ...): a queue
+    # made again is a new destination with a new cursor, its audit empty
+    broker = _broker(tmp_path, store, _xml())
+    broker.create_queue("orders")
+    assert broker.send("orders", b"1", properties=_id(1)) is not None
+    broker.delete_queue("orders")
+    broker.create_queue("orders")
+    assert broker.send("orders", b"1 to the new queue", properties=_id(1)) is not None
+    assert broker.send("orders", b"and again", properties=_id(1)) is None
+    broker.close()
+
+
 def test_without_a_classic_configuration_jms_message_id_is_an_ordinary_property(tmp_path, store):
     broker = Broker(tmp_path / "broker", store=store, sync="none", store_options={"file_size": SMALL_FILE})
     broker.create_queue("orders")
