@@ -58,7 +58,7 @@ from .classic.destinations import QUEUE, TOPIC, ClassicDestination, destination_
 from .classic.config import ClassicBrokerConfig
 from .classic.expiry_scans import DestinationExpiryScans
 from .classic.policy import ClassicRedeliveryPolicy
-from .classic.producer_audit import ProducerAudit, message_key
+from .classic.producer_audit import MESSAGE_ID_PROPERTY, ProducerAudit, message_key
 from .classic.redelivery_rules import ClassicRedeliveryRules, ConsumerPolicyRules
 from .consumer import Consumer
 from .dead_letter import DeadLetters
@@ -596,7 +596,7 @@ class Broker:
             return False
         self._audit.refused += 1
         log.info("duplicate message %r on %r (the producer audit's window holds it): the message is not routed",
-                 properties.get("JMSMessageID"), address)
+                 properties.get(MESSAGE_ID_PROPERTY), address)
         return True
 
     def _store_duplicate_id(self, address: str, duplicate_id: bytes, data: MessageData | None,
