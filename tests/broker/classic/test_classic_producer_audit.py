@@ -113,6 +113,11 @@ def test_audit_limits_are_taken_at_their_maximum_and_refused_past_it(attribute, 
             Broker(config=_xml(f'<policyEntry queue=">" {attribute}="{bad}"/>'))
     with pytest.raises(ConfigError, match="policyEntry/@enableAudit"):
         Broker(config=_xml('<policyEntry queue=">" enableAudit="yes"/>'))
+    field = {"maxAuditDepth": "max_audit_depth", "maxQueueAuditDepth": "max_queue_audit_depth",
+             "maxProducersToAudit": "max_producers_to_audit"}[attribute]
+    assert getattr(AuditPolicy(**{field: high}), field) == high          # built in code: the same bounds
+    with pytest.raises(ConfigError, match=field):
+        AuditPolicy(**{field: high + 1})
 
 
 # ------------------------------------------------------------------------------------ the broker
