@@ -9,12 +9,16 @@
 """
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+
 import pytest
 from failover_pair import LISTENING, WAITING, FailoverPair, ServeStomp
 from stomp_load import free_port
 from stomp_server import RawClient, frame_bytes
 
-from journal_engine.served.takeover import FAILBACK_REQUEST_FILE
+from journal_engine.served.takeover import FAILBACK_REQUEST_FILE, FailbackRequest
 
 ASKING = "to hand back the directory of "
 HANDING = "back to pid "
@@ -94,3 +98,15 @@ def test_failback_and_backup_together_are_refused(tmp_path):
     with pytest.raises(AssertionError):
         both.line(1.0)
     assert LISTENING not in both.stderr()
+
+
+def test_a_request_of_a_dead_process_of_this_machine_is_stale(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    request = FailbackRequest(tmp_path)
+    (tmp_path / FAILBACK_REQUEST_FILE).write_text(f"{dead.stdout.strip()} {socket.gethostname()}\n")
+    assert request.requester() is None and not (tmp_path / FAILBACK_REQUEST_FILE).exists()
+    request.make()                                  # this process: alive, a request
+    assert request.requester().startswith("pid ")
+    (tmp_path / FAILBACK_REQUEST_FILE).write_text(f"{dead.stdout.strip()} another-host\n")
+    assert request.requester() == f"pid {dead.stdout.strip()} on another-host"    # another machine's: kept
