@@ -55,6 +55,17 @@ MAX_REDELIVERY_RECORDS_DEFAULT = 10             # Artemis's max-redelivery-recor
 ID_CACHE_SIZE_DEFAULT = 20_000
 ID_CACHE_SIZE_MAX = 10_000_000
 PERSIST_ID_CACHE_DEFAULT = True
+# ActiveMQ Classic's producer audit (a destination policy's enableAudit): per destination, a window of
+# producer sequence ids per producer (BitArrayBin, 64-bit words) for at most so many producers (an LRU).
+# A policy entry's defaults (BaseDestination.MAX_AUDIT_DEPTH, MAX_PRODUCERS_TO_AUDIT) and a destination's
+# own when no entry applies (BaseDestination's fields); the largest values taken: a window of
+# CLASSIC_AUDIT_DEPTH_MAX ids is 128 KiB a producer
+CLASSIC_AUDIT_DEPTH_POLICY_DEFAULT = 10_000
+CLASSIC_AUDIT_PRODUCERS_POLICY_DEFAULT = 64
+CLASSIC_AUDIT_DEPTH_DESTINATION_DEFAULT = 2048
+CLASSIC_AUDIT_PRODUCERS_DESTINATION_DEFAULT = 1024
+CLASSIC_AUDIT_DEPTH_MAX = 1 << 20
+CLASSIC_AUDIT_PRODUCERS_MAX = 1 << 16
 # a message is redriven from a dead-letter queue at most this many times (loop protection)
 REDRIVES_MAX_DEFAULT = 3
 # message ids a broker reserves in its bindings journal at a time (an ID counter record per block)
@@ -239,6 +250,10 @@ SERVED_STORE_BUFFER_TIMEOUT_US = 5000
 # most this often; a client that promised heart-beats and is silent for SERVED_HEARTBEAT_GRACE times
 # the agreed interval is given up (its unacknowledged messages become failed deliveries)
 SERVED_HEARTBEAT_MS = 1000
+# serve-stomp --failback (served/takeover.py): a serving backup looks for a restarted primary's request this
+# often; after handing back it waits at most this long for the primary to take the lock and withdraw it
+SERVED_FAILBACK_POLL_S = 0.1
+SERVED_FAILBACK_HANDOVER_S = 30.0
 SERVED_HEARTBEAT_GRACE = 2.0
 # the kombu transport (integrations/kombu.py) waits this long for the RECEIPT of a request (a publish,
 # a declaration, an ACK) before it gives the connection up as lost
@@ -268,12 +283,19 @@ _RELATIONSHIPS = {
     "a served turn hands out at least one message": SERVED_DISPATCH_BATCH_MAX >= 1,
     "a served connection may subscribe": SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX >= 1,
     "the served broker takes a connection": SERVED_CONNECTIONS_MAX >= 1,
+    "a failback request is looked for well within its handover": 0 < SERVED_FAILBACK_POLL_S * 10
+                                                                 <= SERVED_FAILBACK_HANDOVER_S,
     "a failed login is closed after a short, positive delay": 0 < SERVED_LOGIN_FAILURE_DELAY_S <= 10,
     "the served store's window is a journal window": 0 < SERVED_STORE_BUFFER_TIMEOUT_US <= BUFFER_TIMEOUT_US_MAX,
     "served heart-beats tolerate a late one": SERVED_HEARTBEAT_MS > 0 and SERVED_HEARTBEAT_GRACE > 1,
     "the async receive's polls grow": 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S,
     "an LMDB map starts within its growth": LMDB_MAP_SIZE_MIN_BYTES <= LMDB_MAP_SIZE_DEFAULT_BYTES
                                             <= LMDB_MAP_SIZE_MAX_DEFAULT_BYTES,
+    "Classic's audit defaults are within their bounds": max(CLASSIC_AUDIT_DEPTH_POLICY_DEFAULT,
+                                                            CLASSIC_AUDIT_DEPTH_DESTINATION_DEFAULT)
+        <= CLASSIC_AUDIT_DEPTH_MAX <= JAVA_INT_MAX and max(CLASSIC_AUDIT_PRODUCERS_POLICY_DEFAULT,
+                                                        CLASSIC_AUDIT_PRODUCERS_DESTINATION_DEFAULT)
+        <= CLASSIC_AUDIT_PRODUCERS_MAX <= JAVA_INT_MAX,
     "Java's bounds are the integer bounds": JAVA_LONG_MIN == I64_MIN and JAVA_LONG_MAX == I64_MAX
                                             and JAVA_INT_MIN < 0 < JAVA_INT_MAX < U32_MAX,
 }

@@ -54,10 +54,11 @@ from .config.safe_xml import check_scan_period
 from .config.systems import load as load_config, merged_switch
 from .clock import Clock, WallClock
 from .classic.dead_letters import ClassicDeadLetters
-from .classic.destinations import destination_of_queue
+from .classic.destinations import QUEUE, TOPIC, ClassicDestination, destination_of_queue
 from .classic.config import ClassicBrokerConfig
 from .classic.expiry_scans import DestinationExpiryScans
 from .classic.policy import ClassicRedeliveryPolicy
+from .classic.producer_audit import MESSAGE_ID_PROPERTY, ProducerAudit, message_key
 from .classic.redelivery_rules import ClassicRedeliveryRules, ConsumerPolicyRules
 from .consumer import Consumer
 from .dead_letter import DeadLetters
@@ -114,7 +115,10 @@ class Broker:
     in the HornetQ dialect) its address saw among its last ``id_cache_size`` ids is not routed, and
     with ``persist_id_cache`` the ids survive any crash; a broker.xml's ``<id-cache-size>`` and
     ``<persist-id-cache>`` set them. With a Classic activemq.xml there is none (Classic has no such
-    property).
+    property); its producer audit takes the place: a message whose ``JMSMessageID`` (Classic's MessageId
+    text, ``ID:...:<producer>:<sequence>``) its destination's audit window already holds is not routed
+    (classic/producer_audit.py; the window from the policy entry's ``enableAudit``,
+    ``maxQueueAuditDepth`` / ``maxAuditDepth`` and ``maxProducersToAudit``; in memory, as Classic's).
 
     Bad arguments or configuration raise ConfigError (a ValueError) naming the field; the store's
     errors (JournalLockedError, CorruptRecordError, ...) propagate from opening and recovery.
@@ -230,6 +234,10 @@ class Broker:
         self._duplicates = DuplicateIds(0 if classic_config is not None else id_cache_size, persist_id_cache,
                                         self._dialect.duplicate_id, self._store,
                                         lambda: next(post_office.message_ids, 0) or post_office.new_message_id())
+        # ActiveMQ Classic's producer audit in its place (Classic has no duplicate-id property)
+        self._audit = ProducerAudit(classic_config.audit_entry_for) if classic_config is not None else None
+        if self._audit is not None:
+            post_office.on_address_removed = self._audit.forget
         post_office.priority_rule = lambda queue, arguments: self._priority_levels(queue, self._qpid_policy(arguments))
         if self._store is not None:
             try:
@@ -445,7 +453,10 @@ class Broker:
              priority: int = PRIORITY_DEFAULT) -> int | None:
         """Send a message to an address; returns its message id, or None for a duplicate: a message
         whose duplicate id (property ``_AMQ_DUPL_ID``, bytes or str; ``_HQ_DUPL_ID`` in the HornetQ
-        dialect) the address saw among its last ``id_cache_size`` ids is not routed and stores nothing.
+        dialect) the address saw among its last ``id_cache_size`` ids is not routed and stores nothing;
+        with a Classic configuration, a message whose ``JMSMessageID`` (``ID:...:<producer>:<sequence>``)
+        its destination's producer audit holds, likewise (ConfigError for a ``JMSMessageID`` Classic
+        cannot parse).
 
         expiration and scheduled_delivery_time are epoch ms (0 = none). routing_type None reaches
         both the anycast and the multicast queues of the address; "anycast" or "multicast" only
@@ -502,6 +513,9 @@ class Broker:
                 duplicate_id = self._duplicates.id_of(properties)
                 if duplicate_id is not None and self._refuses_duplicate(address, duplicate_id, session):
                     return None
+            if self._audit is not None and properties is not None and self._audit_refuses(
+                    address, route, routing_type, properties, session):
+                return None
             now = 0
             repository = post_office.address_settings
             cached = repository.cached      # an attribute, not a method: loaded first, then called
@@ -556,6 +570,34 @@ class Broker:
         if transacted:
             session.add_duplicate_id(address, duplicate_id)
         return False
+
+    def _audit_refuses(self, address: str, route, routing_type: str | None, properties: Mapping,
+                       session: Session | None) -> bool:
+        """Whether ActiveMQ Classic's producer audit drops the send: its ``JMSMessageID``'s producer and
+        sequence are in its destination's window (a queue, or a topic when only multicast queues take it;
+        the window is recorded now, as the cursor's recordUniqueId). In a transacted session the window is
+        asked now and recorded at commit (a rolled-back send never reached Classic's cursor), and a
+        duplicate is dropped without failing the transaction, as Classic's cursor drops it after the
+        commit. Counted in stats()["duplicates"]. Lock held."""
+        key = message_key(properties)
+        if key is None:
+            return False
+        multicast = routing_type == "multicast" or (
+            routing_type is None and route is not None and route.multicast and not route.anycast)
+        audit = self._audit.audit_for(ClassicDestination(TOPIC if multicast else QUEUE, address))
+        if audit is None:
+            return False
+        producer, sequence = key
+        if session is not None and session.transacted:
+            if not audit.seen(producer, sequence) and not session.sent_audited(audit, key):
+                session.add_audited(audit, key)
+                return False
+        elif not audit.is_duplicate(producer, sequence):
+            return False
+        self._audit.refused += 1
+        log.info("duplicate message %r on %r (the producer audit's window holds it): the message is not routed",
+                 properties.get(MESSAGE_ID_PROPERTY), address)
+        return True
 
     def _store_duplicate_id(self, address: str, duplicate_id: bytes, data: MessageData | None,
                             targets: list[QueueState], scheduled_delivery_time: int) -> None:
@@ -754,7 +796,7 @@ class Broker:
                 "scheduled": sum(q.scheduled for q in queues),
                 "delivering": sum(q.delivering for q in queues),
                 "unrouted": post_office.unrouted,
-                "duplicates": self._duplicates.refused,
+                "duplicates": self._duplicates.refused + (self._audit.refused if self._audit is not None else 0),
                 "next_message_id": post_office.next_message_id,
                 "dialect": self._dialect.name,
             }

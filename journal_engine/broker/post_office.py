@@ -59,6 +59,9 @@ class PostOffice:
         #: (Artemis's, Classic's policy entries, a Qpid queue's x-qpid-priorities); set before load
         self.priority_rule: Callable[[QueueState, dict | None], tuple[int, ...] | None] = (
             lambda queue, arguments: ALL_PRIORITIES)
+        #: called with an address's name when its last queue is deleted (the broker's: Classic's producer
+        #: audits go with their destination); None: nothing to do
+        self.on_address_removed: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------------------------- ids and counts
     def _start_message_ids(self, first: int) -> None:
@@ -281,6 +284,8 @@ class PostOffice:
         address.unbind(queue)
         if not address.has_queues():
             del self.addresses[queue.address]
+            if self.on_address_removed is not None:
+                self.on_address_removed(queue.address)
         queue.condition.notify_all()
         return len(live)
 

@@ -49,7 +49,7 @@ class Session:
     MessageStateError."""
 
     __slots__ = ("_operations", "transacted", "_consumers", "_tx", "_sends", "_acked", "_closed",
-                 "_duplicate_ids", "_refused", "__weakref__")
+                 "_duplicate_ids", "_refused", "_audited", "__weakref__")
 
     def __init__(self, operations: SessionOperations, transacted: bool) -> None:
         self._operations = operations
@@ -61,6 +61,7 @@ class Session:
         self._closed = False
         self._duplicate_ids: list[tuple[str, bytes]] = []   # (address, id) of the sends, remembered at commit
         self._refused: JournalError | None = None      # why the open transaction is rollback-only (a duplicate)
+        self._audited: list[tuple[Any, Any]] = []      # (a Classic destination audit, producer key) of the sends
 
     @property
     def closed(self) -> bool:
@@ -134,6 +135,19 @@ class Session:
     def take_duplicate_ids(self) -> list[tuple[str, bytes]]:
         """The open transaction's duplicate ids, in send order; the session holds none afterwards."""
         taken, self._duplicate_ids = self._duplicate_ids, []
+        return taken
+
+    def add_audited(self, audit: Any, key: Any) -> None:
+        """A send's Classic producer and sequence (``key``), recorded by ``audit`` when the transaction commits."""
+        self._audited.append((audit, key))
+
+    def sent_audited(self, audit: Any, key: Any) -> bool:
+        """Whether the open transaction already sent ``key`` to the destination of ``audit``."""
+        return any(a is audit and k == key for a, k in self._audited)
+
+    def take_audited(self) -> list[tuple[Any, Any]]:
+        """The open transaction's audited sends, in send order; the session holds none afterwards."""
+        taken, self._audited = self._audited, []
         return taken
 
     def refuse(self, error: JournalError) -> None:

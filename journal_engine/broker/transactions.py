@@ -5,7 +5,9 @@ rollback and close of a session's unit of work.
   the pending sends are enqueued (scheduled when their time is still ahead) and the acknowledged
   references leave their queues. The sends' duplicate ids join their addresses' caches, journaled in
   the same transaction; a transaction made rollback-only by a duplicate (or whose id another session
-  committed meanwhile) rolls back instead, and commit() raises DuplicateIdError, as Artemis does.
+  committed meanwhile) rolls back instead, and commit() raises DuplicateIdError, as Artemis does. With
+  ActiveMQ Classic's rules the sends' producers and sequences are recorded by their destinations'
+  producer audits (a duplicate was dropped at its send, the transaction unharmed).
 * rollback: the store transaction rolls back, the sends are dropped, and every reference the session
   acknowledged or still holds in delivery takes the redelivery path, by its consumer's redelivery
   policy when it has one. With ActiveMQ Classic's rules a consumer without a policy is a STOMP
@@ -55,6 +57,8 @@ class Transactions:
             self._gate.check_open()
             _check_transacted(session, "commit")
             self._remember_duplicate_ids(session)
+            for audit, (producer, sequence) in session.take_audited():     # Classic: the cursor records it now
+                audit.is_duplicate(producer, sequence)
             tx = session.pending_transaction()
             wrote = tx is not None and tx.records > 0
             if tx is not None:
@@ -106,6 +110,7 @@ class Transactions:
             tx.rollback(sync=False)
         session.take_sends()
         session.take_duplicate_ids()
+        session.take_audited()
         session.take_refusal()
         now = self._clock.now_ms()
         acked = session.acks()

@@ -93,16 +93,19 @@ def crash_test_command(arguments) -> int:
 @click.option("--backup", is_flag=True,
               help="wait for the live server of --data to die (its directory lock), then take over: recover and "
                    "serve on --port (docs/failover.md)")
+@click.option("--failback", is_flag=True,
+              help="a restarted primary: ask the --backup that serves --data to hand it back, wait for it, then "
+                   "serve on --port (docs/failover.md)")
 def serve_stomp_command(data, port, host, backend, sync, max_delivery_attempts, dead_letter_queue,
                         redelivery_delay_ms, users_path, allow_anonymous, tls_cert, tls_key, connections_max,
-                        backup) -> int:
+                        backup, failback) -> int:
     """Run a STOMP broker on one event loop whose queues live in a journal_engine store
     (docs/integrations.md). Binds 127.0.0.1 unless --host says otherwise."""
     from ..served import serve
     return serve(data, port, host, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
                  dead_letter_queue=dead_letter_queue or None, redelivery_delay_ms=redelivery_delay_ms,
                  users_path=users_path, allow_anonymous=allow_anonymous, tls_cert=tls_cert, tls_key=tls_key,
-                 connections_max=connections_max, backup=backup)
+                 connections_max=connections_max, backup=backup, failback=failback)
 
 
 @click.group("users")

@@ -22,6 +22,10 @@ Fault modes (each named in the report with how often it ran):
   * ``broker-kill``: SIGKILL chains of the broker-level workload (sends, deliveries, rollbacks with
     redelivery delays, acknowledgements, dead letters), strict mode on and off, on the journal and
     LMDB, one client or several (journal_engine.crashtest.broker_workload states its invariants);
+  * ``takeover``: a live ``serve-stomp`` SIGKILLed under STOMP load while its ``--backup`` waits on the
+    directory's lock; the backup takes over, the clients go over to it, producers resend what had no
+    RECEIPT under its duplicate id: no receipted message lost, no duplicate id routed twice
+    (journal_engine.crashtest.takeover states its invariants);
   * ``outside-file`` / ``second-opener`` / ``live-inspect``: what another process does to the
     directory of a live store: a data file cut, overwritten or deleted, then compacted; a second
     opener; the inspection commands (journal_engine.crashtest.outside states their invariants);
@@ -35,7 +39,7 @@ A --ci or --long campaign must also run every mode it plans and reach the figure
 
 ``kill``, ``power-loss`` and ``libfiu`` run on any store (the journal, the LMDB store, a user's
 store by import path): they see only the store's calls and its system calls; ``broker-kill``,
-``full-disk``, ``second-opener`` and ``live-inspect`` on the two built in. The others work on the
+``takeover``, ``full-disk``, ``second-opener`` and ``live-inspect`` on the two built in. The others work on the
 journal's own steps and file format and are reported not applicable to another store, each with
 the reason; a mode the machine cannot run (no libfiu, no mount) is
 reported skipped with what is missing.
@@ -65,7 +69,7 @@ from typing import Callable
 
 from ..storage import durability
 from ..storage.journal.journal import Journal
-from . import broker_workload, checkpoint_attack, children, fault_workload, outside, power_loss
+from . import broker_workload, checkpoint_attack, children, fault_workload, outside, power_loss, takeover
 from . import scratch as scratch_module
 from .checker import matching_prefix, recover_and_check
 from .journal_workload import FILE_SIZE
@@ -77,16 +81,16 @@ SIZES = {   # kills, crash-point hits per point, io errors per point, bit flips,
             # power loss: recorded runs, crash points per run, states per crash point
             # from outside the process (outside.py): files touched, second openers, inspections of a live store
     "smoke": dict(kills=6, point_hits=1, io_errors=1, bit_flips=60, truncations=1,      # seconds: for test suites
-                  power_runs=1, power_points=15, power_states=8, libfiu_runs=1, libfiu_faults=10, full_disks=1, broker_kills=4,
+                  power_runs=1, power_points=15, power_states=8, libfiu_runs=1, libfiu_faults=10, full_disks=1, broker_kills=4, takeovers=1,
                   outside_files=3, second_openers=3, live_inspections=2, checkpoint_attacks=30),
     "quick": dict(kills=60, point_hits=2, io_errors=1, bit_flips=300, truncations=1,
-                  power_runs=3, power_points=40, power_states=20, libfiu_runs=2, libfiu_faults=40, full_disks=3, broker_kills=20,
+                  power_runs=3, power_points=40, power_states=20, libfiu_runs=2, libfiu_faults=40, full_disks=3, broker_kills=20, takeovers=2,
                   outside_files=9, second_openers=6, live_inspections=4, checkpoint_attacks=150),
     "ci": dict(kills=500, point_hits=10, io_errors=4, bit_flips=10_000, truncations=1,
-               power_runs=9, power_points=460, power_states=50, libfiu_runs=8, libfiu_faults=260, full_disks=20, broker_kills=100,
+               power_runs=9, power_points=460, power_states=50, libfiu_runs=8, libfiu_faults=260, full_disks=20, broker_kills=100, takeovers=3,
                outside_files=30, second_openers=18, live_inspections=16, checkpoint_attacks=1_500),
     "long": dict(kills=5_000, point_hits=50, io_errors=20, bit_flips=100_000, truncations=4,
-                 power_runs=60, power_points=600, power_states=40, libfiu_runs=20, libfiu_faults=1000, full_disks=100, broker_kills=1000,
+                 power_runs=60, power_points=600, power_states=40, libfiu_runs=20, libfiu_faults=1000, full_disks=100, broker_kills=1000, takeovers=20,
                  outside_files=300, second_openers=90, live_inspections=80, checkpoint_attacks=15_000),
 }
 OUTSIDE_RUNS_PER_TASK = 6      # runs of an outside mode a worker does in one task
@@ -103,6 +107,7 @@ FIGURES = {
         [report.crash_points_hit.get(point, 0) for point in durability.CRASH_POINTS], default=0),
     "bit flips": lambda report: report.runs.get("bit-flip", 0),
     "broker kills": lambda report: report.broker.get("kills", 0),
+    "backup takeovers": lambda report: report.takeover.get("takeovers", 0),
     "outside-file runs": lambda report: report.runs.get("outside-file", 0),
     "second openers": lambda report: report.runs.get("second-opener", 0),
     "live inspections": lambda report: report.runs.get("live-inspect", 0),
@@ -111,11 +116,11 @@ FIGURES = {
 ACCEPTANCE = {
     "ci": {"SIGKILLs": 500, "power-loss states": 100_000, "power-loss crash points": 3_000,
            "injected I/O faults": 2_000, "hits of each named crash point": 10, "bit flips": 10_000,
-           "broker kills": 100, "outside-file runs": 30, "second openers": 18, "live inspections": 16,
+           "broker kills": 100, "backup takeovers": 3, "outside-file runs": 30, "second openers": 18, "live inspections": 16,
            "checkpoint attacks": 1_500},
     "long": {"SIGKILLs": 5_000, "power-loss states": 800_000, "power-loss crash points": 30_000,
              "injected I/O faults": 20_000, "hits of each named crash point": 50, "bit flips": 100_000,
-             "broker kills": 1_000, "outside-file runs": 300, "second openers": 90, "live inspections": 80,
+             "broker kills": 1_000, "backup takeovers": 20, "outside-file runs": 300, "second openers": 90, "live inspections": 80,
              "checkpoint attacks": 15_000},
 }
 # sizes whose every mode must run: a mode skipped for a missing tool fails the run (exit status 5)
@@ -147,6 +152,7 @@ class Report:
     libfiu: dict = field(default_factory=dict)        # faults injected (by kind), refusals after them
     full_disk: dict = field(default_factory=dict)     # runs on a small tmpfs, how many ended in StoreFullError
     broker: dict = field(default_factory=dict)        # broker-level kills and the calls they made
+    takeover: dict = field(default_factory=dict)      # backup takeovers: receipted, resent, delivered, ms
     damage: dict = field(default_factory=dict)        # bit-flip / truncation -> outcome -> how many
     outside: dict = field(default_factory=dict)       # outside-file / second-opener / live-inspect -> outcome -> n
     crash_positions: list = field(default_factory=list)   # power loss: (fraction of the run's log, states)
@@ -170,7 +176,8 @@ class Report:
         self.skipped.update(part.skipped)
         self.not_applicable.update(part.not_applicable)
         for mine, theirs in ((self.crash_points_hit, part.crash_points_hit), (self.full_disk, part.full_disk),
-                             (self.broker, part.broker), (self.damage, part.damage),
+                             (self.broker, part.broker), (self.takeover, part.takeover),
+                             (self.damage, part.damage),
                              (self.outside, part.outside)):
             add_counts(mine, theirs)
         self.crash_positions += part.crash_positions
@@ -225,7 +232,7 @@ class Report:
                 "skipped": self.skipped, "not_applicable": self.not_applicable,
                 "crash_points_hit": self.crash_points_hit,
                 "power_loss": self.power_loss, "libfiu": self.libfiu, "full_disk": self.full_disk,
-                "broker": self.broker, "damage": self.damage, "outside": self.outside,
+                "broker": self.broker, "takeover": self.takeover, "damage": self.damage, "outside": self.outside,
                 "calls": self.calls, "acknowledged": self.acknowledged,
                 "lost_unacknowledged": self.lost_unacknowledged, "violations": self.violations,
                 "duration_s": round(self.duration_s, 3), "cpu_s": round(self.cpu_s, 3), "workers": self.workers,
@@ -377,6 +384,8 @@ class Campaign:
             for chain in range((plan["broker_kills"] + CHAIN_LENGTH - 1) // CHAIN_LENGTH):
                 count = min(CHAIN_LENGTH, plan["broker_kills"] - chain * CHAIN_LENGTH)
                 tasks.append(self._part_task("broker-kill", count, "broker_chain", chain, count))
+            for run in range(plan["takeovers"]):
+                tasks.append(self._part_task("takeover", 1, "takeover_run", run))
             tasks += self._outside_tasks("second-opener", "second_openers", "second_opener_runs")
             tasks += self._outside_tasks("live-inspect", "live_inspections", "live_inspect_runs")
         if self.store != DEFAULT_STORE:
@@ -408,6 +417,7 @@ class Campaign:
             "second-opener": "which lock keeps a second opener of a user's store out is the store's own affair",
             "live-inspect": "the inspection commands read the journal and the LMDB store only",
             "broker-kill": "the broker runs on the journal or the LMDB store",
+            "takeover": "serve-stomp serves the journal or the LMDB store",
             "full-disk": "the small disk is filled by the journal, the LMDB store and the broker on either"}
         return {**unknown,
                 "outside-file": "the files cut, overwritten or deleted are the journal's data files, and the "
@@ -673,6 +683,24 @@ class Campaign:
                                                                context=context)
         state["previous"] = recovered
         return lines
+
+    # ----- a backup's takeover (journal_engine.crashtest.takeover) -----------------------------------
+    def takeover_run(self, run: int) -> None:
+        """One live serve-stomp SIGKILLed under load and its --backup taking over; the runs take the
+        backends in turn."""
+        backends = BUILT_IN if self.store == DEFAULT_STORE else (self.store,)
+        store = backends[run % len(backends)]
+        directory = self.scratch / f"takeover-{run}"
+        logs = self.scratch / f"takeover-{run}-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        seed = self.rng.randrange(1 << 30)
+        problems, counts = takeover.takeover_run(str(directory), store, seed, str(logs))
+        self.report.violations += [f"takeover run {run} (store {store}): {problem}" for problem in problems]
+        add_counts(self.report.takeover, {"takeovers": 1, f"on_{store}": 1, **counts})
+        self.report.count("takeover")
+        self.progress("takeover", 1, 1)
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
 
     # ----- from outside the process (journal_engine.crashtest.outside) --------------------------------
     def _outcome(self, mode: str, name: str) -> None:

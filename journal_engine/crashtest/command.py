@@ -83,6 +83,11 @@ def run(size: str, seed: int | None, json_path: str | None, scratch: str | None,
         print(f"  broker       {b['kills']:>7} kills ({b['strict_kills']} in strict mode): {b['sends']} sends, "
               f"{b['deliveries']} deliveries, {b['rollbacks']} rollbacks, {b['acks']} acks, "
               f"{b['dead_letters']} dead letters")
+    if report.takeover:
+        t = report.takeover
+        print(f"  takeover     {t['takeovers']:>7} live servers SIGKILLed under load, a backup taking over each in "
+              f"{t['takeover_ms'] / t['takeovers']:.0f} ms on average: {t['receipted']} SENDs receipted, "
+              f"{t['resent']} resent after a kill, {t['delivered']} MESSAGEs ({t['redelivered']} flagged redelivered)")
     for point, hits in report.crash_points_hit.items():
         print(f"  crash point {point:<30} hit {hits} times")
     print(f"  {report.calls} calls, {report.acknowledged} acknowledged, "

@@ -14,7 +14,11 @@ The serving lock (takeover.py) is taken after the bind and before the store: one
 directory, across machines sharing it. With ``backup`` the order differs: the backup first waits for
 that lock (printing ``waiting for the directory lock of DIR, held by pid N on HOST``) and binds its
 port only once it holds it, so the clients' failover lists find only the live server meanwhile; then
-it recovers and serves as any start does, with the same listening line.
+it recovers and serves as any start does, with the same listening line. A backup that serves hands the
+directory back to a primary restarted with ``failback`` (takeover.py, FailbackRequest): it prints
+``handing DIR back to pid N on HOST (failback)``, stops as on SIGTERM, and waits for the lock again as
+a backup. The primary asks (``asking pid N on HOST to hand back the directory of DIR (failback)``)
+and, once it holds the lock, serves with the usual line.
 
 The loop is uvloop's when uvloop is installed (``pip install '.[uvloop]'`` in the checkout), asyncio's
 otherwise; the server runs the same on either.
@@ -31,12 +35,12 @@ import ssl
 import sys
 
 from ..errors import AddressInUseError, ConfigError, JournalIOError
-from ..limits import SERVED_CONNECTIONS_MAX
+from ..limits import SERVED_CONNECTIONS_MAX, SERVED_FAILBACK_HANDOVER_S, SERVED_FAILBACK_POLL_S
 from .connection import StompConnection
 from .users import Users
 from .destinations import DEFAULT_DEAD_LETTER_QUEUE, DEFAULT_MAX_DELIVERY_ATTEMPTS, Destinations
 from .subscriptions import Dispatcher
-from .takeover import ServingLock
+from .takeover import FailbackRequest, ServingLock
 from .turn import Turn
 
 __all__ = ["ServedBroker", "serve", "listening_socket", "new_event_loop"]
@@ -168,43 +172,82 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
           dead_letter_queue: str | None = DEFAULT_DEAD_LETTER_QUEUE, redelivery_delay_ms: int = 0,
           sync: str = "group", store_options: dict | None = None, out=None, users_path=None,
           allow_anonymous: bool = False, tls_cert=None, tls_key=None,
-          connections_max: int = SERVED_CONNECTIONS_MAX, backup: bool = False) -> int:
+          connections_max: int = SERVED_CONNECTIONS_MAX, backup: bool = False, failback: bool = False) -> int:
     """Run the served broker until SIGTERM or SIGINT; prints one line ``listening on HOST:PORT`` (to
     ``out``, default stdout) once connections are accepted. ``store_options`` go to the
     MessageStore (file_size, buffer_timeout_us, ...). ``users_path``: the users file CONNECT frames
     must match (users.py); a host beyond loopback needs it or ``allow_anonymous``. ``tls_cert`` and
     ``tls_key``: PEM files, TLS on every connection. Every refusal of the options comes before
     anything is bound or created. ``backup``: wait for the serving lock of ``data_dir`` (takeover.py)
-    before binding anything, printing a line naming its holder, then serve as usual; a SIGTERM or
-    SIGINT during the wait returns 0. Returns the exit status (0)."""
+    before binding anything, printing a line naming its holder, then serve as usual, until a primary
+    restarted with ``failback`` asks for the directory back: then stop serving and wait again; a SIGTERM
+    or SIGINT during a wait returns 0. ``failback``: a restarted primary; ask the backup that serves
+    ``data_dir`` to hand it back, wait for the lock, then serve. Returns the exit status (0)."""
     out = out or sys.stdout
     if not 1 <= connections_max <= SERVED_CONNECTIONS_MAX:
         raise ConfigError("--connections-max", connections_max, f"must be between 1 and {SERVED_CONNECTIONS_MAX} "
                           "(SERVED_CONNECTIONS_MAX)")
+    if backup and failback:
+        raise ConfigError("--failback", True, "is for a restarted primary, which asks a serving backup for the "
+                          "directory; --backup waits to take over", hint="start the primary with --failback and the "
+                          "backup with --backup")
     check_exposure(host, users_path, allow_anonymous)
     users = Users.read(users_path) if users_path is not None else None
     tls = tls_context(tls_cert, tls_key) if tls_cert is not None or tls_key is not None else None
-    if backup:
-        lock = ServingLock.for_backup(data_dir)
-        if not lock.wait(lambda holder: print(f"journal-engine serve-stomp: waiting for the directory lock of "
-                                              f"{os.fspath(data_dir)}, held by {holder}", file=out, flush=True)):
-            return 0
-        try:
+    directory = os.fspath(data_dir)
+    request = FailbackRequest(directory)
+    while True:
+        if backup:
+            lock = ServingLock.for_backup(data_dir)
+            if not lock.wait(lambda holder: print(f"journal-engine serve-stomp: waiting for the directory lock of "
+                                                  f"{directory}, held by {holder}", file=out, flush=True)):
+                return 0
+            try:
+                sock = listening_socket(host, port)
+            except BaseException:
+                lock.release()
+                raise
+        elif failback:          # as a backup: the port is bound once the lock is held
+            lock = ServingLock.for_backup(data_dir)
+            request.make()
+            try:
+                taken = lock.wait(lambda holder: print(
+                    f"journal-engine serve-stomp: asking {holder} to hand back the directory of {directory} "
+                    "(failback)", file=out, flush=True))
+            finally:
+                request.withdraw()
+            if not taken:
+                return 0
+            try:
+                sock = listening_socket(host, port)
+            except BaseException:
+                lock.release()
+                raise
+        else:
             sock = listening_socket(host, port)
-        except BaseException:
-            lock.release()
-            raise
-    else:
-        sock = listening_socket(host, port)
-        try:
-            os.makedirs(data_dir, exist_ok=True)
-            lock = ServingLock(data_dir)
-            lock.take()
-        except BaseException:
-            sock.close()
-            raise
+            try:
+                os.makedirs(data_dir, exist_ok=True)
+                lock = ServingLock(data_dir)
+                lock.take()
+            except BaseException:
+                sock.close()
+                raise
+        requester = _serve_until_stopped(sock, lock, directory, backend, sync, max_delivery_attempts,
+                                         dead_letter_queue, redelivery_delay_ms, store_options, users,
+                                         connections_max, tls, out, request if backup else None)
+        if requester is None:
+            return 0
+        # handed back: the primary takes the lock now; ask for it again only once it holds it
+        request.wait_withdrawn(SERVED_FAILBACK_HANDOVER_S, SERVED_FAILBACK_POLL_S)
+
+
+def _serve_until_stopped(sock, lock: ServingLock, directory: str, backend: str, sync: str, max_delivery_attempts: int,
+                         dead_letter_queue, redelivery_delay_ms: int, store_options, users, connections_max: int,
+                         tls, out, request: FailbackRequest | None) -> str | None:
+    """Open the store, serve on ``sock`` until SIGTERM or SIGINT (None) or, when ``request`` is given (a
+    backup), until a primary asks for the directory back (who asks); close everything and release the lock."""
     try:
-        destinations = Destinations(data_dir, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
+        destinations = Destinations(directory, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
                                     dead_letter_queue=dead_letter_queue, redelivery_delay_ms=redelivery_delay_ms,
                                     store_options=store_options)
     except BaseException:
@@ -212,6 +255,7 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
         lock.release()
         raise
     loop = new_event_loop()
+    asked: list[str] = []
     try:
         broker = ServedBroker(destinations, loop, users=users, connections_max=connections_max)
         stop = asyncio.Event()
@@ -219,11 +263,23 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
             loop.add_signal_handler(signum, stop.set)
         bound_host, bound_port = sock.getsockname()[:2]
 
+        def look_for_failback() -> None:
+            requester = request.requester()
+            if requester is None:
+                loop.call_later(SERVED_FAILBACK_POLL_S, look_for_failback)
+                return
+            print(f"journal-engine serve-stomp: handing {directory} back to {requester} (failback)", file=out,
+                  flush=True)
+            asked.append(requester)
+            stop.set()
+
         def announce() -> None:
             print(f"journal-engine serve-stomp: listening on {bound_host}:{bound_port} "
-                  f"(store {os.fspath(data_dir)}, backend {backend}, max delivery attempts {max_delivery_attempts}, "
+                  f"(store {directory}, backend {backend}, max delivery attempts {max_delivery_attempts}, "
                   f"dead-letter queue {dead_letter_queue}, {'TLS' if tls else 'no TLS'}, "
                   f"{f'{len(users)} users' if users is not None else 'anonymous'})", file=out, flush=True)
+            if request is not None:
+                loop.call_later(SERVED_FAILBACK_POLL_S, look_for_failback)
 
         loop.run_until_complete(broker.run(sock, announce, stop, tls))
     finally:
@@ -232,4 +288,4 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
         loop.close()
         destinations.close()
         lock.release()
-    return 0
+    return asked[0] if asked else None

@@ -18,6 +18,14 @@ machines (where ``/proc/locks`` knows nothing of the holder).
 The backup's wait is one blocking fcntl call: no polling, no CPU while it waits. SIGTERM or SIGINT
 ends it (their handlers raise out of the interrupted call) and the backup exits with status 0,
 having bound no port and opened no store.
+
+Failback (``serve-stomp --failback``, Artemis's ``allow-failback`` of a shared-store backup): a restarted
+primary writes ``PID HOST`` into ``FAILBACK_REQUEST_FILE`` and waits for the lock; a backup that serves
+looks for that file every ``SERVED_FAILBACK_POLL_S``, stops serving (its clients' connections closed, its
+store closed cleanly), releases the lock, and waits until the primary, holding the lock now, has
+withdrawn the request; then it waits for the lock again, as a backup. It waits for the withdrawal
+because fcntl gives a released lock to no waiter in particular: a backup asking again at once could
+take it back. A request whose writer is a dead process of this machine is stale and ignored (removed).
 """
 from __future__ import annotations
 
@@ -27,14 +35,16 @@ import os
 import signal
 import socket
 import struct
+import time
 from collections.abc import Callable
 
 from ..errors import ConfigError, JournalLockedError
 from ..storage.durability import io_error
 
-__all__ = ["SERVING_LOCK_FILE", "ServingLock", "WaitStopped"]
+__all__ = ["SERVING_LOCK_FILE", "FAILBACK_REQUEST_FILE", "ServingLock", "FailbackRequest", "WaitStopped"]
 
 SERVING_LOCK_FILE = "serve-stomp.lock"
+FAILBACK_REQUEST_FILE = "serve-stomp.failback"
 _HOLDER_BYTES_MAX = 512
 # struct flock on Linux and the BSDs' 64-bit layout: type, whence, start, len, pid (and padding)
 _FLOCK = "hhqqi4x"
@@ -142,3 +152,69 @@ class ServingLock:
             os.close(self._fd)          # the lock goes with its open file description
             self._fd = -1
             self.held = False
+
+
+class FailbackRequest:
+    """A restarted primary's request that the backup serving ``directory`` hand it back (see the module
+    docstring). Not durable data: a crash loses it, and the primary's wait for the lock goes on."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.path = os.path.join(os.fspath(directory), FAILBACK_REQUEST_FILE)
+
+    def make(self) -> None:
+        """Ask: ``PID HOST`` into the request file."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise io_error(exc, self.path, "writing the failback request") from exc
+
+    def withdraw(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise io_error(exc, self.path, "removing the failback request") from exc
+
+    def requester(self) -> str | None:
+        """Who asks (``pid N on HOST``), None when nobody does. A request of a dead process of this machine
+        is stale: removed, and None."""
+        try:
+            with open(self.path, "rb") as handle:
+                text = handle.read(_HOLDER_BYTES_MAX).decode("utf-8", "replace").strip()
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return "an unknown process"
+        pid, _, host = text.partition(" ")
+        if not pid.isdigit():
+            return "an unknown process"     # being written: a request all the same
+        if host == socket.gethostname() and not _alive(int(pid)):
+            self.withdraw()
+            return None
+        return f"pid {pid} on {host}" if host else f"pid {pid}"
+
+    def wait_withdrawn(self, timeout_s: float, poll_s: float) -> bool:
+        """Wait until the request is gone (the primary took the lock); False after ``timeout_s`` (the request
+        is then removed as stale)."""
+        deadline = time.monotonic() + timeout_s
+        while os.path.exists(self.path):
+            if time.monotonic() >= deadline:
+                self.withdraw()
+                return False
+            time.sleep(poll_s)
+        return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

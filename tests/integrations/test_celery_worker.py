@@ -9,6 +9,8 @@ workers, killed ones included.
   queue it came from; it is not run again.
 * An acknowledged task is never run twice after the server is SIGKILLed and restarted on its data
   directory; the worker reconnects and runs what is sent next.
+* A task published again after a SIGKILL took its RECEIPT runs once (the transport's `_AMQ_DUPL_ID`).
+* Tasks waiting with different priorities run highest first.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +31,8 @@ pytest.importorskip("celery", reason="celery is not installed (pip install 'jour
 import kombu  # noqa: E402
 
 from celery_app import always_fails, app, hold, work  # noqa: E402
+
+from journal_engine.integrations.kombu import UnconfirmedPublishError  # noqa: E402
 
 WAIT_S = 60.0                   # a bound on a loaded machine; each wait ends as soon as its condition holds
 STOP_BOUND_S = 2.0              # an idle worker's stop (test_an_idle_worker_stops_at_once)
@@ -196,4 +201,121 @@ def test_an_idle_worker_stops_at_once(tmp_path):
         assert stop_s < STOP_BOUND_S, worker.stderr()[-3000:]
     finally:
         worker.stop()
+        server.stop()
+
+
+class ReceiptDroppingProxy:
+    """A TCP relay from a port of its own to ``upstream``: bytes from the client pass; frames from the server
+    pass too, except RECEIPTs while ``drop_receipts`` is set, so a publish stays unconfirmed while the
+    server has it on disk. ``publish_receipts`` counts the RECEIPTs passed after a SEND. One client at a
+    time; a closed side closes the other."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.drop_receipts = False
+        self.publish_receipts = 0
+        self._sent = False
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.upstream))
+            threading.Thread(target=self._pipe, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, True), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, target: socket.socket, from_server: bool) -> None:
+        pending = b""
+        try:
+            while data := source.recv(65536):
+                if not from_server:
+                    self._sent = self._sent or b"SEND\n" in data
+                    target.sendall(data)
+                    continue
+                pending += data
+                *frames, pending = pending.split(b"\x00")      # a frame ends at NUL (JSON bodies hold none)
+                out = []
+                for frame in frames:
+                    if frame.lstrip(b"\r\n").startswith(b"RECEIPT"):
+                        if self.drop_receipts:
+                            continue
+                        self.publish_receipts += self._sent
+                    out.append(frame + b"\x00")
+                target.sendall(b"".join(out))
+        except OSError:
+            pass
+        finally:
+            for end in (source, target):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                end.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_a_task_published_again_after_a_kill_took_its_receipt_runs_once(tmp_path):
+    """The server has the task on disk, its RECEIPT is lost (the relay drops it), the server is SIGKILLed:
+    the publish is unconfirmed (UnconfirmedPublishError names the task), so the application publishes it
+    again under its task id to the restarted server. The transport sends `celery:<task id>:<retries>` as
+    `_AMQ_DUPL_ID`; the server recovered that id with the message and refuses the copy, so the task runs
+    once (docs/integrations.md, "Duplicate ids")."""
+    port = free_port()
+    server = Server(tmp_path / "store", tmp_path / "server.log", "--port", str(port))
+    proxy = ReceiptDroppingProxy(port)
+    runs = tmp_path / "runs"
+    worker = None
+    try:
+        with pytest.raises(UnconfirmedPublishError, match="task-once"), \
+                app.connection_for_write(f"journal-engine://127.0.0.1:{proxy.port}") as connection:
+            # the first publish declares the queue (requests answered in RECEIPTs) and is confirmed
+            work.apply_async(("warm",), connection=connection)
+            wait_for(lambda: proxy.publish_receipts > 0, "the first publish's RECEIPT")
+            proxy.drop_receipts = True
+            work.apply_async(("once",), task_id="task-once", connection=connection)
+            with kombu.Connection(f"journal-engine://127.0.0.1:{port}") as direct:     # answered once durable
+                wait_for(lambda: direct.default_channel.queue_declare("celery", passive=True).message_count == 2,
+                         "the task on the server's disk")
+            server.kill()
+        server = Server(tmp_path / "store", tmp_path / "server-2.log", "--port", str(port))
+        send(port, work, "marker")
+        with app.connection_for_write(f"journal-engine://127.0.0.1:{port}") as connection:
+            work.apply_async(("once",), task_id="task-once", connection=connection)      # the application's resend
+        send(port, work, "last")
+        worker = Worker(port, runs, tmp_path / "worker.log", "only")
+        wait_for(lambda: ("work", "last", False) in runs_of(runs), "the run of the last task", worker)
+        assert sorted(key for _, key, _ in runs_of(runs)) == ["last", "marker", "once", "warm"], runs_of(runs)
+    finally:
+        if worker is not None:
+            worker.stop()
+        proxy.close()
+        server.stop()
+
+
+def test_waiting_tasks_run_highest_priority_first(tmp_path):
+    """Celery's `priority` (kombu's message priority, the STOMP `priority` header): a queue delivers its
+    highest priority first, FIFO within one (docs/broker.md, "Priority"), so a worker started after the
+    sends runs them in that order. A task sent without one has kombu's default, 0 (Producer.publish's
+    priority=0, as AMQP reads a message without a priority), so it runs last."""
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    runs = tmp_path / "runs"
+    worker = None
+    try:
+        with app.connection_for_write(f"journal-engine://127.0.0.1:{server.port}") as connection:
+            for key, priority in [("low-a", 1), ("high", 9), ("default", None), ("low-b", 1), ("mid", 6)]:
+                options = {} if priority is None else {"priority": priority}
+                work.apply_async((key,), connection=connection, **options)
+        worker = Worker(server.port, runs, tmp_path / "worker.log", "only", "--prefetch-multiplier", "1")
+        wait_for(lambda: len(runs_of(runs)) == 5, "five runs", worker)
+        assert [key for _, key, _ in runs_of(runs)] == ["high", "mid", "low-a", "low-b", "default"], runs_of(runs)
+    finally:
+        if worker is not None:
+            worker.stop()
         server.stop()

@@ -20,13 +20,16 @@ def test_a_smoke_campaign_runs_every_fault_mode_and_finds_no_violation(tmp_path)
     report = Campaign(tmp_path / "scratch", size="smoke", seed=11).run()
     assert report.violations == []
     assert set(report.runs) >= {"kill", "crash-point", "io-error", "bit-flip", "truncation", "power-loss",
-                                "broker-kill", "outside-file", "second-opener", "live-inspect", "checkpoint"}
+                                "broker-kill", "takeover", "outside-file", "second-opener", "live-inspect",
+                                "checkpoint"}
     # libfiu and the small tmpfs run where the machine has them; skipped modes say why
     assert set(report.runs) | set(report.skipped) == {"kill", "crash-point", "io-error", "bit-flip", "truncation",
                                                       "power-loss", "libfiu", "full-disk", "broker-kill",
-                                                      "outside-file", "second-opener", "live-inspect",
+                                                      "takeover", "outside-file", "second-opener", "live-inspect",
                                                       "checkpoint"}
     assert report.power_loss["states"] >= 15 * 2 and report.broker["kills"] == 4
+    assert report.takeover["takeovers"] == 1 and report.takeover["receipted"] > 0
+    assert report.takeover["resent"] > 0        # the kill left SENDs without their RECEIPT: resends were made
     assert report.runs["checkpoint"] == 30 and sum(report.damage["checkpoint"].values()) == 30
     assert all(report.crash_points_hit[point] >= 1 for point in durability.CRASH_POINTS)
     assert report.acknowledged > 0 and report.calls >= report.acknowledged
@@ -111,8 +114,9 @@ def test_the_campaign_crashes_the_lmdb_store_with_power_loss_and_libfiu_and_says
     if "libfiu" not in report.skipped:
         assert report.runs["libfiu"] >= 10 and report.libfiu["refused_after"] > 0
     assert set(report.runs) | set(report.skipped) == {"kill", "power-loss", "libfiu", "second-opener", "live-inspect",
-                                                      "broker-kill", "full-disk"}
+                                                      "broker-kill", "takeover", "full-disk"}
     assert report.broker["kills_on_lmdb"] == report.broker["kills"] > 0
+    assert report.takeover["on_lmdb"] == report.takeover["takeovers"] == 1
     assert {"kill", "power-loss", "libfiu", "campaign"} - set(report.skipped) <= set(report.phases)
 
 

@@ -15,6 +15,7 @@ from ...limits import JAVA_LONG_MAX, JAVA_LONG_MIN
 from ..timers import SCAN_PERIOD_MS_DEFAULT
 from .destinations import ClassicDestination, ClassicDestinationMap
 from .plugins import DiscardingDLQPlugin, RedeliveryPlugin
+from .producer_audit import AuditPolicy
 from .dead_letter_strategy import DeadLetterStrategy, SharedDeadLetterStrategy
 
 __all__ = ["ClassicBrokerConfig", "EXPIRE_MESSAGES_PERIOD_MS_DEFAULT"]
@@ -35,7 +36,10 @@ class ClassicBrokerConfig:
     ``default_expire_messages_period`` the default entry's: how often a destination is scanned for
     expired messages (<= 0: never). ``prioritized_messages`` (a ClassicDestinationMap of each policy
     entry's ``prioritizedMessages``) and ``default_prioritized_messages``: whether a destination delivers
-    its highest priority first (else FIFO, Classic's default). ``redelivery_plugin`` needs ``scheduler_support`` (ConfigError
+    its highest priority first (else FIFO, Classic's default). ``audits`` (a ClassicDestinationMap of
+    every policy entry's AuditPolicy: ``enableAudit``, ``maxAuditDepth``, ``maxQueueAuditDepth``,
+    ``maxProducersToAudit``) and ``default_audit`` (the default entry's; None without a default entry): the
+    producer audit (producer_audit.py). ``redelivery_plugin`` needs ``scheduler_support`` (ConfigError
     otherwise, as Classic refuses to start).
     """
 
@@ -49,6 +53,8 @@ class ClassicBrokerConfig:
     default_expire_messages_period: int = EXPIRE_MESSAGES_PERIOD_MS_DEFAULT
     prioritized_messages: ClassicDestinationMap = field(default_factory=ClassicDestinationMap)
     default_prioritized_messages: bool = False
+    audits: ClassicDestinationMap = field(default_factory=ClassicDestinationMap)
+    default_audit: AuditPolicy | None = None
 
     def __post_init__(self) -> None:
         for period in (self.default_expire_messages_period, *self.expire_messages_periods.values()):
@@ -71,6 +77,12 @@ class ClassicBrokerConfig:
         ``prioritizedMessages`` (PolicyEntry's default false), the entry picked as PolicyMap.getEntryFor does."""
         prioritized = self.prioritized_messages.get(destination)
         return prioritized if prioritized is not None else self.default_prioritized_messages
+
+    def audit_entry_for(self, destination: ClassicDestination) -> AuditPolicy | None:
+        """The audit attributes of the policy entry that applies to ``destination`` (the default entry when
+        none matches), or None when no entry applies (the destination keeps its own defaults)."""
+        entry = self.audits.get(destination)
+        return entry if entry is not None else self.default_audit
 
     def strategy_for(self, destination: ClassicDestination) -> DeadLetterStrategy:
         """The dead-letter strategy of the policy entry that applies to ``destination``."""

@@ -18,24 +18,27 @@ against what a real Classic 5.17.2 broker did:
 * discarding: no message goes to a DLQ;
 * ``expiration`` (ms, default 0 = never): the dead-letter copy expires that long after it was made.
 
-The audit is Classic's ActiveMQMessageAudit: per producer a window of the last ``max_audit_depth``
-sequence numbers (an older one is not remembered), at most ``max_producers_to_audit`` producers (the
-least recently seen is forgotten first). Here a message's producer is its original destination and its
-sequence its message id (a dead-letter copy keeps both: its ``originalDestination`` names the
+The audit is Classic's ActiveMQMessageAudit, the producer audit's own (producer_audit.DestinationAudit:
+per producer a BitArrayBin window of ``max_audit_depth`` sequence numbers in whole 64-bit words, an older
+one not remembered; at most ``max_producers_to_audit`` producers, the least recently seen forgotten
+first). A message is keyed by its Classic MessageId when it carries one (``JMSMessageID``: its producer
+and sequence, which a dead-letter copy keeps); otherwise its producer is its original destination and
+its sequence its message id (a dead-letter copy keeps both: its ``originalDestination`` names the
 producer's destination). Why a module of its own: the strategies are configuration (activemq.xml's
 ``<deadLetterStrategy>``) with a little state (the audits), used by the Classic dead-letter path.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from ...limits import JAVA_INT_MAX
 from ...errors import ConfigError
 from .destinations import QUEUE, TOPIC, ClassicDestination
+from .producer_audit import DestinationAudit
 
-__all__ = ["MessageAudit", "DeadLetterStrategy", "SharedDeadLetterStrategy", "IndividualDeadLetterStrategy",
+__all__ = ["DeadLetterStrategy", "SharedDeadLetterStrategy", "IndividualDeadLetterStrategy",
            "DiscardingDeadLetterStrategy", "SHARED_DLQ_NAME", "AUDIT_DEPTH_DEFAULT", "AUDIT_PRODUCERS_DEFAULT"]
 
 #: SharedDeadLetterStrategy.DEFAULT_DEAD_LETTER_QUEUE_NAME
@@ -43,41 +46,6 @@ SHARED_DLQ_NAME = "ActiveMQ.DLQ"
 #: ActiveMQMessageAudit.DEFAULT_WINDOW_SIZE and MAXIMUM_PRODUCER_COUNT
 AUDIT_DEPTH_DEFAULT = 2048
 AUDIT_PRODUCERS_DEFAULT = 64
-
-
-class MessageAudit:
-    """Remembers which (producer, sequence) pairs it has seen, within a window per producer."""
-
-    __slots__ = ("max_audit_depth", "max_producers", "_producers")
-
-    def __init__(self, max_audit_depth: int = AUDIT_DEPTH_DEFAULT,
-                 max_producers: int = AUDIT_PRODUCERS_DEFAULT) -> None:
-        self.max_audit_depth = max_audit_depth
-        self.max_producers = max_producers
-        self._producers: OrderedDict[str, tuple[int, set[int]]] = OrderedDict()   # producer -> (highest, seen)
-
-    def is_duplicate(self, producer: str, sequence: int) -> bool:
-        """True when the pair was seen (and is still in the window); else remember it and say False."""
-        entry = self._producers.get(producer)
-        if entry is None:
-            self._producers[producer] = (sequence, {sequence})
-            while len(self._producers) > self.max_producers:
-                self._producers.popitem(last=False)
-            return False
-        self._producers.move_to_end(producer)
-        highest, seen = entry
-        if sequence <= highest - self.max_audit_depth:
-            return False                    # older than the window: not remembered
-        if sequence in seen:
-            return True
-        seen.add(sequence)
-        if sequence > highest:
-            highest = sequence
-            floor = highest - self.max_audit_depth
-            if len(seen) > self.max_audit_depth:
-                seen.difference_update([s for s in seen if s <= floor])
-            self._producers[producer] = (highest, seen)
-        return False
 
 
 @dataclass
@@ -90,7 +58,7 @@ class DeadLetterStrategy(ABC):
     enable_audit: bool = True
     max_audit_depth: int = AUDIT_DEPTH_DEFAULT
     max_producers_to_audit: int = AUDIT_PRODUCERS_DEFAULT
-    _audits: dict[str, MessageAudit] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _audits: dict[str, DestinationAudit] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("process_expired", "process_non_persistent", "enable_audit"):
@@ -103,10 +71,10 @@ class DeadLetterStrategy(ABC):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= JAVA_INT_MAX:
                 raise ConfigError(name, value, f"must be an int in [1, {JAVA_INT_MAX}]")
 
-    def accepts(self, origin: ClassicDestination, producer: str, message_id: int, *, persistent: bool,
+    def accepts(self, origin: ClassicDestination, producer: Hashable, message_id: int, *, persistent: bool,
                 expired: bool) -> str | None:
         """None when a message failing on ``origin`` goes to a DLQ, else why not (isSendToDeadLetterQueue).
-        The audit remembers (``producer``, ``message_id``) either way, as Classic's does."""
+        The audit remembers (``producer``, ``message_id``: its sequence) either way, as Classic's does."""
         reason = None
         if self.enable_audit and self._audit_for(origin).is_duplicate(producer, message_id):
             reason = "a duplicate the dead-letter audit has seen (already dead-lettered)"
@@ -122,11 +90,11 @@ class DeadLetterStrategy(ABC):
         """The DLQ of a message that failed on ``origin`` (``subscription``: the durable topic subscription
         it failed on, if any); None: discard."""
 
-    def _audit_for(self, origin: ClassicDestination) -> MessageAudit:
+    def _audit_for(self, origin: ClassicDestination) -> DestinationAudit:
         """The strategy's one audit (the individual strategy keeps one per destination)."""
         audit = self._audits.get("")
         if audit is None:
-            audit = self._audits[""] = MessageAudit(self.max_audit_depth, self.max_producers_to_audit)
+            audit = self._audits[""] = DestinationAudit(self.max_audit_depth, self.max_producers_to_audit)
         return audit
 
 
@@ -163,11 +131,11 @@ class IndividualDeadLetterStrategy(DeadLetterStrategy):
             name += "." + subscription
         return ClassicDestination(QUEUE if self.use_queue_for_topic_messages else TOPIC, name + self.topic_suffix)
 
-    def _audit_for(self, origin: ClassicDestination) -> MessageAudit:
+    def _audit_for(self, origin: ClassicDestination) -> DestinationAudit:
         audit = self._audits.get(origin.qualified_name)
         if audit is None:
-            audit = self._audits[origin.qualified_name] = MessageAudit(self.max_audit_depth,
-                                                                        self.max_producers_to_audit)
+            audit = self._audits[origin.qualified_name] = DestinationAudit(self.max_audit_depth,
+                                                                            self.max_producers_to_audit)
         return audit
 
 
@@ -175,7 +143,7 @@ class IndividualDeadLetterStrategy(DeadLetterStrategy):
 class DiscardingDeadLetterStrategy(DeadLetterStrategy):
     """No DLQ: every message that would go to one is discarded."""
 
-    def accepts(self, origin: ClassicDestination, producer: str, message_id: int, *, persistent: bool,
+    def accepts(self, origin: ClassicDestination, producer: Hashable, message_id: int, *, persistent: bool,
                 expired: bool) -> str | None:
         return "the discarding dead-letter strategy"
 

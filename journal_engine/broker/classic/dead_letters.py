@@ -39,6 +39,8 @@ from .config import ClassicBrokerConfig
 from .destinations import ClassicDestination, destination_of_queue
 from .plugins import REDELIVERY_DELAY_PROPERTY
 from .policy import expired_cause
+from .producer_audit import message_key
+from ...errors import ConfigError
 from ..artemis.dialect import Dialect
 from ..dead_letter import (DLQ_DELIVERY_FAILURE_CAUSE, DeadLetterReason, DeadLetters, add_account, keeping_copy, log,
                            log_drop)
@@ -126,8 +128,8 @@ class ClassicDeadLetters(DeadLetters):
         data = ref.data
         properties = dict(data.properties) if data.properties else {}
         strategy = self.config.strategy_for(destination)
-        producer = properties.get(ORIGINAL_DESTINATION) or destination.qualified_name
-        why = strategy.accepts(destination, producer, data.public_id, persistent=data.durable, expired=expired)
+        producer, sequence = _audit_key(properties, destination, data.public_id)
+        why = strategy.accepts(destination, producer, sequence, persistent=data.durable, expired=expired)
         if why is not None:
             self._drop(ref, reason, destination, why)
             return
@@ -183,3 +185,16 @@ class ClassicDeadLetters(DeadLetters):
 
     def _discard(self, ref: Reference, reason: str) -> None:
         self._post_office.drop(ref, reason)
+
+
+def _audit_key(properties: dict, destination: ClassicDestination, message_id: int) -> tuple:
+    """What the dead-letter audit keys a message by: its Classic MessageId (``JMSMessageID``: producer and
+    sequence, as Classic's audit does) when it carries one Classic can parse; else its original destination
+    and its message id (a copy keeps both)."""
+    try:
+        key = message_key(properties)
+    except ConfigError:         # written by a broker without Classic's rules, which does not check it
+        key = None
+    if key is not None:
+        return key
+    return properties.get(ORIGINAL_DESTINATION) or destination.qualified_name, message_id

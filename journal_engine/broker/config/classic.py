@@ -5,7 +5,9 @@ What is read (attribute names as Classic's XBean schema spells them):
 
 * ``<broker schedulerSupport="...">``;
 * ``<destinationPolicy><policyMap>``: ``<policyEntries><policyEntry queue="..."|topic="...">`` and
-  ``<defaultEntry><policyEntry>``, each with ``expireMessagesPeriod`` and its ``<deadLetterStrategy>``:
+  ``<defaultEntry><policyEntry>``, each with ``expireMessagesPeriod``, ``prioritizedMessages``, the
+  producer audit's ``enableAudit``, ``maxAuditDepth``, ``maxQueueAuditDepth``, ``maxProducersToAudit``,
+  and its ``<deadLetterStrategy>``:
   ``<sharedDeadLetterStrategy>``, ``<individualDeadLetterStrategy>`` or ``<discarding>`` with
   ``processExpired``, ``processNonPersistent``, ``expiration``, ``enableAudit``, ``maxAuditDepth``,
   ``maxProducersToAudit`` and the individual strategy's ``queuePrefix``, ``topicPrefix``,
@@ -39,6 +41,7 @@ from ..classic.config import EXPIRE_MESSAGES_PERIOD_MS_DEFAULT, ClassicBrokerCon
 from ..classic.destinations import QUEUE, TOPIC, ClassicDestinationMap, check_pattern
 from ..classic.plugins import DiscardingDLQPlugin, RedeliveryPlugin, compile_drop_only
 from ..classic.policy import ClassicRedeliveryPolicy
+from ..classic.producer_audit import AuditPolicy
 from .safe_xml import line_of, local_name, located, report_unimplemented
 from ..classic.dead_letter_strategy import (DeadLetterStrategy, DiscardingDeadLetterStrategy, IndividualDeadLetterStrategy,
                                    SharedDeadLetterStrategy)
@@ -74,7 +77,12 @@ _STRATEGIES = {
     "discardingdeadletterstrategy": (DiscardingDeadLetterStrategy, _STRATEGY_ATTRIBUTES),
 }
 _POLICY_ENTRY_ATTRIBUTES = {"expireMessagesPeriod": ("expire_messages_period", "long"),
-                            "prioritizedMessages": ("prioritized_messages", "bool")}
+                            "prioritizedMessages": ("prioritized_messages", "bool"),
+                            "enableAudit": ("enable_audit", "bool"),
+                            "maxAuditDepth": ("max_audit_depth", "int"),
+                            "maxQueueAuditDepth": ("max_queue_audit_depth", "int"),
+                            "maxProducersToAudit": ("max_producers_to_audit", "int")}
+_AUDIT_FIELDS = ("enable_audit", "max_audit_depth", "max_queue_audit_depth", "max_producers_to_audit")
 _POLICY_ATTRIBUTES = {
     "maximumRedeliveries": ("maximum_redeliveries", "int"),
     "initialRedeliveryDelay": ("initial_redelivery_delay", "long"),
@@ -197,6 +205,7 @@ class _Reader:
         strategies = ClassicDestinationMap()
         periods = ClassicDestinationMap()
         prioritized = ClassicDestinationMap()
+        audits = ClassicDestinationMap()
         for policy_map in _elements(element):
             if local_name(policy_map) != "policymap":
                 self.skip(policy_map, f"destinationPolicy/{_tag(policy_map)}")
@@ -209,18 +218,20 @@ class _Reader:
                             self.skip(entry, f"policyEntries/{_tag(entry)}")
                             continue
                         kind, pattern = self.destination(entry, "policyEntry")
-                        strategy, period, ordered = self.policy_entry(entry)
+                        strategy, period, ordered, audit = self.policy_entry(entry)
                         if strategy is not None:
                             self.put(strategies, kind, pattern, strategy, entry, "policyEntry")
                         self.put(periods, kind, pattern, period, entry, "policyEntry")
                         self.put(prioritized, kind, pattern, ordered, entry, "policyEntry")
+                        self.put(audits, kind, pattern, audit, entry, "policyEntry")
                 elif part_name == "defaultentry":
                     for entry in _elements(part):
                         if local_name(entry) != "policyentry":
                             self.skip(entry, f"defaultEntry/{_tag(entry)}")
                             continue
                         (strategy, config["default_expire_messages_period"],
-                         config["default_prioritized_messages"]) = self.policy_entry(entry, default=True)
+                         config["default_prioritized_messages"], config["default_audit"]) = self.policy_entry(
+                            entry, default=True)
                         if strategy is not None:
                             config["default_strategy"] = strategy
                 else:
@@ -228,6 +239,7 @@ class _Reader:
         config["strategies"] = strategies
         config["expire_messages_periods"] = periods
         config["prioritized_messages"] = prioritized
+        config["audits"] = audits
 
     def destination(self, element: ElementTree.Element, path: str) -> tuple[str, str]:
         given = [a for a in _DESTINATION_ATTRIBUTES if a in element.attrib]
@@ -249,11 +261,13 @@ class _Reader:
             raise located(exc, line_of(element)) from None
 
     def policy_entry(self, entry: ElementTree.Element, *, default: bool = False
-                     ) -> tuple[DeadLetterStrategy | None, int, bool]:
-        """The dead-letter strategy a policy entry sets (None: it sets none), its expiry scan's period
-        and its prioritizedMessages (PolicyEntry's defaults when it sets none)."""
+                     ) -> tuple[DeadLetterStrategy | None, int, bool, AuditPolicy]:
+        """The dead-letter strategy a policy entry sets (None: it sets none), its expiry scan's period,
+        its prioritizedMessages and its producer audit (PolicyEntry's defaults when it sets none)."""
         path = "defaultEntry/policyEntry" if default else "policyEntry"
         values = self.fields(entry, path, _POLICY_ENTRY_ATTRIBUTES, also=_DESTINATION_ATTRIBUTES)
+        audit = self.build(AuditPolicy, {name: values[name] for name in _AUDIT_FIELDS if name in values}, entry,
+                           path, _POLICY_ENTRY_ATTRIBUTES)
         period = values.get("expire_messages_period", EXPIRE_MESSAGES_PERIOD_MS_DEFAULT)
         prioritized = values.get("prioritized_messages", False)
         strategy = None
@@ -268,7 +282,7 @@ class _Reader:
                                   "must hold one of <sharedDeadLetterStrategy>, <individualDeadLetterStrategy>, "
                                   "<discarding>", line=line_of(chosen[0] if chosen else child))
             strategy = self.strategy(chosen[0], f"{path}/deadLetterStrategy/{_tag(chosen[0])}")
-        return strategy, period, prioritized
+        return strategy, period, prioritized, audit
 
     def strategy(self, element: ElementTree.Element, path: str) -> DeadLetterStrategy:
         factory, attributes = _STRATEGIES[local_name(element)]

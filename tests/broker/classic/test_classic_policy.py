@@ -11,7 +11,8 @@ from journal_engine.broker.classic.destinations import QUEUE, TOPIC, ClassicDest
 from journal_engine.broker.classic.plugins import DiscardingDLQPlugin, RedeliveryPlugin, compile_drop_only
 from journal_engine.broker.classic.policy import expired_cause, java_double, poison_cause
 from journal_engine.broker.classic.dead_letter_strategy import (DiscardingDeadLetterStrategy, IndividualDeadLetterStrategy,
-                                                        MessageAudit, SharedDeadLetterStrategy)
+                                                                SharedDeadLetterStrategy)
+from journal_engine.broker.classic.producer_audit import DestinationAudit
 from scripted_random import ScriptedRandom     # random() returns the given draws (nextBoolean, nextDouble)
 
 pytestmark = pytest.mark.same_on_both   # Classic's policy arithmetic in Python, no core object
@@ -114,15 +115,19 @@ def test_destination_map_wildcards_and_choice():
 
 
 def test_message_audit_window_and_producers():
-    audit = MessageAudit(max_audit_depth=4, max_producers=2)
+    # the strategy's audit is ActiveMQMessageAudit (the producer audit's DestinationAudit): a window of
+    # depth 4 is BitArrayBin's one 64-bit word, ids 0..63 once 1 is seen; LRUCache of 2 producers
+    audit = DestinationAudit(4, 2)
     assert not audit.is_duplicate("p", 1) and audit.is_duplicate("p", 1)
-    for sequence in range(2, 10):
+    for sequence in range(2, 64):
         audit.is_duplicate("p", sequence)
+    assert audit.is_duplicate("p", 1)              # still in the word
+    assert not audit.is_duplicate("p", 64)         # slides one word: 64..127
     assert not audit.is_duplicate("p", 1)          # fell out of the window: not remembered
-    assert audit.is_duplicate("p", 9)
+    assert audit.is_duplicate("p", 64)
     audit.is_duplicate("q", 1)
     audit.is_duplicate("r", 1)                     # a third producer: the least recent ("p") is forgotten
-    assert not audit.is_duplicate("p", 9)
+    assert not audit.is_duplicate("p", 64)
 
 
 def test_strategies_name_their_dead_letter_queues():
