@@ -78,6 +78,24 @@ def test_a_batch_of_one_sector_counts_in_the_first_bucket(tmp_path):
     assert sum(stats["commit_lag_ns"]["counts"]) == 10
 
 
+def test_an_lmdb_store_reports_what_it_counts_and_leaves_out_the_rest(tmp_path):
+    """LMDB keeps syncs, bytes and live records, but no appends, files, compactions or histograms: those
+    are absent, not zeros it never counted."""
+    with Broker(tmp_path / "broker", store="lmdb") as broker:
+        broker.create_queue("jobs")
+        broker.send("jobs", b"job")
+        broker.sync()
+        samples = scrape(broker)
+        stats = broker.stats()["store"]["messages_journal"]
+    labels = {"journal": "messages"}
+    assert sample(samples, "journal_engine_journal_fdatasyncs_total", labels) == stats["syncs"] > 0
+    assert sample(samples, "journal_engine_journal_durable_bytes_total", labels) == stats["durable_bytes"] > 0
+    assert sample(samples, "journal_engine_journal_live_records", labels) == stats["live_records"] > 0
+    names = {found.name for found in samples}
+    assert not names & {"journal_engine_journal_appends_total", "journal_engine_journal_compactions_total",
+                        "journal_engine_journal_commit_batch_bytes_count", "journal_engine_journal_data_files"}
+
+
 def test_a_broker_without_a_store_has_no_journal_metrics():
     with Broker() as broker:
         assert list(JournalCollector(broker).collect()) == []
