@@ -58,15 +58,15 @@ class BrokerCollector(Collector):
         infos = self._broker.queue_infos()
         stats = self._broker.stats()
         for name, documentation, field in _GAUGES:
-            family = GaugeMetricFamily(name, documentation, labels=QUEUE_LABELS)
+            gauge = GaugeMetricFamily(name, documentation, labels=QUEUE_LABELS)
             for info in infos:
-                family.add_metric((info.name, info.address), getattr(info, field))
-            yield family
+                gauge.add_metric((info.name, info.address), getattr(info, field))
+            yield gauge
         for name, documentation, field in _COUNTERS:
-            family = CounterMetricFamily(name, documentation, labels=QUEUE_LABELS)
+            counter = CounterMetricFamily(name, documentation, labels=QUEUE_LABELS)
             for info in infos:
-                family.add_metric((info.name, info.address), getattr(info, field))
-            yield family
+                counter.add_metric((info.name, info.address), getattr(info, field))
+            yield counter
         dead = CounterMetricFamily("journal_engine_queue_messages_dead_lettered",
                                    "Messages dead-lettered from the queue (moved to a dead-letter address or "
                                    "dropped), by the reason a dead-letter copy carries (_JE_DEAD_LETTER_REASON).",
