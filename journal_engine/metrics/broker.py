@@ -81,3 +81,7 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("journal_engine_broker_messages_duplicate",
                                   "Messages refused as duplicates (their duplicate id was seen on the address).",
                                   value=stats["duplicates"])
+        if stats["recovery_seconds"] is not None:
+            yield GaugeMetricFamily("journal_engine_broker_recovery_seconds",
+                                    "How long the broker's start took to recover its store and rebuild its queues "
+                                    "(the journals' loads included).", value=stats["recovery_seconds"])

@@ -31,7 +31,10 @@ def test_journal_metrics_are_the_store_counts(tmp_path):
             consumer.ack(consumer.receive())
         broker.sync()
         samples = scrape(broker)
-        store = broker.stats()["store"]
+        broker_stats = broker.stats()
+    store = broker_stats["store"]
+    broker_recovery_seconds = broker_stats["recovery_seconds"]
+    assert sample(samples, "journal_engine_broker_recovery_seconds", {}) == broker_recovery_seconds > 0
     messages = store["messages_journal"]
     # a send appends the message (45) and its reference (32), an acknowledgement the ACK (33) and the
     # DELETE of the message after its last reference: four records a message
@@ -46,6 +49,7 @@ def test_journal_metrics_are_the_store_counts(tmp_path):
         assert sample(samples, "journal_engine_journal_live_records", labels) == stats["live_records"]
         assert sample(samples, "journal_engine_journal_compactions_total", labels) == stats["compactions"]
         assert sample(samples, "journal_engine_journal_recovery_seconds", labels) == stats["recovery_seconds"] > 0
+        assert stats["recovery_seconds"] < broker_recovery_seconds      # the broker's includes its journals'
         # every sync that made bytes durable is one observation of both histograms, so the batches add
         # up to the durable bytes, and there are no more of them than fdatasyncs
         batches = sample(samples, "journal_engine_journal_commit_batch_bytes_count", labels)
