@@ -36,6 +36,7 @@ import asyncio
 import logging
 import os
 import random
+import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -239,7 +240,9 @@ class Broker:
         if self._audit is not None:
             post_office.on_address_removed = self._audit.forget
         post_office.priority_rule = lambda queue, arguments: self._priority_levels(queue, self._qpid_policy(arguments))
+        self._recovery_seconds: float | None = None    # the store's load and the queues' rebuild (stats())
         if self._store is not None:
+            started = time.perf_counter()
             try:
                 recovered = self._store.load()
                 self._post_office.load(recovered, clock.now_ms())
@@ -251,6 +254,7 @@ class Broker:
             except BaseException:
                 self._store.close()
                 raise
+            self._recovery_seconds = time.perf_counter() - started
         self._delivery = Delivery(self._gate, clock, self._post_office, self._dead_letters, self._redelivery,
                                   strict=self._store is not None and persist_delivery_count_before_delivery,
                                   manual_clock=self._manual_clock, close_keeps_count=rules.close_keeps_count,
@@ -413,6 +417,15 @@ class Broker:
             self._gate.check_open()
             self._delivery.pump_now()
             return self._queue_named(name).info()
+
+    def queue_infos(self) -> list[QueueInfo]:
+        """A snapshot of every queue's counts, sorted by name, taken under one hold of the lock (so the
+        queues' counts are of one moment: a metrics scrape reads them this way)."""
+        with self._gate.lock:
+            self._gate.check_open()
+            self._delivery.pump_now()
+            queues = self._post_office.queues
+            return [queues[name].info() for name in sorted(queues)]
 
     def queue_names(self) -> list[str]:
         """The names of every queue, sorted."""
@@ -799,6 +812,7 @@ class Broker:
                 "duplicates": self._duplicates.refused + (self._audit.refused if self._audit is not None else 0),
                 "next_message_id": post_office.next_message_id,
                 "dialect": self._dialect.name,
+                "recovery_seconds": self._recovery_seconds,
             }
             if self._store is not None:
                 result["store"] = self._store.stats()

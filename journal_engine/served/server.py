@@ -37,6 +37,7 @@ import sys
 from ..errors import AddressInUseError, ConfigError, JournalIOError
 from ..limits import SERVED_CONNECTIONS_MAX, SERVED_FAILBACK_HANDOVER_S, SERVED_FAILBACK_POLL_S
 from .connection import StompConnection
+from .stomp import CLIENT_COMMANDS, SERVER_COMMANDS
 from .users import Users
 from .destinations import DEFAULT_DEAD_LETTER_QUEUE, DEFAULT_MAX_DELIVERY_ATTEMPTS, Destinations
 from .subscriptions import Dispatcher
@@ -94,6 +95,11 @@ class ServedBroker:
         self.connections: set[StompConnection] = set()
         self.stopping = False
         self.delivered = 0              # MESSAGE frames handed to subscriptions
+        # the metrics' counts (journal_engine/metrics/stomp.py), each command's present from the start so
+        # that a connection adds to an int and a scrape sees every command's series, zeros included
+        self.connections_accepted = 0   # connections made, those refused past connections_max included
+        self.frames_received = dict.fromkeys(sorted(CLIENT_COMMANDS), 0)    # valid frames, by command
+        self.frames_sent = dict.fromkeys(sorted(SERVER_COMMANDS), 0)
         self.writes = 0                 # transport writes of the turns (each holding a connection's frames)
 
     def _wake(self) -> None:
