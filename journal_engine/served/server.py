@@ -16,22 +16,26 @@ that lock (printing ``waiting for the directory lock of DIR, held by pid N on HO
 port only once it holds it, so the clients' failover lists find only the live server meanwhile; then
 it recovers and serves as any start does, with the same listening line.
 
+With ``http_port`` the operator's console (journal_engine/console, docs/console.md) is served from the
+same loop and the same Broker: its socket is bound with the STOMP one (a port in use is said before
+anything is created), on ``http_host`` (127.0.0.1 unless told otherwise, under the same rule as
+``--host``: beyond loopback it needs ``--users`` or ``--allow-anonymous``), over the same TLS.
+
 The loop is uvloop's when uvloop is installed (``pip install '.[uvloop]'`` in the checkout), asyncio's
 otherwise; the server runs the same on either.
 """
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import signal
-import ipaddress
 import socket
 import ssl
 import sys
 
-from ..errors import AddressInUseError, ConfigError, JournalIOError
+from ..errors import ConfigError
 from ..limits import SERVED_CONNECTIONS_MAX
+from .network import check_exposure, is_loopback, listening_socket, new_event_loop, tls_context
 from .connection import StompConnection
 from .users import Users
 from .destinations import DEFAULT_DEAD_LETTER_QUEUE, DEFAULT_MAX_DELIVERY_ATTEMPTS, Destinations
@@ -39,42 +43,8 @@ from .subscriptions import Dispatcher
 from .takeover import ServingLock
 from .turn import Turn
 
-__all__ = ["ServedBroker", "serve", "listening_socket", "new_event_loop"]
-
-_BACKLOG = 1024
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop when uvloop is installed, else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` and listening (port 0: any free port). AddressInUseError
-    naming them when another program holds the port; JournalIOError for another refusal."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        # a restart on the port of a server just killed must not wait for its TIME_WAIT connections
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(_BACKLOG)
-        sock.setblocking(False)
-    except OSError as error:
-        sock.close()
-        if error.errno == errno.EADDRINUSE:
-            raise AddressInUseError(f"serve-stomp cannot listen on {host}:{port}: another program uses that port; "
-                                    "nothing was created", errno=error.errno,
-                                    hint="stop that program, or choose another port (--port 0: any free one)") from None
-        raise JournalIOError(f"serve-stomp cannot listen on {host}:{port}: {error.strerror or error}; nothing was "
-                             "created", errno=error.errno,
-                             hint="check the host is an address of this machine and the port is yours to use") from None
-    return sock
-
+__all__ = ["ServedBroker", "serve", "listening_socket", "new_event_loop", "check_exposure", "is_loopback",
+           "tls_context"]
 
 class ServedBroker:
     """One event loop's broker: its destinations, dispatcher, turn and connections."""
@@ -120,47 +90,19 @@ class ServedBroker:
             await asyncio.sleep(0)          # connection_lost of each runs
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1) or ``localhost``."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False                            # a name: it may resolve to any address
-
-
-def check_exposure(host: str, users_path, allow_anonymous: bool) -> None:
-    """ConfigError (exit status 2) for a bind beyond loopback without --users nor --allow-anonymous:
-    anyone who reaches the address could read and write every queue."""
-    if users_path is None and not allow_anonymous and not is_loopback(host):
-        raise ConfigError("--host", host, "is not a loopback address, and without --users anyone who reaches it "
-                          "may read and write every queue; nothing was created",
-                          hint="give --users FILE (journal-engine users add FILE LOGIN), or --allow-anonymous "
-                               "to serve without logins on purpose")
-
-
-def tls_context(cert_path, key_path) -> ssl.SSLContext:
-    """A server SSLContext with the certificate chain ``cert_path`` and its key ``key_path``;
-    ConfigError naming the file that is missing, unreadable or not what it should be."""
-    if (cert_path is None) != (key_path is None):
-        missing = "--tls-key" if key_path is None else "--tls-cert"
-        raise ConfigError(missing, None, "TLS needs both --tls-cert and --tls-key")
-    for option, path in (("--tls-cert", cert_path), ("--tls-key", key_path)):
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as error:
-            raise ConfigError(option, os.fspath(path), f"cannot read it: {error.strerror or error}; nothing was "
-                              "created") from None
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(cert_path, key_path)
-    except ssl.SSLError as error:
-        raise ConfigError("--tls-cert", os.fspath(cert_path), f"with --tls-key {os.fspath(key_path)!r}: not a PEM "
-                          f"certificate and its private key ({error.reason or error}); nothing was created") from None
-    return context
+async def start_served_console(broker: ServedBroker, sock: socket.socket, tls: ssl.SSLContext | None,
+                               users: Users | None, reports, max_delivery_attempts: int, redelivery_delay_ms: int):
+    """The console of the served broker on ``sock``, from this loop (journal_engine/console); its runner."""
+    from ..console import Console, LiveSource, start_console
+    destinations = broker.destinations
+    dead_letter_queue = destinations.dead_letter_queue
+    origins = {"#": f"serve-stomp's options (--max-delivery-attempts {max_delivery_attempts}, --redelivery-delay-ms "
+                    f"{redelivery_delay_ms}, --dead-letter-queue {dead_letter_queue})"}
+    if dead_letter_queue is not None:
+        origins[dead_letter_queue] = "serve-stomp: the dead-letter queue keeps what reaches it (no limit)"
+    source = LiveSource(destinations.broker, settings_origins=origins, dead_letter_queue=dead_letter_queue)
+    console = Console(source, users=users, tls=tls is not None, reports=reports)
+    return await start_console(console, sock, tls)
 
 
 def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1", *, backend: str = "journal",
@@ -168,7 +110,8 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
           dead_letter_queue: str | None = DEFAULT_DEAD_LETTER_QUEUE, redelivery_delay_ms: int = 0,
           sync: str = "group", store_options: dict | None = None, out=None, users_path=None,
           allow_anonymous: bool = False, tls_cert=None, tls_key=None,
-          connections_max: int = SERVED_CONNECTIONS_MAX, backup: bool = False) -> int:
+          connections_max: int = SERVED_CONNECTIONS_MAX, backup: bool = False, http_port: int | None = None,
+          http_host: str = "127.0.0.1", reports=()) -> int:
     """Run the served broker until SIGTERM or SIGINT; prints one line ``listening on HOST:PORT`` (to
     ``out``, default stdout) once connections are accepted. ``store_options`` go to the
     MessageStore (file_size, buffer_timeout_us, ...). ``users_path``: the users file CONNECT frames
@@ -176,12 +119,20 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
     ``tls_key``: PEM files, TLS on every connection. Every refusal of the options comes before
     anything is bound or created. ``backup``: wait for the serving lock of ``data_dir`` (takeover.py)
     before binding anything, printing a line naming its holder, then serve as usual; a SIGTERM or
-    SIGINT during the wait returns 0. Returns the exit status (0)."""
+    SIGINT during the wait returns 0. ``http_port``: serve the console and ``/metrics`` there too (on
+    ``http_host``; ``reports``: crash-test and bench JSON reports its health page plots). Returns the
+    exit status (0)."""
     out = out or sys.stdout
     if not 1 <= connections_max <= SERVED_CONNECTIONS_MAX:
         raise ConfigError("--connections-max", connections_max, f"must be between 1 and {SERVED_CONNECTIONS_MAX} "
                           "(SERVED_CONNECTIONS_MAX)")
     check_exposure(host, users_path, allow_anonymous)
+    if http_port is not None:
+        from .. import console  # noqa: F401  (aiohttp and Jinja2 missing: an ImportError before anything is bound)
+        check_exposure(http_host, users_path, allow_anonymous, option="--http-host")
+        for path in reports:
+            if not os.path.isfile(path):
+                raise ConfigError("--report", os.fspath(path), "is not a file (a crash-test or bench --json report)")
     users = Users.read(users_path) if users_path is not None else None
     tls = tls_context(tls_cert, tls_key) if tls_cert is not None or tls_key is not None else None
     if backup:
@@ -191,17 +142,25 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
             return 0
         try:
             sock = listening_socket(host, port)
+            http_sock = listening_socket(http_host, http_port) if http_port is not None else None
         except BaseException:
             lock.release()
             raise
     else:
         sock = listening_socket(host, port)
         try:
+            http_sock = listening_socket(http_host, http_port) if http_port is not None else None
+        except BaseException:
+            sock.close()
+            raise
+        try:
             os.makedirs(data_dir, exist_ok=True)
             lock = ServingLock(data_dir)
             lock.take()
         except BaseException:
             sock.close()
+            if http_sock is not None:
+                http_sock.close()
             raise
     try:
         destinations = Destinations(data_dir, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
@@ -209,6 +168,8 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
                                     store_options=store_options)
     except BaseException:
         sock.close()
+        if http_sock is not None:
+            http_sock.close()
         lock.release()
         raise
     loop = new_event_loop()
@@ -218,15 +179,32 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         bound_host, bound_port = sock.getsockname()[:2]
+        console_line = ""
+        if http_sock is not None:
+            http_bound = http_sock.getsockname()[:2]
+            console_line = f", console on {'https' if tls else 'http'}://{http_bound[0]}:{http_bound[1]}/"
 
         def announce() -> None:
             print(f"journal-engine serve-stomp: listening on {bound_host}:{bound_port} "
                   f"(store {os.fspath(data_dir)}, backend {backend}, max delivery attempts {max_delivery_attempts}, "
                   f"dead-letter queue {dead_letter_queue}, {'TLS' if tls else 'no TLS'}, "
-                  f"{f'{len(users)} users' if users is not None else 'anonymous'})", file=out, flush=True)
+                  f"{f'{len(users)} users' if users is not None else 'anonymous'}{console_line})", file=out, flush=True)
 
-        loop.run_until_complete(broker.run(sock, announce, stop, tls))
+        async def run() -> None:
+            runner = None
+            if http_sock is not None:
+                runner = await start_served_console(broker, http_sock, tls, users, reports, max_delivery_attempts,
+                                                    redelivery_delay_ms)
+            try:
+                await broker.run(sock, announce, stop, tls)
+            finally:
+                if runner is not None:
+                    await runner.cleanup()
+
+        loop.run_until_complete(run())
     finally:
+        if http_sock is not None:
+            http_sock.close()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         loop.close()
