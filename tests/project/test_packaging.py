@@ -81,7 +81,9 @@ def test_sdist_holds_the_compiled_cores_sources(sdist):
     assert not generated_c, f"Cython's generated C belongs to the build, not the sdist: {generated_c}"
     for name in ("setup.py", "pyproject.toml", "MANIFEST.in", "LICENSE", "README.md",
                  "journal_engine/py.typed", "journal_engine/__init__.py", "tests/conftest.py",
-                 "journal_engine/crashtest/iorecord.c"):
+                 "journal_engine/crashtest/iorecord.c", "journal_engine/console/templates/base.html",
+                 "journal_engine/console/templates/dead_letters.html", "journal_engine/console/static/console.css",
+                 "journal_engine/console/static/console.js"):
         assert name in names, f"{name} missing from the sdist"
 
 

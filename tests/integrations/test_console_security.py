@@ -1,0 +1,204 @@
+"""The console's security rules and its read-only form, over plain HTTP clients (no browser):
+
+* without a users file reading is open, but redrive and delete are refused, saying why, and change nothing;
+* `journal-engine console DIR` reads a stopped broker's directory and never writes (every file's bytes
+  and mtime are the same after its pages were read and a redrive was refused);
+* over TLS when --tls-cert/--tls-key are given, its session cookie then Secure;
+* a --http-host beyond loopback without --users is refused at start, nothing created.
+"""
+from __future__ import annotations
+
+import http.cookiejar
+import os
+import re
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from locations import ROOT
+from stomp_server import LoggedChild, Server, frame_bytes, has_traceback, RawClient, START_TIMEOUT_S
+
+from journal_engine import AddressSettings, Broker
+
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+class Browser:
+    """urllib with cookies: a session as a browser keeps it, and the CSRF token of the page last read."""
+
+    def __init__(self, base: str, context: ssl.SSLContext | None = None) -> None:
+        self.base = base
+        self.cookies = http.cookiejar.CookieJar()
+        handlers = [urllib.request.HTTPCookieProcessor(self.cookies)]
+        if context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        self.opener = urllib.request.build_opener(*handlers)
+        self.csrf = None
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with self.opener.open(self.base + path, timeout=15) as answer:
+                text = answer.read().decode()
+                status = answer.status
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+        found = re.search(r'name="csrf" value="([^"]+)"', text)
+        if found:
+            self.csrf = found.group(1)
+        return status, text
+
+    def post(self, path: str, form: dict) -> tuple[int, str]:
+        data = urllib.parse.urlencode({"csrf": self.csrf, **form}).encode()
+        try:
+            with self.opener.open(self.base + path, data=data, timeout=15) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+
+def stopped_broker(directory: Path) -> None:
+    """A broker directory holding two dead letters of 'orders', closed."""
+    with Broker(directory, store_options={"file_size": 256 * 1024}) as broker:
+        broker.address_settings.add("orders", AddressSettings(max_delivery_attempts=2, dead_letter_address="DLQ"))
+        broker.create_queue("orders")
+        broker.create_queue("DLQ")
+        for n in range(2):
+            broker.send("orders", f'{{"n": {n}}}'.encode(), properties={"n": n})
+        consumer = broker.create_consumer("orders")
+        for _ in range(4):
+            consumer.rollback(consumer.receive(0))
+        consumer.close()
+        assert broker.queue("DLQ").message_count == 2
+
+
+def files_of(directory: Path) -> dict:
+    return {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in sorted(directory.rglob("*")) if path.is_file()}
+
+
+class Console(LoggedChild):
+    """`journal-engine console DIR --port 0`; ``url`` from the line it prints."""
+
+    def __init__(self, directory: Path, log: Path, *extra: str) -> None:
+        super().__init__([sys.executable, "-m", "journal_engine", "console", str(directory), "--port", "0", *extra],
+                         log, env=ENV, stdout=subprocess.PIPE)
+        line = self.process.stdout.readline().decode()
+        assert "listening on http" in line, (line, self.stderr())
+        self.url = line.split("listening on ")[1].split()[0]
+
+
+def test_the_read_only_console_reads_a_stopped_broker_and_never_writes(tmp_path):
+    store = tmp_path / "store"
+    stopped_broker(store)
+    before = files_of(store)
+    console = Console(store, tmp_path / "console.log")
+    try:
+        browser = Browser(console.url)
+        status, page = browser.get("/dead-letters?queue=DLQ")
+        assert status == 200 and page.count("max-delivery-attempts") >= 2 and "read-only" in page
+        message_id = re.search(r"/message\?queue=DLQ&amp;id=(\d+)", page).group(1)
+        status, page = browser.get(f"/message?queue=DLQ&id={message_id}")
+        assert status == 200 and page.count('class="attempt"') == 2
+        for path in ("/queues", "/messages?queue=orders", "/messages?queue=DLQ&filter=n+%3D+1", "/health",
+                     "/queue?name=DLQ"):
+            status, page = browser.get(path)
+            assert status == 200, (path, page[-500:])
+        status, page = browser.post("/dead-letters/redrive", {"queue": "DLQ", "scope": "filter"})
+        assert status == 403 and "read-only" in page
+        status, page = browser.post("/dead-letters/delete", {"queue": "DLQ", "scope": "filter"})
+        assert status == 403 and "read-only" in page
+    finally:
+        assert console.stop() == 0
+    assert not has_traceback(console.stderr()), console.stderr()
+    assert files_of(store) == before         # every byte and mtime: it never wrote
+
+
+def test_the_read_only_console_refuses_a_directory_without_a_store(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "journal_engine", "console", str(tmp_path), "--port", "0"],
+                          capture_output=True, text=True, env=ENV, timeout=START_TIMEOUT_S)
+    assert done.returncode == 2 and "no journal found" in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_a_users_file_reading_is_open_and_writing_refused(tmp_path):
+    server = Server(tmp_path / "store", tmp_path / "server.log", "--http", "0", "--max-delivery-attempts", "1")
+    try:
+        client = RawClient(server.port)
+        client.connect("1.2")
+        client.send_raw(frame_bytes("SEND", {"destination": "/queue/q", "receipt": "r"}, b"x"))
+        assert client.read_frame()[1]["receipt-id"] == "r"
+        client.send_raw(frame_bytes("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual"}))
+        command, headers, _ = client.read_frame()
+        client.send_raw(frame_bytes("NACK", {"id": headers["ack"], "receipt": "n"}))
+        assert client.read_frame()[1]["receipt-id"] == "n"
+        client.close()
+        browser = Browser(server.console_url)
+        status, page = browser.get("/dead-letters?queue=/queue/DLQ")
+        assert status == 200 and "max-delivery-attempts" in page
+        assert "redrive and delete need a logged-in user" in page     # said on the page, no buttons
+        status, page = browser.post("/dead-letters/redrive", {"queue": "/queue/DLQ", "scope": "filter"})
+        assert status == 403 and "--users FILE" in page
+        status, page = browser.post("/dead-letters/delete", {"queue": "/queue/DLQ", "scope": "filter"})
+        assert status == 403
+        status, page = browser.get("/api/queues")
+        assert status == 200 and '"name": "/queue/DLQ", "address": "/queue/DLQ", "depth": 1' in page
+        assert 'Secure' not in str([cookie for cookie in browser.cookies])
+    finally:
+        assert not has_traceback(server.stderr()), server.stderr()[-3000:]
+        assert server.stop() == 0
+
+
+def test_over_tls_the_console_is_https_with_a_secure_cookie(tmp_path, certificate):
+    cert, key = certificate
+    server = Server(tmp_path / "store", tmp_path / "server.log", "--http", "0", "--tls-cert", str(cert),
+                    "--tls-key", str(key))
+    try:
+        assert server.console_url.startswith("https://127.0.0.1:")
+        browser = Browser(server.console_url, ssl.create_default_context(cafile=str(cert)))
+        status, page = browser.get("/queues")
+        assert status == 200 and "/queue/DLQ" in page
+        assert [cookie.secure for cookie in browser.cookies] == [True]
+        plain = Browser(server.console_url.replace("https://", "http://"))
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            plain.opener.open(plain.base + "/queues", timeout=5).read()
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_console_beyond_loopback_without_users_is_refused_at_start(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "journal_engine", "serve-stomp", "--data", str(tmp_path / "store"),
+                           "--port", "0", "--http", "0", "--http-host", "0.0.0.0"],
+                          capture_output=True, text=True, env=ENV, timeout=START_TIMEOUT_S)
+    assert done.returncode == 2 and "--http-host" in done.stderr, done.stderr
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    """A self-signed certificate for 127.0.0.1 and its key (as test_served_security.py makes it)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "journal-engine console test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    folder = tmp_path_factory.mktemp("tls")
+    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()))
+    return folder / "cert.pem", folder / "key.pem"
