@@ -35,7 +35,7 @@ def sparkline(values: list[float], *, width: int = 120, height: int = 24, colour
 def line_plot(series: dict[str, list[tuple[float, float]]], *, title: str, x_label: str, y_label: str,
               width: int = 640, height: int = 260) -> Markup:
     """Lines of (x, y) points, one a series, with axes, ticks and a legend."""
-    left, right, top, bottom = 56, 12, 28, 36
+    left, right, top, bottom = 56, 12, 44, 36
     points = [point for values in series.values() for point in values]
     if not points:
         return Markup(f'<p class="empty">{escape(title)}: nothing to plot</p>')
@@ -73,8 +73,8 @@ def line_plot(series: dict[str, list[tuple[float, float]]], *, title: str, x_lab
         else:
             line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in values)
             parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{line}"/>')
-        parts.append(f'<rect x="{left + 8 + index * 130}" y="{top - 4}" width="10" height="3" fill="{colour}"/>'
-                     f'<text x="{left + 22 + index * 130}" y="{top}" class="tick">{escape(name)}</text>')
+        parts.append(f'<rect x="{left + 8 + index * 130}" y="{top - 17}" width="10" height="3" fill="{colour}"/>'
+                     f'<text x="{left + 22 + index * 130}" y="{top - 13}" class="tick">{escape(name)}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
 

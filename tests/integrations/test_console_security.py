@@ -202,3 +202,23 @@ def certificate(tmp_path_factory):
     (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                        serialization.NoEncryption()))
     return folder / "cert.pem", folder / "key.pem"
+
+
+def test_the_read_only_console_inspects_a_directory_a_broker_serves_as_the_cli_does(tmp_path):
+    """A journal is read without a lock (its files are appended, never rewritten in place), as `dlq list`
+    reads it beside a running broker: the console shows what the broker had written when it read."""
+    server = Server(tmp_path / "store", tmp_path / "server.log")
+    try:
+        client = RawClient(server.port)
+        client.connect("1.2")
+        client.send_raw(frame_bytes("SEND", {"destination": "/queue/seen", "receipt": "r"}, b"written"))
+        assert client.read_frame()[1]["receipt-id"] == "r"
+        client.close()
+        console = Console(tmp_path / "store", tmp_path / "console.log")
+        try:
+            status, page = Browser(console.url).get("/messages?queue=/queue/seen")
+            assert status == 200 and "written" in page
+        finally:
+            assert console.stop() == 0
+    finally:
+        assert server.stop() == 0
