@@ -34,6 +34,8 @@ from ..cli.inspection import verify_part
 from ..cli.target import Target, locate
 from ..errors import CorruptRecordError, UnknownQueueError
 from ..limits import CONSOLE_BROWSE_SCAN_MAX, CONSOLE_BODY_PREVIEW_BYTES
+
+_LISTED_BODY_BYTES = 256       # a list shows the start of a body; a message's own page up to the preview
 from ..record_format import REPLACEABLE_TYPES, FrameCheck, RecordKind
 from ..storage.journal.format import CHECKPOINT_FILE, HEADER_FLAG_COMPACTED
 from ..storage.journal.recovery import analyze
@@ -85,11 +87,14 @@ class MessageView:
     dead_letter: dict | None = None     # dead_letter_of(properties), when it is one
 
     def body_text(self) -> str | None:
-        """The body as UTF-8 text, or None when it is not text."""
-        try:
-            return self.body.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+        """The body as UTF-8 text, or None when it is not text (a preview cut inside a character drops it)."""
+        cut = len(self.body) < self.body_size
+        for end in range(len(self.body), max(len(self.body) - 4, -1) if cut else len(self.body) - 1, -1):
+            try:
+                return self.body[:end].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+        return None
 
     def body_json(self) -> str | None:
         """The body pretty-printed, when it is a JSON document."""
@@ -236,8 +241,8 @@ class LiveSource:
 
     def page(self, queue: str, start: int, limit: int, filter: str | None) -> Page:
         found = self.broker.browse_page(queue, start=start, limit=limit, filter=filter)
-        return Page(found.queue, start, [self._view(position, message) for position, message in found.messages],
-                    found.next_start, found.more, filter)
+        return Page(found.queue, start, [self._view(position, message, _LISTED_BODY_BYTES)
+                                         for position, message in found.messages], found.next_start, found.more, filter)
 
     def message(self, queue: str, message_id: int, near: int = 0) -> MessageView | None:
         """The message of that id in the queue, looked for around position ``near`` first."""
@@ -248,18 +253,18 @@ class LiveSource:
                 return self._view(*page.messages[0])
         return None
 
-    def _view(self, position: int, message) -> MessageView:
+    def _view(self, position: int, message, body_bytes: int = CONSOLE_BODY_PREVIEW_BYTES) -> MessageView:
         body = message.body
         properties = dict(message.properties or {})
         return MessageView(message.message_id, message.queue, message.address, position, message.delivery_count, 0,
                            message.priority, message.durable, message.expiration, properties,
-                           bytes(body[:CONSOLE_BODY_PREVIEW_BYTES]), len(body), dead_letter_of(properties))
+                           bytes(body[:body_bytes]), len(body), dead_letter_of(properties))
 
     def dead_letters(self, queue: str, filter: str | None = None) -> tuple[list[MessageView], bool]:
         """The dead letters of a queue from its head, at most CONSOLE_BROWSE_SCAN_MAX looked at;
         (messages, whether the walk stopped before the queue's end)."""
         page = self.broker.browse_page(queue, start=0, limit=CONSOLE_BROWSE_SCAN_MAX, filter=filter)
-        views = [self._view(position, message) for position, message in page.messages]
+        views = [self._view(position, message, 0) for position, message in page.messages]
         return [view for view in views if view.dead_letter is not None], page.more
 
     def settings(self, address: str) -> list[SettingRow]:
@@ -356,7 +361,7 @@ class StoredSource:
             if len(found) >= limit:
                 next_start = position
                 break
-            found.append(self._view(queue, position, ref, message))
+            found.append(self._view(queue, position, ref, message, _LISTED_BODY_BYTES))
         return Page(queue, start, found, next_start, next_start < len(references), filter)
 
     def message(self, queue: str, message_id: int, near: int = 0) -> MessageView | None:
@@ -365,15 +370,15 @@ class StoredSource:
                 return self._view(queue, position, ref, message)
         return None
 
-    def _view(self, queue: str, position: int, ref, message) -> MessageView:
+    def _view(self, queue: str, position: int, ref, message, body_bytes: int = CONSOLE_BODY_PREVIEW_BYTES) -> MessageView:
         properties = dict(message.properties or {})
         body = message.body
         return MessageView(message.message_id, queue, message.address, position, ref.delivery_count,
                            ref.scheduled_delivery_time, message.priority, message.durable, message.expiration,
-                           properties, bytes(body[:CONSOLE_BODY_PREVIEW_BYTES]), len(body), dead_letter_of(properties))
+                           properties, bytes(body[:body_bytes]), len(body), dead_letter_of(properties))
 
     def dead_letters(self, queue: str, filter: str | None = None) -> tuple[list[MessageView], bool]:
-        views = [self._view(queue, position, ref, message) for position, ref, message in self._matching(queue, filter)]
+        views = [self._view(queue, position, ref, message, 0) for position, ref, message in self._matching(queue, filter)]
         return [view for view in views if view.dead_letter is not None], False
 
     def settings(self, address: str) -> list[SettingRow]:
