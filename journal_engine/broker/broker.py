@@ -433,6 +433,15 @@ class Broker:
             self._delivery.pump_now()
             return self._queue_named(name).info()
 
+    def queue_infos(self) -> list[QueueInfo]:
+        """A snapshot of every queue's counts, sorted by name, taken under one hold of the lock (so the
+        queues' counts are of one moment: a metrics scrape reads them this way)."""
+        with self._gate.lock:
+            self._gate.check_open()
+            self._delivery.pump_now()
+            queues = self._post_office.queues
+            return [queues[name].info() for name in sorted(queues)]
+
     def queue_names(self) -> list[str]:
         """The names of every queue, sorted."""
         with self._gate.lock:

@@ -215,7 +215,7 @@ class DeadLetters:
                      f"its dead-letter address {address!r} has no queues")
         else:
             log_drop("AMQ222150", ref.data, queue.name, reason, "no dead-letter address is configured")
-        self._post_office.drop(ref, KILLED)
+        self._post_office.drop(ref, KILLED, reason)
 
     def poison(self, ref: Reference, cause: str | None, now: int) -> None:
         """A poison ack of a reference that has just left its consumer: to the address settings'
@@ -274,14 +274,14 @@ class DeadLetters:
             where = (f"its alternate {destination!r} has no queue" if destination is not None
                      else "the queue has no alternate binding (no DLQ)")
             log_drop(system, data, queue.name, reason, f"{why}, and {where}")
-            post_office.drop(ref, ack_reason)
+            post_office.drop(ref, ack_reason, reason)
             return
         properties = dict(data.properties) if data.properties else {}
         add_account(properties, reason, now, ref.delivery_count, ref.failures or ())
         copy = keeping_copy(data, post_office.new_message_id(), target.name, properties,
                             expiration=0 if expired else data.expiration)
         copy.durable = data.durable
-        self.move_copy(ref, copy, target, ack_reason)
+        self.move_copy(ref, copy, target, ack_reason, reason)
 
     def expire(self, ref: Reference, now: int) -> None:
         """An expired reference (READY): to the expiry address of the MESSAGE's address, else dropped. On a
@@ -296,7 +296,7 @@ class DeadLetters:
             else:
                 log_drop("Qpid Broker-J", data, ref.queue.name, DeadLetterReason.EXPIRED,
                          "expired (the queue's expiryPolicy is DELETE)")
-                post_office.drop(ref, EXPIRED)
+                post_office.drop(ref, EXPIRED, DeadLetterReason.EXPIRED)
             return
         settings = post_office.address_settings.get(data.address)
         address = settings.expiry_address
@@ -312,7 +312,7 @@ class DeadLetters:
                      f"its expiry address {address!r} has no queues")
         else:
             log_drop("AMQ222147", data, ref.queue.name, DeadLetterReason.EXPIRED, "no expiry address is configured")
-        post_office.drop(ref, EXPIRED)
+        post_office.drop(ref, EXPIRED, DeadLetterReason.EXPIRED)
 
     def expire_due(self, now: int) -> None:
         """The reaper: expire every watched READY reference whose expiration is ``now`` or earlier (each is
@@ -343,12 +343,14 @@ class DeadLetters:
         settings_there = post_office.address_settings.get(target.name)
         if settings_there.changes_expiration:   # routing applies the new address's rules (applyExpiryDelay)
             copy.expiration = settings_there.expiration_for(0, now)
-        self.move_copy(ref, copy, target, ack_reason)
+        self.move_copy(ref, copy, target, ack_reason, reason)
 
-    def move_copy(self, ref: Reference, copy: MessageData, target: AddressState, ack_reason: str) -> None:
+    def move_copy(self, ref: Reference, copy: MessageData, target: AddressState, ack_reason: str,
+                  cause: str) -> None:
         """Route ``copy`` (of the reference's message, with a new message id) to ``target`` and remove the
-        original reference, counted by ``ack_reason`` (KILLED or EXPIRED): the copy's records and the
-        original's acknowledgement in one store transaction. Store errors propagate with nothing changed."""
+        original reference, counted by ``ack_reason`` (KILLED or EXPIRED) and ``cause`` (the copy's
+        DeadLetterReason): the copy's records and the original's acknowledgement in one store
+        transaction. Store errors propagate with nothing changed."""
         post_office = self._post_office
         queue = ref.queue
         original = ref.data
@@ -369,5 +371,5 @@ class DeadLetters:
                     if tx.state == "open":
                         tx.rollback(sync=False)
                     raise
-        post_office.remove(ref, ack_reason, False)
+        post_office.remove(ref, ack_reason, False, cause)
         post_office.enqueue(copy, targets, 0)

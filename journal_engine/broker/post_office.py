@@ -368,18 +368,20 @@ class PostOffice:
             if queue.waiters:
                 queue.condition.notify()
 
-    def drop(self, ref: Reference, reason: str) -> None:
+    def drop(self, ref: Reference, reason: str, cause: str) -> None:
         """The reference leaves its queue for good with nowhere to go (no dead-letter or expiry
         address with queues, a discarding rule): counted as dropped and as ``reason`` (KILLED, EXPIRED),
-        its ACK stored."""
+        its ACK stored. ``cause``: the dead-letter reason a copy would have carried (see ``remove``)."""
         ref.queue.messages_dropped += 1
-        self.remove(ref, reason, True)
+        self.remove(ref, reason, True, cause)
 
-    def remove(self, ref: Reference, reason: str, write_store: bool) -> None:
+    def remove(self, ref: Reference, reason: str, write_store: bool, cause: str | None = None) -> None:
         """The reference leaves its queue for good, counted by ``reason`` (NORMAL, KILLED, EXPIRED).
         ``write_store``: append its ACK (33) here (False when a transaction already holds it). The
         message is deleted from the store when its last stored reference goes (Artemis: a
-        non-transactional, unsynced DELETE). Store errors propagate before anything changes."""
+        non-transactional, unsynced DELETE). Store errors propagate before anything changes.
+        ``cause``: for KILLED, the dead-letter reason (dead_letter.DeadLetterReason), which the queue
+        counts too (its ``dead_letters``, the metrics' dead letters by reason)."""
         queue = ref.queue
         data = ref.data
         if data.durable_refs and queue.durable:
@@ -394,5 +396,6 @@ class PostOffice:
             queue.messages_acknowledged += 1
         elif reason is KILLED:
             queue.messages_killed += 1
+            queue.dead_letters[cause] = queue.dead_letters.get(cause, 0) + 1
         else:
             queue.messages_expired += 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .._impl import ACKED_IN_TX, DELIVERING, DONE, READY, SCHEDULED, ReadyQueue, Reference
@@ -46,7 +46,8 @@ class QueueState:
     __slots__ = ("name", "queue_id", "address", "routing_type", "filter", "selector", "needs_headers", "durable",
                  "auto_created", "ready", "count", "scheduled", "delivering", "consumers", "waiters", "condition",
                  "messages_added", "messages_acknowledged", "messages_killed", "messages_expired",
-                 "messages_dropped", "pending_sends", "deleted", "id_list", "qpid_policy",
+                 "messages_dropped", "messages_delivered", "messages_redelivered", "messages_rolled_back",
+                 "dead_letters", "pending_sends", "deleted", "id_list", "qpid_policy",
                  "redelivery_rules", "auto_delete", "consumer_removed_ms", "swept", "created_ms", "level_of")
 
     def __init__(self, name: str, queue_id: int, address: str, routing_type: str, filter: str | None,
@@ -74,6 +75,12 @@ class QueueState:
         self.messages_killed = 0        # dead-lettered (moved or dropped), as Artemis counts KILLED acks
         self.messages_expired = 0       # expired (moved or dropped)
         self.messages_dropped = 0       # killed or expired with nowhere to go
+        # the counts behind the metrics (journal_engine/metrics), kept as plain ints so that a scrape
+        # reads them and the hot path pays one increment, never a metrics library's call
+        self.messages_delivered = 0     # deliveries handed to consumers (redeliveries included)
+        self.messages_redelivered = 0   # ... of them, those with a delivery count above 1
+        self.messages_rolled_back = 0   # failed deliveries (rollbacks, sessions rolled back, lost consumers)
+        self.dead_letters: dict[str, int] = {}   # messages_killed by DeadLetterReason (dead_letter.py)
         self.pending_sends = 0          # references waiting in open transactions for commit
         self.deleted = False
         self.id_list = [queue_id]       # what the store's send call takes for this queue alone
@@ -157,7 +164,8 @@ class QueueState:
         return QueueInfo(self.name, self.address, self.filter, self.routing_type, self.durable, self.count,
                          self.scheduled, self.delivering, self.consumers, self.messages_added,
                          self.messages_acknowledged, self.messages_killed, self.messages_expired,
-                         self.messages_dropped, self.auto_created, self.queue_id)
+                         self.messages_dropped, self.auto_created, self.queue_id, self.messages_delivered,
+                         self.messages_redelivered, self.messages_rolled_back, dict(self.dead_letters))
 
     def __repr__(self) -> str:
         return f"QueueState({self.name!r}, address={self.address!r}, count={self.count})"
@@ -220,7 +228,16 @@ class AddressState:
 
 @dataclass(frozen=True)
 class QueueInfo:
-    """A snapshot of a queue. ``message_count`` includes scheduled and delivering messages, as in Artemis."""
+    """A snapshot of a queue. ``message_count`` includes scheduled and delivering messages, as in Artemis.
+
+    The ``messages_*`` counts run from the queue's creation (or the broker's start, for a recovered
+    queue). ``messages_killed`` are dead-lettered references (moved or dropped), ``dead_letters``
+    the same counted by the copy's reason (``DeadLetterReason``: max-delivery-attempts, poison-ack),
+    so its values sum to ``messages_killed``; expired references count in ``messages_expired`` only.
+    ``messages_delivered`` counts every delivery, ``messages_redelivered`` those whose delivery count
+    was above 1, ``messages_rolled_back`` every failed delivery (a rollback, a session rolled back, a
+    served connection lost with the message), not a consumer's close, which hands it back uncounted.
+    """
 
     name: str
     address: str
@@ -238,3 +255,7 @@ class QueueInfo:
     messages_dropped: int
     auto_created: bool
     queue_id: int
+    messages_delivered: int
+    messages_redelivered: int
+    messages_rolled_back: int
+    dead_letters: dict[str, int] = field(hash=False)     # a copy of the queue's; hash=False: a dict has none

@@ -97,6 +97,7 @@ class Redelivery:
         queue = ref.queue
         if counted:
             ref.record_failure(now, failure)
+            queue.messages_rolled_back += 1
         rules = queue.redelivery_rules      # the queue's own first, then the consumer's, then the broker's
         if rules is None:
             rules = self._rules if policy is None else self._consumer_policy_rules

@@ -78,6 +78,7 @@ class StompConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ asyncio's protocol
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self._server.connections_accepted += 1
         transport.set_write_buffer_limits(high=SERVED_WRITE_BUFFER_HIGH_BYTES, low=SERVED_WRITE_BUFFER_LOW_BYTES)
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -148,6 +149,7 @@ class StompConnection(asyncio.Protocol):
     def deliver(self, subscription: Subscription, message) -> None:
         """``message`` (just received from the broker) to ``subscription``, in this turn's buffer."""
         self._server.delivered += 1
+        self._server.frames_sent["MESSAGE"] += 1
         self._queue(message_frame(message, subscription.destination, subscription.id,
                                   self.version == "1.2" and not subscription.auto, self.version != "1.0"))
         if subscription.auto:
@@ -164,6 +166,7 @@ class StompConnection(asyncio.Protocol):
                    if name not in ("receipt", "transaction", "content-length")}
         headers.update({"destination": subscription.destination, "message-id": message_id,
                         "subscription": subscription.id})
+        self._server.frames_sent["MESSAGE"] += 1
         self._queue(pack(StompFrame("MESSAGE", headers, body), escapes=self.version != "1.0"))
 
     # ------------------------------------------------------------------ what the turn calls
@@ -199,6 +202,7 @@ class StompConnection(asyncio.Protocol):
         command = frame.cmd
         if command not in CLIENT_COMMANDS:
             raise ProtocolError(f"unknown STOMP command {command[:40]!r}")
+        self._server.frames_received[command] += 1
         if self.version is None:
             if command not in ("CONNECT", "STOMP"):
                 raise ProtocolError(f"{command} before CONNECT: the first frame must be CONNECT or STOMP")
@@ -263,6 +267,7 @@ class StompConnection(asyncio.Protocol):
             self._start_heart_beats(server_sends, client_sends)
         self.version = version
         self._reader.escapes = version != "1.0"
+        self._server.frames_sent["CONNECTED"] += 1
         self._queue(pack(StompFrame("CONNECTED", headers), escapes=False))
 
     def _send(self, frame: StompFrame) -> dict | None:
@@ -409,6 +414,7 @@ class StompConnection(asyncio.Protocol):
         """A RECEIPT, which promises that what its frame did is durable: the turn syncs before it
         goes out. (What no RECEIPT promises, the store's own group commit writes within its window.)"""
         self._turn.promised = True
+        self._server.frames_sent["RECEIPT"] += 1
         if reply:
             headers = dict(reply)
             headers["receipt-id"] = receipt
@@ -422,6 +428,7 @@ class StompConnection(asyncio.Protocol):
         receipt = frame.headers.get("receipt") if frame is not None else None
         if receipt:
             headers["receipt-id"] = receipt
+        self._server.frames_sent["ERROR"] += 1
         self._queue(pack(StompFrame("ERROR", headers, message.encode("utf-8")),
                          escapes=self.version not in (None, "1.0")))
         self._closing = True

@@ -37,6 +37,7 @@ from ..errors import ConfigError
 from ..limits import SERVED_CONNECTIONS_MAX
 from .network import check_exposure, is_loopback, listening_socket, new_event_loop, tls_context
 from .connection import StompConnection
+from .stomp import CLIENT_COMMANDS, SERVER_COMMANDS
 from .users import Users
 from .destinations import DEFAULT_DEAD_LETTER_QUEUE, DEFAULT_MAX_DELIVERY_ATTEMPTS, Destinations
 from .subscriptions import Dispatcher
@@ -60,6 +61,11 @@ class ServedBroker:
         self.connections: set[StompConnection] = set()
         self.stopping = False
         self.delivered = 0              # MESSAGE frames handed to subscriptions
+        # the metrics' counts (journal_engine/metrics/stomp.py), each command's present from the start so
+        # that a connection adds to an int and a scrape sees every command's series, zeros included
+        self.connections_accepted = 0   # connections made, those refused past connections_max included
+        self.frames_received = dict.fromkeys(sorted(CLIENT_COMMANDS), 0)    # valid frames, by command
+        self.frames_sent = dict.fromkeys(sorted(SERVER_COMMANDS), 0)
         self.writes = 0                 # transport writes of the turns (each holding a connection's frames)
 
     def _wake(self) -> None:

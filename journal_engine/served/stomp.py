@@ -7,11 +7,13 @@ from __future__ import annotations
 from ..errors import JournalError
 from ..limits import SERVED_HEARTBEAT_MS
 
-__all__ = ["ProtocolError", "VERSIONS", "agreed_version", "agreed_heart_beats", "CLIENT_COMMANDS"]
+__all__ = ["ProtocolError", "VERSIONS", "agreed_version", "agreed_heart_beats", "CLIENT_COMMANDS",
+           "SERVER_COMMANDS"]
 
 VERSIONS = ("1.0", "1.1", "1.2")
 CLIENT_COMMANDS = frozenset({"CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN",
                              "COMMIT", "ABORT", "DISCONNECT"})
+SERVER_COMMANDS = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
 
 
 class ProtocolError(JournalError, ValueError):

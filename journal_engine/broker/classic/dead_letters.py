@@ -151,10 +151,10 @@ class ClassicDeadLetters(DeadLetters):
             properties[DLQ_DELIVERY_FAILURE_CAUSE] = cause
         if not data.durable:
             properties[ORIGINAL_DELIVERY_MODE] = "NON_PERSISTENT"
-        add_account(properties, DeadLetterReason.EXPIRED if expired else DeadLetterReason.POISON_ACK, now,
-                    ref.delivery_count, ref.failures or ())
+        cause = _copy_reason(reason)
+        add_account(properties, cause, now, ref.delivery_count, ref.failures or ())
         copy = keeping_copy(data, self._post_office.new_message_id(), target.name, properties, expiration=expiration)
-        self.move_copy(ref, copy, target, reason)
+        self.move_copy(ref, copy, target, reason, cause)
 
     # ------------------------------------------------------------------------------- helpers
     @staticmethod
@@ -177,9 +177,15 @@ class ClassicDeadLetters(DeadLetters):
         return post_office.addresses.get(destination.name)
 
     def _drop(self, ref: Reference, reason: str, destination: ClassicDestination, why: str) -> None:
-        copy_reason = DeadLetterReason.EXPIRED if reason is EXPIRED else DeadLetterReason.POISON_ACK
-        log_drop("ActiveMQ Classic", ref.data, ref.queue.name, copy_reason, f"{why} ({destination.qualified_name})")
+        log_drop("ActiveMQ Classic", ref.data, ref.queue.name, _copy_reason(reason),
+                 f"{why} ({destination.qualified_name})")
         self._discard(ref, reason)
 
     def _discard(self, ref: Reference, reason: str) -> None:
-        self._post_office.drop(ref, reason)
+        self._post_office.drop(ref, reason, _copy_reason(reason))
+
+
+def _copy_reason(reason: str) -> str:
+    """The DeadLetterReason of a reference leaving by Classic's rules as ``reason`` (KILLED, EXPIRED):
+    Classic dead-letters only on a poison ack."""
+    return DeadLetterReason.EXPIRED if reason is EXPIRED else DeadLetterReason.POISON_ACK
