@@ -228,11 +228,7 @@ class LiveSource:
     def queues(self) -> list[QueueRow]:
         dead_letter_addresses = self._dead_letter_addresses()
         rows = []
-        for name in self.broker.queue_names():
-            try:
-                info = self.broker.queue(name)
-            except UnknownQueueError:
-                continue                    # deleted since the names were listed
+        for info in self.broker.queue_infos():     # every queue's counts under one hold of the lock
             rows.append(QueueRow(info.name, info.address, info.routing_type, info.filter, info.message_count,
                                  info.scheduled_count, info.delivering_count, info.consumer_count, info.messages_added,
                                  info.messages_acknowledged, info.messages_killed, info.messages_expired,

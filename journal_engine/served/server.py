@@ -98,8 +98,10 @@ class ServedBroker:
 
 async def start_served_console(broker: ServedBroker, sock: socket.socket, tls: ssl.SSLContext | None,
                                users: Users | None, reports, max_delivery_attempts: int, redelivery_delay_ms: int):
-    """The console of the served broker on ``sock``, from this loop (journal_engine/console); its runner."""
+    """The console of the served broker on ``sock``, from this loop (journal_engine/console), with
+    ``/metrics`` from the broker's and this server's collectors (journal_engine.metrics); its runner."""
     from ..console import Console, LiveSource, start_console
+    from ..metrics import registry_for, render
     destinations = broker.destinations
     dead_letter_queue = destinations.dead_letter_queue
     origins = {"#": f"serve-stomp's options (--max-delivery-attempts {max_delivery_attempts}, --redelivery-delay-ms "
@@ -107,7 +109,8 @@ async def start_served_console(broker: ServedBroker, sock: socket.socket, tls: s
     if dead_letter_queue is not None:
         origins[dead_letter_queue] = "serve-stomp: the dead-letter queue keeps what reaches it (no limit)"
     source = LiveSource(destinations.broker, settings_origins=origins, dead_letter_queue=dead_letter_queue)
-    console = Console(source, users=users, tls=tls is not None, reports=reports)
+    registry = registry_for(destinations.broker, broker)
+    console = Console(source, users=users, tls=tls is not None, reports=reports, metrics=lambda: render(registry))
     return await start_console(console, sock, tls)
 
 
