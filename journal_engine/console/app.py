@@ -197,6 +197,8 @@ class Console:
             result.append({"name": row.name, "address": row.address, "depth": row.depth, "scheduled": row.scheduled,
                            "delivering": row.delivering, "consumers": row.consumers, "added": row.added,
                            "acknowledged": row.acknowledged, "killed": row.killed, "expired": row.expired,
+                           "delivered": row.delivered, "redelivered": row.redelivered,
+                           "rolled_back": row.rolled_back, "dead_letters": row.dead_letters,
                            "rates": entry["rates"]})
         return web.json_response({"queues": result, "at": int(time.time() * 1000)},
                                  headers={"Cache-Control": "no-store"})

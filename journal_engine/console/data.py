@@ -66,6 +66,10 @@ class QueueRow:
     killed: int
     expired: int
     dead_letter_queue: bool = False
+    delivered: int = 0
+    redelivered: int = 0
+    rolled_back: int = 0
+    dead_letters: dict | None = None       # messages dead-lettered by reason (the running broker's)
 
 
 @dataclass
@@ -232,7 +236,9 @@ class LiveSource:
             rows.append(QueueRow(info.name, info.address, info.routing_type, info.filter, info.message_count,
                                  info.scheduled_count, info.delivering_count, info.consumer_count, info.messages_added,
                                  info.messages_acknowledged, info.messages_killed, info.messages_expired,
-                                 info.address in dead_letter_addresses or info.name in dead_letter_addresses))
+                                 info.address in dead_letter_addresses or info.name in dead_letter_addresses,
+                                 info.messages_delivered, info.messages_redelivered, info.messages_rolled_back,
+                                 dict(info.dead_letters)))
         return rows
 
     def page(self, queue: str, start: int, limit: int, filter: str | None) -> Page:

@@ -99,7 +99,12 @@ def test_metrics_parse_and_agree_with_the_broker_counts(tmp_path):
             assert found[("journal_engine_queue_messages_added_total", name)] == queue["added"]
             assert found[("journal_engine_queue_messages_acknowledged_total", name)] == queue["acknowledged"]
             assert found.get(("journal_engine_queue_messages_dead_lettered_total", name), 0.0) == queue["killed"]
-        assert found[("journal_engine_queue_messages_rolled_back_total", "/queue/metered")] == 2
+            assert found[("journal_engine_queue_messages_delivered_total", name)] == queue["delivered"]
+            assert found[("journal_engine_queue_messages_redelivered_total", name)] == queue["redelivered"]
+            assert found[("journal_engine_queue_messages_rolled_back_total", name)] == queue["rolled_back"]
+        # two NACKs, and what the subscription held when the client went away (a lost delivery counts)
+        assert metered["rolled_back"] >= 2 and metered["dead_letters"] == {"max-delivery-attempts": 1}
+        assert metered["delivered"] >= 6 and metered["redelivered"] >= 1
         assert found[("journal_engine_broker_queues", "")] == len(queues)
         assert found[("journal_engine_stomp_connections", "")] >= 0
         assert any(name.startswith("journal_engine_journal_") for name, _queue in found), sorted(found)[:20]
