@@ -68,10 +68,12 @@ def report_plots(document) -> dict:
     if isinstance(document, dict) and isinstance(document.get("runs"), dict) and "violations" in document:
         runs = sorted((str(mode), float(count)) for mode, count in document["runs"].items()
                       if isinstance(count, (int, float)))
+        violations = document["violations"]
+        count = len(violations) if isinstance(violations, list) else violations     # the report lists them
         summary = (f"seed {document.get('seed')}, size {document.get('size')}, store {document.get('store')}: "
-                   f"{document.get('violations')} violations, {document.get('acknowledged')} acknowledged calls, "
-                   f"{document.get('duration_s')} s")
-        return {"kind": "crash-test", "summary": summary, "healthy": document.get("violations") == 0,
+                   f"{count} violations, {sum(count for _mode, count in runs):.0f} runs, "
+                   f"{document.get('acknowledged')} acknowledged calls, {document.get('duration_s')} s")
+        return {"kind": "crash-test", "summary": summary, "healthy": count == 0,
                 "plots": [bar_plot(runs, title="crash runs by fault mode", unit=" runs")]}
     if isinstance(document, dict) and isinstance(document.get("results"), list):
         rows = []

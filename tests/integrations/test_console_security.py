@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import http.cookiejar
+import json
 import os
 import re
 import ssl
@@ -222,3 +223,30 @@ def test_the_read_only_console_inspects_a_directory_a_broker_serves_as_the_cli_d
             assert console.stop() == 0
     finally:
         assert server.stop() == 0
+
+
+def test_the_health_page_plots_the_reports_it_is_given(tmp_path):
+    """--report: a crash campaign's runs by fault mode and verdict, a bench run's median rates; a file that
+    is neither is named as such (shapes as `crash-test --json` and `bench --json` write them)."""
+    store = tmp_path / "store"
+    stopped_broker(store)
+    crash = tmp_path / "crash.json"
+    crash.write_text(json.dumps({"seed": 15, "size": "ci", "store": "journal", "runs": {"kill": 30, "torn": 12},
+                                 "violations": [], "acknowledged": 900, "duration_s": 61.5}))
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"schema": "journal-engine-bench", "matrix": "tiny", "machine": {"date": "today"},
+                                 "results": [{"scenario": "append", "cell": {"key": "256 B x 1"}, "store": "journal",
+                                              "median_records_per_s": 41000.0, "min_records_per_s": 40000.0,
+                                              "max_records_per_s": 42000.0}]}))
+    other = tmp_path / "other.json"
+    other.write_text("[1, 2]")
+    console = Console(store, tmp_path / "console.log", "--report", str(crash), "--report", str(bench),
+                      "--report", str(other))
+    try:
+        status, page = Browser(console.url).get("/health")
+    finally:
+        assert console.stop() == 0
+    assert status == 200
+    assert "crash runs by fault mode" in page and "0 violations, 42 runs" in page and ">kill<" in page
+    assert "median records/s" in page and "append 256 B x 1 journal" in page and "41.0k/s" in page
+    assert "neither a crash-test nor a bench report" in page
