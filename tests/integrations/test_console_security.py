@@ -54,12 +54,18 @@ class Browser:
         return status, text
 
     def post(self, path: str, form: dict) -> tuple[int, str]:
+        """The form with the CSRF token of the page last read; the page it leads to (a login's starts a
+        new session, whose token it holds)."""
         data = urllib.parse.urlencode({"csrf": self.csrf, **form}).encode()
         try:
             with self.opener.open(self.base + path, data=data, timeout=15) as answer:
-                return answer.status, answer.read().decode()
+                status, text = answer.status, answer.read().decode()
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
+        found = re.search(r'name="csrf" value="([^"]+)"', text)
+        if found:
+            self.csrf = found.group(1)
+        return status, text
 
 
 def stopped_broker(directory: Path) -> None:
@@ -250,3 +256,49 @@ def test_the_health_page_plots_the_reports_it_is_given(tmp_path):
     assert "crash runs by fault mode" in page and "0 violations, 42 runs" in page and ">kill<" in page
     assert "median records/s" in page and "append 256 B x 1 journal" in page and "41.0k/s" in page
     assert "neither a crash-test nor a bench report" in page
+
+
+def test_a_logged_in_user_deletes_dead_letters_matching_a_filter(tmp_path):
+    """Delete, over HTTP as a form posts it: the logged-in user, the session's CSRF token, a selector; the
+    message is gone for good and the action is listed with its user."""
+    users = tmp_path / "users"
+    added = subprocess.run([sys.executable, "-m", "journal_engine", "users", "add", str(users), "ops"],
+                           input="pass word\n", text=True, capture_output=True, env=ENV, timeout=60)
+    assert added.returncode == 0, added.stderr
+    server = Server(tmp_path / "store", tmp_path / "server.log", "--http", "0", "--users", str(users),
+                    "--max-delivery-attempts", "1")
+    try:
+        client = RawClient(server.port)
+        client.send_raw(frame_bytes("CONNECT", {"accept-version": "1.2", "host": "h", "login": "ops",
+                                                "passcode": "pass word"}, content_length=False))
+        assert client.read_frame()[0] == "CONNECTED"
+        for n in range(3):
+            client.send_raw(frame_bytes("SEND", {"destination": "/queue/work", "receipt": f"r{n}"},
+                                        b"job" if n else b"x"))
+            assert client.read_frame()[1]["receipt-id"] == f"r{n}"
+        client.send_raw(frame_bytes("SUBSCRIBE", {"destination": "/queue/work", "id": "s",
+                                                  "ack": "client-individual"}))
+        nacked = receipts = 0
+        while receipts < 3:       # each NACK dead-letters its message (--max-delivery-attempts 1)
+            command, headers, _body = client.read_frame()
+            if command == "MESSAGE":
+                client.send_raw(frame_bytes("NACK", {"id": headers["ack"], "receipt": f"n{nacked}"}))
+                nacked += 1
+            else:
+                assert command == "RECEIPT", (command, headers)
+                receipts += 1
+        client.close()
+        browser = Browser(server.console_url)
+        browser.get("/login")
+        status, page = browser.post("/login", {"login": "ops", "password": "pass word", "next": "/dead-letters"})
+        assert status == 200 and ">ops<" in page and "/queue/DLQ" in page
+        status, page = browser.post("/dead-letters/delete", {"queue": "/queue/DLQ", "scope": "filter",
+                                                             "filter": "AMQSize = 1"})
+        assert status == 200 and "deleted from /queue/DLQ: 1 messages" in page, page[-2000:]
+        assert re.search(r"<td>ops</td><td>delete</td><td>/queue/DLQ</td>", page), page[-3000:]
+        status, api = browser.get("/api/queues")
+        counts = {queue["name"]: queue for queue in json.loads(api)["queues"]}
+        assert counts["/queue/DLQ"]["depth"] == 2 and counts["/queue/DLQ"]["acknowledged"] == 1
+    finally:
+        assert not has_traceback(server.stderr()), server.stderr()[-3000:]
+        assert server.stop() == 0
