@@ -106,11 +106,19 @@ def serve_stomp_command(data, port, host, backend, sync, max_delivery_attempts, 
     """Run a STOMP broker on one event loop whose queues live in a journal_engine store
     (docs/integrations.md). Binds 127.0.0.1 unless --host says otherwise."""
     from ..served import serve
+    # the console (aiohttp, Jinja2) is imported only when asked for; a report that is no file is refused
+    # before anything is bound
+    console = None
+    if http_port is not None:
+        from ..console import served_console
+        console = served_console(reports)
+    elif reports:
+        raise click.UsageError("--report is for the console: give --http PORT too")
     return serve(data, port, host, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
                  dead_letter_queue=dead_letter_queue or None, redelivery_delay_ms=redelivery_delay_ms,
                  users_path=users_path, allow_anonymous=allow_anonymous, tls_cert=tls_cert, tls_key=tls_key,
                  connections_max=connections_max, backup=backup, http_port=http_port, http_host=http_host,
-                 reports=reports)
+                 console=console)
 
 
 @click.command("console")

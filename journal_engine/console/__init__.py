@@ -11,7 +11,7 @@ It needs aiohttp and Jinja2 (dependencies of the package).
 """
 from __future__ import annotations
 
-from .app import Console, serve_read_only, start_console
+from .app import Console, serve_read_only, served_console, start_console
 from .data import LiveSource, StoredSource
 
-__all__ = ["Console", "LiveSource", "StoredSource", "serve_read_only", "start_console"]
+__all__ = ["Console", "LiveSource", "StoredSource", "serve_read_only", "served_console", "start_console"]

@@ -35,9 +35,9 @@ from .plots import bar_plot, line_plot
 from .rates import Rates
 from .security import COOKIE, Security, Session
 
-__all__ = ["Console", "start_console", "serve_read_only"]
+__all__ = ["Console", "start_console", "served_console", "serve_read_only"]
 
-_SESSION_KEY = web.AppKey("session", object)
+_SESSION_KEY = "journal_engine.console.session"     # where the guard keeps a request's session
 _PUBLIC_PATHS = ("/login", "/static/")
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
@@ -423,6 +423,28 @@ async def start_console(console: Console, sock: socket.socket, tls: ssl.SSLConte
     await runner.setup()
     await web.SockSite(runner, sock, ssl_context=tls).start()
     return runner
+
+
+def served_console(reports=()):
+    """What ``serve(..., http_port=..., console=...)`` (served/server.py) calls on its loop to serve the
+    console of its broker on the bound socket, ``/metrics`` included: an async callable
+    ``(served broker, socket, TLS context, users, settings origins) -> runner``. ``reports``: crash-test
+    and bench JSON reports the health page plots (ConfigError now for one that is not a file)."""
+    from ..metrics import registry_for, render
+    from .data import LiveSource
+    for path in reports:
+        if not os.path.isfile(path):
+            raise ConfigError("--report", path, "is not a file (a crash-test or bench --json report)")
+
+    async def start(served, sock: socket.socket, tls: ssl.SSLContext | None, users, origins: dict) -> web.AppRunner:
+        destinations = served.destinations
+        source = LiveSource(destinations.broker, settings_origins=origins,
+                            dead_letter_queue=destinations.dead_letter_queue)
+        registry = registry_for(destinations.broker, served)
+        console = Console(source, users=users, tls=tls is not None, reports=reports, metrics=lambda: render(registry))
+        return await start_console(console, sock, tls)
+
+    return start
 
 
 def serve_read_only(directory: str, port: int, host: str = "127.0.0.1", *, users_path=None, tls_cert=None,

@@ -96,31 +96,13 @@ class ServedBroker:
             await asyncio.sleep(0)          # connection_lost of each runs
 
 
-async def start_served_console(broker: ServedBroker, sock: socket.socket, tls: ssl.SSLContext | None,
-                               users: Users | None, reports, max_delivery_attempts: int, redelivery_delay_ms: int):
-    """The console of the served broker on ``sock``, from this loop (journal_engine/console), with
-    ``/metrics`` from the broker's and this server's collectors (journal_engine.metrics); its runner."""
-    from ..console import Console, LiveSource, start_console
-    from ..metrics import registry_for, render
-    destinations = broker.destinations
-    dead_letter_queue = destinations.dead_letter_queue
-    origins = {"#": f"serve-stomp's options (--max-delivery-attempts {max_delivery_attempts}, --redelivery-delay-ms "
-                    f"{redelivery_delay_ms}, --dead-letter-queue {dead_letter_queue})"}
-    if dead_letter_queue is not None:
-        origins[dead_letter_queue] = "serve-stomp: the dead-letter queue keeps what reaches it (no limit)"
-    source = LiveSource(destinations.broker, settings_origins=origins, dead_letter_queue=dead_letter_queue)
-    registry = registry_for(destinations.broker, broker)
-    console = Console(source, users=users, tls=tls is not None, reports=reports, metrics=lambda: render(registry))
-    return await start_console(console, sock, tls)
-
-
 def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1", *, backend: str = "journal",
           max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
           dead_letter_queue: str | None = DEFAULT_DEAD_LETTER_QUEUE, redelivery_delay_ms: int = 0,
           sync: str = "group", store_options: dict | None = None, out=None, users_path=None,
           allow_anonymous: bool = False, tls_cert=None, tls_key=None,
           connections_max: int = SERVED_CONNECTIONS_MAX, backup: bool = False, http_port: int | None = None,
-          http_host: str = "127.0.0.1", reports=()) -> int:
+          http_host: str = "127.0.0.1", console=None) -> int:
     """Run the served broker until SIGTERM or SIGINT; prints one line ``listening on HOST:PORT`` (to
     ``out``, default stdout) once connections are accepted. ``store_options`` go to the
     MessageStore (file_size, buffer_timeout_us, ...). ``users_path``: the users file CONNECT frames
@@ -128,20 +110,19 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
     ``tls_key``: PEM files, TLS on every connection. Every refusal of the options comes before
     anything is bound or created. ``backup``: wait for the serving lock of ``data_dir`` (takeover.py)
     before binding anything, printing a line naming its holder, then serve as usual; a SIGTERM or
-    SIGINT during the wait returns 0. ``http_port``: serve the console and ``/metrics`` there too (on
-    ``http_host``; ``reports``: crash-test and bench JSON reports its health page plots). Returns the
-    exit status (0)."""
+    SIGINT during the wait returns 0. ``http_port``: serve the operator's console and ``/metrics``
+    there too, on ``http_host``: ``console`` is what starts it on the bound socket from the loop
+    (journal_engine.console.served_console gives one; the server does not import the console, which
+    stands above it). Returns the exit status (0)."""
     out = out or sys.stdout
     if not 1 <= connections_max <= SERVED_CONNECTIONS_MAX:
         raise ConfigError("--connections-max", connections_max, f"must be between 1 and {SERVED_CONNECTIONS_MAX} "
                           "(SERVED_CONNECTIONS_MAX)")
     check_exposure(host, users_path, allow_anonymous)
     if http_port is not None:
-        from .. import console  # noqa: F401  (aiohttp and Jinja2 missing: an ImportError before anything is bound)
+        if console is None:
+            raise ConfigError("http_port", http_port, "needs console= (journal_engine.console.served_console)")
         check_exposure(http_host, users_path, allow_anonymous, option="--http-host")
-        for path in reports:
-            if not os.path.isfile(path):
-                raise ConfigError("--report", os.fspath(path), "is not a file (a crash-test or bench --json report)")
     users = Users.read(users_path) if users_path is not None else None
     tls = tls_context(tls_cert, tls_key) if tls_cert is not None or tls_key is not None else None
     if backup:
@@ -202,8 +183,12 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
         async def run() -> None:
             runner = None
             if http_sock is not None:
-                runner = await start_served_console(broker, http_sock, tls, users, reports, max_delivery_attempts,
-                                                    redelivery_delay_ms)
+                # where the address settings of `#` and of the dead-letter queue came from (add_server_rules)
+                origins = {"#": f"serve-stomp's options (--max-delivery-attempts {max_delivery_attempts}, "
+                                f"--redelivery-delay-ms {redelivery_delay_ms}, --dead-letter-queue {dead_letter_queue})"}
+                if dead_letter_queue is not None:
+                    origins[dead_letter_queue] = "serve-stomp: the dead-letter queue keeps what reaches it (no limit)"
+                runner = await console(broker, http_sock, tls, users, origins)
             try:
                 await broker.run(sock, announce, stop, tls)
             finally:
