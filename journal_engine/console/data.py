@@ -33,7 +33,7 @@ from ..cli.damage import damage_in
 from ..cli.inspection import verify_part
 from ..cli.target import Target, locate
 from ..errors import CorruptRecordError, UnknownQueueError
-from ..limits import CONSOLE_BROWSE_SCAN_MAX, CONSOLE_BODY_PREVIEW_BYTES
+from ..limits import CONSOLE_BODY_PREVIEW_BYTES, CONSOLE_DEAD_LETTERS_MAX
 
 _LISTED_BODY_BYTES = 256       # a list shows the start of a body; a message's own page up to the preview
 from ..record_format import REPLACEABLE_TYPES, FrameCheck, RecordKind
@@ -263,9 +263,10 @@ class LiveSource:
                            bytes(body[:body_bytes]), len(body), dead_letter_of(properties))
 
     def dead_letters(self, queue: str, filter: str | None = None) -> tuple[list[MessageView], bool]:
-        """The dead letters of a queue from its head, at most CONSOLE_BROWSE_SCAN_MAX looked at;
-        (messages, whether the walk stopped before the queue's end)."""
-        page = self.broker.browse_page(queue, start=0, limit=CONSOLE_BROWSE_SCAN_MAX, filter=filter)
+        """The dead letters of a queue from its head, at most CONSOLE_DEAD_LETTERS_MAX of them (the
+        selector's walk bounded as every browse is); (messages, whether more may follow)."""
+        page = self.broker.browse_page(queue, start=0, limit=CONSOLE_DEAD_LETTERS_MAX, filter=filter,
+                                       scan_max=CONSOLE_DEAD_LETTERS_MAX)
         views = [self._view(position, message, 0) for position, message in page.messages]
         return [view for view in views if view.dead_letter is not None], page.more
 
