@@ -490,6 +490,22 @@ class Broker:
                 messages.append((position - 1, Message(data, ref.delivery_count, queue.name)))
             return BrowsePage(queue.name, start, messages, position, position < len(ready))
 
+    def browse_scheduled(self, queue_name: str, *, limit: int = CONSOLE_PAGE_MESSAGES_DEFAULT,
+                         scan_max: int = CONSOLE_BROWSE_SCAN_MAX) -> tuple[list, bool]:
+        """The queue's scheduled messages, not consumed: at most ``limit`` (scheduled time in epoch ms,
+        Message with its reference's delivery count), soonest first, among the first ``scan_max``
+        entries of the broker's schedule (every queue's), so that a call holds the lock briefly; and
+        whether the schedule holds entries not looked at. UnknownQueueError, ConfigError for a bad bound."""
+        for name, value in (("limit", limit), ("scan_max", scan_max)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(name, value, "must be an integer >= 1")
+        with self._gate.lock:
+            self._gate.check_open()
+            self._delivery.pump_now()
+            queue = self._queue_named(queue_name)
+            found, more = self._timers.scheduled_page(queue, limit, scan_max)
+            return [(due_ms, Message(ref.data, ref.delivery_count, queue.name)) for due_ms, ref in found], more
+
     def redrive(self, from_queue: str, *, to_queue: str | None = None, filter: str | None = None,
                 limit: int | None = None, max_redrives: int = REDRIVES_MAX_DEFAULT,
                 message_ids=None) -> RedriveResult:

@@ -230,12 +230,15 @@ class Console:
         page = None
         try:
             page = self.source.page(queue, start, limit, filter_text)
+            scheduled, more_scheduled = self.source.scheduled(queue, limit)
         except UnknownQueueError:
             raise web.HTTPNotFound(text=f"no queue {queue!r}") from None
         except SelectorError as error:
             problem = f"the filter is not a selector: {error}"
+            scheduled, more_scheduled = [], False
         return self._render(request, "messages.html", queue=queue, page=page, filter=filter_text or "",
-                            limit=limit, problem=problem, queues=self.source.queue_names())
+                            limit=limit, problem=problem, queues=self.source.queue_names(), scheduled=scheduled,
+                            more_scheduled=more_scheduled)
 
     async def _message(self, request):
         queue = request.query.get("queue", "")

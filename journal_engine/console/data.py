@@ -246,6 +246,17 @@ class LiveSource:
         return Page(found.queue, start, [self._view(position, message, _LISTED_BODY_BYTES)
                                          for position, message in found.messages], found.next_start, found.more, filter)
 
+    def scheduled(self, queue: str, limit: int) -> tuple[list[MessageView], bool]:
+        """The queue's scheduled messages, soonest first (at most ``limit``; Broker.browse_scheduled's
+        bounded walk); whether the schedule held more than was looked at."""
+        found, more = self.broker.browse_scheduled(queue, limit=limit)
+        views = []
+        for due_ms, message in found:
+            view = self._view(-1, message, _LISTED_BODY_BYTES)
+            view.scheduled_time = due_ms
+            views.append(view)
+        return views, more
+
     def message(self, queue: str, message_id: int, near: int = 0) -> MessageView | None:
         """The message of that id in the queue, looked for around position ``near`` first."""
         selector = f"AMQMessageID = {int(message_id)}"
@@ -366,6 +377,14 @@ class StoredSource:
                 break
             found.append(self._view(queue, position, ref, message, _LISTED_BODY_BYTES))
         return Page(queue, start, found, next_start, next_start < len(references), filter)
+
+    def scheduled(self, queue: str, limit: int) -> tuple[list[MessageView], bool]:
+        """The queue's references whose scheduled time was still ahead when the directory was read."""
+        _binding, references = self._entry(queue)
+        found = sorted(((ref.scheduled_delivery_time, position, ref) for position, ref in enumerate(references)
+                        if ref.scheduled_delivery_time > self._now), key=lambda entry: (entry[0], entry[1]))
+        return [self._view(queue, position, ref, self._messages[ref.message_id], _LISTED_BODY_BYTES)
+                for _due, position, ref in found[:limit]], len(found) > limit
 
     def message(self, queue: str, message_id: int, near: int = 0) -> MessageView | None:
         for position, ref, message in self._matching(queue, None):

@@ -158,3 +158,21 @@ def test_browse_page_walks_a_bounded_part_of_the_queue_and_says_where_to_go_on(c
         assert broker.browse_page("q", limit=1).messages[0][1].delivery_count == 1    # the reference's count
         with pytest.raises(ConfigError, match="limit"):
             broker.browse_page("q", limit=0)
+
+
+def test_browse_scheduled_lists_a_queues_scheduled_messages_soonest_first(clock):
+    with Broker(clock=clock) as broker:
+        broker.create_queue("q")
+        broker.create_queue("other")
+        late = broker.send("q", b"late", scheduled_delivery_time=NOW + 5000)
+        soon = broker.send("q", b"soon", scheduled_delivery_time=NOW + 1000)
+        broker.send("other", b"elsewhere", scheduled_delivery_time=NOW + 500)
+        broker.send("q", b"now")
+        found, more = broker.browse_scheduled("q")
+        assert [(due, m.message_id) for due, m in found] == [(NOW + 1000, soon), (NOW + 5000, late)] and not more
+        assert [m.message_id for _due, m in broker.browse_scheduled("q", limit=1)[0]] == [soon]
+        assert broker.browse_scheduled("q", scan_max=1)[1]              # three entries, one looked at
+        clock.advance(1000)                                              # `soon` falls due: ready, no longer listed
+        assert [m.message_id for _due, m in broker.browse_scheduled("q")[0]] == [late]
+        with pytest.raises(UnknownQueueError):
+            broker.browse_scheduled("nowhere")

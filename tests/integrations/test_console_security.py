@@ -15,6 +15,7 @@ import re
 import ssl
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -76,6 +77,7 @@ def stopped_broker(directory: Path) -> None:
         broker.create_queue("DLQ")
         for n in range(2):
             broker.send("orders", f'{{"n": {n}}}'.encode(), properties={"n": n})
+        broker.send("orders", b"tomorrow", scheduled_delivery_time=int(time.time() * 1000) + 86_400_000)
         consumer = broker.create_consumer("orders")
         for _ in range(4):
             consumer.rollback(consumer.receive(0))
@@ -110,8 +112,9 @@ def test_the_read_only_console_reads_a_stopped_broker_and_never_writes(tmp_path)
         message_id = re.search(r"/message\?queue=DLQ&amp;id=(\d+)", page).group(1)
         status, page = browser.get(f"/message?queue=DLQ&id={message_id}")
         assert status == 200 and page.count('class="attempt"') == 2
-        for path in ("/queues", "/messages?queue=orders", "/messages?queue=DLQ&filter=n+%3D+1", "/health",
-                     "/queue?name=DLQ"):
+        status, page = browser.get("/messages?queue=orders")
+        assert status == 200 and re.search(r'<table class="scheduled">.*tomorrow', page, re.S), page[-3000:]
+        for path in ("/queues", "/messages?queue=DLQ&filter=n+%3D+1", "/health", "/queue?name=DLQ"):
             status, page = browser.get(path)
             assert status == 200, (path, page[-500:])
         status, page = browser.post("/dead-letters/redrive", {"queue": "DLQ", "scope": "filter"})
@@ -299,6 +302,32 @@ def test_a_logged_in_user_deletes_dead_letters_matching_a_filter(tmp_path):
         status, api = browser.get("/api/queues")
         counts = {queue["name"]: queue for queue in json.loads(api)["queues"]}
         assert counts["/queue/DLQ"]["depth"] == 2 and counts["/queue/DLQ"]["acknowledged"] == 1
+    finally:
+        assert not has_traceback(server.stderr()), server.stderr()[-3000:]
+        assert server.stop() == 0
+
+
+def test_the_running_brokers_scheduled_redelivery_is_listed_with_its_time(tmp_path):
+    """A NACK with --redelivery-delay-ms schedules the message again: the messages page lists it under
+    Scheduled, with its delivery count and the time it will be delivered."""
+    server = Server(tmp_path / "store", tmp_path / "server.log", "--http", "0", "--redelivery-delay-ms", "600000")
+    try:
+        client = RawClient(server.port)
+        client.connect("1.2")
+        client.send_raw(frame_bytes("SEND", {"destination": "/queue/later", "receipt": "r"}, b"try again"))
+        assert client.read_frame()[1]["receipt-id"] == "r"
+        client.send_raw(frame_bytes("SUBSCRIBE", {"destination": "/queue/later", "id": "s", "ack": "client-individual"}))
+        command, headers, _body = client.read_frame()
+        assert command == "MESSAGE"
+        client.send_raw(frame_bytes("NACK", {"id": headers["ack"], "receipt": "n"}))
+        assert client.read_frame()[1]["receipt-id"] == "n"
+        status, page = Browser(server.console_url).get("/messages?queue=/queue/later")
+        client.close()
+        assert status == 200
+        scheduled = page.split('<table class="scheduled">')[1].split("</table>")[0]
+        assert "try again" in scheduled and '<td class="n">1</td>' in scheduled, scheduled
+        due = re.search(r"<tr><td>(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", scheduled)
+        assert due is not None, scheduled          # its delivery time, about ten minutes ahead
     finally:
         assert not has_traceback(server.stderr()), server.stderr()[-3000:]
         assert server.stop() == 0
