@@ -106,6 +106,9 @@ class JournalCore(RecordSink):
     def write_count(self) -> int:
         """pwrite calls that handed buffered frames to the operating system."""
     @property
+    def append_count(self) -> int:
+        """Frames of records appended since opening (GROUP heads and pads not counted)."""
+    @property
     def live_bytes(self) -> int:
         """Bytes of frames that live records occupy (adds and their updates)."""
 
@@ -144,6 +147,10 @@ class JournalCore(RecordSink):
         progress, a failure, closing)."""
     def _core_trace_syncs(self, capacity: int) -> None:
         """Record each of the next ``capacity`` syncs (the lag benchmark); 0 stops and frees the record."""
+    def _core_commit_histograms(self) -> dict[str, dict[str, Any]]:
+        """The group commit's histograms, read together: ``{"batch_bytes": h, "lag_ns": h}``, each
+        ``{"bounds": tuple of upper bounds, "counts": tuple of a count per bound and one past the
+        last, "sum": int}``: one observation per sync that made bytes durable."""
     def _core_sync_trace(self) -> list[tuple[int, int, int, int, int, int]]:
         """The syncs recorded since ``_core_trace_syncs``, in order: ``(durable_bytes, due_ns,
         woken_ns, batch_ns, sync_ns, end_ns)`` on CLOCK_MONOTONIC (the syncer due to run, running,

@@ -262,6 +262,20 @@ CONSOLE_HEALTH_CACHE_S = 10.0            # the journal-health page's analysis is
 # a declaration, an ACK) before it gives the connection up as lost
 KOMBU_REPLY_TIMEOUT_S = 30.0
 
+# the group commit's histograms (journal_engine/metrics: journal_engine_journal_commit_batch_bytes and
+# _commit_lag_seconds), kept by the journal core as fixed arrays of counts filled once per sync: the
+# upper bounds of the buckets (a last one, past the largest bound, counts the rest). A batch is at
+# least a sector (the pad); its lag runs from about the window (BUFFER_TIMEOUT_DEFAULT_US) to what a
+# slow disk's fdatasync takes.
+HISTOGRAM_BOUNDS_MAX = 16
+COMMIT_BATCH_BUCKETS_BYTES = (4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576, 4194304)
+COMMIT_LAG_BUCKETS_NS = (100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000,
+                         50_000_000, 100_000_000, 250_000_000, 1_000_000_000)
+
+
+def _rising(bounds: tuple[int, ...]) -> bool:
+    return 0 < len(bounds) <= HISTOGRAM_BOUNDS_MAX and all(0 < a < b for a, b in zip(bounds, bounds[1:]))
+
 
 # how the limits relate, checked at import with an ``if`` (``python -O`` removes an ``assert``)
 _RELATIONSHIPS = {
@@ -296,6 +310,8 @@ _RELATIONSHIPS = {
     "the async receive's polls grow": 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S,
     "an LMDB map starts within its growth": LMDB_MAP_SIZE_MIN_BYTES <= LMDB_MAP_SIZE_DEFAULT_BYTES
                                             <= LMDB_MAP_SIZE_MAX_DEFAULT_BYTES,
+    "the histograms' bounds rise and fit the core's arrays": _rising(COMMIT_BATCH_BUCKETS_BYTES)
+                                                              and _rising(COMMIT_LAG_BUCKETS_NS),
     "Java's bounds are the integer bounds": JAVA_LONG_MIN == I64_MIN and JAVA_LONG_MAX == I64_MAX
                                             and JAVA_INT_MIN < 0 < JAVA_INT_MAX < U32_MAX,
 }

@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from bisect import bisect_left
 
 from ..errors import (DuplicateRecordError, JournalClosedError, JournalFailedError, JournalIOError, RecordTooLargeError,
                       StoreFullError, UnknownRecordError, UnknownTransactionError)
-from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES,
-                      UNSYNCED_OPEN_FILES_MAX, check_id)
+from ..limits import (BUFFER_SIZE_DEFAULT_BYTES, BUFFER_TIMEOUT_DEFAULT_US, COMMIT_BATCH_BUCKETS_BYTES,
+                      COMMIT_LAG_BUCKETS_NS, FRAME_HEADER_SIZE_BYTES, SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX,
+                      check_id)
 from .codec import encode_frame, encode_group_head, frame_size, pad_frame
 from ..storage.group_commit import BatchGathering
 from ..storage.sync_mode import SyncMode
@@ -62,6 +64,25 @@ class Segment:
             self._fd = -1
 
 
+class Histogram:
+    """The compiled core's Histogram (_core.pxd): upper bounds, a count per bound and one past the
+    last, the observations' sum; a value counts in the first bucket whose bound it does not exceed."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[int, ...]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0
+
+    def observe(self, value: int) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def snapshot(self) -> dict:
+        return {"bounds": self.bounds, "counts": tuple(self.counts), "sum": self.total}
+
+
 class JournalCore:
     """Appends frames to the active file and makes them durable in groups."""
 
@@ -89,6 +110,9 @@ class JournalCore:
         self.add_count = 0
         self.replaceable_update_count = 0
         self.sync_count = 0
+        self.append_count = 0        # frames of records appended (not GROUP heads, not pads)
+        self._batch_bytes = Histogram(COMMIT_BATCH_BUCKETS_BYTES)   # bytes each sync made durable
+        self._lag_ns = Histogram(COMMIT_LAG_BUCKETS_NS)             # each sync's lag: its batch to durable
         self.write_count = 0
         self._buffer_size = BUFFER_SIZE_DEFAULT_BYTES
         self._max_frame = 0
@@ -298,6 +322,7 @@ class JournalCore:
                 self._buf += encode_frame(kind, user_type, seg.stamp, record_id, tx_id, body)
             seg.position += size
             self.appended_bytes += size
+            self.append_count += 1
             if kind == RecordKind.ADD:
                 self._live.put(record_id, size)
                 self.add_count += 1
@@ -502,6 +527,13 @@ class JournalCore:
         self._sync_trace = [] if capacity > 0 else None
         self._sync_trace_capacity = capacity
 
+    def _core_commit_histograms(self) -> dict:
+        """The group commit's histograms, read together: ``{"batch_bytes": h, "lag_ns": h}``, each
+        ``{"bounds": upper bounds, "counts": a count per bound and one past the last, "sum": the
+        observations' total}``, as the compiled core's."""
+        with self._lock:
+            return {"batch_bytes": self._batch_bytes.snapshot(), "lag_ns": self._lag_ns.snapshot()}
+
     def _core_sync_trace(self) -> list:
         """The syncs recorded since _core_trace_syncs, in order: (durable_bytes, due_ns, woken_ns,
         batch_ns, sync_ns, end_ns) on the monotonic clock, as the compiled core's; every sync here is
@@ -665,7 +697,10 @@ class JournalCore:
                     old.close()
                 self._sealed = [old for old in self._sealed if old not in synced]
                 seg.synced = max(seg.synced, seg.written)
-                self.durable_bytes = max(self.durable_bytes, target)
+                if target > self.durable_bytes:     # a sync that made bytes durable: one observation each
+                    self._batch_bytes.observe(target - self.durable_bytes)
+                    self._lag_ns.observe(max(time.monotonic_ns() - batch_ns, 0))
+                    self.durable_bytes = target
         except BaseException as exc:
             self._core_fail(exc)
             raise JournalFailedError.after("sync", exc) from exc

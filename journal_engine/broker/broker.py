@@ -36,6 +36,7 @@ import asyncio
 import logging
 import os
 import random
+import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -258,7 +259,9 @@ class Broker:
                                         self._dialect.duplicate_id, self._store,
                                         lambda: next(post_office.message_ids, 0) or post_office.new_message_id())
         post_office.priority_rule = lambda queue, arguments: self._priority_levels(queue, self._qpid_policy(arguments))
+        self._recovery_seconds: float | None = None    # the store's load and the queues' rebuild (stats())
         if self._store is not None:
+            started = time.perf_counter()
             try:
                 recovered = self._store.load()
                 self._post_office.load(recovered, clock.now_ms())
@@ -270,6 +273,7 @@ class Broker:
             except BaseException:
                 self._store.close()
                 raise
+            self._recovery_seconds = time.perf_counter() - started
         self._delivery = Delivery(self._gate, clock, self._post_office, self._dead_letters, self._redelivery,
                                   strict=self._store is not None and persist_delivery_count_before_delivery,
                                   manual_clock=self._manual_clock, close_keeps_count=rules.close_keeps_count,
@@ -860,6 +864,7 @@ class Broker:
                 "duplicates": self._duplicates.refused,
                 "next_message_id": post_office.next_message_id,
                 "dialect": self._dialect.name,
+                "recovery_seconds": self._recovery_seconds,
             }
             if self._store is not None:
                 result["store"] = self._store.stats()

@@ -83,9 +83,14 @@ class Consumer:
             ref = next_delivery(self, self._queue, timeout, deadline, self._closed)
             if ref is None:
                 return None
-            message = Message(ref.data, ref.delivery_count, ref.queue.name, ref, self)
+            count = ref.delivery_count
+            queue = ref.queue
+            message = Message(ref.data, count, queue.name, ref, self)
             ref.delivery = message
             self._delivering[message] = ref
+            queue.messages_delivered += 1       # the queue's counts of what it handed out (the metrics)
+            if count > 1:
+                queue.messages_redelivered += 1
             return message
         finally:
             lock.release()

@@ -156,9 +156,6 @@ class Delivery:
                 queue.delivering += 1
                 if self._strict:
                     self._count_before_delivery(ref)
-                queue.messages_delivered += 1
-                if ref.delivery_count > 1:
-                    queue.messages_redelivered += 1
                 return ref
             # nothing deliverable now
             if timeout == 0:

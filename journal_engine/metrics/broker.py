@@ -58,15 +58,15 @@ class BrokerCollector(Collector):
         infos = self._broker.queue_infos()
         stats = self._broker.stats()
         for name, documentation, field in _GAUGES:
-            family = GaugeMetricFamily(name, documentation, labels=QUEUE_LABELS)
+            gauge = GaugeMetricFamily(name, documentation, labels=QUEUE_LABELS)
             for info in infos:
-                family.add_metric((info.name, info.address), getattr(info, field))
-            yield family
+                gauge.add_metric((info.name, info.address), getattr(info, field))
+            yield gauge
         for name, documentation, field in _COUNTERS:
-            family = CounterMetricFamily(name, documentation, labels=QUEUE_LABELS)
+            counter = CounterMetricFamily(name, documentation, labels=QUEUE_LABELS)
             for info in infos:
-                family.add_metric((info.name, info.address), getattr(info, field))
-            yield family
+                counter.add_metric((info.name, info.address), getattr(info, field))
+            yield counter
         dead = CounterMetricFamily("journal_engine_queue_messages_dead_lettered",
                                    "Messages dead-lettered from the queue (moved to a dead-letter address or "
                                    "dropped), by the reason a dead-letter copy carries (_JE_DEAD_LETTER_REASON).",
@@ -81,3 +81,7 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("journal_engine_broker_messages_duplicate",
                                   "Messages refused as duplicates (their duplicate id was seen on the address).",
                                   value=stats["duplicates"])
+        if stats["recovery_seconds"] is not None:
+            yield GaugeMetricFamily("journal_engine_broker_recovery_seconds",
+                                    "How long the broker's start took to recover its store and rebuild its queues "
+                                    "(the journals' loads included).", value=stats["recovery_seconds"])

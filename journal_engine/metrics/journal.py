@@ -5,7 +5,7 @@ which read the counters and histogram buckets the journal core keeps in C."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -71,16 +71,16 @@ class JournalCollector(Collector):
             if family.samples:
                 yield family
         for name, documentation, key, factor in _HISTOGRAMS:
-            family = HistogramMetricFamily(name, documentation, labels=JOURNAL_LABELS)
+            histogram = HistogramMetricFamily(name, documentation, labels=JOURNAL_LABELS)
             for label, stats in journals:
                 if key in stats:
                     buckets, total = histogram_buckets(stats[key], factor)
-                    family.add_metric((label,), buckets, total)
-            if family.samples:
-                yield family
+                    histogram.add_metric((label,), buckets, total)
+            if histogram.samples:
+                yield histogram
 
 
-def histogram_buckets(histogram: Mapping, factor: float) -> tuple[list[tuple[str, float]], float]:
+def histogram_buckets(histogram: Mapping[str, Any], factor: float) -> tuple[list[tuple[str, float]], float]:
     """Prometheus's cumulative buckets and sum of a core histogram: ``{"bounds": upper bounds,
     "counts": one count per bound and one past the last, "sum": the observations' total}``, each
     bound and the sum multiplied by ``factor`` into the metric's base unit."""
@@ -91,6 +91,6 @@ def histogram_buckets(histogram: Mapping, factor: float) -> tuple[list[tuple[str
     running = 0
     for bound, count in zip(bounds, counts):
         running += count
-        buckets.append((floatToGoString(bound * factor), running))
+        buckets.append((floatToGoString(bound * factor), running))   # type: ignore[no-untyped-call]
     buckets.append(("+Inf", running + counts[-1]))
     return buckets, histogram["sum"] * factor

@@ -7,6 +7,19 @@ cdef extern from "pthread.h" nogil:
     ctypedef struct pthread_cond_t:
         pass
 
+# a histogram filled without Python objects (the group commit's batch sizes and lags, once per sync):
+# upper bounds, a count per bound and one past the last, the observations' sum; bounds and capacity
+# from limits.HISTOGRAM_BOUNDS_MAX and its COMMIT_*_BUCKETS, checked when a core fills them
+cdef enum:
+    HISTOGRAM_BOUNDS_CAPACITY = 16
+
+ctypedef struct Histogram:
+    Py_ssize_t bound_count
+    uint64_t bounds[HISTOGRAM_BOUNDS_CAPACITY]
+    uint64_t counts[HISTOGRAM_BOUNDS_CAPACITY + 1]
+    uint64_t total
+
+
 cdef class Segment:
     cdef readonly object path
     cdef readonly uint64_t file_id
@@ -76,6 +89,9 @@ cdef class JournalCore(RecordSink):
     cdef readonly Py_ssize_t add_count
     cdef readonly Py_ssize_t replaceable_update_count
     cdef readonly Py_ssize_t sync_count
+    cdef readonly uint64_t append_count         # frames of records appended (not GROUP heads, not pads)
+    cdef Histogram _batch_bytes                 # bytes each sync made durable
+    cdef Histogram _lag_ns                      # each sync's lag: due (times[0]) to published
     cdef readonly Py_ssize_t write_count
     cdef Py_ssize_t _buffer_size
     cdef Py_ssize_t _max_frame

@@ -76,8 +76,9 @@ from journal_engine.errors import (
     JournalClosedError, JournalFailedError, JournalIOError, UnknownRecordError, DuplicateRecordError,
     UnknownTransactionError, RecordTooLargeError, StoreFullError,
 )
-from journal_engine.limits import (BUFFER_SIZE_DEFAULT_BYTES, SECTOR_SIZE_BYTES,
-                                   UNSYNCED_OPEN_FILES_MAX)
+from journal_engine.limits import (BUFFER_SIZE_DEFAULT_BYTES, COMMIT_BATCH_BUCKETS_BYTES, COMMIT_LAG_BUCKETS_NS,
+                                   HISTOGRAM_BOUNDS_MAX, SECTOR_SIZE_BYTES, UNSYNCED_OPEN_FILES_MAX)
+from journal_engine._core cimport Histogram, HISTOGRAM_BOUNDS_CAPACITY
 
 DEF SECTOR = 4096
 DEF TRACE_FIELDS = 6                # a traced sync: durable_bytes, due_ns, woken_ns, batch_ns, sync_ns, end_ns
@@ -87,6 +88,33 @@ DEF LEADER_KEEPS_GIL_UP_TO = 1 << 20   # a sync leader's batch (at most ~buffer_
 if SECTOR != SECTOR_SIZE_BYTES:       # an if, not an assert: python -O must not skip it
     raise ImportError(f"journal_engine._core was built for {SECTOR}-byte sectors, limits says "
                       f"{SECTOR_SIZE_BYTES}: rebuild it (pip install -e .)")
+if HISTOGRAM_BOUNDS_CAPACITY != HISTOGRAM_BOUNDS_MAX:
+    raise ImportError(f"journal_engine._core was built for histograms of {HISTOGRAM_BOUNDS_CAPACITY} bounds, "
+                      f"limits says {HISTOGRAM_BOUNDS_MAX}: rebuild it (pip install -e .)")
+
+
+cdef void _histogram_fill(Histogram *histogram, bounds) except *:
+    """Empty counts and ``bounds`` (rising, at most HISTOGRAM_BOUNDS_CAPACITY: limits checks both)."""
+    cdef Py_ssize_t i
+    memset(histogram, 0, sizeof(Histogram))
+    histogram.bound_count = len(bounds)
+    for i in range(histogram.bound_count):
+        histogram.bounds[i] = bounds[i]
+
+
+cdef inline void _histogram_observe(Histogram *histogram, uint64_t value) noexcept nogil:
+    """Count ``value`` in the first bucket whose bound it does not exceed (Prometheus's ``le``)."""
+    cdef Py_ssize_t i = 0
+    while i < histogram.bound_count and value > histogram.bounds[i]:
+        i += 1
+    histogram.counts[i] += 1
+    histogram.total += value
+
+
+cdef dict _histogram_snapshot(const Histogram *histogram):
+    return {"bounds": tuple([histogram.bounds[i] for i in range(histogram.bound_count)]),
+            "counts": tuple([histogram.counts[i] for i in range(histogram.bound_count + 1)]),
+            "sum": histogram.total}
 
 # the background flusher of group mode: idle (nothing unsynced), timing (syncs within
 # buffer_timeout_us), urgent (more than buffer_size unsynced: sync now)
@@ -244,6 +272,8 @@ cdef class JournalCore(RecordSink):
         self._buffer_size = BUFFER_SIZE_DEFAULT_BYTES
         self._buf = NULL
         self._sync_trace = NULL
+        _histogram_fill(&self._batch_bytes, COMMIT_BATCH_BUCKETS_BYTES)
+        _histogram_fill(&self._lag_ns, COMMIT_LAG_BUCKETS_NS)
 
     def __dealloc__(self):
         if self._buf != NULL:
@@ -529,6 +559,7 @@ cdef class JournalCore(RecordSink):
                         record_id, tx_id, body, n)
         seg.position += size
         self.appended_bytes += size
+        self.append_count += 1
         pthread_mutex_unlock(&self._mutex)
         # bookkeeping, still under the GIL: the frame is in place
         if kind == KIND_ADD:
@@ -837,6 +868,17 @@ cdef class JournalCore(RecordSink):
         if old != NULL:
             PyMem_Free(old)
 
+    def _core_commit_histograms(self):
+        """The group commit's histograms, read together under the mutex: ``{"batch_bytes": h,
+        "lag_ns": h}``, each ``{"bounds": upper bounds, "counts": a count per bound and one past the
+        last, "sum": the observations' total}`` (journal_engine/metrics reads them at a scrape)."""
+        cdef Histogram batch_bytes, lag_ns
+        pthread_mutex_lock(&self._mutex)
+        batch_bytes = self._batch_bytes
+        lag_ns = self._lag_ns
+        pthread_mutex_unlock(&self._mutex)
+        return {"batch_bytes": _histogram_snapshot(&batch_bytes), "lag_ns": _histogram_snapshot(&lag_ns)}
+
     def _core_sync_trace(self):
         """The syncs recorded since _core_trace_syncs, in order: (durable_bytes, due_ns, woken_ns,
         batch_ns, sync_ns, end_ns) on CLOCK_MONOTONIC: when its syncer was due to run (the flusher:
@@ -1121,6 +1163,7 @@ cdef class JournalCore(RecordSink):
         `times` (CLOCK_MONOTONIC ns: when its syncer was due to run, ran, padded the batch, began
         the fdatasync) go to the trace."""
         cdef uint64_t *entry
+        cdef uint64_t end_ns = _monotonic_ns()
         pthread_mutex_lock(&self._mutex)
         self.sync_count += 1
         self._last_batch = batch
@@ -1128,11 +1171,15 @@ cdef class JournalCore(RecordSink):
             entry = self._sync_trace + TRACE_FIELDS * self._sync_trace_count
             entry[0] = target
             memcpy(entry + 1, times, 4 * sizeof(uint64_t))
-            entry[5] = _monotonic_ns()
+            entry[5] = end_ns
             self._sync_trace_count += 1
         if seg.synced < written:
             seg.synced = written
         if target > self.durable_bytes:
+            # a sync that made bytes durable: one observation each (a sync a later one already
+            # covered made none), so the batches' sum is durable_bytes
+            _histogram_observe(&self._batch_bytes, target - self.durable_bytes)
+            _histogram_observe(&self._lag_ns, end_ns - times[0] if end_ns > times[0] else 0)
             self.durable_bytes = target
         self._syncing = False
         pthread_cond_broadcast(&self._sync_done)

@@ -144,4 +144,4 @@ def test_an_embedder_registers_the_collector_in_its_own_registry():
         assert sample(families, "journal_engine_queue_messages", {"queue": "jobs", "address": "jobs"}) == 1
         text, content_type = render(registry_for(broker))
         assert content_type.startswith("text/plain; version=")
-        assert b"journal_engine_journal_" not in text
+        assert b"journal_engine_journal_" not in text and b"journal_engine_broker_recovery_seconds" not in text

@@ -184,6 +184,7 @@ class Journal(JournalCore, StoreLifecycle):
         self._compaction_thread: threading.Thread | None = None
         self.compaction_count = 0
         self.last_compaction_error: BaseException | None = None
+        self.recovery_seconds: float | None = None     # how long load() took (stats(), the metrics)
         self.read_only = bool(read_only)
         self._read_only_stats: dict = {}
         if self.read_only:
@@ -315,6 +316,7 @@ class Journal(JournalCore, StoreLifecycle):
         if self.sync_mode.flushes_in_background:
             self._start_flusher()
         report.duration_s = time.perf_counter() - started
+        self.recovery_seconds = report.duration_s
         for path, offset, reason in report.corrupt:
             log.error("journal damage in %s at offset %d: %s", path, offset, reason)
             warnings.warn(f"journal damage in {path} at offset {offset}: {reason}", RuntimeWarning, stacklevel=2)
@@ -582,13 +584,16 @@ class Journal(JournalCore, StoreLifecycle):
 
     def stats(self) -> dict:
         """Counters and sizes for inspection: files (data, ready, free), live records and bytes,
-        appended and durable bytes, syncs, pending transactions, the active file and position,
-        compactions and the last automatic compaction's error. Any thread, any time; the numbers
-        are read without a lock, so they may be a moment apart while others append."""
+        records appended, appended and durable bytes, syncs, the group commit's histograms of batch
+        bytes and lag (``{"bounds", "counts", "sum"}``, see ``limits.COMMIT_BATCH_BUCKETS_BYTES``),
+        pending transactions, the active file and position, compactions, the last automatic
+        compaction's error and how long the load took. Any thread, any time; the numbers are read
+        without a lock, so they may be a moment apart while others append."""
         if self._state == "read-only":
             return {"directory": self.directory, "read_only": True, "implementation": IMPLEMENTATION,
                     "data_files": len(self._data_files), "file_size": self.file_size, **self._read_only_stats}
         active = self._core_active()
+        histograms = self._core_commit_histograms()
         return {
             "directory": self.directory,
             "sync_mode": self.sync_mode,
@@ -605,6 +610,10 @@ class Journal(JournalCore, StoreLifecycle):
             "appended_bytes": self.appended_bytes,
             "durable_bytes": self.durable_bytes,
             "syncs": self.sync_count,
+            "appends": self.append_count,
+            "commit_batch_bytes": histograms["batch_bytes"],
+            "commit_lag_ns": histograms["lag_ns"],
+            "recovery_seconds": self.recovery_seconds,
             "active_file": active.path if active is not None else None,
             "active_position": active.position if active is not None else None,
             "compactions": self.compaction_count,
