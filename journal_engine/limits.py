@@ -255,6 +255,24 @@ SERVED_HEARTBEAT_MS = 1000
 SERVED_FAILBACK_POLL_S = 0.1
 SERVED_FAILBACK_HANDOVER_S = 30.0
 SERVED_HEARTBEAT_GRACE = 2.0
+
+# The operator's console (journal_engine/console, docs/console.md). It runs on the served broker's event
+# loop, so each of its calls into the broker is bounded: a page of messages, a walk of a queue that stops.
+CONSOLE_PAGE_MESSAGES_DEFAULT = 50       # messages a page of a queue shows
+CONSOLE_PAGE_MESSAGES_MAX = 500
+# references one browse walks before it stops (a filtered page of a million-message queue continues from
+# where the walk stopped, on the operator's next click): a selector costs about 2 us a reference, so a
+# walk holds the loop about 10 ms
+CONSOLE_BROWSE_SCAN_MAX = 5000
+# dead letters one Dead letters page reads, groups and lists (each one's history is decoded): about 20 ms
+CONSOLE_DEAD_LETTERS_MAX = 2000
+CONSOLE_SAMPLE_PERIOD_S = 2.0            # how often the queues' counts are sampled for their rates
+CONSOLE_SAMPLES_KEPT = 300               # samples kept a queue: 10 minutes at the period above
+CONSOLE_BODY_PREVIEW_BYTES = 64 * 1024   # the body a message's page shows at most
+CONSOLE_SESSION_TTL_S = 8 * 3600         # a login lasts a working day
+CONSOLE_SESSIONS_MAX = 1000              # logged-in sessions held at once; the oldest goes first
+CONSOLE_ACTIONS_KEPT = 1000              # redrives and deletions the console lists (newest first)
+CONSOLE_HEALTH_CACHE_S = 10.0            # the journal-health page's analysis is reused this long
 # the kombu transport (integrations/kombu.py) waits this long for the RECEIPT of a request (a publish,
 # a declaration, an ACK) before it gives the connection up as lost
 KOMBU_REPLY_TIMEOUT_S = 30.0
@@ -302,6 +320,10 @@ _RELATIONSHIPS = {
     "a failed login is closed after a short, positive delay": 0 < SERVED_LOGIN_FAILURE_DELAY_S <= 10,
     "the served store's window is a journal window": 0 < SERVED_STORE_BUFFER_TIMEOUT_US <= BUFFER_TIMEOUT_US_MAX,
     "served heart-beats tolerate a late one": SERVED_HEARTBEAT_MS > 0 and SERVED_HEARTBEAT_GRACE > 1,
+    "a console page is within its bound and walks at least a page": 1 <= CONSOLE_PAGE_MESSAGES_DEFAULT
+        <= CONSOLE_PAGE_MESSAGES_MAX <= CONSOLE_BROWSE_SCAN_MAX,
+    "a dead-letters page lists at least a page": CONSOLE_DEAD_LETTERS_MAX >= CONSOLE_PAGE_MESSAGES_MAX,
+    "the console keeps at least two samples a queue": CONSOLE_SAMPLES_KEPT >= 2 and CONSOLE_SAMPLE_PERIOD_S > 0,
     "the async receive's polls grow": 0 < ASYNC_RECEIVE_POLL_FIRST_S <= ASYNC_RECEIVE_POLL_LAST_S,
     "an LMDB map starts within its growth": LMDB_MAP_SIZE_MIN_BYTES <= LMDB_MAP_SIZE_DEFAULT_BYTES
                                             <= LMDB_MAP_SIZE_MAX_DEFAULT_BYTES,

@@ -39,6 +39,8 @@ import random
 import time
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from ..errors import (ConfigError, DuplicateIdError, JournalClosedError, MessageStateError, QueueExistsError,
@@ -46,7 +48,7 @@ from ..errors import (ConfigError, DuplicateIdError, JournalClosedError, Message
 from ..message_store.message_store import MessageStore
 from ..limits import (ASYNC_RECEIVE_POLL_FIRST_S, ASYNC_RECEIVE_POLL_LAST_S, ID_CACHE_SIZE_DEFAULT,
                       MAX_REDELIVERY_RECORDS_DEFAULT, PERSIST_ID_CACHE_DEFAULT, PRIORITY_DEFAULT,
-                      REDRIVES_MAX_DEFAULT)
+                      REDRIVES_MAX_DEFAULT, CONSOLE_BROWSE_SCAN_MAX, CONSOLE_PAGE_MESSAGES_DEFAULT)
 from ..limits import check_max_redelivery_records as check_cap
 from .artemis.address_settings import AddressSettings, AddressSettingsRepository
 from .artemis.redelivery_rules import ArtemisRedeliveryRules
@@ -67,7 +69,7 @@ from .dialects import dialect_named
 from .duplicate_ids import DuplicateIds, check_id_cache_size
 from .delivery import Delivery
 from .gate import Gate
-from .message import Message, MessageData
+from .message import HEADER_NAMES, Message, MessageData
 from .operations import SessionOperations
 from .post_office import PostOffice
 from .priority import ALL_PRIORITIES, check_priority, qpid_levels
@@ -87,6 +89,31 @@ from .transactions import Transactions
 __all__ = ["Broker"]
 
 log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class BrowsePage:
+    """What :meth:`Broker.browse_page` found: ``messages`` as (position in the queue, Message), the
+    position ``next_start`` after the last reference it looked at, and whether references follow it."""
+
+    queue: str
+    start: int
+    messages: list
+    next_start: int
+    more: bool
+
+
+def _message_ids(message_ids) -> frozenset[int] | None:
+    """``message_ids`` as a frozenset of ints (None stays None); ConfigError for anything else."""
+    if message_ids is None:
+        return None
+    try:
+        chosen = frozenset(message_ids)
+    except TypeError:
+        raise ConfigError("message_ids", message_ids, "must be an iterable of message ids, or None") from None
+    if not all(isinstance(value, int) and not isinstance(value, bool) for value in chosen):
+        raise ConfigError("message_ids", sorted(map(repr, chosen))[:5], "message ids are integers")
+    return chosen
+
 
 class Broker:
     """A message broker in the process, durable in ``directory`` (None: nothing is persisted).
@@ -441,24 +468,91 @@ class Broker:
             queue = self._queue_named(queue_name)
             return [Message(ref.data, 0, queue.name) for ref in queue.ready if ref.state == READY]
 
+    def browse_page(self, queue_name: str, *, start: int = 0, limit: int = CONSOLE_PAGE_MESSAGES_DEFAULT,
+                    filter: str | None = None, scan_max: int = CONSOLE_BROWSE_SCAN_MAX) -> BrowsePage:
+        """A page of the queue's deliverable messages in delivery order, not consumed, each with its
+        reference's delivery count: at most ``limit`` of those from position ``start`` on that
+        ``filter`` (a JMS selector) accepts, looking at no more than ``scan_max`` references, so that
+        one call holds the broker's lock briefly whatever the queue's length (the operator's console
+        runs it on the served broker's event loop). The page's ``next_start`` continues the walk.
+        UnknownQueueError, SelectorError for a bad filter, ConfigError for a bad start or limit."""
+        for name, value, low in (("start", start, 0), ("limit", limit, 1), ("scan_max", scan_max, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(name, value, f"must be an integer >= {low}")
+        selector = Selector(filter) if filter is not None and filter.strip() else None
+        with self._gate.lock:
+            self._gate.check_open()
+            self._delivery.pump_now()
+            queue = self._queue_named(queue_name)
+            messages: list[tuple[int, Message]] = []
+            position = start
+            walked = 0
+            ready = queue.ready
+            for ref in islice(ready, start, None):
+                if len(messages) >= limit or walked >= scan_max:
+                    break
+                walked += 1
+                position += 1
+                if ref.state != READY:
+                    continue
+                data = ref.data
+                if selector is not None and not selector.matches(
+                        data.properties, data.headers() if selector.identifiers & HEADER_NAMES else None):
+                    continue
+                messages.append((position - 1, Message(data, ref.delivery_count, queue.name)))
+            return BrowsePage(queue.name, start, messages, position, position < len(ready))
+
+    def browse_scheduled(self, queue_name: str, *, limit: int = CONSOLE_PAGE_MESSAGES_DEFAULT,
+                         scan_max: int = CONSOLE_BROWSE_SCAN_MAX) -> tuple[list, bool]:
+        """The queue's scheduled messages, not consumed: at most ``limit`` (scheduled time in epoch ms,
+        Message with its reference's delivery count), soonest first, among the first ``scan_max``
+        entries of the broker's schedule (every queue's), so that a call holds the lock briefly; and
+        whether the schedule holds entries not looked at. UnknownQueueError, ConfigError for a bad bound."""
+        for name, value in (("limit", limit), ("scan_max", scan_max)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(name, value, "must be an integer >= 1")
+        with self._gate.lock:
+            self._gate.check_open()
+            self._delivery.pump_now()
+            queue = self._queue_named(queue_name)
+            found, more = self._timers.scheduled_page(queue, limit, scan_max)
+            return [(due_ms, Message(ref.data, ref.delivery_count, queue.name)) for due_ms, ref in found], more
+
     def redrive(self, from_queue: str, *, to_queue: str | None = None, filter: str | None = None,
-                limit: int | None = None, max_redrives: int = REDRIVES_MAX_DEFAULT) -> RedriveResult:
+                limit: int | None = None, max_redrives: int = REDRIVES_MAX_DEFAULT,
+                message_ids=None) -> RedriveResult:
         """Move dead letters from ``from_queue`` back to their original queue (``to_queue``: to that
         queue instead), with an audit trail, in one store transaction (broker/redrive.py).
 
         ``filter``: a JMS selector over the dead letters (e.g. ``"_AMQ_ORIG_ADDRESS = 'orders'"``);
-        ``limit``: at most this many; a message already redriven ``max_redrives`` times is refused
-        and stays. Scheduled messages and messages in delivery are not moved. UnknownQueueError for
-        an unknown queue, SelectorError for a bad filter, ConfigError for a bad limit.
+        ``message_ids``: only these (the ids consumers see); ``limit``: at most this many; a message
+        already redriven ``max_redrives`` times is refused and stays. Scheduled messages and messages
+        in delivery are not moved. UnknownQueueError for an unknown queue, SelectorError for a bad
+        filter, ConfigError for a bad limit.
         """
         check_redrive_arguments(limit, max_redrives)
         selector = Selector(filter) if filter is not None and filter.strip() else None
+        chosen = _message_ids(message_ids)
         with self._gate.lock:
             self._gate.check_open()
             self._delivery.pump_now()
             source = self._queue_named(from_queue)
             target = self._queue_named(to_queue) if to_queue is not None else None
-            return self._redrive.run(source, target, selector, limit, max_redrives, self._clock.now_ms())
+            return self._redrive.run(source, target, selector, limit, max_redrives, self._clock.now_ms(), chosen)
+
+    def delete_messages(self, queue_name: str, *, message_ids=None, filter: str | None = None,
+                        limit: int | None = None) -> list[int]:
+        """Remove deliverable messages of a queue for good, in one store transaction: those whose id is
+        in ``message_ids`` (None: any) that ``filter`` accepts (None: all), at most ``limit``; their
+        ids in queue order (counted as acknowledged). Scheduled messages and messages in delivery stay.
+        UnknownQueueError, SelectorError, ConfigError as :meth:`redrive`."""
+        check_redrive_arguments(limit, REDRIVES_MAX_DEFAULT)
+        selector = Selector(filter) if filter is not None and filter.strip() else None
+        chosen = _message_ids(message_ids)
+        with self._gate.lock:
+            self._gate.check_open()
+            self._delivery.pump_now()
+            return self._redrive.delete(self._queue_named(queue_name), selector, limit, chosen)
 
     # ------------------------------------------------------------------------------- sending
     def send(self, address: str, body, *, properties: Mapping | None = None, durable: bool = True,

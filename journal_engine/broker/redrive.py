@@ -16,6 +16,10 @@ dead-letter copy keeps ``_JE_REDRIVE_COUNT``; a message whose count reached ``ma
 refused, and stays in the dead-letter queue. Every move of one call is one store transaction
 (the new messages, their references, the acknowledgements of the dead-letter copies, COMMIT):
 all of them happen, or none.
+
+Deleting (``Broker.delete_messages``, the operator's console's "delete") removes chosen messages of a
+queue for good, also in one store transaction (their acknowledgements, COMMIT), counted as
+acknowledged. What a deletion removed is gone from the store; the console lists each one it made.
 """
 from __future__ import annotations
 
@@ -77,22 +81,17 @@ class Redrive:
         self._dialect = dialect
 
     def run(self, source: QueueState, target: QueueState | None, selector: Selector | None, limit: int | None,
-            max_redrives: int, now: int) -> RedriveResult:
-        """Redrive the deliverable messages of ``source`` that ``selector`` accepts (all when None), at
-        most ``limit`` of them, to ``target`` (None: each one's original queue). Store errors
-        propagate with nothing moved."""
+            max_redrives: int, now: int, message_ids: frozenset[int] | None = None) -> RedriveResult:
+        """Redrive the deliverable messages of ``source`` that ``selector`` accepts (all when None) and
+        whose id is in ``message_ids`` (all when None), at most ``limit`` of them, to ``target`` (None:
+        each one's original queue). Store errors propagate with nothing moved."""
         result = RedriveResult(source.name)
         queues = self._post_office.queues
         moves: list[tuple[Reference, MessageData, QueueState]] = []
-        for ref in source.ready:
+        for ref in _chosen(source, selector, message_ids):
             if limit is not None and len(moves) >= limit:
                 break
-            if ref.state != READY:
-                continue
             data = ref.data
-            if selector is not None and not selector.matches(
-                    data.properties, data.headers() if selector.identifiers & HEADER_NAMES else None):
-                continue
             properties = dict(data.properties) if data.properties else {}
             count = redrive_count(properties)
             if count >= max_redrives:
@@ -120,6 +119,20 @@ class Redrive:
             result.moved.append((ref.data.message_id, copy.message_id, destination.name))
         return result
 
+    def delete(self, source: QueueState, selector: Selector | None, limit: int | None,
+               message_ids: frozenset[int] | None) -> list[int]:
+        """Remove the deliverable messages of ``source`` chosen as :meth:`run` chooses them, in one store
+        transaction; their ids, in queue order. Store errors propagate with nothing removed."""
+        chosen: list[Reference] = []
+        for ref in _chosen(source, selector, message_ids):
+            if limit is not None and len(chosen) >= limit:
+                break
+            chosen.append(ref)
+        self._store(source, [(ref, None, None) for ref in chosen])
+        for ref in chosen:
+            self._post_office.remove(ref, NORMAL, False)
+        return [ref.data.public_id for ref in chosen]
+
     def _store(self, source: QueueState, moves: list) -> None:
         """Every move in one store transaction, durable when this returns."""
         post_office = self._post_office
@@ -129,7 +142,7 @@ class Redrive:
         tx = store.transaction()
         try:
             for ref, copy, destination in moves:
-                if copy.durable and destination.durable:
+                if copy is not None and copy.durable and destination.durable:
                     post_office.store_new(copy, [destination], 0, tx)
                 if ref.data.durable_refs and source.durable:
                     tx.store_acknowledge(source.queue_id, ref.data.message_id)
@@ -138,5 +151,21 @@ class Redrive:
             if tx.state == "open":
                 tx.rollback(sync=False)
             for _ref, copy, _destination in moves:
-                copy.durable_refs = 0
+                if copy is not None:
+                    copy.durable_refs = 0
             raise
+
+
+def _chosen(source: QueueState, selector: Selector | None, message_ids: frozenset[int] | None):
+    """The deliverable references of ``source`` that ``selector`` accepts and ``message_ids`` names
+    (None: any), in queue order."""
+    for ref in source.ready:
+        if ref.state != READY:
+            continue
+        data = ref.data
+        if message_ids is not None and data.public_id not in message_ids:
+            continue
+        if selector is not None and not selector.matches(
+                data.properties, data.headers() if selector.identifiers & HEADER_NAMES else None):
+            continue
+        yield ref

@@ -145,6 +145,17 @@ class DeliveryTimers:
         """The references of ``queue`` that are scheduled now."""
         return [entry[2] for entry in self._scheduled if entry[2].queue is queue and entry[2].state == SCHEDULED]
 
+    def scheduled_page(self, queue: QueueState, limit: int, scan_max: int) -> tuple[list[tuple[int, Reference]], bool]:
+        """At most ``limit`` scheduled references of ``queue`` with their due times, soonest first, found
+        among the first ``scan_max`` entries of the heap (any queue's); and whether entries were left
+        unread (the operator's console lists them so, without holding the lock for a long heap)."""
+        found = []
+        for due_ms, _tiebreak, ref in itertools.islice(self._scheduled, scan_max):
+            if ref.queue is queue and ref.state == SCHEDULED:
+                found.append((due_ms, ref))
+        found.sort(key=lambda entry: entry[0])
+        return found[:limit], len(self._scheduled) > scan_max
+
 
 class PeriodicScan:
     """A task run every ``period_ms`` from ``start_ms`` (the first run one period after it), as Artemis's

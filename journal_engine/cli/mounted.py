@@ -1,4 +1,5 @@
-"""The products' own commands, mounted: `demo`, `bench`, `crash-test`, `serve-stomp`, `users add`, `analyze`.
+"""The products' own commands, mounted: `demo`, `bench`, `crash-test`, `serve-stomp`, `console`, `users add`,
+`analyze`.
 
 `bench` and `crash-test` keep the option parsers of their modules (benchmarking.runner, crashtest):
 their arguments pass through untouched, so their owners change options in one place.
@@ -96,16 +97,54 @@ def crash_test_command(arguments) -> int:
 @click.option("--failback", is_flag=True,
               help="a restarted primary: ask the --backup that serves --data to hand it back, wait for it, then "
                    "serve on --port (docs/failover.md)")
+@click.option("--http", "http_port", type=int, metavar="PORT",
+              help="also serve the operator's console and /metrics on this port (0: any free one; docs/console.md)")
+@click.option("--http-host", default="127.0.0.1", show_default=True,
+              help="the console's address; beyond loopback it needs --users or --allow-anonymous")
+@click.option("--report", "reports", multiple=True, type=click.Path(dir_okay=False, path_type=str),
+              help="a crash-test or bench --json report the console's health page plots (repeatable)")
 def serve_stomp_command(data, port, host, backend, sync, max_delivery_attempts, dead_letter_queue,
                         redelivery_delay_ms, users_path, allow_anonymous, tls_cert, tls_key, connections_max,
-                        backup, failback) -> int:
+                        backup, failback, http_port, http_host, reports) -> int:
     """Run a STOMP broker on one event loop whose queues live in a journal_engine store
     (docs/integrations.md). Binds 127.0.0.1 unless --host says otherwise."""
     from ..served import serve
+    # the console (aiohttp, Jinja2) is imported only when asked for; a report that is no file is refused
+    # before anything is bound
+    console = None
+    if http_port is not None:
+        from ..console import served_console
+        console = served_console(reports)
+    elif reports:
+        raise click.UsageError("--report is for the console: give --http PORT too")
     return serve(data, port, host, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
                  dead_letter_queue=dead_letter_queue or None, redelivery_delay_ms=redelivery_delay_ms,
                  users_path=users_path, allow_anonymous=allow_anonymous, tls_cert=tls_cert, tls_key=tls_key,
-                 connections_max=connections_max, backup=backup, failback=failback)
+                 connections_max=connections_max, backup=backup, failback=failback, http_port=http_port,
+                 http_host=http_host, console=console)
+
+
+@click.command("console")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@click.option("--port", type=int, default=8161, show_default=True, help="0: any free port (the line printed tells)")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="an address beyond loopback needs --users or --allow-anonymous")
+@click.option("--users", "users_path", type=click.Path(path_type=str),
+              help="users file (journal-engine users add): every page needs a login of it")
+@click.option("--allow-anonymous", is_flag=True, help="serve a non-loopback --host without --users, on purpose")
+@click.option("--tls-cert", type=click.Path(path_type=str), help="PEM certificate (chain): the console is HTTPS")
+@click.option("--tls-key", type=click.Path(path_type=str), help="PEM private key of --tls-cert")
+@click.option("--report", "reports", multiple=True, type=click.Path(dir_okay=False, path_type=str),
+              help="a crash-test or bench --json report the health page plots (repeatable)")
+def console_command(directory, port, host, users_path, allow_anonymous, tls_cert, tls_key, reports) -> int:
+    """The operator's console of a stopped broker's DIRECTORY, read-only: queues, messages, dead letters,
+    journal health (docs/console.md). It reads as `dlq list` and `verify` do and never writes; redrive
+    and delete are the served broker's (serve-stomp --http)."""
+    from ..console import serve_read_only
+    from ..served.network import check_exposure
+    check_exposure(host, users_path, allow_anonymous)
+    return serve_read_only(directory, port, host, users_path=users_path, tls_cert=tls_cert, tls_key=tls_key,
+                           reports=reports)
 
 
 @click.group("users")
@@ -176,4 +215,5 @@ def analyze_command(paths, master, out, parquet, sent_time_property) -> int:
                          "`journal-engine verify PATH` lists the damage")
 
 
-COMMANDS = [demo_command, bench_command, crash_test_command, serve_stomp_command, users_group, analyze_command]
+COMMANDS = [demo_command, bench_command, crash_test_command, serve_stomp_command, console_command, users_group,
+            analyze_command]

@@ -20,22 +20,26 @@ directory back to a primary restarted with ``failback`` (takeover.py, FailbackRe
 a backup. The primary asks (``asking pid N on HOST to hand back the directory of DIR (failback)``)
 and, once it holds the lock, serves with the usual line.
 
+With ``http_port`` the operator's console (journal_engine/console, docs/console.md) is served from the
+same loop and the same Broker: its socket is bound with the STOMP one (a port in use is said before
+anything is created), on ``http_host`` (127.0.0.1 unless told otherwise, under the same rule as
+``--host``: beyond loopback it needs ``--users`` or ``--allow-anonymous``), over the same TLS.
+
 The loop is uvloop's when uvloop is installed (``pip install '.[uvloop]'`` in the checkout), asyncio's
 otherwise; the server runs the same on either.
 """
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import signal
-import ipaddress
 import socket
 import ssl
 import sys
 
-from ..errors import AddressInUseError, ConfigError, JournalIOError
+from ..errors import ConfigError
 from ..limits import SERVED_CONNECTIONS_MAX, SERVED_FAILBACK_HANDOVER_S, SERVED_FAILBACK_POLL_S
+from .network import check_exposure, is_loopback, listening_socket, new_event_loop, tls_context
 from .connection import StompConnection
 from .stomp import CLIENT_COMMANDS, SERVER_COMMANDS
 from .users import Users
@@ -44,42 +48,8 @@ from .subscriptions import Dispatcher
 from .takeover import FailbackRequest, ServingLock
 from .turn import Turn
 
-__all__ = ["ServedBroker", "serve", "listening_socket", "new_event_loop"]
-
-_BACKLOG = 1024
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop when uvloop is installed, else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` and listening (port 0: any free port). AddressInUseError
-    naming them when another program holds the port; JournalIOError for another refusal."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        # a restart on the port of a server just killed must not wait for its TIME_WAIT connections
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(_BACKLOG)
-        sock.setblocking(False)
-    except OSError as error:
-        sock.close()
-        if error.errno == errno.EADDRINUSE:
-            raise AddressInUseError(f"serve-stomp cannot listen on {host}:{port}: another program uses that port; "
-                                    "nothing was created", errno=error.errno,
-                                    hint="stop that program, or choose another port (--port 0: any free one)") from None
-        raise JournalIOError(f"serve-stomp cannot listen on {host}:{port}: {error.strerror or error}; nothing was "
-                             "created", errno=error.errno,
-                             hint="check the host is an address of this machine and the port is yours to use") from None
-    return sock
-
+__all__ = ["ServedBroker", "serve", "listening_socket", "new_event_loop", "check_exposure", "is_loopback",
+           "tls_context"]
 
 class ServedBroker:
     """One event loop's broker: its destinations, dispatcher, turn and connections."""
@@ -130,55 +100,13 @@ class ServedBroker:
             await asyncio.sleep(0)          # connection_lost of each runs
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1) or ``localhost``."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False                            # a name: it may resolve to any address
-
-
-def check_exposure(host: str, users_path, allow_anonymous: bool) -> None:
-    """ConfigError (exit status 2) for a bind beyond loopback without --users nor --allow-anonymous:
-    anyone who reaches the address could read and write every queue."""
-    if users_path is None and not allow_anonymous and not is_loopback(host):
-        raise ConfigError("--host", host, "is not a loopback address, and without --users anyone who reaches it "
-                          "may read and write every queue; nothing was created",
-                          hint="give --users FILE (journal-engine users add FILE LOGIN), or --allow-anonymous "
-                               "to serve without logins on purpose")
-
-
-def tls_context(cert_path, key_path) -> ssl.SSLContext:
-    """A server SSLContext with the certificate chain ``cert_path`` and its key ``key_path``;
-    ConfigError naming the file that is missing, unreadable or not what it should be."""
-    if (cert_path is None) != (key_path is None):
-        missing = "--tls-key" if key_path is None else "--tls-cert"
-        raise ConfigError(missing, None, "TLS needs both --tls-cert and --tls-key")
-    for option, path in (("--tls-cert", cert_path), ("--tls-key", key_path)):
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as error:
-            raise ConfigError(option, os.fspath(path), f"cannot read it: {error.strerror or error}; nothing was "
-                              "created") from None
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(cert_path, key_path)
-    except ssl.SSLError as error:
-        raise ConfigError("--tls-cert", os.fspath(cert_path), f"with --tls-key {os.fspath(key_path)!r}: not a PEM "
-                          f"certificate and its private key ({error.reason or error}); nothing was created") from None
-    return context
-
-
 def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1", *, backend: str = "journal",
           max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
           dead_letter_queue: str | None = DEFAULT_DEAD_LETTER_QUEUE, redelivery_delay_ms: int = 0,
           sync: str = "group", store_options: dict | None = None, out=None, users_path=None,
           allow_anonymous: bool = False, tls_cert=None, tls_key=None,
-          connections_max: int = SERVED_CONNECTIONS_MAX, backup: bool = False, failback: bool = False) -> int:
+          connections_max: int = SERVED_CONNECTIONS_MAX, backup: bool = False, failback: bool = False,
+          http_port: int | None = None, http_host: str = "127.0.0.1", console=None) -> int:
     """Run the served broker until SIGTERM or SIGINT; prints one line ``listening on HOST:PORT`` (to
     ``out``, default stdout) once connections are accepted. ``store_options`` go to the
     MessageStore (file_size, buffer_timeout_us, ...). ``users_path``: the users file CONNECT frames
@@ -188,7 +116,10 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
     before binding anything, printing a line naming its holder, then serve as usual, until a primary
     restarted with ``failback`` asks for the directory back: then stop serving and wait again; a SIGTERM
     or SIGINT during a wait returns 0. ``failback``: a restarted primary; ask the backup that serves
-    ``data_dir`` to hand it back, wait for the lock, then serve. Returns the exit status (0)."""
+    ``data_dir`` to hand it back, wait for the lock, then serve. ``http_port``: serve the operator's
+    console and ``/metrics`` there too, on ``http_host``: ``console`` is what starts it on the bound
+    socket from the loop (journal_engine.console.served_console gives one; the server does not import
+    the console, which stands above it). Returns the exit status (0)."""
     out = out or sys.stdout
     if not 1 <= connections_max <= SERVED_CONNECTIONS_MAX:
         raise ConfigError("--connections-max", connections_max, f"must be between 1 and {SERVED_CONNECTIONS_MAX} "
@@ -198,100 +129,155 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
                           "directory; --backup waits to take over", hint="start the primary with --failback and the "
                           "backup with --backup")
     check_exposure(host, users_path, allow_anonymous)
+    if http_port is not None:
+        if console is None:
+            raise ConfigError("http_port", http_port, "needs console= (journal_engine.console.served_console)")
+        check_exposure(http_host, users_path, allow_anonymous, option="--http-host")
     users = Users.read(users_path) if users_path is not None else None
     tls = tls_context(tls_cert, tls_key) if tls_cert is not None or tls_key is not None else None
     directory = os.fspath(data_dir)
     request = FailbackRequest(directory)
+
+    def bind() -> tuple[socket.socket, socket.socket | None]:
+        """The STOMP socket and the console's (None without ``http_port``), both or neither."""
+        sock = listening_socket(host, port)
+        try:
+            return sock, listening_socket(http_host, http_port) if http_port is not None else None
+        except BaseException:
+            sock.close()
+            raise
+
     while True:
-        if backup:
+        if backup or failback:  # the ports are bound once the lock is held
             lock = ServingLock.for_backup(data_dir)
-            if not lock.wait(lambda holder: print(f"journal-engine serve-stomp: waiting for the directory lock of "
-                                                  f"{directory}, held by {holder}", file=out, flush=True)):
-                return 0
-            try:
-                sock = listening_socket(host, port)
-            except BaseException:
-                lock.release()
-                raise
-        elif failback:          # as a backup: the port is bound once the lock is held
-            lock = ServingLock.for_backup(data_dir)
-            request.make()
-            try:
-                taken = lock.wait(lambda holder: print(
-                    f"journal-engine serve-stomp: asking {holder} to hand back the directory of {directory} "
-                    "(failback)", file=out, flush=True))
-            finally:
-                request.withdraw()
+            if backup:
+                taken = lock.wait(lambda holder: print(f"journal-engine serve-stomp: waiting for the directory lock "
+                                                       f"of {directory}, held by {holder}", file=out, flush=True))
+            else:
+                request.make()
+                try:
+                    taken = lock.wait(lambda holder: print(
+                        f"journal-engine serve-stomp: asking {holder} to hand back the directory of {directory} "
+                        "(failback)", file=out, flush=True))
+                finally:
+                    request.withdraw()
             if not taken:
                 return 0
             try:
-                sock = listening_socket(host, port)
+                sock, http_sock = bind()
             except BaseException:
                 lock.release()
                 raise
         else:
-            sock = listening_socket(host, port)
+            sock, http_sock = bind()
             try:
                 os.makedirs(data_dir, exist_ok=True)
                 lock = ServingLock(data_dir)
                 lock.take()
             except BaseException:
                 sock.close()
+                if http_sock is not None:
+                    http_sock.close()
                 raise
-        requester = _serve_until_stopped(sock, lock, directory, backend, sync, max_delivery_attempts,
-                                         dead_letter_queue, redelivery_delay_ms, store_options, users,
-                                         connections_max, tls, out, request if backup else None)
+        served = _Served(directory, backend, sync, max_delivery_attempts, dead_letter_queue, redelivery_delay_ms,
+                         store_options, users, connections_max, tls, out, console)
+        requester = served.run(sock, http_sock, lock, request if backup else None)
         if requester is None:
             return 0
         # handed back: the primary takes the lock now; ask for it again only once it holds it
         request.wait_withdrawn(SERVED_FAILBACK_HANDOVER_S, SERVED_FAILBACK_POLL_S)
 
 
-def _serve_until_stopped(sock, lock: ServingLock, directory: str, backend: str, sync: str, max_delivery_attempts: int,
-                         dead_letter_queue, redelivery_delay_ms: int, store_options, users, connections_max: int,
-                         tls, out, request: FailbackRequest | None) -> str | None:
-    """Open the store, serve on ``sock`` until SIGTERM or SIGINT (None) or, when ``request`` is given (a
-    backup), until a primary asks for the directory back (who asks); close everything and release the lock."""
-    try:
-        destinations = Destinations(directory, backend=backend, sync=sync, max_delivery_attempts=max_delivery_attempts,
-                                    dead_letter_queue=dead_letter_queue, redelivery_delay_ms=redelivery_delay_ms,
-                                    store_options=store_options)
-    except BaseException:
-        sock.close()
-        lock.release()
-        raise
-    loop = new_event_loop()
-    asked: list[str] = []
-    try:
-        broker = ServedBroker(destinations, loop, users=users, connections_max=connections_max)
-        stop = asyncio.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        bound_host, bound_port = sock.getsockname()[:2]
+class _Served:
+    """One serving of the directory, from opening the store to closing it: what serve() was told."""
 
-        def look_for_failback() -> None:
-            requester = request.requester()
-            if requester is None:
-                loop.call_later(SERVED_FAILBACK_POLL_S, look_for_failback)
-                return
-            print(f"journal-engine serve-stomp: handing {directory} back to {requester} (failback)", file=out,
-                  flush=True)
-            asked.append(requester)
-            stop.set()
+    def __init__(self, directory: str, backend: str, sync: str, max_delivery_attempts: int, dead_letter_queue,
+                 redelivery_delay_ms: int, store_options, users, connections_max: int, tls, out, console) -> None:
+        self.directory = directory
+        self.backend = backend
+        self.sync = sync
+        self.max_delivery_attempts = max_delivery_attempts
+        self.dead_letter_queue = dead_letter_queue
+        self.redelivery_delay_ms = redelivery_delay_ms
+        self.store_options = store_options
+        self.users = users
+        self.connections_max = connections_max
+        self.tls = tls
+        self.out = out
+        self.console = console
 
-        def announce() -> None:
-            print(f"journal-engine serve-stomp: listening on {bound_host}:{bound_port} "
-                  f"(store {directory}, backend {backend}, max delivery attempts {max_delivery_attempts}, "
-                  f"dead-letter queue {dead_letter_queue}, {'TLS' if tls else 'no TLS'}, "
-                  f"{f'{len(users)} users' if users is not None else 'anonymous'})", file=out, flush=True)
-            if request is not None:
-                loop.call_later(SERVED_FAILBACK_POLL_S, look_for_failback)
+    def run(self, sock, http_sock, lock: ServingLock, request: FailbackRequest | None) -> str | None:
+        """Open the store, serve on ``sock`` (and the console on ``http_sock``) until SIGTERM or SIGINT
+        (None) or, when ``request`` is given (a backup), until a primary asks for the directory back (who
+        asks); close everything and release the lock."""
+        try:
+            destinations = Destinations(self.directory, backend=self.backend, sync=self.sync,
+                                        max_delivery_attempts=self.max_delivery_attempts,
+                                        dead_letter_queue=self.dead_letter_queue,
+                                        redelivery_delay_ms=self.redelivery_delay_ms, store_options=self.store_options)
+        except BaseException:
+            sock.close()
+            if http_sock is not None:
+                http_sock.close()
+            lock.release()
+            raise
+        loop = new_event_loop()
+        asked: list[str] = []
+        try:
+            broker = ServedBroker(destinations, loop, users=self.users, connections_max=self.connections_max)
+            stop = asyncio.Event()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, stop.set)
+            bound_host, bound_port = sock.getsockname()[:2]
+            console_line = ""
+            if http_sock is not None:
+                http_bound = http_sock.getsockname()[:2]
+                console_line = f", console on {'https' if self.tls else 'http'}://{http_bound[0]}:{http_bound[1]}/"
 
-        loop.run_until_complete(broker.run(sock, announce, stop, tls))
-    finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
-        loop.close()
-        destinations.close()
-        lock.release()
-    return asked[0] if asked else None
+            def look_for_failback() -> None:
+                requester = request.requester()
+                if requester is None:
+                    loop.call_later(SERVED_FAILBACK_POLL_S, look_for_failback)
+                    return
+                print(f"journal-engine serve-stomp: handing {self.directory} back to {requester} (failback)",
+                      file=self.out, flush=True)
+                asked.append(requester)
+                stop.set()
+
+            def announce() -> None:
+                users = self.users
+                print(f"journal-engine serve-stomp: listening on {bound_host}:{bound_port} "
+                      f"(store {self.directory}, backend {self.backend}, max delivery attempts "
+                      f"{self.max_delivery_attempts}, dead-letter queue {self.dead_letter_queue}, "
+                      f"{'TLS' if self.tls else 'no TLS'}, "
+                      f"{f'{len(users)} users' if users is not None else 'anonymous'}{console_line})",
+                      file=self.out, flush=True)
+                if request is not None:
+                    loop.call_later(SERVED_FAILBACK_POLL_S, look_for_failback)
+
+            loop.run_until_complete(self._serve(broker, sock, http_sock, announce, stop))
+        finally:
+            if http_sock is not None:
+                http_sock.close()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+            loop.close()
+            destinations.close()
+            lock.release()
+        return asked[0] if asked else None
+
+    async def _serve(self, broker: ServedBroker, sock, http_sock, announce, stop: asyncio.Event) -> None:
+        runner = None
+        if http_sock is not None:
+            # where the address settings of `#` and of the dead-letter queue came from (add_server_rules)
+            origins = {"#": f"serve-stomp's options (--max-delivery-attempts {self.max_delivery_attempts}, "
+                            f"--redelivery-delay-ms {self.redelivery_delay_ms}, "
+                            f"--dead-letter-queue {self.dead_letter_queue})"}
+            if self.dead_letter_queue is not None:
+                origins[self.dead_letter_queue] = "serve-stomp: the dead-letter queue keeps what reaches it (no limit)"
+            runner = await self.console(broker, http_sock, self.tls, self.users, origins)
+        try:
+            await broker.run(sock, announce, stop, self.tls)
+        finally:
+            if runner is not None:
+                await runner.cleanup()

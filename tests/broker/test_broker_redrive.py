@@ -111,3 +111,68 @@ def test_redrive_checks_its_arguments(clock):
         with pytest.raises(ConfigError, match="max_redrives"):
             broker.redrive("DLQ", max_redrives=True)
         assert broker.queue("DLQ").message_count == 1
+
+
+# ----- what the operator's console asks of the broker: chosen ids, deletion, a bounded page ------------
+
+def test_redrive_of_chosen_ids_moves_only_those(tmp_path, clock):
+    with Broker(tmp_path / "b", clock=clock, store_options=SMALL) as broker:
+        dead_letter_some(broker, clock, count=4)
+        dead = [m.message_id for m in broker.browse("DLQ")]
+        result = broker.redrive("DLQ", message_ids=[dead[1], dead[3]])
+        assert [old for old, _new, _queue in result.moved] == [dead[1], dead[3]]
+        assert [m.message_id for m in broker.browse("DLQ")] == [dead[0], dead[2]]
+        with pytest.raises(ConfigError, match="message_ids"):
+            broker.redrive("DLQ", message_ids=["x"])
+
+
+def test_delete_messages_removes_the_chosen_ones_for_good_in_one_transaction(tmp_path, clock):
+    with Broker(tmp_path / "b", clock=clock, store_options=SMALL) as broker:
+        dead_letter_some(broker, clock, count=4)
+        dead = [m.message_id for m in broker.browse("DLQ")]
+        assert broker.delete_messages("DLQ", message_ids=[dead[0]]) == [dead[0]]
+        assert broker.delete_messages("DLQ", filter="n >= 2") == dead[2:]
+        assert [m.message_id for m in broker.browse("DLQ")] == [dead[1]]
+        assert broker.queue("DLQ").messages_acknowledged == 3
+        with pytest.raises(SelectorError):
+            broker.delete_messages("DLQ", filter="n >=")
+        with pytest.raises(UnknownQueueError):
+            broker.delete_messages("nowhere")
+    with Broker(tmp_path / "b", clock=clock, store_options=SMALL) as broker:      # durable
+        assert [m.message_id for m in broker.browse("DLQ")] == [dead[1]]
+
+
+def test_browse_page_walks_a_bounded_part_of_the_queue_and_says_where_to_go_on(clock):
+    with Broker(clock=clock) as broker:
+        broker.create_queue("q")
+        ids = [broker.send("q", b"x", properties={"n": n, "odd": n % 2 == 1}) for n in range(10)]
+        page = broker.browse_page("q", start=2, limit=3)
+        assert [(position, m.message_id) for position, m in page.messages] == [(2, ids[2]), (3, ids[3]), (4, ids[4])]
+        assert (page.next_start, page.more) == (5, True)
+        odd = broker.browse_page("q", filter="odd = TRUE", limit=10, scan_max=4)     # looks at 4 references
+        assert [m.properties["n"] for _p, m in odd.messages] == [1, 3] and (odd.next_start, odd.more) == (4, True)
+        rest = broker.browse_page("q", start=odd.next_start, filter="odd = TRUE", limit=10)
+        assert [m.properties["n"] for _p, m in rest.messages] == [5, 7, 9] and not rest.more
+        consumer = broker.create_consumer("q")
+        consumer.rollback(consumer.receive(0))
+        assert broker.browse_page("q", limit=1).messages[0][1].delivery_count == 1    # the reference's count
+        with pytest.raises(ConfigError, match="limit"):
+            broker.browse_page("q", limit=0)
+
+
+def test_browse_scheduled_lists_a_queues_scheduled_messages_soonest_first(clock):
+    with Broker(clock=clock) as broker:
+        broker.create_queue("q")
+        broker.create_queue("other")
+        late = broker.send("q", b"late", scheduled_delivery_time=NOW + 5000)
+        soon = broker.send("q", b"soon", scheduled_delivery_time=NOW + 1000)
+        broker.send("other", b"elsewhere", scheduled_delivery_time=NOW + 500)
+        broker.send("q", b"now")
+        found, more = broker.browse_scheduled("q")
+        assert [(due, m.message_id) for due, m in found] == [(NOW + 1000, soon), (NOW + 5000, late)] and not more
+        assert [m.message_id for _due, m in broker.browse_scheduled("q", limit=1)[0]] == [soon]
+        assert broker.browse_scheduled("q", scan_max=1)[1]              # three entries, one looked at
+        clock.advance(1000)                                              # `soon` falls due: ready, no longer listed
+        assert [m.message_id for _due, m in broker.browse_scheduled("q")[0]] == [late]
+        with pytest.raises(UnknownQueueError):
+            broker.browse_scheduled("nowhere")

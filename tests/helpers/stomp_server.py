@@ -75,7 +75,10 @@ class Server(LoggedChild):
             self.kill()
             raise AssertionError(f"serve-stomp did not start within {START_TIMEOUT_S} s; see {log}")
         assert "listening on 127.0.0.1:" in line, (line, log.read_text())
+        self.line = line
         self.port = int(line.split("listening on 127.0.0.1:")[1].split()[0])
+        # with --http: the console's address, at the end of the line (docs/console.md)
+        self.console_url = line.split("console on ")[1].split(")")[0].rstrip("/") if "console on " in line else None
 
 
 def frame_bytes(command: str, headers: dict | None = None, body: bytes = b"", *, content_length: bool = True) -> bytes:

@@ -17,8 +17,10 @@ CI_RUN = ROOT / ".ci" / "run"
 pytestmark = [pytest.mark.skipif(not CI_RUN.is_file(), reason="needs the checkout's .ci/run (not in an sdist)"),
               pytest.mark.same_on_both]   # CI's own machinery
 # installed, so that the set-up goes on past them to what a test checks
-needs_the_fault_tools = pytest.mark.skipif(shutil.which("fiu-run") is None or shutil.which("fiu-ctrl") is None,
-                                           reason="libfiu's fiu-run / fiu-ctrl are not installed (Debian: fiu-utils)")
+needs_the_fault_tools = pytest.mark.skipif(shutil.which("fiu-run") is None or shutil.which("fiu-ctrl") is None
+                                           or not os.access("/usr/bin/chromium", os.X_OK),
+                                           reason="libfiu's fiu-run / fiu-ctrl or Chromium are not installed "
+                                                  "(Debian: fiu-utils, chromium)")
 
 
 def run_setup(**env: str) -> subprocess.CompletedProcess[str]:
@@ -30,6 +32,14 @@ def test_a_fault_tool_that_cannot_be_installed_fails_the_run_naming_it():
     done = run_setup(CI_FIU_PACKAGE="journal-engine-no-such-package")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "ci: FAILED:" in done.stderr and "journal-engine-no-such-package" in done.stderr
+    assert "ci: set-up done" not in done.stdout
+
+
+def test_a_browser_that_cannot_be_installed_fails_the_run_naming_it():
+    """The console's browser tests need Debian's Chromium: .ci/run installs it beside libfiu, in one apt-get."""
+    done = run_setup(CI_CHROMIUM_PACKAGE="journal-engine-no-such-browser")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "ci: FAILED:" in done.stderr and "journal-engine-no-such-browser" in done.stderr
     assert "ci: set-up done" not in done.stdout
 
 

@@ -28,15 +28,16 @@ pytestmark = pytest.mark.packaging
 PROJECT = ROOT
 PYX_DIR = PROJECT / "pyx" / "journal_engine"
 COMPILED_SOURCE_SUFFIXES = (".pyx", ".pxd", ".h", ".pyi")
-# by-products of builds and test runs that a copy of the project leaves out (C only where Cython generates it:
-# journal_engine/crashtest/iorecord.c is a source)
-_BY_PRODUCTS = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", "*.so", "*.html",
+# by-products of builds and test runs that a copy of the project leaves out (C and HTML only where Cython
+# generates them: journal_engine/crashtest/iorecord.c and the console's templates are sources)
+_BY_PRODUCTS = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", "*.so",
                                       ".hypothesis", ".pytest_cache", ".benchmarks", ".venv")
 
 
 def COPY_IGNORED(directory: str, names: list[str]) -> set[str]:
-    generated_c = {name for name in names if name.endswith(".c")} if "pyx" in Path(directory).parts else set()
-    return set(_BY_PRODUCTS(directory, names)) | generated_c
+    generated = ({name for name in names if name.endswith((".c", ".html"))} if "pyx" in Path(directory).parts
+                 else set())
+    return set(_BY_PRODUCTS(directory, names)) | generated
 
 needs_project = pytest.mark.skipif(not (PROJECT / "pyproject.toml").is_file() or not PYX_DIR.is_dir(),
                                    reason="needs the project's sources (a checkout or an unpacked sdist)")
@@ -81,7 +82,9 @@ def test_sdist_holds_the_compiled_cores_sources(sdist):
     assert not generated_c, f"Cython's generated C belongs to the build, not the sdist: {generated_c}"
     for name in ("setup.py", "pyproject.toml", "MANIFEST.in", "LICENSE", "README.md",
                  "journal_engine/py.typed", "journal_engine/__init__.py", "tests/conftest.py",
-                 "journal_engine/crashtest/iorecord.c"):
+                 "journal_engine/crashtest/iorecord.c", "journal_engine/console/templates/base.html",
+                 "journal_engine/console/templates/dead_letters.html", "journal_engine/console/static/console.css",
+                 "journal_engine/console/static/console.js"):
         assert name in names, f"{name} missing from the sdist"
 
 
