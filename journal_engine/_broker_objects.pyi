@@ -1,5 +1,6 @@
 """Type stub of the broker's compiled per-message objects (pyx/journal_engine/_broker_objects.pyx;
 twin: _twin/broker_objects.py)."""
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, final
 
@@ -111,6 +112,8 @@ def recovered_datas(message_ids: Iterable[int], fields: Iterable[tuple[Any, ...]
     properties, durable, expiration, routing type), each with ``durable_refs`` set; a body None is
     read from ``source`` (``source.body(message_id)``) when first asked for."""
 
+def split_by_level(message_ids: Any, counts: Any, priorities: Any, level_of: bytes,
+                   rows: dict[int, int]) -> dict[int, tuple[array[int], array[int]]]: ...
 def ready_references(datas: Iterable[MessageData], queue: Any, delivery_counts: Iterable[int]) -> list[Reference]:
     """A READY Reference on ``queue`` of each MessageData, with its recovered delivery count."""
 

@@ -32,7 +32,8 @@ def describe_missing_core(error: ImportError, impl_file: str) -> str:
 #: ``journal_engine._twin.<module>`` give the package these names, which the rest of it imports from here
 CORE_EXPORTS: dict[str, tuple[str, ...]] = {
     "broker_objects": ("ACKED_IN_TX", "DELIVERING", "DONE", "READY", "SCHEDULED", "Message", "MessageData",
-                       "ReadyQueue", "Reference", "delivery_of", "ready_references", "recovered_datas"),
+                       "ReadyQueue", "Reference", "delivery_of", "ready_references", "recovered_datas",
+                       "split_by_level"),
     "codec": ("check_frame", "crc32c", "crc32c_software", "crc32c_uses_hardware", "encode_frame", "encode_group"),
     "core": ("JournalCore", "Segment"),
     "image": ("checkpointed_columns", "columns_image", "file_checksum", "image_is_sound", "image_size"),

@@ -4,6 +4,7 @@ compiled ones spare a Python frame per object)."""
 from __future__ import annotations
 
 import types
+from array import array
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -262,6 +263,26 @@ def recovered_datas(message_ids, fields, durable_refs: int, source: Any = None) 
         data.durable_refs = durable_refs
         datas.append(data)
     return datas
+
+
+def split_by_level(message_ids, counts, priorities, level_of: bytes, rows: dict[int, int]) -> dict[int, tuple]:
+    """A recovered queue's columns split by level, in one pass: {level: (message ids, delivery counts)}
+    (arrays "Q" and "I", row order kept). ``level_of``: 256 bytes, each priority's level (255: none);
+    ``rows``: how many rows each level has (counted before)."""
+    if not len(counts) == len(priorities) == len(message_ids) or len(level_of) != 256:
+        raise ValueError(f"split_by_level: {len(message_ids)} ids, {len(counts)} counts, {len(priorities)} "
+                         f"priorities and a table of {len(level_of)} levels (256)")
+    out = {level: (array("Q"), array("I")) for level in rows}
+    for message_id, count, priority in zip(message_ids, counts, priorities):
+        level = level_of[priority]
+        if level != 255:
+            ids, delivery_counts = out[level]
+            ids.append(message_id)
+            delivery_counts.append(count)
+    for level, count in rows.items():
+        if len(out[level][0]) != count:
+            raise ValueError(f"split_by_level: level {level} has {len(out[level][0])} rows, not the {count} counted")
+    return out
 
 
 def ready_references(datas, queue, delivery_counts) -> list[Reference]:

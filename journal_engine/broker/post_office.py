@@ -15,10 +15,9 @@ import sys
 import threading
 from array import array
 from collections.abc import Callable
-from itertools import compress
 from operator import length_hint
 
-from .._impl import ReadyQueue, ready_references, recovered_datas, release_from_collector
+from .._impl import ReadyQueue, ready_references, recovered_datas, release_from_collector, split_by_level
 from ..errors import QueueExistsError
 from ..limits import MESSAGE_ID_BLOCK, PRIORITY_DEFAULT
 from ..message_store.message_store import MessageStore, RecoveredReferences
@@ -181,20 +180,14 @@ class PostOffice:
 
     @staticmethod
     def _split_levels(columns, level_of: tuple[int, ...], rows: dict[int, int]) -> dict[int, tuple[array, array]]:
-        """The message ids and delivery counts of each level's rows, in message order."""
+        """The message ids and delivery counts of each level's rows, in message order (one pass, in C)."""
         message_ids, counts, priorities = columns.message_ids, columns.delivery_counts, columns.priorities
         if not columns.ascending:
             order = sorted(range(len(message_ids)), key=message_ids.__getitem__)
             message_ids, counts, priorities = (array(column.typecode, [column[i] for i in order])
                                                for column in (message_ids, counts, priorities))
-        raw = priorities.tobytes()
-        out = {}
-        for level in rows:
-            # the rows of this level, picked in C: a byte per row, 1 where its priority takes this level
-            mask = raw.translate(bytes(int(priority < len(level_of) and level_of[priority] == level)
-                                       for priority in range(256)))
-            out[level] = array("Q", compress(message_ids, mask)), array("I", compress(counts, mask))
-        return out
+        table = bytes(level_of[priority] if priority < len(level_of) else 255 for priority in range(256))
+        return split_by_level(message_ids, counts, priorities, table, rows)
 
     @staticmethod
     def _recovered_references(queue: QueueState, message_ids, counts, ascending: bool,

@@ -8,6 +8,10 @@ Python objects only (the same values the twin holds, with the same identity), so
 writes their attributes as it would a slotted class's. Twin: journal_engine/_twin/broker_objects.py.
 """
 cimport cython
+from cpython cimport array
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+
+import array as py_array
 from collections import deque
 from types import MappingProxyType
 
@@ -311,6 +315,53 @@ def ready_references(datas, queue, delivery_counts):
         _fill_reference(ref, data, queue, count)
         out.append(ref)
     return out
+
+
+def split_by_level(const uint64_t[::1] message_ids not None, const uint32_t[::1] counts not None,
+                   const uint8_t[::1] priorities not None, const uint8_t[::1] level_of not None, dict rows not None):
+    """A recovered queue's columns split by level, in one pass: {level: (message ids, delivery counts)}
+    (arrays "Q" and "I", row order kept). ``level_of``: 256 bytes, each priority's level (255: none);
+    ``rows``: how many rows each level has (counted before), which sizes its arrays."""
+    cdef Py_ssize_t n = message_ids.shape[0], i
+    cdef uint64_t *ids[256]
+    cdef uint32_t *delivery_counts[256]
+    cdef Py_ssize_t filled[256]
+    cdef Py_ssize_t capacity[256]
+    cdef array.array id_column, count_column
+    cdef uint8_t level
+    cdef dict out = {}
+    if counts.shape[0] != n or priorities.shape[0] != n or level_of.shape[0] != 256:
+        raise ValueError(f"split_by_level: {n} ids, {counts.shape[0]} counts, {priorities.shape[0]} priorities "
+                         f"and a table of {level_of.shape[0]} levels (256)")
+    for i in range(256):
+        capacity[i] = 0
+    for each, count in rows.items():
+        if not 0 <= each < 255:
+            raise ValueError(f"split_by_level: level {each} (0..254)")
+        id_column = array.clone(_IDS, count, zero=False)
+        count_column = array.clone(_COUNTS, count, zero=False)
+        out[each] = (id_column, count_column)
+        ids[each] = id_column.data.as_ulonglongs
+        delivery_counts[each] = count_column.data.as_uints
+        filled[each] = 0
+        capacity[each] = count
+    for i in range(n):
+        level = level_of[priorities[i]]
+        if level == 255:
+            continue
+        if filled[level] == capacity[level]:
+            raise ValueError(f"split_by_level: level {level} has more rows than the {capacity[level]} counted")
+        ids[level][filled[level]] = message_ids[i]
+        delivery_counts[level][filled[level]] = counts[i]
+        filled[level] += 1
+    for each in rows:
+        if filled[each] != capacity[each]:
+            raise ValueError(f"split_by_level: level {each} has {filled[each]} rows, not the {capacity[each]} counted")
+    return out
+
+
+cdef array.array _IDS = py_array.array("Q")
+cdef array.array _COUNTS = py_array.array("I")
 
 
 @cython.final

@@ -136,3 +136,30 @@ def test_a_reference_moves_through_its_states_by_its_methods():
             (impl.DELIVERING, 1, None, 0, 0), (impl.READY, 0, None, 0, 0), (impl.ACKED_IN_TX, 1, "message", 0, 0),
             (impl.DELIVERING, 1, "message", 0, 0), (impl.READY, 1, None, -1, 0), (impl.SCHEDULED, 1, None, -1, 0),
             (impl.READY, 1, None, -1, 0), (impl.DONE, 2, None, -1, 0)]
+
+
+def _level_table(level_of):
+    return bytes(level_of[priority] if priority < len(level_of) else 255 for priority in range(256))
+
+
+@pytest.mark.parametrize("impl", implementations(), ids=lambda impl: impl.__name__.rsplit(".", 1)[-1])
+def test_split_by_level_keeps_each_levels_rows_in_order(impl):
+    """A recovered queue's columns split by level in one pass: each level's ids and delivery counts in
+    row order; a priority no level takes (255) is left out; the rows must match the counts given."""
+    from array import array
+    ids = array("Q", range(100, 130))
+    counts = array("I", range(30))
+    priorities = array("B", [(i * 7) % 12 for i in range(30)])      # 10 and 11: past the ten levels
+    level_of = tuple(priority // 5 for priority in range(10))        # Qpid's two levels: 0-4, 5-9
+    rows = {0: sum(p < 5 for p in priorities), 1: sum(5 <= p < 10 for p in priorities)}
+    out = impl.split_by_level(ids, counts, priorities, _level_table(level_of), rows)
+    assert set(out) == {0, 1}
+    for level in (0, 1):
+        picked = [i for i in range(30) if priorities[i] < 10 and priorities[i] // 5 == level]
+        assert (out[level][0].typecode, out[level][1].typecode) == ("Q", "I")
+        assert list(out[level][0]) == [ids[i] for i in picked]
+        assert list(out[level][1]) == [counts[i] for i in picked]
+    with pytest.raises(ValueError, match="level 0 has"):
+        impl.split_by_level(ids, counts, priorities, _level_table(level_of), {0: rows[0] - 1, 1: rows[1]})
+    with pytest.raises(ValueError, match="table of 10 levels"):
+        impl.split_by_level(ids, counts, priorities, bytes(10), rows)
