@@ -28,12 +28,15 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from ..limits import REDRIVES_MAX_DEFAULT
 from .artemis.dialect import Dialect
+from .dead_letter import DEAD_LETTER_COUNT, DEAD_LETTER_REASON
+from .dialects import DIALECTS
 from .message import HEADER_NAMES, MessageData
 from .post_office import PostOffice
 from .queue import NORMAL, READY, QueueState, Reference
 from .selector import Selector
 
-__all__ = ["REDRIVE_COUNT", "REDRIVE_TIME", "REDRIVE_SOURCE", "RedriveResult", "Redrive", "redrive_count"]
+__all__ = ["REDRIVE_COUNT", "REDRIVE_TIME", "REDRIVE_SOURCE", "RedriveResult", "Redrive", "redrive_count",
+           "dead_letter_origin"]
 
 REDRIVE_COUNT = "_JE_REDRIVE_COUNT"
 REDRIVE_TIME = "_JE_REDRIVE_TIME"
@@ -59,6 +62,26 @@ def redrive_count(properties) -> int:
     """How many times a message was redriven (0 when never, or when the property is not an integer)."""
     value = properties.get(REDRIVE_COUNT) if properties else None
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def dead_letter_origin(properties) -> tuple[str | None, str | None, int | None] | None:
+    """(original address, original queue, original message id) of a dead-letter copy, in whichever dialect
+    made it; None for a message that is no dead letter, or one redriven since it was last dead-lettered
+    (back in service until ``_JE_DEAD_LETTER_COUNT`` passes its redrive count). What `dlq list` and the
+    console's dead-letter pages list."""
+    properties = properties or {}
+    origin: tuple[str | None, str | None, int | None] = (None, None, None)
+    for dialect in DIALECTS.values():
+        if dialect.orig_address in properties:
+            origin = (properties.get(dialect.orig_address), properties.get(dialect.orig_queue),
+                      properties.get(dialect.orig_message_id))
+            break
+    if origin[0] is None and DEAD_LETTER_REASON not in properties:
+        return None
+    dead_letter_count = properties.get(DEAD_LETTER_COUNT)
+    if isinstance(dead_letter_count, int) and dead_letter_count <= redrive_count(properties):
+        return None
+    return origin
 
 
 def check_redrive_arguments(limit: int | None, max_redrives: int) -> None:

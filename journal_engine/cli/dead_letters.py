@@ -15,7 +15,7 @@ from ..broker.broker import Broker
 from ..broker.dead_letter import (DEAD_LETTER_COUNT, DEAD_LETTER_REASON, DEAD_LETTER_TIME, DELIVERY_HISTORY,
                                   ORIG_DELIVERY_COUNT, decode_history)
 from ..broker.dialects import DIALECTS
-from ..broker.redrive import REDRIVE_COUNT, REDRIVE_SOURCE, REDRIVE_TIME, redrive_count
+from ..broker.redrive import REDRIVE_COUNT, REDRIVE_SOURCE, REDRIVE_TIME, dead_letter_origin
 from ..errors import UnknownQueueError
 from ..limits import REDRIVES_MAX_DEFAULT
 from .console import EXIT_OK, emit_json, stdout
@@ -31,15 +31,6 @@ def _store_target(directory: str) -> Target:
         raise NoJournalError(target.path, "not a broker directory (dead letters live in a message store: "
                                           "messages/ and bindings/)")
     return target
-
-
-def _origin(properties: dict) -> tuple[str | None, str | None, int | None]:
-    """(original address, original queue, original message id) in whichever dialect the copy was made."""
-    for dialect in DIALECTS.values():
-        if dialect.orig_address in properties:
-            return (properties.get(dialect.orig_address), properties.get(dialect.orig_queue),
-                    properties.get(dialect.orig_message_id))
-    return None, None, None
 
 
 def _check_queue(directory: str, name: str, names) -> None:
@@ -68,12 +59,10 @@ def _rows(state, address: str | None, queue: str | None) -> list[dict]:
         for reference in references:
             message = state.messages[reference.message_id]
             properties = message.properties
-            orig_address, orig_queue, orig_id = _origin(properties)
-            if orig_address is None and DEAD_LETTER_REASON not in properties:
-                continue
-            dead_letter_count = properties.get(DEAD_LETTER_COUNT)
-            if isinstance(dead_letter_count, int) and dead_letter_count <= redrive_count(properties):
-                continue        # redriven since it was last dead-lettered: back in service
+            origin = dead_letter_origin(properties)
+            if origin is None:
+                continue        # no dead letter, or redriven since it was last dead-lettered: back in service
+            orig_address, orig_queue, orig_id = origin
             if address is not None and address not in (binding.address, orig_address):
                 continue
             rows.append({
@@ -81,7 +70,7 @@ def _rows(state, address: str | None, queue: str | None) -> list[dict]:
                 "original_address": orig_address, "original_queue": orig_queue, "original_message_id": orig_id,
                 "delivery_count": properties.get(ORIG_DELIVERY_COUNT),
                 "reason": properties.get(DEAD_LETTER_REASON), "dead_lettered_at": properties.get(DEAD_LETTER_TIME),
-                "dead_letter_count": dead_letter_count,
+                "dead_letter_count": properties.get(DEAD_LETTER_COUNT),
                 "history": decode_history(properties.get(DELIVERY_HISTORY)),
                 "redrive_count": properties.get(REDRIVE_COUNT, 0), "last_redrive_at": properties.get(REDRIVE_TIME),
                 "last_redrive_source": properties.get(REDRIVE_SOURCE),

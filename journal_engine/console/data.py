@@ -25,9 +25,8 @@ from itertools import islice
 from ..broker.artemis.address_settings import AddressSettings
 from ..broker.dead_letter import (DEAD_LETTER_COUNT, DEAD_LETTER_REASON, DEAD_LETTER_TIME, DELIVERY_HISTORY,
                                   ORIG_DELIVERY_COUNT, decode_history)
-from ..broker.dialects import DIALECTS
 from ..broker.message import HEADER_NAMES
-from ..broker.redrive import REDRIVE_COUNT, REDRIVE_SOURCE, REDRIVE_TIME, redrive_count
+from ..broker.redrive import REDRIVE_COUNT, REDRIVE_SOURCE, REDRIVE_TIME, dead_letter_origin
 from ..broker.selector import Selector
 from ..cli.damage import damage_in
 from ..cli.inspection import verify_part
@@ -142,25 +141,15 @@ class SettingRow:
     origin: str                 # which configuration (file, or the server's options)
 
 
-def _origin(properties: dict) -> tuple[str | None, str | None, int | None]:
-    """(original address, original queue, original message id) in whichever dialect the copy was made."""
-    for dialect in DIALECTS.values():
-        if dialect.orig_address in properties:
-            return (properties.get(dialect.orig_address), properties.get(dialect.orig_queue),
-                    properties.get(dialect.orig_message_id))
-    return None, None, None
-
-
 def dead_letter_of(properties: dict | None) -> dict | None:
     """What a dead-letter copy says of itself (docs/cli.md, "Dead letters and redrive"), or None when the
     message is no dead letter (a redriven message is none until it is dead-lettered again)."""
     properties = properties or {}
-    orig_address, orig_queue, orig_id = _origin(properties)
-    if orig_address is None and DEAD_LETTER_REASON not in properties:
+    origin = dead_letter_origin(properties)
+    if origin is None:
         return None
+    orig_address, orig_queue, orig_id = origin
     dead_letter_count = properties.get(DEAD_LETTER_COUNT)
-    if isinstance(dead_letter_count, int) and dead_letter_count <= redrive_count(properties):
-        return None
     history = decode_history(properties.get(DELIVERY_HISTORY))
     attempts = []
     previous = None
