@@ -4,6 +4,7 @@ a restart; in memory and on each store."""
 from __future__ import annotations
 
 import pytest
+from broker_queues import drain
 
 from journal_engine import Broker, ConfigError, ManualClock
 from journal_engine.broker.priority import PriorityLevels, qpid_levels
@@ -20,16 +21,6 @@ def open_broker(tmp_path, store: str, now_ms: int = NOW) -> Broker:
         pytest.importorskip("lmdb")
         return Broker(tmp_path / "b", store="lmdb", clock=ManualClock(now_ms))
     return Broker(tmp_path / "b", clock=ManualClock(now_ms), store_options=SMALL)
-
-
-def drain(broker: Broker, queue: str = "q") -> list[bytes]:
-    consumer = broker.create_consumer(queue)
-    out = []
-    while (message := consumer.receive(0)) is not None:
-        out.append(message.body)
-        consumer.ack(message)
-    consumer.close()
-    return out
 
 
 @pytest.mark.parametrize("store", STORES)

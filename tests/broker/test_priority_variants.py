@@ -4,6 +4,7 @@ x-qpid-priorities N, 0-9 mapped onto N levels as its PriorityQueueList maps them
 from __future__ import annotations
 
 import pytest
+from broker_queues import drain as received
 
 from journal_engine import Broker, ClassicBrokerConfig, ConfigError, ManualClock
 
@@ -30,15 +31,6 @@ def activemq_xml(tmp_path, entries: str, default: str = "") -> str:
 def send_all(broker: Broker, queue: str) -> None:
     for body, priority in SENT:
         broker.send(queue, body, priority=priority)
-
-
-def received(broker: Broker, queue: str) -> list[bytes]:
-    consumer = broker.create_consumer(queue)
-    out = []
-    while (message := consumer.receive(0)) is not None:
-        out.append(message.body)
-        consumer.ack(message)
-    return out
 
 
 def test_classic_orders_by_priority_only_where_the_policy_entry_says_so(tmp_path):

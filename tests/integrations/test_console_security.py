@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from locations import ROOT
 from stomp_server import LoggedChild, Server, frame_bytes, has_traceback, RawClient, START_TIMEOUT_S
+from tls_certificate import self_signed
 
 from journal_engine import AddressSettings, Broker
 
@@ -100,6 +101,21 @@ class Console(LoggedChild):
         self.url = line.split("listening on ")[1].split()[0]
 
 
+def nack_one(port: int, destination: str, body: bytes) -> RawClient:
+    """A receipted SEND of ``body`` to ``destination``, its MESSAGE received and NACKed (receipted): one
+    failed delivery. The client, still connected."""
+    client = RawClient(port)
+    client.connect("1.2")
+    client.send_raw(frame_bytes("SEND", {"destination": destination, "receipt": "r"}, body))
+    assert client.read_frame()[1]["receipt-id"] == "r"
+    client.send_raw(frame_bytes("SUBSCRIBE", {"destination": destination, "id": "s", "ack": "client-individual"}))
+    command, headers, _body = client.read_frame()
+    assert command == "MESSAGE"
+    client.send_raw(frame_bytes("NACK", {"id": headers["ack"], "receipt": "n"}))
+    assert client.read_frame()[1]["receipt-id"] == "n"
+    return client
+
+
 def test_the_read_only_console_reads_a_stopped_broker_and_never_writes(tmp_path):
     store = tmp_path / "store"
     stopped_broker(store)
@@ -137,15 +153,7 @@ def test_the_read_only_console_refuses_a_directory_without_a_store(tmp_path):
 def test_without_a_users_file_reading_is_open_and_writing_refused(tmp_path):
     server = Server(tmp_path / "store", tmp_path / "server.log", "--http", "0", "--max-delivery-attempts", "1")
     try:
-        client = RawClient(server.port)
-        client.connect("1.2")
-        client.send_raw(frame_bytes("SEND", {"destination": "/queue/q", "receipt": "r"}, b"x"))
-        assert client.read_frame()[1]["receipt-id"] == "r"
-        client.send_raw(frame_bytes("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual"}))
-        command, headers, _ = client.read_frame()
-        client.send_raw(frame_bytes("NACK", {"id": headers["ack"], "receipt": "n"}))
-        assert client.read_frame()[1]["receipt-id"] == "n"
-        client.close()
+        nack_one(server.port, "/queue/q", b"x").close()
         browser = Browser(server.console_url)
         status, page = browser.get("/dead-letters?queue=/queue/DLQ")
         assert status == 200 and "max-delivery-attempts" in page
@@ -189,29 +197,8 @@ def test_a_console_beyond_loopback_without_users_is_refused_at_start(tmp_path):
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory):
-    """A self-signed certificate for 127.0.0.1 and its key (as test_served_security.py makes it)."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "journal-engine console test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    folder = tmp_path_factory.mktemp("tls")
-    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                       serialization.NoEncryption()))
-    return folder / "cert.pem", folder / "key.pem"
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
+    return self_signed(tmp_path_factory.mktemp("tls"), "journal-engine console test")
 
 
 def test_the_read_only_console_inspects_a_directory_a_broker_serves_as_the_cli_does(tmp_path):
@@ -312,15 +299,7 @@ def test_the_running_brokers_scheduled_redelivery_is_listed_with_its_time(tmp_pa
     Scheduled, with its delivery count and the time it will be delivered."""
     server = Server(tmp_path / "store", tmp_path / "server.log", "--http", "0", "--redelivery-delay-ms", "600000")
     try:
-        client = RawClient(server.port)
-        client.connect("1.2")
-        client.send_raw(frame_bytes("SEND", {"destination": "/queue/later", "receipt": "r"}, b"try again"))
-        assert client.read_frame()[1]["receipt-id"] == "r"
-        client.send_raw(frame_bytes("SUBSCRIBE", {"destination": "/queue/later", "id": "s", "ack": "client-individual"}))
-        command, headers, _body = client.read_frame()
-        assert command == "MESSAGE"
-        client.send_raw(frame_bytes("NACK", {"id": headers["ack"], "receipt": "n"}))
-        assert client.read_frame()[1]["receipt-id"] == "n"
+        client = nack_one(server.port, "/queue/later", b"try again")
         status, page = Browser(server.console_url).get("/messages?queue=/queue/later")
         client.close()
         assert status == 200

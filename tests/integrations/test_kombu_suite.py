@@ -99,6 +99,16 @@ def _publish(producer, queue, body, priority):
                      serializer="pickle", priority=priority)
 
 
+def _three_published(channel, name: str):
+    """The queue ``name`` (priorities up to 10), declared by a producer that publishes first, second and
+    third at priorities 3, 6 and 3, as kombu's cases do; (queue, producer)."""
+    queue = kombu.Queue(name, routing_key=name, max_priority=10)
+    producer = kombu.Producer(channel)
+    for body, priority in (("first", 3), ("second", 6), ("third", 3)):
+        _publish(producer, queue, {"msg": body}, priority)
+    return queue, producer
+
+
 def _drain(connection, consumer, count):
     with consumer:
         for _ in range(count):
@@ -106,12 +116,9 @@ def _drain(connection, consumer, count):
 
 
 def test_priority_publish_consume_one_drain_a_message(connection):
-    queue = kombu.Queue("priority_one_drain", routing_key="priority_one_drain", max_priority=10)
     bodies = []
     with connection as conn, conn.channel() as channel:
-        producer = kombu.Producer(channel)
-        for body, priority in (("first", 3), ("second", 6), ("third", 3)):
-            _publish(producer, queue, {"msg": body}, priority)
+        queue, _producer = _three_published(channel, "priority_one_drain")
         consumer = kombu.Consumer(conn, [queue], accept=["pickle"],
                                   callbacks=[lambda body, message: (bodies.append(body["msg"]), message.ack())])
         _drain(conn, consumer, 3)
@@ -119,12 +126,9 @@ def test_priority_publish_consume_one_drain_a_message(connection):
 
 
 def test_priority_publish_requeue_consume_one_drain_a_message(connection):
-    queue = kombu.Queue("priority_requeue_one_drain", routing_key="priority_requeue_one_drain", max_priority=10)
     received = []
     with connection as conn, conn.channel() as channel:
-        producer = kombu.Producer(channel)
-        for body, priority in (("first", 3), ("second", 6), ("third", 3)):
-            _publish(producer, queue, {"msg": body}, priority)
+        queue, producer = _three_published(channel, "priority_requeue_one_drain")
         # held unacknowledged: a prefetch of four (this transport's default is one at a time; Redis's has none)
         consumer = kombu.Consumer(conn, [queue], accept=["pickle"], prefetch_count=4,
                                   callbacks=[lambda body, message: received.append((body["msg"], message))])

@@ -16,7 +16,6 @@ SERVED_SUBSCRIPTIONS_PER_CONNECTION_MAX and the prefetch, SERVED_PREFETCH_MAX: t
 """
 from __future__ import annotations
 
-import datetime
 import os
 import shutil
 import socket
@@ -29,6 +28,7 @@ import time
 import pytest
 from locations import ROOT
 from stomp_server import START_TIMEOUT_S, RawClient, Server, frame_bytes, has_traceback
+from tls_certificate import self_signed
 
 from journal_engine.limits import SERVED_CONNECTIONS_MAX, SERVED_LOGIN_FAILURE_DELAY_S
 from journal_engine.served.server import check_exposure, is_loopback
@@ -224,26 +224,7 @@ def test_stomp_py_connects_with_its_login_and_is_refused_without(guarded):
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory):
     """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-    import ipaddress
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "journal-engine test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    folder = tmp_path_factory.mktemp("tls")
-    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                       serialization.NoEncryption()))
-    return folder / "cert.pem", folder / "key.pem"
+    return self_signed(tmp_path_factory.mktemp("tls"), "journal-engine test")
 
 
 def test_tls_serves_a_client_that_trusts_the_certificate(tmp_path, certificate):

@@ -5,6 +5,7 @@ activemq-broker; the per-destination-policies page of the Classic documentation)
 from __future__ import annotations
 
 import pytest
+from broker_queues import drain as _drain
 
 from journal_engine import Broker, ConfigError
 from journal_engine.broker.classic.destinations import QUEUE, TOPIC, ClassicDestination
@@ -131,16 +132,6 @@ def store(request):
 def _broker(tmp_path, store, config):
     return Broker(tmp_path / "broker", store=store, sync="none", config=config,
                   store_options={"file_size": SMALL_FILE})
-
-
-def _drain(broker, queue):
-    consumer = broker.create_consumer(queue)
-    bodies = []
-    while (message := consumer.receive(0)) is not None:
-        bodies.append(message.body)
-        consumer.ack(message)
-    consumer.close()
-    return bodies
 
 
 def test_a_resent_message_id_is_dropped_and_stores_nothing(tmp_path, store):
