@@ -78,8 +78,9 @@ def main() -> int:
         one_run(*args.one)
     if not args.base:
         parser.error("name the other checkout")
-    root = Path(tempfile.mkdtemp(prefix="ab-priority-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
-    try:
+    memory = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="ab-priority-", dir=memory) as scratch:
+        root = Path(scratch)
         for kind in ("one", "mixed"):
             subprocess.run([sys.executable, __file__, "--write", str(root / kind), str(args.messages), kind],
                            check=True)
@@ -88,10 +89,10 @@ def main() -> int:
         runs: dict = {}
         for round_number in range(args.rounds):
             for side, kind in jobs if round_number % 2 == 0 else list(reversed(jobs)):
-                scratch = root / "scratch"
-                shutil.rmtree(scratch, ignore_errors=True)
-                shutil.copytree(root / kind, scratch)
-                out = subprocess.run([sys.executable, __file__, "--one", sides[side], str(scratch)],
+                copy = root / "copy"
+                shutil.rmtree(copy, ignore_errors=True)
+                shutil.copytree(root / kind, copy)
+                out = subprocess.run([sys.executable, __file__, "--one", sides[side], str(copy)],
                                      capture_output=True, text=True, check=True).stdout
                 runs.setdefault((side, kind), []).append(json.loads(out))
         print(f"{args.messages} messages of {len(BODY)} B in one queue, {args.rounds} interleaved rounds, load "
@@ -104,8 +105,6 @@ def main() -> int:
             print(f"{'CPU' if clock == 'cpu' else 'wall'}: this/base (one priority) "
                   f"{median[('this', 'one')] / median[('base', 'one')]:.3f}; mixed/one (this) "
                   f"{median[('this', 'mixed')] / median[('this', 'one')]:.3f}")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

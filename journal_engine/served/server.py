@@ -36,6 +36,8 @@ import signal
 import socket
 import ssl
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError
 from ..limits import SERVED_CONNECTIONS_MAX, SERVED_FAILBACK_HANDOVER_S, SERVED_FAILBACK_POLL_S
@@ -188,23 +190,22 @@ def serve(data_dir: str | os.PathLike, port: int = 61613, host: str = "127.0.0.1
         request.wait_withdrawn(SERVED_FAILBACK_HANDOVER_S, SERVED_FAILBACK_POLL_S)
 
 
+@dataclass(frozen=True)
 class _Served:
     """One serving of the directory, from opening the store to closing it: what serve() was told."""
 
-    def __init__(self, directory: str, backend: str, sync: str, max_delivery_attempts: int, dead_letter_queue,
-                 redelivery_delay_ms: int, store_options, users, connections_max: int, tls, out, console) -> None:
-        self.directory = directory
-        self.backend = backend
-        self.sync = sync
-        self.max_delivery_attempts = max_delivery_attempts
-        self.dead_letter_queue = dead_letter_queue
-        self.redelivery_delay_ms = redelivery_delay_ms
-        self.store_options = store_options
-        self.users = users
-        self.connections_max = connections_max
-        self.tls = tls
-        self.out = out
-        self.console = console
+    directory: str
+    backend: str
+    sync: str
+    max_delivery_attempts: int
+    dead_letter_queue: str | None
+    redelivery_delay_ms: int
+    store_options: dict | None
+    users: Users | None
+    connections_max: int
+    tls: ssl.SSLContext | None
+    out: Any
+    console: Any            # starts the console on the loop (journal_engine.console.served_console), or None
 
     def run(self, sock, http_sock, lock: ServingLock, request: FailbackRequest | None) -> str | None:
         """Open the store, serve on ``sock`` (and the console on ``http_sock``) until SIGTERM or SIGINT
