@@ -81,6 +81,15 @@ class Server(LoggedChild):
         self.console_url = line.split("console on ")[1].split(")")[0].rstrip("/") if "console on " in line else None
 
 
+def add_user(users: Path, login: str, password: str) -> None:
+    """``login`` with ``password`` into the users file ``users``, as an operator adds one
+    (`journal-engine users add`, the password on stdin)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    added = subprocess.run([sys.executable, "-m", "journal_engine", "users", "add", str(users), login],
+                           input=password + "\n", text=True, capture_output=True, env=env, timeout=60)
+    assert added.returncode == 0, added.stderr
+
+
 def frame_bytes(command: str, headers: dict | None = None, body: bytes = b"", *, content_length: bool = True) -> bytes:
     """A client frame as STOMP 1.0 writes it (no escapes): with ``content-length`` unless told not to."""
     headers = dict(headers or {})

@@ -16,10 +16,7 @@ for docs/console.md.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -27,11 +24,9 @@ import urllib.request
 import pytest
 import stomp
 from console_browser import DESKTOP, PHONE, launched_browser, screenshot
-from locations import ROOT
-from stomp_server import Server, has_traceback
+from stomp_server import Server, add_user, has_traceback
 
 LOGIN, PASSWORD = "operator", "dead letters at dawn"
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 WAIT_MS = 10_000
 
 
@@ -47,9 +42,7 @@ def browser():
 def served(tmp_path_factory):
     directory = tmp_path_factory.mktemp("console")
     users = directory / "users"
-    added = subprocess.run([sys.executable, "-m", "journal_engine", "users", "add", str(users), LOGIN],
-                           input=PASSWORD + "\n", text=True, capture_output=True, env=ENV, timeout=60)
-    assert added.returncode == 0, added.stderr
+    add_user(users, LOGIN, PASSWORD)
     server = Server(directory / "store", directory / "server.log", "--http", "0", "--users", str(users),
                     "--max-delivery-attempts", "3")
     assert server.console_url is not None and server.console_url.startswith("http://127.0.0.1:"), server.line

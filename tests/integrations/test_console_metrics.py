@@ -6,21 +6,16 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 
 import pytest
 import stomp
-from locations import ROOT
-from stomp_server import Server, has_traceback
+from stomp_server import Server, add_user, has_traceback
 
 parser = pytest.importorskip("prometheus_client.parser", reason="prometheus_client is a dependency of the package")
 
 LOGIN, PASSWORD = "prometheus", "scrape me"
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 
 def get(url: str, login: str | None = None, password: str | None = None) -> tuple[int, str, str]:
@@ -46,9 +41,7 @@ def samples(text: str) -> dict[tuple[str, str], float]:
 
 def test_metrics_parse_and_agree_with_the_broker_counts(tmp_path):
     users = tmp_path / "users"
-    added = subprocess.run([sys.executable, "-m", "journal_engine", "users", "add", str(users), LOGIN],
-                           input=PASSWORD + "\n", text=True, capture_output=True, env=ENV, timeout=60)
-    assert added.returncode == 0, added.stderr
+    add_user(users, LOGIN, PASSWORD)
     server = Server(tmp_path / "store", tmp_path / "server.log", "--http", "0", "--users", str(users),
                     "--max-delivery-attempts", "2")
     try:

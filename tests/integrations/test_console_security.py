@@ -44,21 +44,15 @@ class Browser:
         self.csrf = None
 
     def get(self, path: str) -> tuple[int, str]:
-        try:
-            with self.opener.open(self.base + path, timeout=15) as answer:
-                text = answer.read().decode()
-                status = answer.status
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-        found = re.search(r'name="csrf" value="([^"]+)"', text)
-        if found:
-            self.csrf = found.group(1)
-        return status, text
+        return self._open(path, None)
 
     def post(self, path: str, form: dict) -> tuple[int, str]:
         """The form with the CSRF token of the page last read; the page it leads to (a login's starts a
         new session, whose token it holds)."""
-        data = urllib.parse.urlencode({"csrf": self.csrf, **form}).encode()
+        return self._open(path, urllib.parse.urlencode({"csrf": self.csrf, **form}).encode())
+
+    def _open(self, path: str, data: bytes | None) -> tuple[int, str]:
+        """(status, page); the page's CSRF token is kept for the next form (an error page keeps the last)."""
         try:
             with self.opener.open(self.base + path, data=data, timeout=15) as answer:
                 status, text = answer.status, answer.read().decode()
