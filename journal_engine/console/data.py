@@ -25,7 +25,7 @@ from itertools import islice
 from ..broker.artemis.address_settings import AddressSettings
 from ..broker.dead_letter import (DEAD_LETTER_COUNT, DEAD_LETTER_REASON, DEAD_LETTER_TIME, DELIVERY_HISTORY,
                                   ORIG_DELIVERY_COUNT, decode_history)
-from ..broker.message import HEADER_NAMES
+from ..broker.message import HEADER_NAMES, filter_headers
 from ..broker.redrive import REDRIVE_COUNT, REDRIVE_SOURCE, REDRIVE_TIME, dead_letter_origin
 from ..broker.selector import Selector
 from ..cli.damage import damage_in
@@ -183,11 +183,6 @@ def group_dead_letters(messages: list[MessageView]) -> list[dict]:
             group["first"] = at if group["first"] is None else min(group["first"], at)
             group["last"] = at if group["last"] is None else max(group["last"], at)
     return sorted(groups.values(), key=lambda group: (-group["count"], group["reason"], group["origin"]))
-
-
-def _headers(message_id: int, address: str, durable: bool, expiration: int, size: int) -> dict:
-    return {"AMQAddress": address, "AMQDurable": durable, "AMQExpiration": expiration, "AMQSize": size,
-            "AMQMessageID": message_id}
 
 
 class LiveSource:
@@ -348,7 +343,7 @@ class StoredSource:
         for position, ref in enumerate(references):
             message = self._messages[ref.message_id]
             if selector is not None:
-                headers = (_headers(message.message_id, message.address, message.durable, message.expiration,
+                headers = (filter_headers(message.message_id, message.address, message.durable, message.expiration,
                                     len(message.body)) if selector.identifiers & HEADER_NAMES else None)
                 if not selector.matches(message.properties, headers):
                     continue

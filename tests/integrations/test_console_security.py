@@ -27,6 +27,7 @@ from stomp_server import LoggedChild, Server, frame_bytes, has_traceback, RawCli
 from tls_certificate import self_signed
 
 from journal_engine import AddressSettings, Broker
+from journal_engine.console.data import LiveSource, StoredSource
 
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
@@ -304,3 +305,16 @@ def test_the_running_brokers_scheduled_redelivery_is_listed_with_its_time(tmp_pa
     finally:
         assert not has_traceback(server.stderr()), server.stderr()[-3000:]
         assert server.stop() == 0
+
+
+def test_a_selector_on_headers_picks_the_same_messages_read_only_as_live(tmp_path):
+    """The read-only console filters stored messages by the header values a live broker's filters see
+    (AMQDurable is 'DURABLE' or 'NON_DURABLE', not a bool)."""
+    selector = "AMQDurable = 'DURABLE' AND AMQSize = 1"
+    with Broker(tmp_path / "store") as broker:
+        broker.create_queue("q")
+        broker.send("q", b"a")
+        broker.send("q", b"bb")
+        live = [view.body for view in LiveSource(broker).page("q", 0, 10, selector).messages]
+    stored = [view.body for view in StoredSource(str(tmp_path / "store")).page("q", 0, 10, selector).messages]
+    assert live == stored == [b"a"]
