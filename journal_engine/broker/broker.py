@@ -474,7 +474,10 @@ class Broker:
         reference's delivery count: at most ``limit`` of those from position ``start`` on that
         ``filter`` (a JMS selector) accepts, looking at no more than ``scan_max`` references, so that
         one call holds the broker's lock briefly whatever the queue's length (the operator's console
-        runs it on the served broker's event loop). The page's ``next_start`` continues the walk.
+        runs it on the served broker's event loop) -- except once: a queue recovered from the store whose
+        references are still made a chunk at a time as deliveries reach them (ReadyQueue) makes all of
+        them at its first browse (about 0.08 s a 100k messages). The page's ``next_start`` continues
+        the walk.
         UnknownQueueError, SelectorError for a bad filter, ConfigError for a bad start or limit."""
         for name, value, low in (("start", start, 0), ("limit", limit, 1), ("scan_max", scan_max, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
