@@ -347,10 +347,12 @@ cdef class JournalCore(RecordSink):
         return JournalFailedError.after(what, exc)
 
     def _sync_failed(self, exc):
-        """A sync failed: its baton is given back (the waiters wake to the failure); the error to raise."""
+        """A sync failed: the journal stops, then its baton is given back (the waiters wake to the
+        failure, never to a free baton first); the error to raise."""
+        error = self._failed_at("sync", exc)
         self._syncing = False
         self._notify(WAKE_SYNCERS)
-        return self._failed_at("sync", exc)
+        return error
 
     def _core_close(self):
         self._ready = False
